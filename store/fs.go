@@ -1,0 +1,162 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// FS is the file layer under the store: the seam through which tests inject
+// ENOSPC, EIO and short writes (see package faultfs). Names given to an FS
+// are validated, slash-separated and relative to its root.
+//
+// Implementations must be safe for concurrent use.
+type FS interface {
+	// OpenFile opens name with the open(2) flags in flag (O_CREATE, O_DIRECT,
+	// ...). It never follows a symlink out of the root.
+	OpenFile(name string, flag int, perm fs.FileMode) (File, error)
+	// MkdirAll creates name and its missing parents inside the root.
+	MkdirAll(name string, perm fs.FileMode) error
+	// Close releases the root.
+	Close() error
+}
+
+// File is one open descriptor. All methods may be called concurrently;
+// ReadAt and WriteAt are positional (pread/pwrite) and do not move an offset.
+type File interface {
+	// ReadAt is pread(2): a short count at EOF comes with io.EOF.
+	ReadAt(p []byte, off int64) (int, error)
+	// WriteAt is pwrite(2), repeated until p is written or an error occurs;
+	// it returns how many bytes reached the file.
+	WriteAt(p []byte, off int64) (int, error)
+	// Truncate is ftruncate(2).
+	Truncate(size int64) error
+	// Fallocate is fallocate(2) with FALLOC_FL_* flags.
+	Fallocate(mode uint32, off, length int64) error
+	// Sync is fdatasync(2) when dataOnly, else fsync(2). When it returns nil,
+	// everything written to the file before the call is durable.
+	Sync(dataOnly bool) error
+	// WriteBack starts and waits for writeback of the byte range
+	// (sync_file_range), so that direct I/O issued later sees the data. It
+	// makes nothing durable.
+	WriteBack(off, n int64) error
+	// Stat is fstat(2).
+	Stat() (FileInfo, error)
+	// Fd is the descriptor, for ioctls such as FIEMAP. It must stay valid
+	// until Close.
+	Fd() uintptr
+	// Close closes the descriptor.
+	Close() error
+}
+
+// FileInfo is the part of fstat(2) the store uses.
+type FileInfo struct {
+	Size      int64
+	Blocks512 int64 // st_blocks: allocated 512-byte units
+	BlockSize int64 // st_blksize
+	Dev, Ino  uint64
+	IsDir     bool
+}
+
+// OSFS is the operating system's file layer below a directory, opened
+// through os.Root so that no path, symlinks included, leaves it.
+type OSFS struct {
+	root *os.Root
+}
+
+var _ FS = (*OSFS)(nil)
+
+// OpenOSFS opens dir (creating it if missing) as an FS.
+func OpenOSFS(dir string) (*OSFS, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create root %s: %w", dir, err)
+	}
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open root %s: %w", dir, err)
+	}
+	return &OSFS{root: r}, nil
+}
+
+// OpenFile implements FS.
+func (f *OSFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
+	file, err := f.root.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{file}, nil
+}
+
+// MkdirAll implements FS.
+func (f *OSFS) MkdirAll(name string, perm fs.FileMode) error {
+	return f.root.MkdirAll(name, perm)
+}
+
+// Close implements FS.
+func (f *OSFS) Close() error { return f.root.Close() }
+
+// osFile adapts *os.File to File.
+type osFile struct{ *os.File }
+
+var _ File = osFile{}
+
+func (f osFile) Fallocate(mode uint32, off, length int64) error {
+	for {
+		err := unix.Fallocate(int(f.File.Fd()), mode, off, length)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return &os.PathError{Op: "fallocate", Path: f.Name(), Err: err}
+		}
+		return nil
+	}
+}
+
+func (f osFile) Sync(dataOnly bool) error {
+	if !dataOnly {
+		return f.File.Sync()
+	}
+	for {
+		err := unix.Fdatasync(int(f.File.Fd()))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
+		}
+		return nil
+	}
+}
+
+func (f osFile) WriteBack(off, n int64) error {
+	const flags = unix.SYNC_FILE_RANGE_WAIT_BEFORE | unix.SYNC_FILE_RANGE_WRITE | unix.SYNC_FILE_RANGE_WAIT_AFTER
+	err := unix.SyncFileRange(int(f.File.Fd()), off, n, flags)
+	if err != nil {
+		return &os.PathError{Op: "sync_file_range", Path: f.Name(), Err: err}
+	}
+	return nil
+}
+
+func (f osFile) Stat() (FileInfo, error) {
+	fi, err := f.File.Stat()
+	if err != nil {
+		return FileInfo{}, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return FileInfo{}, errors.New("fstat: no syscall.Stat_t")
+	}
+	return FileInfo{
+		Size:      st.Size,
+		Blocks512: st.Blocks,
+		BlockSize: int64(st.Blksize),
+		Dev:       st.Dev,
+		Ino:       st.Ino,
+		IsDir:     fi.IsDir(),
+	}, nil
+}

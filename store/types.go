@@ -1,0 +1,296 @@
+package store
+
+import (
+	"fmt"
+	"time"
+)
+
+// Policy selects which inode-lock mode a write takes (the lock-mode table in
+// doc.go). It is fixed for the life of a Store.
+type Policy int
+
+const (
+	// PolicyExclusive takes the inode lock exclusively for every write: the
+	// "before" of every kernel experiment.
+	PolicyExclusive Policy = iota + 1
+	// PolicyUnlockedBelowEOF writes below EOF without the inode lock, counted
+	// in flight (the btrfs unlocked buffered write).
+	PolicyUnlockedBelowEOF
+	// PolicySharedWritten takes the lock shared for overwrites of written
+	// blocks only (ext4 before the unwritten-extent patch).
+	PolicySharedWritten
+	// PolicySharedOverwrite takes the lock shared for overwrites of written
+	// and of unwritten (preallocated) blocks (the ext4 patch).
+	PolicySharedOverwrite
+)
+
+// DefaultPolicy is the fastest safe policy.
+const DefaultPolicy = PolicyUnlockedBelowEOF
+
+var policyNames = [...]string{
+	PolicyExclusive:        "exclusive",
+	PolicyUnlockedBelowEOF: "unlocked-below-eof",
+	PolicySharedWritten:    "shared-written",
+	PolicySharedOverwrite:  "shared-overwrite",
+}
+
+func (p Policy) String() string {
+	if p > 0 && int(p) < len(policyNames) {
+		return policyNames[p]
+	}
+	return fmt.Sprintf("Policy(%d)", int(p))
+}
+
+// Policies lists every policy in table order.
+func Policies() []Policy {
+	return []Policy{PolicyExclusive, PolicyUnlockedBelowEOF, PolicySharedWritten, PolicySharedOverwrite}
+}
+
+// ParsePolicy is the inverse of Policy.String.
+func ParsePolicy(s string) (Policy, error) {
+	for i, n := range policyNames {
+		if n == s && i > 0 {
+			return Policy(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown policy %q (want one of exclusive, unlocked-below-eof, shared-written, shared-overwrite)", s)
+}
+
+// IOMode selects how data reaches the file.
+type IOMode int
+
+const (
+	// IOBuffered writes into the page cache with pwrite.
+	IOBuffered IOMode = iota
+	// IODirect writes block-aligned ranges with O_DIRECT from aligned
+	// buffers. Unaligned writes are accepted: they take the inode lock
+	// exclusively, wait for in-flight writes and go through the page cache,
+	// whose range is then written back before the lock is dropped, so that
+	// later direct I/O sees them.
+	IODirect
+)
+
+func (m IOMode) String() string {
+	switch m {
+	case IOBuffered:
+		return "buffered"
+	case IODirect:
+		return "direct"
+	}
+	return fmt.Sprintf("IOMode(%d)", int(m))
+}
+
+// ParseIOMode is the inverse of IOMode.String.
+func ParseIOMode(s string) (IOMode, error) {
+	switch s {
+	case "buffered":
+		return IOBuffered, nil
+	case "direct":
+		return IODirect, nil
+	}
+	return 0, fmt.Errorf("unknown io mode %q (want buffered or direct)", s)
+}
+
+// SyncMode is the durability a Write asks for.
+type SyncMode int
+
+const (
+	// SyncNone: the data is in the page cache (buffered) or on the device's
+	// volatile cache (direct) when Write returns; nothing is durable.
+	SyncNone SyncMode = iota
+	// SyncData: like O_DSYNC/FUA, the written bytes and the metadata needed
+	// to read them back (the size) are durable when Write returns.
+	SyncData
+	// SyncFull: like O_SYNC, the data and all the file's metadata are durable
+	// when Write returns.
+	SyncFull
+)
+
+func (m SyncMode) String() string {
+	switch m {
+	case SyncNone:
+		return "none"
+	case SyncData:
+		return "data"
+	case SyncFull:
+		return "full"
+	}
+	return fmt.Sprintf("SyncMode(%d)", int(m))
+}
+
+// FsyncMode selects how concurrent syncs of one file are combined.
+type FsyncMode int
+
+const (
+	// FsyncGroup is group commit without a timer: callers that arrive while a
+	// sync runs share the next one, which starts the moment the running one
+	// ends.
+	FsyncGroup FsyncMode = iota
+	// FsyncPerCall issues one fdatasync/fsync per caller.
+	FsyncPerCall
+	// FsyncTimer gathers callers for Options.FsyncTimerDelay before syncing
+	// (the "before" of the btrfs fsync unplug patch).
+	FsyncTimer
+)
+
+func (m FsyncMode) String() string {
+	switch m {
+	case FsyncGroup:
+		return "group"
+	case FsyncPerCall:
+		return "per-call"
+	case FsyncTimer:
+		return "timer"
+	}
+	return fmt.Sprintf("FsyncMode(%d)", int(m))
+}
+
+// ParseFsyncMode is the inverse of FsyncMode.String.
+func ParseFsyncMode(s string) (FsyncMode, error) {
+	switch s {
+	case "group":
+		return FsyncGroup, nil
+	case "per-call":
+		return FsyncPerCall, nil
+	case "timer":
+		return FsyncTimer, nil
+	}
+	return 0, fmt.Errorf("unknown fsync mode %q (want group, per-call or timer)", s)
+}
+
+// FallocateMode is the operation of Fallocate.
+type FallocateMode int
+
+const (
+	// FallocAllocate allocates blocks (unwritten) and grows the size to
+	// offset+length if that is larger.
+	FallocAllocate FallocateMode = iota + 1
+	// FallocKeepSize allocates blocks without changing the size.
+	FallocKeepSize
+	// FallocPunchHole deallocates the whole blocks in the range; partial
+	// blocks at the edges are zeroed. The size does not change.
+	FallocPunchHole
+	// FallocZeroRange makes the range read as zeros, converting whole blocks
+	// to unwritten extents. The size does not change.
+	FallocZeroRange
+)
+
+func (m FallocateMode) String() string {
+	switch m {
+	case FallocAllocate:
+		return "allocate"
+	case FallocKeepSize:
+		return "keep-size"
+	case FallocPunchHole:
+		return "punch-hole"
+	case FallocZeroRange:
+		return "zero-range"
+	}
+	return fmt.Sprintf("FallocateMode(%d)", int(m))
+}
+
+// ExtentState is what a range of a file is backed by.
+type ExtentState int
+
+const (
+	// ExtentHole: no blocks; reads as zeros.
+	ExtentHole ExtentState = iota + 1
+	// ExtentUnwritten: blocks allocated (fallocate) but never written; reads
+	// as zeros.
+	ExtentUnwritten
+	// ExtentWritten: blocks that hold data.
+	ExtentWritten
+)
+
+func (s ExtentState) String() string {
+	switch s {
+	case ExtentHole:
+		return "hole"
+	case ExtentUnwritten:
+		return "unwritten"
+	case ExtentWritten:
+		return "written"
+	}
+	return fmt.Sprintf("ExtentState(%d)", int(s))
+}
+
+// Extent is a byte range of one state. Offsets are block-aligned except where
+// the query range cuts them.
+type Extent struct {
+	Offset int64
+	Length int64
+	State  ExtentState
+}
+
+// WriteResult is what a Write did.
+type WriteResult struct {
+	// BytesWritten is len(data) on success.
+	BytesWritten int
+	// Size is the file size after the write.
+	Size int64
+}
+
+// FileStat describes a file.
+type FileStat struct {
+	Size           int64
+	AllocatedBytes int64
+	BlockSize      int32
+}
+
+// Options configure a Store. The zero value is usable: defaults are filled
+// in by Open.
+type Options struct {
+	// Policy is the lock-mode policy; zero means DefaultPolicy.
+	Policy Policy
+	// IO is the I/O mode; default IOBuffered.
+	IO IOMode
+	// Fsync is how syncs are combined; default FsyncGroup.
+	Fsync FsyncMode
+	// FsyncTimerDelay is the gathering delay of FsyncTimer; default 3ms.
+	FsyncTimerDelay time.Duration
+	// MaxFileSize bounds the size any operation may give a file; default
+	// 1 TiB.
+	MaxFileSize int64
+	// MaxIOBytes bounds the length of one Write or Read; default 64 MiB.
+	MaxIOBytes int64
+	// MaxOpenFiles bounds the open descriptors; idle files beyond it are
+	// closed and reopened on next use. Default 1024.
+	MaxOpenFiles int
+	// MaxWaitersPerFile bounds how many callers may queue for one file's
+	// inode lock; beyond it an operation fails with ErrTooManyWaiters.
+	// 0 means unbounded.
+	MaxWaitersPerFile int
+	// FS is the file layer; default the operating system's (OSFS). Tests
+	// wrap it to inject faults.
+	FS FS
+	// Telemetry receives lock waits; default no-op.
+	Telemetry *Telemetry
+	// hooks are test hooks; nil in production.
+	hooks *testHooks
+}
+
+const (
+	defaultMaxFileSize  = 1 << 40
+	defaultMaxIOBytes   = 64 << 20
+	defaultMaxOpenFiles = 1024
+	defaultTimerDelay   = 3 * time.Millisecond
+)
+
+func (o Options) withDefaults() Options {
+	if o.Policy == 0 {
+		o.Policy = DefaultPolicy
+	}
+	if o.FsyncTimerDelay <= 0 {
+		o.FsyncTimerDelay = defaultTimerDelay
+	}
+	if o.MaxFileSize <= 0 {
+		o.MaxFileSize = defaultMaxFileSize
+	}
+	if o.MaxIOBytes <= 0 {
+		o.MaxIOBytes = defaultMaxIOBytes
+	}
+	if o.MaxOpenFiles <= 0 {
+		o.MaxOpenFiles = defaultMaxOpenFiles
+	}
+	return o
+}
