@@ -489,9 +489,9 @@ func TestReadFiemapLargePreallocation(t *testing.T) {
 	}
 }
 
-// TestSeekDataMap covers the fallback on the project filesystem: data is
+// TestLoadExtentMapSeekData covers the fallback on the project filesystem: data is
 // found, and unwritten blocks, which read as zeros, are holes to SEEK_DATA.
-func TestSeekDataMap(t *testing.T) {
+func TestLoadExtentMapSeekData(t *testing.T) {
 	f, b := fiemapFile(t, 0, true)
 	o := fileOps{t, f}
 	o.fallocate(0, 0, 16*b)
