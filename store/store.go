@@ -246,8 +246,12 @@ func (s *Store) Fallocate(ctx context.Context, path string, mode FallocateMode, 
 		// Only whole blocks are freed; partial ones are zeroed in place.
 		ino.extents.set((off+bs-1)/bs, end/bs, ExtentHole)
 	case FallocZeroRange:
-		// Whole blocks become unwritten extents; partial ones are zeroed
-		// in place and keep their state.
+		// Like ext4: the rounded-out range is preallocated (holes at the
+		// edges become unwritten), whole blocks become unwritten, and
+		// partial blocks that held data are zeroed in place and stay
+		// written.
+		first, last := blockRange(off, end, bs)
+		ino.extents.fillHoles(first, last, ExtentUnwritten)
 		ino.extents.set((off+bs-1)/bs, end/bs, ExtentUnwritten)
 	}
 	ino.extentMu.Unlock()
