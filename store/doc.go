@@ -26,6 +26,12 @@
 // Fallocate allocate and keep-size take X without waiting for in-flight
 // writes: they change no data.
 //
+// A synced write (SyncData, SyncFull) under the exclusive policy syncs
+// before it drops the lock: that policy is the naive baseline, one lock
+// around each whole operation. Under every other policy a synced write
+// leaves its lock mode (or the in-flight count) first and then joins the
+// group commit, so concurrent writers share their syncs.
+//
 // Only unlocked writes are counted in flight: a locked writer already keeps
 // truncate out, so the count is skipped where it is not needed.
 //

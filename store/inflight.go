@@ -2,8 +2,8 @@ package store
 
 import (
 	"context"
-	"math/rand/v2"
 	"runtime"
+	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/cpu"
@@ -14,10 +14,14 @@ import (
 // inode_dio_begin()/inode_dio_end()/inode_dio_wait().
 //
 // One shared atomic would put every parallel writer on one cache line (the
-// direct-io i_dio_count wall), so the count is striped over padded shards:
-// begin picks a shard at random (math/rand/v2's global source is per-thread
-// and lock-free) and returns it for end, so a shard's own count never goes
-// negative. Only the sum matters, and it is read only by a waiter.
+// direct-io i_dio_count wall), so the count is striped over padded shards,
+// and each processor keeps to its own: a shard index lives in a sync.Pool,
+// whose Get and Put stay on the calling P's private slot, so a goroutine
+// finds the index its processor used last and the shard's cache line stays
+// in that core's cache (picking shards at random or by offset made every
+// core touch every line, slower than one atomic). begin returns the shard
+// for end, so a shard's own count never goes negative. Only the sum
+// matters, and it is read only by a waiter.
 //
 // Protocol: begin is called while the inode lock is held (any mode), and
 // wait while it is held exclusively, so once a waiter holds the lock no new
@@ -31,6 +35,10 @@ type inflightCounter struct {
 	waiting atomic.Bool
 	// wake carries end's signal to the waiter without spinning.
 	wake chan struct{}
+	// shardOf hands out per-processor shard indexes (*uint32).
+	shardOf sync.Pool
+	// nextShard assigns indexes to new pool entries, round robin.
+	nextShard atomic.Uint32
 }
 
 type inflightShard struct {
@@ -54,8 +62,14 @@ func newInflightCounter() *inflightCounter {
 //
 // Preconditions: the inode lock is held, shared or exclusive.
 func (c *inflightCounter) begin() uint32 {
-	i := rand.Uint32() & c.mask
+	p, _ := c.shardOf.Get().(*uint32)
+	if p == nil {
+		p = new(uint32)
+		*p = c.nextShard.Add(1) & c.mask
+	}
+	i := *p
 	c.shards[i].n.Add(1)
+	c.shardOf.Put(p)
 	return i
 }
 

@@ -89,14 +89,9 @@ func (s *Store) Write(ctx context.Context, path string, off int64, data []byte, 
 	if n == 0 {
 		return WriteResult{Size: ino.size.Load()}, nil
 	}
-	written, size, err := s.write(ctx, ino, off, data)
+	written, size, err := s.write(ctx, ino, off, data, sync)
 	if err != nil {
 		return WriteResult{BytesWritten: written, Size: size}, err
-	}
-	if sync != SyncNone {
-		if err := ino.commit.do(ctx, sync == SyncFull, s.waitTrace(ino)); err != nil {
-			return WriteResult{BytesWritten: written, Size: size}, err
-		}
 	}
 	s.recordWrite(ctx, start, sync)
 	return WriteResult{BytesWritten: written, Size: size}, nil

@@ -88,9 +88,15 @@ func (s *Store) decideFor(ino *inode, off, end int64) (lockMode, string) {
 	return decide(s.opts.Policy, s.opts.IO, size, end, aligned, c)
 }
 
-// write places data at off under the policy's lock mode and returns the
-// bytes written and the size after.
-func (s *Store) write(ctx context.Context, ino *inode, off int64, data []byte) (int, int64, error) {
+// write places data at off under the policy's lock mode, syncs it as asked
+// and returns the bytes written and the size after.
+//
+// Under PolicyExclusive the sync runs before the lock is dropped: that
+// policy is the naive baseline of the experiments, one lock around each
+// whole operation, so synced writes cannot share a sync (like a direct
+// O_DSYNC write, whose completion runs under the kernel's inode lock).
+// Every other policy leaves its lock mode first and joins the group commit.
+func (s *Store) write(ctx context.Context, ino *inode, off int64, data []byte, sync SyncMode) (int, int64, error) {
 	end := off + int64(len(data))
 	span := trace.SpanContextFromContext(ctx)
 	for attempt := 0; ; attempt++ {
@@ -112,24 +118,40 @@ func (s *Store) write(ctx context.Context, ino *inode, off int64, data []byte) (
 				continue
 			}
 		}
+		var n int
+		var err error
 		switch mode {
 		case lockNone:
 			// Like btrfs: register in flight, drop the lock, write.
 			token := ino.inflight.begin()
 			ino.lock.release(h)
-			n, err := s.writeData(ctx, ino, off, data, mode, reason)
+			n, err = s.writeData(ctx, ino, off, data, mode, reason)
 			ino.inflight.end(token)
-			return n, ino.size.Load(), err
 		case lockShared:
-			n, err := s.writeData(ctx, ino, off, data, mode, reason)
+			n, err = s.writeData(ctx, ino, off, data, mode, reason)
 			ino.lock.release(h)
-			return n, ino.size.Load(), err
+		default:
+			n, err = s.writeExclusive(ctx, ino, off, data, reason)
+			if err == nil && s.opts.Policy == PolicyExclusive {
+				err = s.syncWrite(ctx, ino, sync)
+				sync = SyncNone
+			}
+			ino.lock.release(h)
 		}
-		n, err := s.writeExclusive(ctx, ino, off, data, reason)
 		size := ino.size.Load()
-		ino.lock.release(h)
+		if err == nil {
+			err = s.syncWrite(ctx, ino, sync)
+		}
 		return n, size, err
 	}
+}
+
+// syncWrite makes a written range durable as sync asks.
+func (s *Store) syncWrite(ctx context.Context, ino *inode, sync SyncMode) error {
+	if sync == SyncNone {
+		return nil
+	}
+	return ino.commit.do(ctx, sync == SyncFull, s.waitTrace(ino))
 }
 
 // writeExclusive writes with the inode lock held exclusively and moves the
