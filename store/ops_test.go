@@ -135,9 +135,9 @@ func TestOperationsAgainstFIEMAP(t *testing.T) {
 		return fileOp{kind: "fallocate", mode: m, off: off, length: n}
 	}
 	sequences := map[string][]fileOp{
-		"sparse writes": {w(0, 100), w(40*kb, 4*kb), w(13*kb, 5000), w(100*kb, 1)},
+		"sparse writes":           {w(0, 100), w(40*kb, 4*kb), w(13*kb, 5000), w(100*kb, 1)},
 		"prealloc then overwrite": {fa(FallocAllocate, 0, 64*kb), w(4*kb, 4*kb), w(10*kb+7, 3), w(60*kb, 8*kb)},
-		"keep-size past EOF": {w(0, 8*kb), fa(FallocKeepSize, 8*kb, 32*kb), w(12*kb, 4*kb), tr(8 * kb)},
+		"keep-size past EOF":      {w(0, 8*kb), fa(FallocKeepSize, 8*kb, 32*kb), w(12*kb, 4*kb), tr(8 * kb)},
 		"punch and zero": {w(0, 64*kb), fa(FallocPunchHole, 4*kb, 8*kb), fa(FallocPunchHole, 20*kb+1, 5000),
 			fa(FallocZeroRange, 32*kb, 8*kb), fa(FallocZeroRange, 45*kb+100, 6*kb)},
 		"zero over holes": {tr(64 * kb), fa(FallocZeroRange, 5*kb, 10*kb), w(0, 1), fa(FallocZeroRange, 30*kb+10, 100)},
