@@ -323,11 +323,15 @@ func mapOpenErr(name string, err error) error {
 	return fmt.Errorf("open %s: %w", name, err)
 }
 
-// isEscape recognises os.Root's refusal of a path that leaves the root
-// (it has no exported sentinel).
+// isEscape recognises os.Root's refusal of a path that leaves the root. It
+// has no exported sentinel, and MkdirAll wraps it in several PathErrors.
 func isEscape(err error) bool {
-	var pe *fs.PathError
-	return errors.As(err, &pe) && pe.Err != nil && pe.Err.Error() == "path escapes from parent"
+	for ; err != nil; err = errors.Unwrap(err) {
+		if err.Error() == "path escapes from parent" {
+			return true
+		}
+	}
+	return false
 }
 
 // closeAll syncs and closes every inode once no reference is left.
