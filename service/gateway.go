@@ -38,6 +38,7 @@ func newGateway(ctx context.Context, conn grpc.ClientConnInterface, maxRequestBy
 		maxBodyBytes: 4*((maxRequestBytes+2)/3) + messageOverhead,
 	}
 	g.mux = runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonMarshaler),
 		runtime.WithMarshalerOption(mimeOctetStream, rawMarshaler{json: jsonMarshaler}),
 		runtime.WithErrorHandler(g.handleError),
 		runtime.WithWriteContentLength(),
@@ -58,12 +59,13 @@ type gateway struct {
 	maxBodyBytes    int64 // the HTTP body that can carry that much data
 }
 
-// jsonMarshaler is grpc-gateway's default JSON codec (zero values included,
-// unknown fields ignored), named so that rawMarshaler can fall back to it.
-var jsonMarshaler = &runtime.JSONPb{
+// jsonMarshaler is grpc-gateway's default JSON codec except that it rejects
+// unknown fields and enum names instead of dropping them: dropped, a
+// misspelled "SYNC_MODE_FULL" would become a write that syncs nothing.
+var jsonMarshaler = &runtime.HTTPBodyMarshaler{Marshaler: &runtime.JSONPb{
 	MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true},
-	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
-}
+	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+}}
 
 func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength > g.maxBodyBytes {
