@@ -3,57 +3,354 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"math"
+	"syscall"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sys/unix"
 )
 
-// Store is the file engine. All methods are safe for concurrent use.
+// Store is the file engine: every RPC goes through it. All methods are safe
+// for concurrent use.
 type Store struct {
-	opts Options
+	opts  Options
+	fsys  FS
+	tel   *Telemetry
+	table *inodeTable
 }
 
-var errTODO = errors.New("not implemented yet")
-
-// Open opens a store over fsys (see OpenOSFS) with opts.
+// Open opens a store over fsys (see OpenOSFS). The store owns fsys and
+// closes it in Close.
 func Open(fsys FS, opts Options) (*Store, error) {
-	return &Store{opts: opts.withDefaults()}, nil
+	opts = opts.withDefaults()
+	if _, err := ParsePolicy(opts.Policy.String()); err != nil {
+		return nil, err
+	}
+	tel := opts.Telemetry
+	if tel == nil {
+		tel = noopTelemetry
+	}
+	s := &Store{opts: opts, fsys: fsys, tel: tel}
+	s.table = newInodeTable(fsys, &s.opts, tel)
+	return s, nil
 }
 
 // Options returns the options in force, defaults filled in.
 func (s *Store) Options() Options { return s.opts }
 
-// Close syncs and closes every open file. Operations after Close fail with
-// ErrClosed.
-func (s *Store) Close() error { return nil }
+// Close waits for running operations, syncs (fsync) and closes every open
+// file, and closes the FS. Operations after Close fail with ErrClosed.
+func (s *Store) Close() error {
+	err := s.table.closeAll()
+	return errors.Join(err, s.fsys.Close())
+}
 
-// SyncAll syncs every open file (fsync).
-func (s *Store) SyncAll(ctx context.Context) error { return nil }
+// SyncAll makes everything written to every open file durable (fsync).
+func (s *Store) SyncAll(ctx context.Context) error {
+	var errs []error
+	s.table.each(math.MaxInt, func(ino *inode) {
+		if err := ino.commit.do(ctx, true, s.waitTrace(ino)); err != nil {
+			errs = append(errs, fmt.Errorf("sync %s: %w", ino.key, err))
+		}
+	})
+	return errors.Join(errs...)
+}
 
-// Write writes data at off. Durable on return: see SyncMode.
+// Write writes data at off, creating the file and its parent directories if
+// missing, and returns the size after. When it returns nil, the data is
+// readable by every later Read; with SyncData it is also durable along with
+// the size (fdatasync), with SyncFull along with all metadata (fsync); with
+// SyncNone nothing is durable yet. On error, BytesWritten says how much
+// reached the file. A caller whose ctx ends while it waits for the inode
+// lock writes nothing.
 func (s *Store) Write(ctx context.Context, path string, off int64, data []byte, sync SyncMode) (WriteResult, error) {
-	return WriteResult{}, errTODO
+	start := time.Now()
+	if err := validatePath(path); err != nil {
+		return WriteResult{}, err
+	}
+	if err := validateSync(sync); err != nil {
+		return WriteResult{}, err
+	}
+	n := int64(len(data))
+	if err := validateIOLength(n, s.opts.MaxIOBytes); err != nil {
+		return WriteResult{}, err
+	}
+	if err := validateRange(off, n, s.opts.MaxFileSize); err != nil {
+		return WriteResult{}, err
+	}
+	ino, err := s.table.get(ctx, path, true)
+	if err != nil {
+		return WriteResult{}, err
+	}
+	defer s.table.put(ino)
+	if n == 0 {
+		return WriteResult{Size: ino.size.Load()}, nil
+	}
+	written, size, err := s.write(ctx, ino, off, data, sync)
+	if err != nil {
+		return WriteResult{BytesWritten: written, Size: size}, err
+	}
+	s.recordWrite(ctx, start, sync)
+	return WriteResult{BytesWritten: written, Size: size}, nil
 }
 
-// Read reads up to length bytes at off; short at EOF.
+// Read returns up to length bytes at off: short at EOF, empty past it. It
+// holds the inode lock shared, so it never sees half of a truncate or of a
+// locked write.
 func (s *Store) Read(ctx context.Context, path string, off, length int64) ([]byte, error) {
-	return nil, errTODO
+	if err := validatePath(path); err != nil {
+		return nil, err
+	}
+	if err := validateRange(off, length, math.MaxInt64); err != nil {
+		return nil, err
+	}
+	if err := validateIOLength(length, s.opts.MaxIOBytes); err != nil {
+		return nil, err
+	}
+	ino, err := s.table.get(ctx, path, false)
+	if err != nil {
+		return nil, err
+	}
+	defer s.table.put(ino)
+	h := &holder{mode: lockShared, op: "read", reason: ReasonRead, span: trace.SpanContextFromContext(ctx)}
+	if err := ino.lock.acquire(ctx, h, s.opts.MaxWaitersPerFile, s.waitTrace(ino)); err != nil {
+		return nil, err
+	}
+	defer ino.lock.release(h)
+	size := ino.size.Load()
+	if off >= size {
+		return []byte{}, nil
+	}
+	buf := make([]byte, min(length, size-off))
+	n, err := ino.file.ReadAt(buf, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, ioError("read", path, err, 0)
+	}
+	return buf[:n], nil
 }
 
-// Fsync makes everything written to path before the call durable
-// (fdatasync when dataOnly, else fsync).
-func (s *Store) Fsync(ctx context.Context, path string, dataOnly bool) error { return errTODO }
+// Fsync makes everything written to path before the call durable:
+// fdatasync (data and the size) when dataOnly, else fsync (all metadata).
+// Concurrent callers share one sync that started after each of them asked.
+func (s *Store) Fsync(ctx context.Context, path string, dataOnly bool) error {
+	if err := validatePath(path); err != nil {
+		return err
+	}
+	ino, err := s.table.get(ctx, path, false)
+	if err != nil {
+		return err
+	}
+	defer s.table.put(ino)
+	return ino.commit.do(ctx, !dataOnly, s.waitTrace(ino))
+}
 
-// Truncate sets the size of path.
-func (s *Store) Truncate(ctx context.Context, path string, size int64) error { return errTODO }
+// Truncate sets the size of path, creating it if missing. Once it returns,
+// no write that started before it can make the file larger than size again
+// (it waits for writes in flight). Nothing is durable until a sync. Like
+// ext4, truncating to a size at or below the current one also frees blocks
+// preallocated past the new end.
+func (s *Store) Truncate(ctx context.Context, path string, size int64) error {
+	if err := validatePath(path); err != nil {
+		return err
+	}
+	if size < 0 {
+		return fmt.Errorf("%w: size %d is negative", ErrInvalidOffset, size)
+	}
+	if size > s.opts.MaxFileSize {
+		return fmt.Errorf("%w: size %d, the maximum file size is %d bytes", ErrFileTooLarge, size, s.opts.MaxFileSize)
+	}
+	ino, err := s.table.get(ctx, path, true)
+	if err != nil {
+		return err
+	}
+	defer s.table.put(ino)
+	h := &holder{mode: lockExclusive, op: "truncate", reason: ReasonTruncate, span: trace.SpanContextFromContext(ctx)}
+	if err := ino.lock.acquire(ctx, h, s.opts.MaxWaitersPerFile, s.waitTrace(ino)); err != nil {
+		return err
+	}
+	defer ino.lock.release(h)
+	if err := s.waitInflight(ctx, ino); err != nil {
+		return err
+	}
+	if err := ino.file.Truncate(size); err != nil {
+		return ioError("truncate", path, err, 0)
+	}
+	if size <= ino.size.Load() {
+		ino.extentMu.Lock()
+		ino.extents.truncateFrom((size + ino.blockSize - 1) / ino.blockSize)
+		ino.extentMu.Unlock()
+	}
+	ino.size.Store(size)
+	return nil
+}
 
-// Fallocate allocates, punches or zeroes a range; it returns the size after.
+// Fallocate allocates (FallocAllocate, FallocKeepSize), deallocates
+// (FallocPunchHole) or zeroes (FallocZeroRange) [off, off+length), creating
+// the file if missing, and returns the size after. Only FallocAllocate can
+// change the size. Punch and zero wait for writes in flight. Nothing is
+// durable until a sync.
 func (s *Store) Fallocate(ctx context.Context, path string, mode FallocateMode, off, length int64) (int64, error) {
-	return 0, errTODO
+	if err := validatePath(path); err != nil {
+		return 0, err
+	}
+	if err := validateFallocate(mode, off, length, s.opts.MaxFileSize); err != nil {
+		return 0, err
+	}
+	ino, err := s.table.get(ctx, path, true)
+	if err != nil {
+		return 0, err
+	}
+	defer s.table.put(ino)
+	h := &holder{mode: lockExclusive, op: "fallocate", reason: ReasonFallocate, span: trace.SpanContextFromContext(ctx)}
+	if err := ino.lock.acquire(ctx, h, s.opts.MaxWaitersPerFile, s.waitTrace(ino)); err != nil {
+		return 0, err
+	}
+	defer ino.lock.release(h)
+	end := off + length
+	bs := ino.blockSize
+	var flags uint32
+	switch mode {
+	case FallocKeepSize:
+		flags = unix.FALLOC_FL_KEEP_SIZE
+	case FallocPunchHole:
+		flags = unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE
+	case FallocZeroRange:
+		flags = unix.FALLOC_FL_ZERO_RANGE | unix.FALLOC_FL_KEEP_SIZE
+	}
+	if mode == FallocPunchHole || mode == FallocZeroRange {
+		// Like truncate: no write that started before may land after.
+		if err := s.waitInflight(ctx, ino); err != nil {
+			return 0, err
+		}
+	}
+	if err := ino.file.Fallocate(flags, off, length); err != nil {
+		// A failed fallocate may have allocated part of the range; the
+		// map is rebuilt from the file rather than guessed.
+		s.reloadExtents(ino)
+		return ino.size.Load(), ioError("fallocate", path, err, 0)
+	}
+	ino.extentMu.Lock()
+	switch mode {
+	case FallocAllocate, FallocKeepSize:
+		first, last := blockRange(off, end, bs)
+		ino.extents.fillHoles(first, last, ExtentUnwritten)
+	case FallocPunchHole:
+		// Only whole blocks are freed; partial ones are zeroed in place.
+		ino.extents.set((off+bs-1)/bs, end/bs, ExtentHole)
+	case FallocZeroRange:
+		// Like ext4: the rounded-out range is preallocated (holes at the
+		// edges become unwritten), whole blocks become unwritten, and
+		// partial blocks that held data are zeroed in place and stay
+		// written.
+		first, last := blockRange(off, end, bs)
+		ino.extents.fillHoles(first, last, ExtentUnwritten)
+		ino.extents.set((off+bs-1)/bs, end/bs, ExtentUnwritten)
+	}
+	ino.extentMu.Unlock()
+	if mode == FallocAllocate && end > ino.size.Load() {
+		ino.size.Store(end)
+	}
+	return ino.size.Load(), nil
 }
 
-// Stat describes path.
-func (s *Store) Stat(ctx context.Context, path string) (FileStat, error) { return FileStat{}, errTODO }
+// reloadExtents rebuilds the map from the file after an error left it
+// unknown.
+//
+// Preconditions: ino.lock is held exclusively.
+func (s *Store) reloadExtents(ino *inode) {
+	m, err := loadExtentMap(ino.file.Fd(), ino.blockSize)
+	if err != nil {
+		return
+	}
+	ino.extentMu.Lock()
+	ino.extents = m
+	ino.extentMu.Unlock()
+	if fi, err := ino.file.Stat(); err == nil {
+		ino.size.Store(fi.Size)
+	}
+}
+
+// Stat describes path: its size, the bytes allocated to it and the block
+// size the extent map uses.
+func (s *Store) Stat(ctx context.Context, path string) (FileStat, error) {
+	if err := validatePath(path); err != nil {
+		return FileStat{}, err
+	}
+	ino, err := s.table.get(ctx, path, false)
+	if err != nil {
+		return FileStat{}, err
+	}
+	defer s.table.put(ino)
+	fi, err := ino.file.Stat()
+	if err != nil {
+		return FileStat{}, ioError("stat", path, err, 0)
+	}
+	return FileStat{Size: ino.size.Load(), AllocatedBytes: fi.Blocks512 * 512, BlockSize: int32(ino.blockSize)}, nil
+}
 
 // Extents lists the hole, unwritten and written ranges of path within
-// [off, off+length); length 0 means to EOF.
+// [off, off+length), in order and merged; length 0 means up to EOF.
 func (s *Store) Extents(ctx context.Context, path string, off, length int64) ([]Extent, error) {
-	return nil, errTODO
+	if err := validatePath(path); err != nil {
+		return nil, err
+	}
+	if err := validateRange(off, length, math.MaxInt64); err != nil {
+		return nil, err
+	}
+	ino, err := s.table.get(ctx, path, false)
+	if err != nil {
+		return nil, err
+	}
+	defer s.table.put(ino)
+	if length == 0 {
+		length = max(0, ino.size.Load()-off)
+	}
+	if length == 0 {
+		return []Extent{}, nil
+	}
+	ino.extentMu.Lock()
+	defer ino.extentMu.Unlock()
+	return ino.extents.extents(off, length), nil
+}
+
+// FileLocks is one open file's lock state, for /debug/locks.
+type FileLocks struct {
+	Path     string       `json:"path"`
+	Size     int64        `json:"size"`
+	Holders  []HolderInfo `json:"holders"`
+	Waiting  int          `json:"waiting"`
+	Inflight int64        `json:"inflight"`
+}
+
+// Locks describes up to limit open files and up to 16 holders of each.
+func (s *Store) Locks(limit int) []FileLocks {
+	var out []FileLocks
+	s.table.each(limit, func(ino *inode) {
+		snap := ino.lock.snapshot(16)
+		out = append(out, FileLocks{
+			Path:     ino.key,
+			Size:     ino.size.Load(),
+			Holders:  snap.Holders,
+			Waiting:  snap.Waiting,
+			Inflight: ino.inflight.count(),
+		})
+	})
+	return out
+}
+
+// ioError maps a failed syscall to the store's sentinels, naming the path
+// and the bytes that reached the file.
+func ioError(op, path string, err error, written int) error {
+	switch {
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return fmt.Errorf("%w: %s %s: %d bytes written before: %w", ErrNoSpace, op, path, written, err)
+	case errors.Is(err, syscall.EFBIG):
+		return fmt.Errorf("%w: %s %s: %w", ErrFileTooLarge, op, path, err)
+	case errors.Is(err, unix.EOPNOTSUPP):
+		return fmt.Errorf("%w: %s %s: %w", ErrUnsupported, op, path, err)
+	}
+	return fmt.Errorf("%s %s: %d bytes written before: %w", op, path, written, err)
 }

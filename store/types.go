@@ -260,13 +260,10 @@ type Options struct {
 	// inode lock; beyond it an operation fails with ErrTooManyWaiters.
 	// 0 means unbounded.
 	MaxWaitersPerFile int
-	// FS is the file layer; default the operating system's (OSFS). Tests
-	// wrap it to inject faults.
-	FS FS
 	// Telemetry receives lock waits; default no-op.
 	Telemetry *Telemetry
-	// hooks are test hooks; nil in production.
-	hooks *testHooks
+	// Hooks are test hooks; nil in production.
+	Hooks *Hooks
 }
 
 const (

@@ -1,0 +1,378 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+)
+
+// gate holds writers inside the store (InsideWrite) until released, and
+// reports each arrival.
+type gate struct {
+	arrived chan string
+	release chan struct{}
+	once    sync.Once
+}
+
+// newGate makes a gate for n writers. It opens by itself when the test
+// ends, so that a failing test does not leave writers (and Close) hanging.
+func newGate(t *testing.T, n int) *gate {
+	g := &gate{arrived: make(chan string, n), release: make(chan struct{})}
+	t.Cleanup(g.open)
+	return g
+}
+
+func (g *gate) open() { g.once.Do(func() { close(g.release) }) }
+
+func (g *gate) hooks() *Hooks {
+	return &Hooks{InsideWrite: func(ctx context.Context, path, mode, reason string) {
+		g.arrived <- mode
+		<-g.release
+	}}
+}
+
+// waitFor polls cond (not a timing assertion: it fails only if cond never
+// becomes true within a minute).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func fileLocks(s *Store, path string) FileLocks {
+	for _, fl := range s.Locks(100) {
+		if fl.Path == path {
+			return fl
+		}
+	}
+	return FileLocks{}
+}
+
+// TestParallelWritersBelowEOF shows parallelism without timing: writers are
+// held inside the write; under a policy whose table says "-" or S all of
+// them get inside at once, under exclusive exactly one does while the rest
+// queue on the lock.
+func TestParallelWritersBelowEOF(t *testing.T) {
+	const n, bs = 8, 4096
+	for _, tc := range []struct {
+		policy   Policy
+		parallel bool
+	}{
+		{PolicyExclusive, false},
+		{PolicyUnlockedBelowEOF, true},
+		{PolicySharedWritten, true},
+		{PolicySharedOverwrite, true},
+	} {
+		t.Run(tc.policy.String(), func(t *testing.T) {
+			ctx := context.Background()
+			s, _ := newTestStore(t, Options{Policy: tc.policy})
+			if _, err := s.Write(ctx, "f", 0, make([]byte, n*bs), SyncNone); err != nil {
+				t.Fatal(err)
+			}
+			g := newGate(t, n)
+			s.opts.Hooks = g.hooks()
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if _, err := s.Write(ctx, "f", int64(i)*bs, bytes.Repeat([]byte{byte(i + 1)}, bs), SyncNone); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			if tc.parallel {
+				for range n {
+					<-g.arrived // all n are inside at the same time
+				}
+			} else {
+				<-g.arrived
+				waitFor(t, "the other writers to queue", func() bool { return fileLocks(s, "f").Waiting == n-1 })
+				if got := len(g.arrived); got != 0 {
+					t.Fatalf("%d more writers got inside while one held the lock, want 0", got)
+				}
+			}
+			g.open()
+			wg.Wait()
+			s.opts.Hooks = nil
+			got, err := s.Read(ctx, "f", 0, n*bs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range n {
+				if b := got[i*bs]; b != byte(i+1) {
+					t.Errorf("block %d = %d, want %d", i, b, i+1)
+				}
+			}
+		})
+	}
+}
+
+// TestTruncateWaitsForInflight: writers below EOF held inside the write
+// (counted in flight) keep a truncate from finishing; once they finish the
+// truncate cuts the file, and none of them can make it larger again.
+func TestTruncateWaitsForInflight(t *testing.T) {
+	const n, bs = 4, 4096
+	ctx := context.Background()
+	s, dir := newTestStore(t, Options{Policy: PolicyUnlockedBelowEOF})
+	if _, err := s.Write(ctx, "f", 0, make([]byte, 8*bs), SyncNone); err != nil {
+		t.Fatal(err)
+	}
+	g := newGate(t, n)
+	s.opts.Hooks = g.hooks()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Past the truncate point: landing after it would regrow the file.
+			if _, err := s.Write(ctx, "f", int64(4+i)*bs, make([]byte, bs), SyncNone); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	for range n {
+		<-g.arrived
+	}
+	truncated := make(chan error)
+	go func() { truncated <- s.Truncate(ctx, "f", bs) }()
+	waitFor(t, "truncate to hold the lock", func() bool {
+		select {
+		case err := <-truncated:
+			t.Fatalf("truncate returned (%v) while %d writes were in flight", err, n)
+		default:
+		}
+		fl := fileLocks(s, "f")
+		return len(fl.Holders) == 1 && fl.Holders[0].Op == "truncate" && fl.Inflight == n
+	})
+	g.open()
+	if err := <-truncated; err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if got := len(readFile(t, dir, "f")); got != bs {
+		t.Errorf("file size after truncate = %d, want %d", got, bs)
+	}
+	if st, _ := s.Stat(ctx, "f"); st.Size != bs {
+		t.Errorf("Stat size = %d, want %d", st.Size, bs)
+	}
+}
+
+// TestTruncateStress races writers below EOF with truncates under every
+// policy. Every write is gated to start before its round's truncate; after
+// the truncate returns, the file must be exactly the truncated size.
+func TestTruncateStress(t *testing.T) {
+	const writers, rounds, bs = 6, 40, 4096
+	for _, p := range Policies() {
+		t.Run(p.String(), func(t *testing.T) {
+			ctx := context.Background()
+			s, dir := newTestStore(t, Options{Policy: p})
+			for r := range rounds {
+				if _, err := s.Write(ctx, "f", 0, make([]byte, 16*bs), SyncNone); err != nil {
+					t.Fatal(err)
+				}
+				// Writers report once they are inside; the truncate is
+				// issued only when all of them are, so every write
+				// started before it.
+				var inside sync.WaitGroup
+				inside.Add(writers)
+				var once [writers]sync.Once
+				s.opts.Hooks = &Hooks{InsideWrite: func(ctx context.Context, path, mode, reason string) {
+					i := ctx.Value(writerKey{}).(int)
+					once[i].Do(inside.Done)
+					// Widen the window in which a write that started
+					// before the truncate could land after it.
+					time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
+				}}
+				var wg sync.WaitGroup
+				for i := range writers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						wctx := context.WithValue(ctx, writerKey{}, i)
+						off := int64((i*7+r)%15+1) * bs
+						if _, err := s.Write(wctx, "f", off, bytes.Repeat([]byte{1}, bs), SyncNone); err != nil {
+							t.Error(err)
+						}
+					}()
+				}
+				// Under exclusive policies only one writer is inside at a
+				// time, so wait for each to have entered, not to be inside
+				// together.
+				inside.Wait()
+				size := int64(r%4) * bs
+				if err := s.Truncate(ctx, "f", size); err != nil {
+					t.Fatal(err)
+				}
+				wg.Wait()
+				if got := int64(len(readFile(t, dir, "f"))); got != size {
+					t.Fatalf("round %d: size after truncate(%d) = %d", r, size, got)
+				}
+				s.opts.Hooks = nil
+			}
+		})
+	}
+}
+
+type writerKey struct{}
+
+// TestCancelWhileQueued: a writer whose context ends while it queues for the
+// lock returns promptly with the context's error, and its data never
+// appears, not even after the holder releases.
+func TestCancelWhileQueued(t *testing.T) {
+	for _, cause := range []string{"cancel", "deadline"} {
+		t.Run(cause, func(t *testing.T) {
+			ctx := context.Background()
+			s, dir := newTestStore(t, Options{Policy: PolicyExclusive})
+			if _, err := s.Write(ctx, "f", 0, make([]byte, 8192), SyncNone); err != nil {
+				t.Fatal(err)
+			}
+			g := newGate(t, 1)
+			s.opts.Hooks = g.hooks()
+			holderDone := make(chan error)
+			go func() {
+				_, err := s.Write(ctx, "f", 0, []byte("holder"), SyncNone)
+				holderDone <- err
+			}()
+			<-g.arrived
+			var wctx context.Context
+			var cancel context.CancelFunc
+			if cause == "cancel" {
+				wctx, cancel = context.WithCancel(ctx)
+			} else {
+				wctx, cancel = context.WithTimeout(ctx, 50*time.Millisecond)
+			}
+			defer cancel()
+			waiterDone := make(chan error)
+			go func() {
+				_, err := s.Write(wctx, "f", 4096, []byte("waiter"), SyncNone)
+				waiterDone <- err
+			}()
+			waitFor(t, "the waiter to queue", func() bool { return fileLocks(s, "f").Waiting == 1 })
+			if cause == "cancel" {
+				cancel()
+			}
+			err := <-waiterDone // returns while the holder still holds the lock
+			want := context.Canceled
+			if cause == "deadline" {
+				want = context.DeadlineExceeded
+			}
+			if !errors.Is(err, want) {
+				t.Fatalf("waiter error = %v, want %v", err, want)
+			}
+			if w := fileLocks(s, "f").Waiting; w != 0 {
+				t.Errorf("waiters after cancel = %d, want 0", w)
+			}
+			g.open()
+			if err := <-holderDone; err != nil {
+				t.Fatal(err)
+			}
+			got := readFile(t, dir, "f")
+			if bytes.Contains(got, []byte("waiter")) {
+				t.Error("the cancelled write reached the file")
+			}
+			if !bytes.HasPrefix(got, []byte("holder")) {
+				t.Errorf("holder's write missing: %q", got[:8])
+			}
+		})
+	}
+}
+
+// TestWaiterLimit: beyond MaxWaitersPerFile a caller is refused at once
+// with ErrTooManyWaiters naming the limit, and writes nothing.
+func TestWaiterLimit(t *testing.T) {
+	ctx := context.Background()
+	s, dir := newTestStore(t, Options{Policy: PolicyExclusive, MaxWaitersPerFile: 2})
+	if _, err := s.Write(ctx, "f", 0, make([]byte, 4096), SyncNone); err != nil {
+		t.Fatal(err)
+	}
+	g := newGate(t, 4)
+	s.opts.Hooks = g.hooks()
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := s.Write(ctx, "f", int64(i), []byte{'a'}, SyncNone); err != nil {
+				t.Error(err)
+			}
+		}()
+		if i == 0 {
+			<-g.arrived
+		}
+	}
+	waitFor(t, "two waiters", func() bool { return fileLocks(s, "f").Waiting == 2 })
+	_, err := s.Write(ctx, "f", 100, []byte("refused"), SyncNone)
+	if !errors.Is(err, ErrTooManyWaiters) {
+		t.Fatalf("error = %v, want ErrTooManyWaiters", err)
+	}
+	if want := "max-waiters-per-file=2"; !bytes.Contains([]byte(err.Error()), []byte(want)) {
+		t.Errorf("error %q does not name the limit %q", err, want)
+	}
+	g.open()
+	wg.Wait()
+	if bytes.Contains(readFile(t, dir, "f"), []byte("refused")) {
+		t.Error("refused write reached the file")
+	}
+}
+
+// TestGroupCommit: 32 concurrent Fsyncs issue far fewer syncs than callers,
+// and each caller was released by a sync that started after it asked, so
+// the write it made just before is covered.
+func TestGroupCommit(t *testing.T) {
+	const callers = 32
+	ctx := context.Background()
+	rec := &syncRecorder{}
+	s, _ := newRecordedStore(t, rec, Options{})
+	if _, err := s.Write(ctx, "f", 0, make([]byte, callers*4096), SyncData); err != nil {
+		t.Fatal(err)
+	}
+	type call struct{ asked, returned int64 }
+	calls := make([]call, callers)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if _, err := s.Write(ctx, "f", int64(i)*4096, []byte(fmt.Sprint(i)), SyncNone); err != nil {
+				t.Error(err)
+			}
+			calls[i].asked = rec.now()
+			if err := s.Fsync(ctx, "f", true); err != nil {
+				t.Error(err)
+			}
+			calls[i].returned = rec.now()
+		}()
+	}
+	first := rec.count()
+	close(start)
+	wg.Wait()
+	syncs := rec.since(first)
+	if len(syncs) > callers/4 {
+		t.Errorf("%d syncs for %d callers, want at most %d", len(syncs), callers, callers/4)
+	}
+	for i, c := range calls {
+		covered := false
+		for _, sy := range syncs {
+			if sy.start > c.asked && sy.end < c.returned {
+				covered = true
+			}
+		}
+		if !covered {
+			t.Errorf("caller %d (asked at %d, returned at %d) was covered by no sync that started after it asked: %v", i, c.asked, c.returned, syncs)
+		}
+	}
+	t.Logf("%d callers, %d syncs", callers, len(syncs))
+}

@@ -1,0 +1,62 @@
+// Package store is filewrite's file engine: positional writes, reads,
+// truncates, fallocates and syncs of real files below a root directory,
+// opened through os.Root, with the Linux kernel's inode-locking policies
+// carried into userspace so that many writers can write one file at once.
+//
+// # Policies
+//
+// A write of [off, off+len) takes the inode lock (the rwsem) in the mode the
+// policy table gives. X is exclusive, S shared, "-" no lock while writing
+// (the write registers in flight under the lock, then drops it). EOF is the
+// size read atomically (like i_size_read()) and re-checked once the lock is
+// held, because it can change in between; if the re-check asks for a
+// stronger mode the write starts over exclusively.
+//
+//	policy               ≤EOF written  ≤EOF unwritten       ≤EOF hole  extending  truncate, punch, zero
+//	exclusive            X policy      X policy             X policy   X extending  X, then wait in-flight
+//	unlocked-below-eof   - below-eof   - below-eof          - below-eof X extending  X, then wait in-flight
+//	shared-written       S overwrite   X unwritten          X hole     X extending  X, then wait in-flight
+//	shared-overwrite     S overwrite   S (X unaligned)      X hole     X extending  X, then wait in-flight
+//
+// The word after each mode is the reason recorded with the decision (traces,
+// metrics, /debug/locks). "Unaligned" means the write does not start and end
+// on block boundaries. In IODirect mode an unaligned write always takes X,
+// reason unaligned: it waits for in-flight writes, goes through the page
+// cache and writes that range back before the lock is dropped. Reads take S.
+// Fallocate allocate and keep-size take X without waiting for in-flight
+// writes: they change no data.
+//
+// A synced write (SyncData, SyncFull) under the exclusive policy syncs
+// before it drops the lock: that policy is the naive baseline, one lock
+// around each whole operation. Under every other policy a synced write
+// leaves its lock mode (or the in-flight count) first and then joins the
+// group commit, so concurrent writers share their syncs.
+//
+// Only unlocked writes are counted in flight: a locked writer already keeps
+// truncate out, so the count is skipped where it is not needed.
+//
+// # Lock order
+//
+// Lock order:
+//
+//	inodeTable.mu          (the path → inode table; never held across I/O
+//	                        but the close(2) of an evicted idle file)
+//	  inode.lock           (the rwsem: inodeLock, FIFO, abandonable)
+//	    inode.extentMu     (the extent map, like ext4's i_data_sem)
+//	    groupCommit.mu     (fsync batching state)
+//
+// inode.lock's own mutex (inodeLock.mu) only guards its queue and is never
+// held while taking another lock. The in-flight counter is begun with
+// inode.lock held (any mode) and ended without it; its waiter holds
+// inode.lock exclusively. extentMu and groupCommit.mu are never held
+// together and never across a syscall.
+//
+// # Durability
+//
+// Write with SyncNone leaves the data in the page cache (IOBuffered) or the
+// device cache (IODirect); SyncData and Fsync(dataOnly) make it durable with
+// the size (fdatasync); SyncFull and Fsync make all metadata durable too
+// (fsync). Synced writes and Fsync go through a group commit (FsyncGroup):
+// concurrent callers of one file share a sync that started after each of
+// them asked, and no caller ever sleeps to gather company.
+package store

@@ -1,0 +1,185 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// groupCommit merges concurrent syncs of one file, like bbolt's DB.Batch
+// merges transactions: callers that arrive while a sync runs join the next
+// batch, and that batch starts the moment the running one ends, never
+// sleeping to gather more (the btrfs fsync unplug patch). A caller is only
+// released by a sync that started after it asked, so every write it made
+// before asking is covered.
+//
+// A failed sync poisons the file: Linux reports a writeback error once per
+// descriptor and then forgets it, so the next fdatasync may succeed although
+// pages written before the failure were lost (PostgreSQL's fsyncgate). The
+// batch that follows a failure therefore fails too, whatever its syscall
+// says, and only a sync that started after that is believed again.
+//
+// FsyncTimer keeps the old behaviour for experiments: a batch starts no
+// earlier than delay after its first caller arrived. FsyncPerCall bypasses
+// batching.
+type groupCommit struct {
+	mode  FsyncMode
+	delay time.Duration
+	// sync is the file's fdatasync (dataOnly) or fsync.
+	sync func(dataOnly bool) error
+	// onBatch reports how many callers one sync covered.
+	onBatch func(callers int)
+
+	// syncs counts issued syncs, for tests and benchmarks.
+	syncs atomic.Int64
+
+	// mu guards the fields below. Lock order: after inode.extentMu (in
+	// practice it is taken alone).
+	mu sync.Mutex
+	// running is true while a batch's sync is being issued.
+	running bool
+	// pending is the batch gathering callers; nil when none waits.
+	pending *syncBatch
+	// poisoned is set by a failed sync and cleared by the next batch.
+	poisoned bool
+	// runningSpan is the span of the caller whose request opened the
+	// running batch: waiters link to it.
+	runningSpan trace.SpanContext
+}
+
+// syncBatch is one sync and the callers it covers.
+type syncBatch struct {
+	// callers, full, ready and span are guarded by groupCommit.mu until the
+	// batch is taken off pending; after that only the runner reads them.
+	callers int
+	full    bool // some caller asked for fsync, not fdatasync
+	ready   bool // FsyncTimer: the delay has passed
+	span    trace.SpanContext
+	// poisoned is copied from groupCommit.poisoned when the batch starts.
+	poisoned bool
+	// err is written by the runner before done is closed.
+	err  error
+	done chan struct{}
+}
+
+// do makes every write to the file made before the call durable: fdatasync
+// semantics unless full. ctx only bounds the caller's wait: a sync that
+// started runs to its end for the other callers it covers.
+func (g *groupCommit) do(ctx context.Context, full bool, wt waitTrace) error {
+	if g.mode == FsyncPerCall {
+		b := &syncBatch{callers: 1, full: full, done: make(chan struct{})}
+		g.mu.Lock()
+		g.startLocked(b)
+		g.mu.Unlock()
+		g.issue(b)
+		return b.err
+	}
+	span := trace.SpanContextFromContext(ctx)
+	g.mu.Lock()
+	b := g.pending
+	if b == nil {
+		b = &syncBatch{done: make(chan struct{}), ready: g.mode == FsyncGroup, span: span}
+		g.pending = b
+		if g.mode == FsyncTimer {
+			time.AfterFunc(g.delay, func() { g.timerFired(b) })
+		}
+	}
+	b.callers++
+	b.full = b.full || full
+	lead := b.ready && !g.running
+	var links []trace.SpanContext
+	if lead {
+		g.startLocked(b)
+	} else if g.runningSpan.IsValid() {
+		links = []trace.SpanContext{g.runningSpan}
+	}
+	g.mu.Unlock()
+	if lead {
+		// Nothing runs: sync now, on this goroutine.
+		g.run(b)
+		return b.err
+	}
+	ws := wt.tel.startWait(ctx, SpanFsyncWait, lockNone, g.mode.String(), wt.policy, wt.path, links)
+	select {
+	case <-b.done:
+		ws.end(ctx, b.err)
+		return b.err
+	case <-ctx.Done():
+		ws.end(ctx, ctx.Err())
+		return ctx.Err()
+	}
+}
+
+// startLocked takes b off pending and makes it the running batch.
+//
+// Preconditions: g.mu is held.
+func (g *groupCommit) startLocked(b *syncBatch) {
+	if g.pending == b {
+		g.pending = nil
+	}
+	g.running = g.mode != FsyncPerCall
+	g.runningSpan = b.span
+	b.poisoned = g.poisoned
+	g.poisoned = false
+}
+
+// issue runs b's syscall and publishes its outcome.
+func (g *groupCommit) issue(b *syncBatch) {
+	g.syncs.Add(1)
+	g.onBatch(b.callers)
+	err := g.sync(!b.full)
+	switch {
+	case err != nil:
+		b.err = fmt.Errorf("%w: %w", ErrSyncFailed, err)
+		g.mu.Lock()
+		g.poisoned = true
+		g.mu.Unlock()
+	case b.poisoned:
+		b.err = fmt.Errorf("%w: an earlier sync of this file failed, so data written before it may be lost although this sync succeeded", ErrSyncFailed)
+	}
+	close(b.done)
+}
+
+// timerFired marks b ready and starts it unless a sync is running (the
+// runner will start it then).
+func (g *groupCommit) timerFired(b *syncBatch) {
+	g.mu.Lock()
+	b.ready = true
+	start := g.pending == b && !g.running
+	if start {
+		g.startLocked(b)
+	}
+	g.mu.Unlock()
+	if start {
+		g.run(b)
+	}
+}
+
+// run issues b's sync, then hands the lock-free "running" role to the next
+// ready batch on a new goroutine, so that b's own callers return at once.
+//
+// Preconditions: g.running was set for b.
+func (g *groupCommit) run(b *syncBatch) {
+	g.issue(b)
+	g.mu.Lock()
+	next := g.pending
+	if next != nil && next.ready {
+		g.startLocked(next)
+		go g.run(next)
+	} else {
+		g.running = false
+		g.runningSpan = trace.SpanContext{}
+	}
+	g.mu.Unlock()
+}
+
+// idle reports whether no sync runs or waits, so the file may be closed.
+func (g *groupCommit) idle() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return !g.running && g.pending == nil
+}

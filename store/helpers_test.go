@@ -1,0 +1,37 @@
+package store
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// newTestStore opens a store over a fresh directory on the project
+// filesystem and returns it with the directory.
+func newTestStore(t testing.TB, opts Options) (*Store, string) {
+	t.Helper()
+	dir := testDir(t)
+	fsys, err := OpenOSFS(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(fsys, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s, dir
+}
+
+func readFile(t testing.TB, dir, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

@@ -1,0 +1,118 @@
+package store
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/cpu"
+)
+
+// inflightCounter counts writes running without the inode lock, so that
+// truncate, punch-hole and zero-range can wait for them. Compare Linux's
+// inode_dio_begin()/inode_dio_end()/inode_dio_wait().
+//
+// One shared atomic would put every parallel writer on one cache line (the
+// direct-io i_dio_count wall), so the count is striped over padded shards,
+// and each processor keeps to its own: a shard index lives in a sync.Pool,
+// whose Get and Put stay on the calling P's private slot, so a goroutine
+// finds the index its processor used last and the shard's cache line stays
+// in that core's cache (picking shards at random or by offset made every
+// core touch every line, slower than one atomic). begin returns the shard
+// for end, so a shard's own count never goes negative. Only the sum
+// matters, and it is read only by a waiter.
+//
+// Protocol: begin is called while the inode lock is held (any mode), and
+// wait while it is held exclusively, so once a waiter holds the lock no new
+// write can begin and the sum only falls. There is at most one waiter.
+type inflightCounter struct {
+	shards []inflightShard
+	mask   uint32
+	// waiting is set by the waiter before it reads the shards; end reads it
+	// after decrementing. Both are sequentially consistent atomics, so
+	// either the waiter sees the decrement or end sees the flag (Dekker).
+	waiting atomic.Bool
+	// wake carries end's signal to the waiter without spinning.
+	wake chan struct{}
+	// shardOf hands out per-processor shard indexes (*uint32).
+	shardOf sync.Pool
+	// nextShard assigns indexes to new pool entries, round robin.
+	nextShard atomic.Uint32
+}
+
+type inflightShard struct {
+	n atomic.Int64
+	_ cpu.CacheLinePad
+}
+
+func newInflightCounter() *inflightCounter {
+	n := 1
+	for n < 4*runtime.GOMAXPROCS(0) && n < 64 {
+		n <<= 1
+	}
+	return &inflightCounter{
+		shards: make([]inflightShard, n),
+		mask:   uint32(n - 1),
+		wake:   make(chan struct{}, 1),
+	}
+}
+
+// begin registers one write; pass the result to end. Like inode_dio_begin().
+//
+// Preconditions: the inode lock is held, shared or exclusive.
+func (c *inflightCounter) begin() uint32 {
+	p, _ := c.shardOf.Get().(*uint32)
+	if p == nil {
+		p = new(uint32)
+		*p = c.nextShard.Add(1) & c.mask
+	}
+	i := *p
+	c.shards[i].n.Add(1)
+	c.shardOf.Put(p)
+	return i
+}
+
+// end unregisters a write begun on shard i. Like inode_dio_end(); it needs
+// no lock.
+func (c *inflightCounter) end(i uint32) {
+	c.shards[i].n.Add(-1)
+	if c.waiting.Load() {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// count is the number of writes in flight; exact only while no write can
+// begin.
+func (c *inflightCounter) count() int64 {
+	var sum int64
+	for i := range c.shards {
+		sum += c.shards[i].n.Load()
+	}
+	return sum
+}
+
+// wait returns once no write is in flight, or with ctx's error. Like
+// inode_dio_wait().
+//
+// Preconditions: the inode lock is held exclusively.
+func (c *inflightCounter) wait(ctx context.Context) error {
+	if c.count() == 0 {
+		return nil
+	}
+	defer c.waiting.Store(false)
+	for {
+		c.waiting.Store(true)
+		if c.count() == 0 {
+			return nil
+		}
+		select {
+		case <-c.wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,384 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// inode is the store's per-file state; see doc.go for the lock order.
+type inode struct {
+	// Immutable after open.
+	key       string // the path it was opened by (the table key)
+	file      File   // buffered descriptor; reads always use it
+	direct    File   // O_DIRECT descriptor in IODirect mode, else nil
+	blockSize int64
+	dev, ino  uint64
+
+	// lock is the rwsem; see the policy table in doc.go.
+	lock inodeLock
+	// size is the file size. Read without locks (like i_size_read());
+	// written only with lock held exclusively.
+	size atomic.Int64
+	// inflight counts writes below EOF that run without lock.
+	inflight *inflightCounter
+
+	// extentMu guards extents: the i_data_sem analogue. Taken after lock
+	// (in any mode, or none for unlocked writes), never held across I/O.
+	extentMu sync.Mutex
+	extents  *extentMap
+
+	// commit merges syncs of this file.
+	commit groupCommit
+
+	// The fields below are guarded by inodeTable.mu.
+	refs     int
+	idlePrev *inode // LRU of idle inodes (refs == 0)
+	idleNext *inode
+	// ready is closed once the open finished; openErr is its outcome.
+	ready   chan struct{}
+	openErr error
+}
+
+// fileID identifies a file across paths (hard links, symlinks inside the
+// root), so that two names never get two locks for one file.
+type fileID struct{ dev, ino uint64 }
+
+// inodeTable maps paths to open inodes with reference counts, and closes
+// idle ones beyond the descriptor bound.
+type inodeTable struct {
+	fsys      FS
+	opts      *Options
+	telemetry *Telemetry
+
+	// mu guards every field below and the table fields of each inode. It is
+	// taken before any inode lock and never held across I/O, except the
+	// close(2) of an evicted idle file.
+	mu     sync.Mutex
+	byPath map[string]*inode
+	byID   map[fileID]*inode
+	// idleHead/idleTail: inodes with refs == 0, most recently used first.
+	idleHead, idleTail *inode
+	// open counts inodes holding descriptors or being opened.
+	open   int
+	closed bool
+	// drained is signalled when the last reference is dropped after close.
+	drained *sync.Cond
+}
+
+func newInodeTable(fsys FS, opts *Options, tel *Telemetry) *inodeTable {
+	t := &inodeTable{
+		fsys:      fsys,
+		opts:      opts,
+		telemetry: tel,
+		byPath:    make(map[string]*inode),
+		byID:      make(map[fileID]*inode),
+	}
+	t.drained = sync.NewCond(&t.mu)
+	return t
+}
+
+// get returns the inode for name with a reference held; put it back with
+// put. create opens with O_CREATE and makes missing parent directories.
+func (t *inodeTable) get(ctx context.Context, name string, create bool) (*inode, error) {
+	for {
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if ino := t.byPath[name]; ino != nil {
+			t.refLocked(ino)
+			t.mu.Unlock()
+			select {
+			case <-ino.ready:
+			case <-ctx.Done():
+				t.put(ino)
+				return nil, ctx.Err()
+			}
+			if ino.openErr != nil {
+				t.put(ino)
+				if errors.Is(ino.openErr, errAlias) || (create && errors.Is(ino.openErr, ErrNotFound)) {
+					// The opener did not create it; this caller may.
+					continue
+				}
+				return nil, ino.openErr
+			}
+			return ino, nil
+		}
+		if err := t.makeRoomLocked(); err != nil {
+			t.mu.Unlock()
+			return nil, err
+		}
+		ino := &inode{key: name, refs: 1, ready: make(chan struct{})}
+		t.byPath[name] = ino
+		t.open++
+		t.mu.Unlock()
+
+		err := t.openInode(ino, create)
+
+		t.mu.Lock()
+		if err == nil {
+			id := fileID{ino.dev, ino.ino}
+			if other := t.byID[id]; other != nil && other.openErr == nil {
+				// Another name for an open file: share its inode.
+				t.open--
+				delete(t.byPath, name)
+				t.refLocked(other)
+				ino.closeFiles()
+				ino.openErr = errAlias
+				close(ino.ready)
+				t.putLocked(ino)
+				t.mu.Unlock()
+				return other, nil
+			}
+			t.byID[id] = ino
+		} else {
+			ino.openErr = err
+			delete(t.byPath, name)
+			t.open--
+		}
+		close(ino.ready)
+		if err != nil {
+			t.putLocked(ino)
+			t.mu.Unlock()
+			return nil, err
+		}
+		t.mu.Unlock()
+		return ino, nil
+	}
+}
+
+// errAlias marks a throw-away inode that found its file already open.
+var errAlias = errors.New("alias of an open inode")
+
+// refLocked takes a reference.
+//
+// Preconditions: t.mu is held.
+func (t *inodeTable) refLocked(ino *inode) {
+	if ino.refs == 0 {
+		t.unlinkIdleLocked(ino)
+	}
+	ino.refs++
+}
+
+// put drops a reference taken by get.
+func (t *inodeTable) put(ino *inode) {
+	t.mu.Lock()
+	t.putLocked(ino)
+	t.mu.Unlock()
+}
+
+// Preconditions: t.mu is held.
+func (t *inodeTable) putLocked(ino *inode) {
+	ino.refs--
+	if ino.refs > 0 || ino.openErr != nil {
+		if t.closed {
+			t.drained.Broadcast()
+		}
+		return
+	}
+	// Most recently used first.
+	ino.idlePrev = nil
+	ino.idleNext = t.idleHead
+	if t.idleHead != nil {
+		t.idleHead.idlePrev = ino
+	} else {
+		t.idleTail = ino
+	}
+	t.idleHead = ino
+	if t.closed {
+		t.drained.Broadcast()
+	}
+}
+
+// Preconditions: t.mu is held and ino is on the idle list.
+func (t *inodeTable) unlinkIdleLocked(ino *inode) {
+	if ino.idlePrev != nil {
+		ino.idlePrev.idleNext = ino.idleNext
+	} else {
+		t.idleHead = ino.idleNext
+	}
+	if ino.idleNext != nil {
+		ino.idleNext.idlePrev = ino.idlePrev
+	} else {
+		t.idleTail = ino.idlePrev
+	}
+	ino.idlePrev, ino.idleNext = nil, nil
+}
+
+// makeRoomLocked closes least recently used idle files until one more may
+// open. An idle file has no reference, so no operation holds its lock, and
+// one whose group commit still runs (for callers who gave up waiting) is
+// skipped. Its state is rebuilt from the file on the next open.
+//
+// Preconditions: t.mu is held.
+func (t *inodeTable) makeRoomLocked() error {
+	for ino := t.idleTail; t.open >= t.opts.MaxOpenFiles && ino != nil; {
+		prev := ino.idlePrev
+		if ino.commit.idle() {
+			t.unlinkIdleLocked(ino)
+			delete(t.byPath, ino.key)
+			delete(t.byID, fileID{ino.dev, ino.ino})
+			t.open--
+			ino.closeFiles()
+		}
+		ino = prev
+	}
+	if t.open >= t.opts.MaxOpenFiles {
+		return fmt.Errorf("%w: %d files are in use (--max-open-files=%d)", ErrTooManyOpenFiles, t.open, t.opts.MaxOpenFiles)
+	}
+	return nil
+}
+
+// openInode opens the descriptors and rebuilds the size and the extent map
+// from the file.
+func (t *inodeTable) openInode(ino *inode, create bool) error {
+	flag := os.O_RDWR
+	if create {
+		flag |= os.O_CREATE
+		if dir := path.Dir(ino.key); dir != "." {
+			if err := t.fsys.MkdirAll(dir, 0o755); err != nil {
+				return mapOpenErr(ino.key, err)
+			}
+		}
+	}
+	f, err := t.fsys.OpenFile(ino.key, flag, 0o644)
+	if err != nil {
+		return mapOpenErr(ino.key, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("stat %s: %w", ino.key, err)
+	}
+	if fi.IsDir {
+		f.Close()
+		return fmt.Errorf("%w: %s", ErrIsDirectory, ino.key)
+	}
+	ino.file = f
+	ino.dev, ino.ino = fi.Dev, fi.Ino
+	ino.blockSize = fi.BlockSize
+	if ino.blockSize <= 0 {
+		ino.blockSize = 4096
+	}
+	if t.opts.IO == IODirect {
+		df, err := t.fsys.OpenFile(ino.key, os.O_RDWR|syscall.O_DIRECT, 0)
+		if err != nil {
+			f.Close()
+			return mapOpenErr(ino.key, err)
+		}
+		ino.direct = df
+	}
+	m, err := loadExtentMap(f.Fd(), ino.blockSize)
+	if err != nil {
+		ino.closeFiles()
+		return fmt.Errorf("rebuild extent map of %s: %w", ino.key, err)
+	}
+	ino.extents = m
+	ino.size.Store(fi.Size)
+	ino.inflight = newInflightCounter()
+	ino.commit = groupCommit{
+		mode:    t.opts.Fsync,
+		delay:   t.opts.FsyncTimerDelay,
+		sync:    f.Sync,
+		onBatch: t.telemetry.recordBatch,
+	}
+	return nil
+}
+
+func (ino *inode) closeFiles() {
+	if ino.direct != nil {
+		ino.direct.Close()
+	}
+	if ino.file != nil {
+		ino.file.Close()
+	}
+}
+
+// mapOpenErr turns open(2)/os.Root errors into the store's sentinels.
+func mapOpenErr(name string, err error) error {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%w: %s", ErrNotFound, name)
+	case errors.Is(err, syscall.EISDIR):
+		return fmt.Errorf("%w: %s", ErrIsDirectory, name)
+	case errors.Is(err, syscall.ENOTDIR):
+		return fmt.Errorf("%w: a parent of %s is not a directory", ErrInvalidPath, name)
+	case errors.Is(err, syscall.ELOOP), isEscape(err):
+		return fmt.Errorf("%w: %s", ErrPathEscapes, name)
+	case errors.Is(err, syscall.EINVAL) || errors.Is(err, unix.EOPNOTSUPP):
+		return fmt.Errorf("%w: open %s: %w", ErrUnsupported, name, err)
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return fmt.Errorf("%w: create %s: %w", ErrNoSpace, name, err)
+	}
+	return fmt.Errorf("open %s: %w", name, err)
+}
+
+// isEscape recognises os.Root's refusal of a path that leaves the root
+// (it has no exported sentinel).
+func isEscape(err error) bool {
+	var pe *fs.PathError
+	return errors.As(err, &pe) && pe.Err != nil && pe.Err.Error() == "path escapes from parent"
+}
+
+// closeAll syncs and closes every inode once no reference is left.
+func (t *inodeTable) closeAll() error {
+	t.mu.Lock()
+	t.closed = true
+	for t.open > t.idleCount() {
+		t.drained.Wait()
+	}
+	var errs []error
+	for ino := t.idleHead; ino != nil; ino = ino.idleNext {
+		if err := ino.file.Sync(false); err != nil {
+			errs = append(errs, fmt.Errorf("sync %s: %w", ino.key, err))
+		}
+		ino.closeFiles()
+	}
+	t.idleHead, t.idleTail = nil, nil
+	t.byPath, t.byID, t.open = nil, nil, 0
+	t.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// Preconditions: t.mu is held.
+func (t *inodeTable) idleCount() int {
+	n := 0
+	for ino := t.idleHead; ino != nil; ino = ino.idleNext {
+		n++
+	}
+	return n
+}
+
+// each calls fn for up to limit open inodes, with a reference held.
+func (t *inodeTable) each(limit int, fn func(*inode)) {
+	t.mu.Lock()
+	var inos []*inode
+	for _, ino := range t.byPath {
+		if len(inos) == limit {
+			break
+		}
+		select {
+		case <-ino.ready:
+			if ino.openErr == nil {
+				t.refLocked(ino)
+				inos = append(inos, ino)
+			}
+		default:
+		}
+	}
+	t.mu.Unlock()
+	for _, ino := range inos {
+		fn(ino)
+		t.put(ino)
+	}
+}

@@ -1,0 +1,275 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// lockMode is how an operation holds the inode lock.
+type lockMode int8
+
+const (
+	// lockNone: the write runs without the inode lock, counted in flight.
+	// It still takes the lock shared for the moment it registers.
+	lockNone lockMode = iota
+	lockShared
+	lockExclusive
+)
+
+func (m lockMode) String() string {
+	switch m {
+	case lockNone:
+		return "none"
+	case lockShared:
+		return "shared"
+	case lockExclusive:
+		return "exclusive"
+	}
+	return fmt.Sprintf("lockMode(%d)", int(m))
+}
+
+// holder is one acquisition of an inodeLock: who holds it, how and why. It
+// feeds /debug/locks and the links from a waiter's span to the holders'.
+type holder struct {
+	mode   lockMode // lockShared or lockExclusive
+	op     string   // "write", "truncate", ...
+	reason string   // why this mode (see decide)
+	span   trace.SpanContext
+
+	// The rest is guarded by inodeLock.mu.
+	since      time.Time
+	prev, next *holder
+}
+
+// waiter is a caller queued for an inodeLock.
+type waiter struct {
+	h     *holder
+	ready chan struct{} // closed once h holds the lock
+	// granted is guarded by inodeLock.mu.
+	granted    bool
+	prev, next *waiter
+}
+
+// inodeLock is the inode's rwsem: a FIFO reader/writer lock whose waiters
+// leave when their context ends. sync.RWMutex cannot be abandoned by a
+// waiter, so a request whose deadline passed would stay queued and then
+// write after its caller had been told it failed; this lock removes such a
+// waiter from the queue instead. Consecutive shared waiters at the head are
+// granted together; an exclusive waiter blocks shared requests behind it, so
+// neither side starves. Like Linux's rwsem, it is not reentrant: a holder
+// must not acquire it again.
+type inodeLock struct {
+	// mu guards every field below. It is held only for queue bookkeeping,
+	// never across I/O.
+	mu       sync.Mutex
+	readers  int     // shared holders
+	writer   bool    // an exclusive holder exists
+	holders  *holder // list of current holders, newest first
+	head     *waiter // FIFO queue of waiters
+	tail     *waiter
+	nwaiting int
+}
+
+// lockSnapshot is the lock's state for /debug/locks.
+type lockSnapshot struct {
+	Holders []HolderInfo
+	Waiting int
+}
+
+// HolderInfo describes one holder of an inode lock.
+type HolderInfo struct {
+	Mode    string    `json:"mode"`
+	Op      string    `json:"op"`
+	Reason  string    `json:"reason"`
+	Since   time.Time `json:"since"`
+	TraceID string    `json:"trace_id,omitempty"`
+}
+
+// errTooManyWaiters is the formatted ErrTooManyWaiters for a limit.
+func errTooManyWaiters(limit int) error {
+	return fmt.Errorf("%w: %d callers already wait for this file (--max-waiters-per-file=%d)", ErrTooManyWaiters, limit, limit)
+}
+
+// tryLocked grants h at once when nobody queues ahead of it and the mode is
+// compatible with the holders.
+//
+// Preconditions: l.mu is held.
+func (l *inodeLock) tryLocked(h *holder) bool {
+	if l.head != nil || l.writer {
+		return false
+	}
+	if h.mode == lockExclusive && l.readers > 0 {
+		return false
+	}
+	l.grantLocked(h)
+	return true
+}
+
+// grantLocked makes h a holder.
+//
+// Preconditions: l.mu is held and h's mode is compatible with the holders.
+func (l *inodeLock) grantLocked(h *holder) {
+	if h.mode == lockExclusive {
+		l.writer = true
+	} else {
+		l.readers++
+	}
+	h.since = time.Now()
+	h.prev = nil
+	h.next = l.holders
+	if l.holders != nil {
+		l.holders.prev = h
+	}
+	l.holders = h
+}
+
+// wakeLocked grants waiters from the head of the queue: one exclusive
+// waiter, or every shared waiter up to the next exclusive one.
+//
+// Preconditions: l.mu is held.
+func (l *inodeLock) wakeLocked() {
+	for w := l.head; w != nil; w = l.head {
+		if l.writer || (w.h.mode == lockExclusive && l.readers > 0) {
+			return
+		}
+		l.dequeueLocked(w)
+		l.grantLocked(w.h)
+		w.granted = true
+		close(w.ready)
+		if w.h.mode == lockExclusive {
+			return
+		}
+	}
+}
+
+// Preconditions: l.mu is held and w is queued.
+func (l *inodeLock) dequeueLocked(w *waiter) {
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		l.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		l.tail = w.prev
+	}
+	w.prev, w.next = nil, nil
+	l.nwaiting--
+}
+
+// holderSpansLocked returns the span contexts of up to maxLinks holders.
+//
+// Preconditions: l.mu is held.
+func (l *inodeLock) holderSpansLocked() []trace.SpanContext {
+	var out []trace.SpanContext
+	for h := l.holders; h != nil && len(out) < maxLinks; h = h.next {
+		if h.span.IsValid() {
+			out = append(out, h.span)
+		}
+	}
+	return out
+}
+
+// waitTrace says where a wait is reported.
+type waitTrace struct {
+	tel    *Telemetry
+	policy Policy
+	path   string
+}
+
+// acquire takes the lock in h.mode (lockShared or lockExclusive). If it must
+// wait, the wait is traced and abandoned when ctx ends: the caller then gets
+// ctx's error and does not hold the lock. maxWaiters > 0 bounds the queue.
+func (l *inodeLock) acquire(ctx context.Context, h *holder, maxWaiters int, wt waitTrace) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	if l.tryLocked(h) {
+		l.mu.Unlock()
+		return nil
+	}
+	if maxWaiters > 0 && l.nwaiting >= maxWaiters {
+		l.mu.Unlock()
+		return errTooManyWaiters(maxWaiters)
+	}
+	w := &waiter{h: h, ready: make(chan struct{})}
+	w.prev = l.tail
+	if l.tail != nil {
+		l.tail.next = w
+	} else {
+		l.head = w
+	}
+	l.tail = w
+	l.nwaiting++
+	links := l.holderSpansLocked()
+	l.mu.Unlock()
+
+	span := wt.tel.startWait(ctx, SpanLockWait, h.mode, h.reason, wt.policy, wt.path, links)
+	select {
+	case <-w.ready:
+		span.end(ctx, nil)
+		return nil
+	case <-ctx.Done():
+	}
+	l.mu.Lock()
+	if w.granted {
+		// Granted as the context ended: give it back rather than act on
+		// behalf of a caller who has been told it failed.
+		l.releaseLocked(h)
+	} else {
+		l.dequeueLocked(w)
+		// Leaving may let shared waiters behind an exclusive one go.
+		l.wakeLocked()
+	}
+	l.mu.Unlock()
+	err := ctx.Err()
+	span.end(ctx, err)
+	return err
+}
+
+// release gives up h's hold.
+func (l *inodeLock) release(h *holder) {
+	l.mu.Lock()
+	l.releaseLocked(h)
+	l.mu.Unlock()
+}
+
+// Preconditions: l.mu is held and h holds the lock.
+func (l *inodeLock) releaseLocked(h *holder) {
+	if h.mode == lockExclusive {
+		l.writer = false
+	} else {
+		l.readers--
+	}
+	if h.prev != nil {
+		h.prev.next = h.next
+	} else {
+		l.holders = h.next
+	}
+	if h.next != nil {
+		h.next.prev = h.prev
+	}
+	h.prev, h.next = nil, nil
+	l.wakeLocked()
+}
+
+// snapshot copies at most maxHolders holders.
+func (l *inodeLock) snapshot(maxHolders int) lockSnapshot {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := lockSnapshot{Waiting: l.nwaiting}
+	for h := l.holders; h != nil && len(s.Holders) < maxHolders; h = h.next {
+		hi := HolderInfo{Mode: h.mode.String(), Op: h.op, Reason: h.reason, Since: h.since}
+		if h.span.HasTraceID() {
+			hi.TraceID = h.span.TraceID().String()
+		}
+		s.Holders = append(s.Holders, hi)
+	}
+	return s
+}

@@ -1,0 +1,75 @@
+package store
+
+import (
+	"io/fs"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// syncRecorder is an FS wrapper that records when each sync started and
+// ended on a logical clock shared with the test.
+type syncRecorder struct {
+	FS
+	clock atomic.Int64
+	mu    sync.Mutex
+	log   []syncSpan
+}
+
+type syncSpan struct{ start, end int64 }
+
+var _ FS = (*syncRecorder)(nil)
+
+func (r *syncRecorder) now() int64 { return r.clock.Add(1) }
+
+func (r *syncRecorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.log)
+}
+
+func (r *syncRecorder) since(i int) []syncSpan {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]syncSpan(nil), r.log[i:]...)
+}
+
+func (r *syncRecorder) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
+	f, err := r.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return recordedFile{f, r}, nil
+}
+
+type recordedFile struct {
+	File
+	r *syncRecorder
+}
+
+func (f recordedFile) Sync(dataOnly bool) error {
+	start := f.r.now()
+	err := f.File.Sync(dataOnly)
+	end := f.r.now()
+	f.r.mu.Lock()
+	f.r.log = append(f.r.log, syncSpan{start, end})
+	f.r.mu.Unlock()
+	return err
+}
+
+// newRecordedStore is newTestStore with syncs recorded by rec.
+func newRecordedStore(t testing.TB, rec *syncRecorder, opts Options) (*Store, string) {
+	t.Helper()
+	dir := testDir(t)
+	fsys, err := OpenOSFS(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.FS = fsys
+	s, err := Open(rec, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, dir
+}

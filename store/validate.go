@@ -1,0 +1,79 @@
+package store
+
+import (
+	"fmt"
+	"math"
+	"path"
+	"strings"
+)
+
+// validatePath checks name before anything touches the filesystem. The
+// rules are os.Root's plus those that make a path one canonical key in the
+// inode table: relative, clean, no "..", no NUL, at most MaxPathLen bytes,
+// and not the root itself. Symlinks are os.Root's to refuse.
+func validatePath(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty", ErrInvalidPath)
+	case len(name) > MaxPathLen:
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrPathTooLong, len(name), MaxPathLen)
+	case strings.IndexByte(name, 0) >= 0:
+		return fmt.Errorf("%w: contains a NUL byte", ErrInvalidPath)
+	case strings.HasPrefix(name, "/"):
+		return fmt.Errorf("%w: %q is absolute, want a path relative to the root", ErrInvalidPath, name)
+	case name == ".":
+		return fmt.Errorf("%w: %q names the root itself, want a file below it", ErrInvalidPath, name)
+	}
+	for _, elem := range strings.Split(name, "/") {
+		if elem == ".." {
+			return fmt.Errorf("%w: %q contains \"..\"", ErrInvalidPath, name)
+		}
+	}
+	if clean := path.Clean(name); clean != name {
+		return fmt.Errorf("%w: %q is not clean (want %q)", ErrInvalidPath, name, clean)
+	}
+	return nil
+}
+
+// validateRange checks that [off, off+length) is a valid byte range whose
+// end stays within maxEnd (the file size limit).
+func validateRange(off, length, maxEnd int64) error {
+	if off < 0 {
+		return fmt.Errorf("%w: offset %d is negative", ErrInvalidOffset, off)
+	}
+	if length < 0 {
+		return fmt.Errorf("%w: length %d is negative", ErrInvalidOffset, length)
+	}
+	if off > math.MaxInt64-length {
+		return fmt.Errorf("%w: offset %d + length %d overflows int64", ErrInvalidOffset, off, length)
+	}
+	if end := off + length; end > maxEnd {
+		return fmt.Errorf("%w: range ends at %d, the maximum file size is %d bytes", ErrFileTooLarge, end, maxEnd)
+	}
+	return nil
+}
+
+// validateIOLength bounds the bytes moved by one Write or Read.
+func validateIOLength(length, maxIO int64) error {
+	if length > maxIO {
+		return fmt.Errorf("%w: %d bytes, the maximum per request is %d", ErrTooLarge, length, maxIO)
+	}
+	return nil
+}
+
+func validateSync(m SyncMode) error {
+	if m < SyncNone || m > SyncFull {
+		return fmt.Errorf("%w: sync mode %d (want none, data or full)", ErrInvalidMode, int(m))
+	}
+	return nil
+}
+
+func validateFallocate(m FallocateMode, off, length, maxSize int64) error {
+	if m < FallocAllocate || m > FallocZeroRange {
+		return fmt.Errorf("%w: fallocate mode %d (want allocate, keep-size, punch-hole or zero-range)", ErrInvalidMode, int(m))
+	}
+	if length <= 0 {
+		return fmt.Errorf("%w: fallocate length %d must be positive", ErrInvalidOffset, length)
+	}
+	return validateRange(off, length, maxSize)
+}

@@ -1,0 +1,264 @@
+package store
+
+import (
+	"context"
+	"math/bits"
+	"sync"
+	"time"
+	"unsafe"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Reasons recorded with each lock decision (traces, metrics, /debug/locks).
+const (
+	ReasonExtending = "extending" // the write ends past EOF: it changes the size
+	ReasonPolicy    = "policy"    // the exclusive policy locks every write
+	ReasonBelowEOF  = "below-eof" // unlocked-below-eof: counted in flight
+	ReasonHole      = "hole"      // the write allocates blocks
+	ReasonUnwritten = "unwritten" // shared-written: converting unwritten blocks
+	ReasonUnaligned = "unaligned" // partial blocks over unwritten ones, or unaligned direct I/O
+	ReasonOverwrite = "overwrite" // every block is allocated: shared
+	ReasonTruncate  = "truncate"
+	ReasonFallocate = "fallocate"
+	ReasonRead      = "read"
+)
+
+// rangeClass says which block states a range touches.
+type rangeClass struct{ holes, unwritten, written bool }
+
+// decide is the lock-mode table of doc.go for a write of [off, end) into a
+// file of the given size whose touched blocks are c. aligned says whether
+// off and end fall on block boundaries.
+func decide(p Policy, io IOMode, size, end int64, aligned bool, c rangeClass) (lockMode, string) {
+	switch {
+	case end > size:
+		return lockExclusive, ReasonExtending
+	case io == IODirect && !aligned:
+		// Goes through the page cache and must not interleave with direct
+		// writes to the same blocks: exclusive, after in-flight writes.
+		return lockExclusive, ReasonUnaligned
+	}
+	switch p {
+	case PolicyUnlockedBelowEOF:
+		return lockNone, ReasonBelowEOF
+	case PolicySharedWritten:
+		switch {
+		case c.holes:
+			return lockExclusive, ReasonHole
+		case c.unwritten:
+			return lockExclusive, ReasonUnwritten
+		}
+		return lockShared, ReasonOverwrite
+	case PolicySharedOverwrite:
+		switch {
+		case c.holes:
+			return lockExclusive, ReasonHole
+		case c.unwritten && !aligned:
+			// Zeroing the rest of a partial unwritten block races with a
+			// neighbour converting it (ext4's rule).
+			return lockExclusive, ReasonUnaligned
+		}
+		return lockShared, ReasonOverwrite
+	}
+	return lockExclusive, ReasonPolicy
+}
+
+// blockRange is the range of blocks that [off, end) touches.
+func blockRange(off, end, bs int64) (int64, int64) {
+	return off / bs, (end + bs - 1) / bs
+}
+
+// decideFor reads the size and the extent map without the inode lock; the
+// caller re-checks under it.
+func (s *Store) decideFor(ino *inode, off, end int64) (lockMode, string) {
+	size := ino.size.Load()
+	if end > size {
+		return lockExclusive, ReasonExtending
+	}
+	var c rangeClass
+	if s.opts.Policy == PolicySharedWritten || s.opts.Policy == PolicySharedOverwrite {
+		first, last := blockRange(off, end, ino.blockSize)
+		ino.extentMu.Lock()
+		c.holes, c.unwritten, c.written = ino.extents.classify(first, last)
+		ino.extentMu.Unlock()
+	}
+	aligned := off%ino.blockSize == 0 && end%ino.blockSize == 0
+	return decide(s.opts.Policy, s.opts.IO, size, end, aligned, c)
+}
+
+// write places data at off under the policy's lock mode, syncs it as asked
+// and returns the bytes written and the size after.
+//
+// Under PolicyExclusive the sync runs before the lock is dropped: that
+// policy is the naive baseline of the experiments, one lock around each
+// whole operation, so synced writes cannot share a sync (like a direct
+// O_DSYNC write, whose completion runs under the kernel's inode lock).
+// Every other policy leaves its lock mode first and joins the group commit.
+func (s *Store) write(ctx context.Context, ino *inode, off int64, data []byte, sync SyncMode) (int, int64, error) {
+	end := off + int64(len(data))
+	span := trace.SpanContextFromContext(ctx)
+	for attempt := 0; ; attempt++ {
+		mode, reason := s.decideFor(ino, off, end)
+		if attempt > 0 {
+			// The file changed under an optimistic decision once already:
+			// stop guessing.
+			mode = lockExclusive
+		}
+		h := &holder{mode: max(mode, lockShared), op: "write", reason: reason, span: span}
+		if err := ino.lock.acquire(ctx, h, s.opts.MaxWaitersPerFile, s.waitTrace(ino)); err != nil {
+			return 0, 0, err
+		}
+		if mode != lockExclusive {
+			// The size and blocks cannot change while we hold the lock
+			// in any mode: re-check the decision made without it.
+			if again, _ := s.decideFor(ino, off, end); again > mode {
+				ino.lock.release(h)
+				continue
+			}
+		}
+		var n int
+		var err error
+		switch mode {
+		case lockNone:
+			// Like btrfs: register in flight, drop the lock, write.
+			token := ino.inflight.begin()
+			ino.lock.release(h)
+			n, err = s.writeData(ctx, ino, off, data, mode, reason)
+			ino.inflight.end(token)
+		case lockShared:
+			n, err = s.writeData(ctx, ino, off, data, mode, reason)
+			ino.lock.release(h)
+		default:
+			n, err = s.writeExclusive(ctx, ino, off, data, reason)
+			if err == nil && s.opts.Policy == PolicyExclusive {
+				err = s.syncWrite(ctx, ino, sync)
+				sync = SyncNone
+			}
+			ino.lock.release(h)
+		}
+		size := ino.size.Load()
+		if err == nil {
+			err = s.syncWrite(ctx, ino, sync)
+		}
+		return n, size, err
+	}
+}
+
+// syncWrite makes a written range durable as sync asks.
+func (s *Store) syncWrite(ctx context.Context, ino *inode, sync SyncMode) error {
+	if sync == SyncNone {
+		return nil
+	}
+	return ino.commit.do(ctx, sync == SyncFull, s.waitTrace(ino))
+}
+
+// writeExclusive writes with the inode lock held exclusively and moves the
+// size.
+//
+// Preconditions: ino.lock is held exclusively.
+func (s *Store) writeExclusive(ctx context.Context, ino *inode, off int64, data []byte, reason string) (int, error) {
+	if reason == ReasonUnaligned && ino.direct != nil {
+		// The page-cache write must not overlap an unlocked direct write.
+		if err := s.waitInflight(ctx, ino); err != nil {
+			return 0, err
+		}
+	}
+	n, err := s.writeData(ctx, ino, off, data, lockExclusive, reason)
+	end := off + int64(n)
+	switch {
+	case err != nil:
+		// A short or failed write may still have moved the file's size:
+		// take it from the file so the size stays true.
+		if fi, serr := ino.file.Stat(); serr == nil {
+			ino.size.Store(fi.Size)
+		}
+	case end > ino.size.Load():
+		ino.size.Store(end)
+	}
+	return n, err
+}
+
+// writeData moves the bytes and marks their blocks written.
+func (s *Store) writeData(ctx context.Context, ino *inode, off int64, data []byte, mode lockMode, reason string) (int, error) {
+	if s.opts.Hooks != nil && s.opts.Hooks.InsideWrite != nil {
+		s.opts.Hooks.InsideWrite(ctx, ino.key, mode.String(), reason)
+	}
+	end := off + int64(len(data))
+	var n int
+	var err error
+	if ino.direct != nil && off%ino.blockSize == 0 && end%ino.blockSize == 0 {
+		buf := getAligned(len(data), int(ino.blockSize))
+		copy(buf.b, data)
+		n, err = ino.direct.WriteAt(buf.b, off)
+		putAligned(buf)
+	} else {
+		n, err = ino.file.WriteAt(data, off)
+		if err == nil && ino.direct != nil {
+			// Later direct I/O must see these bytes.
+			err = ino.file.WriteBack(off, int64(n))
+		}
+	}
+	if n > 0 {
+		first, last := blockRange(off, off+int64(n), ino.blockSize)
+		ino.extentMu.Lock()
+		ino.extents.set(first, last, ExtentWritten)
+		ino.extentMu.Unlock()
+	}
+	if err != nil {
+		return n, ioError("write", ino.key, err, n)
+	}
+	return n, nil
+}
+
+// waitInflight waits for writes running without the lock, traced when it
+// has to wait.
+//
+// Preconditions: ino.lock is held exclusively.
+func (s *Store) waitInflight(ctx context.Context, ino *inode) error {
+	if ino.inflight.count() == 0 {
+		return nil
+	}
+	wt := s.waitTrace(ino)
+	span := s.tel.startWait(ctx, SpanInflightWait, lockExclusive, "inflight", wt.policy, wt.path, nil)
+	err := ino.inflight.wait(ctx)
+	span.end(ctx, err)
+	return err
+}
+
+func (s *Store) waitTrace(ino *inode) waitTrace {
+	return waitTrace{tel: s.tel, policy: s.opts.Policy, path: ino.key}
+}
+
+// recordWrite records a write's latency by sync mode.
+func (s *Store) recordWrite(ctx context.Context, start time.Time, sync SyncMode) {
+	s.tel.writeTime.Record(ctx, time.Since(start).Seconds(),
+		metric.WithAttributeSet(syncAttrSets[sync]))
+}
+
+// alignedBuf is a buffer whose start is aligned for O_DIRECT.
+type alignedBuf struct {
+	b     []byte
+	class int
+}
+
+// alignedPools hold aligned buffers by power-of-two size class, so direct
+// writes do not allocate per request.
+var alignedPools [32]sync.Pool
+
+func getAligned(n, align int) *alignedBuf {
+	class := bits.Len(uint(n - 1))
+	if v := alignedPools[class].Get(); v != nil {
+		ab := v.(*alignedBuf)
+		ab.b = ab.b[:n]
+		return ab
+	}
+	raw := make([]byte, 1<<class+align)
+	shift := (align - int(uintptr(unsafe.Pointer(&raw[0])))%align) % align
+	return &alignedBuf{b: raw[shift : shift+n : shift+1<<class], class: class}
+}
+
+func putAligned(ab *alignedBuf) {
+	alignedPools[ab.class].Put(ab)
+}
