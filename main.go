@@ -1,0 +1,179 @@
+// Command filewrite is the daemon: it serves positional writes into the
+// files below --root over gRPC and, through a gateway, over REST. It is
+// configured by flags alone (see README.md); everything else happens in
+// package service.
+//
+// To add a flag, register it in registerFlags against a field of
+// service.Config and give that field its default in service.DefaultConfig.
+package main
+
+//go:generate bash scripts/generate.sh
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/filewrite/filewrite/service"
+	"github.com/filewrite/filewrite/store"
+)
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "filewrite:", err)
+		os.Exit(2)
+	}
+	slog.SetDefault(cfg.Logger)
+	if err := service.Run(context.Background(), cfg); err != nil {
+		cfg.Logger.Error("filewrite failed", "error", err)
+		os.Exit(1)
+	}
+}
+
+// parseFlags turns the command line into a service.Config. Errors and -help
+// go to out.
+func parseFlags(args []string, out io.Writer) (service.Config, error) {
+	cfg := service.DefaultConfig()
+	fs := flag.NewFlagSet("filewrite", flag.ContinueOnError)
+	fs.SetOutput(out)
+	logs := registerFlags(fs, &cfg)
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %q: filewrite takes flags only", fs.Args())
+	}
+	var err error
+	if cfg.Logger, err = logs.logger(out); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// registerFlags binds every flag to its field of cfg, whose current values
+// are the defaults shown by -help.
+func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
+	fs.StringVar(&cfg.Root, "root", cfg.Root, "directory whose files are served; created if missing")
+	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC listen address (port 0 picks a free port; the log says which)")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "REST gateway listen address; empty disables the gateway")
+	fs.Var(enumFlag[store.Policy]{&cfg.Store.Policy, store.ParsePolicy}, "policy",
+		"inode lock `policy`: exclusive, unlocked-below-eof, shared-written or shared-overwrite")
+	fs.Var(enumFlag[store.IOMode]{&cfg.Store.IO, store.ParseIOMode}, "io",
+		"I/O `mode`: buffered (page cache) or direct (O_DIRECT)")
+	fs.Var(enumFlag[store.FsyncMode]{&cfg.Store.Fsync, store.ParseFsyncMode}, "fsync",
+		"how concurrent syncs of a file combine (`mode`): group, per-call or timer")
+	fs.Var(byteSize{&cfg.Store.MaxFileSize}, "max-file-size",
+		"largest `size` any request may give a file (bytes, or with a KiB, MiB, GiB or TiB suffix)")
+	fs.Var(byteSize{&cfg.MaxRequestBytes}, "max-request-bytes",
+		"largest `size` of the data of one Write or Read (bytes, or with a KiB, MiB or GiB suffix)")
+	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout,
+		"on SIGINT/SIGTERM, how long to wait for requests in flight before cancelling them")
+	logs := &logFlags{level: "info", format: "text"}
+	fs.StringVar(&logs.level, "log-level", logs.level, "debug (every RPC), info, warn or error")
+	fs.StringVar(&logs.format, "log-format", logs.format, "text or json, on standard error")
+	return logs
+}
+
+type logFlags struct{ level, format string }
+
+func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(l.level)); err != nil {
+		return nil, fmt.Errorf("-log-level %q: want debug, info, warn or error", l.level)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch l.format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("-log-format %q: want text or json", l.format)
+}
+
+// enumFlag is a flag parsed by one of store's Parse functions. String shows
+// the current value, so -help prints the default.
+type enumFlag[T fmt.Stringer] struct {
+	dst   *T
+	parse func(string) (T, error)
+}
+
+func (f enumFlag[T]) String() string {
+	if f.dst == nil { // the flag package probes a zero flag.Value
+		return ""
+	}
+	return (*f.dst).String()
+}
+
+func (f enumFlag[T]) Set(s string) error {
+	v, err := f.parse(s)
+	if err != nil {
+		return err
+	}
+	*f.dst = v
+	return nil
+}
+
+// byteSize is a size flag: plain bytes, or a number with a binary suffix.
+type byteSize struct{ dst *int64 }
+
+var sizeUnits = []struct {
+	suffix string
+	shift  uint
+}{{"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}}
+
+func (b byteSize) String() string {
+	if b.dst == nil {
+		return ""
+	}
+	return formatSize(*b.dst)
+}
+
+func (b byteSize) Set(s string) error {
+	n, err := parseSize(s)
+	if err != nil {
+		return err
+	}
+	*b.dst = n
+	return nil
+}
+
+// parseSize accepts "4096", "64MiB", "1TiB": a non-negative integer with an
+// optional KiB, MiB, GiB or TiB suffix.
+func parseSize(s string) (int64, error) {
+	num, shift := s, uint(0)
+	for _, u := range sizeUnits {
+		if strings.HasSuffix(s, u.suffix) {
+			num, shift = strings.TrimSuffix(s, u.suffix), u.shift
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("size %q: want a non-negative integer, optionally followed by KiB, MiB, GiB or TiB", s)
+	}
+	if n > (1<<63-1)>>shift {
+		return 0, fmt.Errorf("size %q overflows int64", s)
+	}
+	return n << shift, nil
+}
+
+// formatSize is the inverse of parseSize, in the largest exact unit.
+func formatSize(n int64) string {
+	for _, u := range sizeUnits {
+		if n != 0 && n%(1<<u.shift) == 0 {
+			return strconv.FormatInt(n>>u.shift, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}

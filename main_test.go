@@ -1,0 +1,102 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/filewrite/filewrite/service"
+	"github.com/filewrite/filewrite/store"
+)
+
+func TestParseFlagsDefaults(t *testing.T) {
+	cfg, err := parseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := service.DefaultConfig()
+	if cfg.Root != "./data" || cfg.GRPCAddr != "127.0.0.1:50051" || cfg.HTTPAddr != "127.0.0.1:8080" {
+		t.Errorf("addresses and root = %q %q %q, want ./data 127.0.0.1:50051 127.0.0.1:8080", cfg.Root, cfg.GRPCAddr, cfg.HTTPAddr)
+	}
+	if cfg.Store != want.Store || cfg.MaxRequestBytes != want.MaxRequestBytes || cfg.DrainTimeout != want.DrainTimeout {
+		t.Errorf("defaults = %+v, want %+v", cfg, want)
+	}
+	if cfg.Store.Policy != store.DefaultPolicy {
+		t.Errorf("default policy = %v, want store.DefaultPolicy (%v)", cfg.Store.Policy, store.DefaultPolicy)
+	}
+	if cfg.Logger == nil {
+		t.Error("no logger")
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	cfg, err := parseFlags([]string{
+		"--root", "/srv/files", "--grpc-addr", ":0", "--http-addr", "",
+		"--policy", "shared-overwrite", "--io", "direct", "--fsync", "per-call",
+		"--max-file-size", "2TiB", "--max-request-bytes", "4096",
+		"--drain-timeout", "5s", "--log-level", "debug", "--log-format", "json",
+	}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []any{cfg.Root, cfg.GRPCAddr, cfg.HTTPAddr, cfg.Store.Policy, cfg.Store.IO, cfg.Store.Fsync,
+		cfg.Store.MaxFileSize, cfg.MaxRequestBytes, cfg.DrainTimeout}
+	want := []any{"/srv/files", ":0", "", store.PolicySharedOverwrite, store.IODirect, store.FsyncPerCall,
+		int64(2 << 40), int64(4096), 5 * time.Second}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Errorf("flag %d parsed as %v, want %v", i, got[i], want[i])
+		}
+	}
+}
+
+func TestParseFlagsRejects(t *testing.T) {
+	for _, args := range [][]string{
+		{"--policy", "fastest"},
+		{"--io", "mmap"},
+		{"--fsync", "never"},
+		{"--max-file-size", "-1"},
+		{"--max-file-size", "1PiB"},
+		{"--max-request-bytes", "64MB"},
+		{"--max-file-size", "9000000TiB"},
+		{"--log-level", "chatty"},
+		{"--log-format", "xml"},
+		{"--no-such-flag"},
+		{"positional"},
+	} {
+		var out strings.Builder
+		if _, err := parseFlags(args, &out); err == nil {
+			t.Errorf("parseFlags(%q) succeeded, want an error", args)
+		}
+	}
+	if _, err := parseFlags([]string{"-help"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-help: %v, want flag.ErrHelp", err)
+	}
+}
+
+func TestSizes(t *testing.T) {
+	for _, tt := range []struct {
+		in     string
+		want   int64
+		format string // how -help shows it
+	}{
+		{"0", 0, "0"},
+		{"1536", 1536, "1536"},
+		{"4096", 4096, "4KiB"},
+		{"1KiB", 1 << 10, "1KiB"},
+		{"64MiB", 64 << 20, "64MiB"},
+		{"3GiB", 3 << 30, "3GiB"},
+		{"1024GiB", 1 << 40, "1TiB"},
+	} {
+		got, err := parseSize(tt.in)
+		if err != nil || got != tt.want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", tt.in, got, err, tt.want)
+		}
+		if s := formatSize(got); s != tt.format {
+			t.Errorf("formatSize(%d) = %q, want %q", got, s, tt.format)
+		}
+	}
+}

@@ -1,0 +1,257 @@
+package service
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/stats"
+
+	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+)
+
+// buildDaemon compiles the filewrite command (main.go at the module root)
+// into dir.
+func buildDaemon(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "filewrite")
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, ".")...)
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// lockedBuffer collects the daemon's log while the test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+var listeningLine = regexp.MustCompile(`msg=listening protocol=(grpc|http) addr=(\S+)`)
+
+// startDaemonProcess runs the daemon binary on ports picked by the kernel
+// and returns its gRPC and HTTP addresses as it logged them.
+func startDaemonProcess(t *testing.T, ctx context.Context, bin string, args ...string) (cmd *exec.Cmd, grpcAddr, httpAddr string, logs *lockedBuffer) {
+	t.Helper()
+	cmd = exec.Command(bin, append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	logs = &lockedBuffer{}
+	addrs := make(chan [2]string)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			logs.Write(append(sc.Bytes(), '\n'))
+			if m := listeningLine.FindStringSubmatch(sc.Text()); m != nil {
+				addrs <- [2]string{m[1], m[2]}
+			}
+		}
+		close(addrs)
+	}()
+	for grpcAddr == "" || httpAddr == "" {
+		select {
+		case a, ok := <-addrs:
+			if !ok {
+				t.Fatalf("the daemon exited before logging its addresses:\n%s", logs)
+			}
+			if a[0] == "grpc" {
+				grpcAddr = a[1]
+			} else {
+				httpAddr = a[1]
+			}
+		case <-ctx.Done():
+			t.Fatalf("no listening addresses logged:\n%s", logs)
+		}
+	}
+	return cmd, grpcAddr, httpAddr, logs
+}
+
+// outHeaderSignal is a client stats handler that closes sent once an RPC's
+// headers are on their way, that is once the server will count the RPC as
+// in flight when it drains.
+type outHeaderSignal struct {
+	once sync.Once
+	sent chan struct{}
+}
+
+func (h *outHeaderSignal) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
+	return ctx
+}
+func (h *outHeaderSignal) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+func (h *outHeaderSignal) HandleConn(context.Context, stats.ConnStats) {}
+func (h *outHeaderSignal) HandleRPC(_ context.Context, s stats.RPCStats) {
+	if _, ok := s.(*stats.OutHeader); ok {
+		h.once.Do(func() { close(h.sent) })
+	}
+}
+
+// TestDaemonDrainsOnSIGTERM runs the real binary: it starts on port 0,
+// answers health, and on SIGTERM turns NOT_SERVING, lets a long gRPC Write
+// and a REST PUT that is still receiving its body finish, syncs, and exits 0.
+func TestDaemonDrainsOnSIGTERM(t *testing.T) {
+	dir := testDir(t)
+	bin := buildDaemon(t, dir)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	root := filepath.Join(dir, "root")
+	cmd, grpcAddr, httpAddr, logs := startDaemonProcess(t, ctx, bin, "--root", root, "--drain-timeout", "2m")
+
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	health := healthpb.NewHealthClient(conn)
+	if resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health before SIGTERM: %v, %v; want SERVING\n%s", resp.GetStatus(), err, logs)
+	}
+
+	// A 64 MiB Write with SYNC_MODE_FULL, on a connection of its own.
+	signal := &outHeaderSignal{sent: make(chan struct{})}
+	writeConn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStatsHandler(signal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writeConn.Close()
+	big := allBytes(64 << 20)
+	grpcDone := make(chan error, 1)
+	go func() {
+		resp, err := filewritev1.NewFileServiceClient(writeConn).Write(ctx,
+			&filewritev1.WriteRequest{Path: "big.bin", Data: big, Sync: filewritev1.SyncMode_SYNC_MODE_FULL})
+		if err == nil && resp.GetBytesWritten() != int64(len(big)) {
+			err = errors.New("short write: " + resp.String())
+		}
+		grpcDone <- err
+	}()
+
+	// A raw PUT whose body the test holds back: "Expect: 100-continue"
+	// tells it when the daemon's handler has started reading the body.
+	body := allBytes(1<<20 + 3)
+	pr, pw := io.Pipe()
+	req, err := http.NewRequestWithContext(ctx, "PUT", "http://"+httpAddr+"/v1/files/put.bin?sync=data", pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = int64(len(body))
+	req.Header.Set("Content-Type", mimeOctetStream)
+	req.Header.Set("Expect", "100-continue")
+	reading := make(chan struct{})
+	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{Got100Continue: func() { close(reading) }}))
+	client := &http.Client{Transport: &http.Transport{ExpectContinueTimeout: 2 * time.Minute}}
+	type putResult struct {
+		status int
+		body   string
+		err    error
+	}
+	putDone := make(chan putResult, 1)
+	go func() {
+		resp, err := client.Do(req)
+		if err != nil {
+			putDone <- putResult{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		putDone <- putResult{resp.StatusCode, string(b), err}
+	}()
+
+	for _, ch := range []chan struct{}{signal.sent, reading} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			t.Fatalf("requests never got in flight:\n%s", logs)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// Draining: health turns NOT_SERVING while the PUT still waits for its
+	// body, which holds the gRPC server open too.
+	for {
+		resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatalf("health while draining: %v\n%s", err, logs)
+		}
+		if resp.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	go func() {
+		pw.Write(body)
+		pw.Close()
+	}()
+
+	put := <-putDone
+	if put.err != nil || put.status != http.StatusOK {
+		t.Errorf("PUT during the drain: %d %s %v, want 200\n%s", put.status, put.body, put.err, logs)
+	} else {
+		var wr struct{ BytesWritten string }
+		if err := json.Unmarshal([]byte(put.body), &wr); err != nil || wr.BytesWritten != "1048579" {
+			t.Errorf("PUT during the drain answered %s, want bytesWritten 1048579", put.body)
+		}
+	}
+	if err := <-grpcDone; err != nil {
+		t.Errorf("64 MiB Write during the drain: %v\n%s", err, logs)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("daemon exit after SIGTERM: %v, want exit status 0\n%s", err, logs)
+	}
+	if !strings.Contains(logs.String(), "all files synced") {
+		t.Errorf("the log does not say the files were synced:\n%s", logs)
+	}
+	for name, want := range map[string][]byte{"big.bin": big, "put.bin": body} {
+		got, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s after exit: %d bytes, %v; want the %d bytes written", name, len(got), err, len(want))
+		}
+	}
+}

@@ -1,0 +1,378 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+)
+
+// fakeFiles is an in-memory FileService that records the last request, so
+// that the gateway's routing and codecs are tested on their own; the real
+// store is tested end to end in e2e_test.go.
+type fakeFiles struct {
+	filewritev1.UnimplementedFileServiceServer
+
+	mu    sync.Mutex
+	files map[string][]byte // guarded by mu
+	last  proto.Message     // the last request; guarded by mu
+	fail  error             // if set, every RPC returns it; guarded by mu
+}
+
+func (f *fakeFiles) record(req proto.Message) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.last = proto.Clone(req)
+	return f.fail
+}
+
+func (f *fakeFiles) lastRequest() proto.Message {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.last
+}
+
+func (f *fakeFiles) Write(_ context.Context, req *filewritev1.WriteRequest) (*filewritev1.WriteResponse, error) {
+	if err := f.record(req); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	data := f.files[req.Path]
+	if end := req.Offset + int64(len(req.Data)); end > int64(len(data)) {
+		data = append(data, make([]byte, end-int64(len(data)))...)
+	}
+	copy(data[req.Offset:], req.Data)
+	f.files[req.Path] = data
+	return &filewritev1.WriteResponse{BytesWritten: int64(len(req.Data)), Size: int64(len(data))}, nil
+}
+
+func (f *fakeFiles) Read(_ context.Context, req *filewritev1.ReadRequest) (*filewritev1.ReadResponse, error) {
+	if err := f.record(req); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	data, ok := f.files[req.Path]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "%s: file not found", req.Path)
+	}
+	lo := min(req.Offset, int64(len(data)))
+	hi := min(lo+req.Length, int64(len(data)))
+	return &filewritev1.ReadResponse{Data: data[lo:hi]}, nil
+}
+
+func (f *fakeFiles) Fsync(_ context.Context, req *filewritev1.FsyncRequest) (*filewritev1.FsyncResponse, error) {
+	return &filewritev1.FsyncResponse{}, f.record(req)
+}
+
+func (f *fakeFiles) Truncate(_ context.Context, req *filewritev1.TruncateRequest) (*filewritev1.TruncateResponse, error) {
+	return &filewritev1.TruncateResponse{}, f.record(req)
+}
+
+func (f *fakeFiles) Fallocate(_ context.Context, req *filewritev1.FallocateRequest) (*filewritev1.FallocateResponse, error) {
+	return &filewritev1.FallocateResponse{Size: 1}, f.record(req)
+}
+
+func (f *fakeFiles) Stat(_ context.Context, req *filewritev1.StatRequest) (*filewritev1.StatResponse, error) {
+	return &filewritev1.StatResponse{Size: 2}, f.record(req)
+}
+
+func (f *fakeFiles) Extents(_ context.Context, req *filewritev1.ExtentsRequest) (*filewritev1.ExtentsResponse, error) {
+	return &filewritev1.ExtentsResponse{}, f.record(req)
+}
+
+// startFakeGateway serves fake over a real gRPC server on loopback and the
+// gateway over a real HTTP server, with a data limit of maxRequestBytes.
+func startFakeGateway(t *testing.T, maxRequestBytes int64) (*fakeFiles, string) {
+	t.Helper()
+	fake := &fakeFiles{files: map[string][]byte{}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(maxMessageBytes(maxRequestBytes)))
+	filewritev1.RegisterFileServiceServer(srv, fake)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+
+	limit := maxMessageBytes(maxRequestBytes)
+	conn, err := grpc.NewClient(lis.Addr().String(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limit), grpc.MaxCallSendMsgSize(limit)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	h, err := newGateway(context.Background(), conn, maxRequestBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+	return fake, hs.URL
+}
+
+type httpResult struct {
+	status      int
+	contentType string
+	body        []byte
+}
+
+func doHTTP(t *testing.T, method, url string, body io.Reader, header map[string]string) httpResult {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read body: %v", method, url, err)
+	}
+	return httpResult{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), body: b}
+}
+
+// errorBody is grpc-gateway's JSON error: a google.rpc.Status.
+type errorBody struct {
+	Code    codes.Code `json:"code"`
+	Message string     `json:"message"`
+}
+
+func parseErrorBody(t *testing.T, r httpResult) errorBody {
+	t.Helper()
+	var e errorBody
+	if err := json.Unmarshal(r.body, &e); err != nil {
+		t.Fatalf("error body %q (Content-Type %q) is not JSON: %v", r.body, r.contentType, err)
+	}
+	if !strings.HasPrefix(r.contentType, "application/json") {
+		t.Errorf("error Content-Type = %q, want application/json", r.contentType)
+	}
+	return e
+}
+
+func TestGatewayRoutes(t *testing.T) {
+	fake, base := startFakeGateway(t, 1<<20)
+	const p = "/v1/files/dir/sub/f.bin"
+	json := map[string]string{"Content-Type": "application/json"}
+	tests := []struct {
+		method, url, body string
+		want              proto.Message
+	}{
+		{"POST", p + ":write", `{"offset":"7","data":"aGk=","sync":"SYNC_MODE_DATA"}`,
+			&filewritev1.WriteRequest{Path: "dir/sub/f.bin", Offset: 7, Data: []byte("hi"), Sync: filewritev1.SyncMode_SYNC_MODE_DATA}},
+		{"POST", p + ":fsync", `{"dataOnly":true}`,
+			&filewritev1.FsyncRequest{Path: "dir/sub/f.bin", DataOnly: true}},
+		{"POST", p + ":truncate", `{"size":"4096"}`,
+			&filewritev1.TruncateRequest{Path: "dir/sub/f.bin", Size: 4096}},
+		{"POST", p + ":fallocate", `{"mode":"FALLOCATE_MODE_PUNCH_HOLE","offset":"4096","length":"8192"}`,
+			&filewritev1.FallocateRequest{Path: "dir/sub/f.bin", Mode: filewritev1.FallocateMode_FALLOCATE_MODE_PUNCH_HOLE, Offset: 4096, Length: 8192}},
+		// Stat's {path=**} must not swallow the ":read" and ":extents" verbs.
+		{"GET", p, "", &filewritev1.StatRequest{Path: "dir/sub/f.bin"}},
+		{"GET", p + ":read?offset=3&length=5", "", &filewritev1.ReadRequest{Path: "dir/sub/f.bin", Offset: 3, Length: 5}},
+		{"GET", p + ":extents?offset=0&length=65536", "", &filewritev1.ExtentsRequest{Path: "dir/sub/f.bin", Length: 65536}},
+		{"GET", "/v1/files/top:read?length=1", "", &filewritev1.ReadRequest{Path: "top", Length: 1}},
+		{"GET", "/v1/files/top", "", &filewritev1.StatRequest{Path: "top"}},
+	}
+	fake.files["dir/sub/f.bin"] = []byte("0123456789")
+	fake.files["top"] = []byte("x")
+	for _, tt := range tests {
+		t.Run(tt.method+" "+tt.url, func(t *testing.T) {
+			var body io.Reader
+			if tt.body != "" {
+				body = strings.NewReader(tt.body)
+			}
+			r := doHTTP(t, tt.method, base+tt.url, body, json)
+			if r.status != http.StatusOK {
+				t.Fatalf("status = %d (%s), want 200", r.status, r.body)
+			}
+			if got := fake.lastRequest(); !proto.Equal(got, tt.want) {
+				t.Errorf("the gateway called the server with %T %v, want %T %v", got, got, tt.want, tt.want)
+			}
+		})
+	}
+}
+
+func TestGatewayRawRoundTrip(t *testing.T) {
+	fake, base := startFakeGateway(t, 1<<20)
+	data := allBytes(256*16 + 7)
+	url := base + "/v1/files/raw/all.bin"
+
+	r := doHTTP(t, "PUT", url+"?offset=3&sync=full", bytes.NewReader(data), map[string]string{"Content-Type": mimeOctetStream})
+	if r.status != http.StatusOK {
+		t.Fatalf("PUT status = %d (%s), want 200", r.status, r.body)
+	}
+	var wr struct {
+		BytesWritten string `json:"bytesWritten"`
+		Size         string `json:"size"`
+	}
+	if err := json.Unmarshal(r.body, &wr); err != nil || wr.BytesWritten != "4103" || wr.Size != "4106" {
+		t.Errorf("PUT answered %s (%v), want bytesWritten 4103 and size 4106 as JSON", r.body, err)
+	}
+	want := &filewritev1.WriteRequest{Path: "raw/all.bin", Offset: 3, Data: data, Sync: filewritev1.SyncMode_SYNC_MODE_FULL}
+	if got := fake.lastRequest(); !proto.Equal(got, want) {
+		t.Errorf("PUT became a different Write (path %q offset %d, %d bytes)", got.(*filewritev1.WriteRequest).Path,
+			got.(*filewritev1.WriteRequest).Offset, len(got.(*filewritev1.WriteRequest).Data))
+	}
+
+	r = doHTTP(t, "GET", url+":read?offset=3&length=100000", nil, map[string]string{"Accept": mimeOctetStream})
+	if r.status != http.StatusOK || r.contentType != mimeOctetStream {
+		t.Fatalf("raw read: status %d, Content-Type %q, want 200 %s", r.status, r.contentType, mimeOctetStream)
+	}
+	if !bytes.Equal(r.body, data) {
+		t.Errorf("raw read returned %d bytes that differ from the %d written", len(r.body), len(data))
+	}
+
+	// Without the Accept header, :read stays JSON.
+	r = doHTTP(t, "GET", url+":read?offset=3&length=3", nil, nil)
+	if r.status != http.StatusOK || string(r.body) != `{"data":"AAEC"}` {
+		t.Errorf("JSON read: status %d body %s, want 200 {\"data\":\"AAEC\"}", r.status, r.body)
+	}
+
+	// An error to a raw reader is JSON, never bytes that look like a file.
+	r = doHTTP(t, "GET", base+"/v1/files/missing:read?length=1", nil, map[string]string{"Accept": mimeOctetStream})
+	if r.status != http.StatusNotFound {
+		t.Errorf("raw read of a missing file: status %d, want 404", r.status)
+	}
+	if e := parseErrorBody(t, r); e.Code != codes.NotFound {
+		t.Errorf("raw read of a missing file: code %v, want NotFound", e.Code)
+	}
+}
+
+func TestGatewayRawPutParameters(t *testing.T) {
+	fake, base := startFakeGateway(t, 1<<20)
+	octet := map[string]string{"Content-Type": mimeOctetStream}
+	for _, tt := range []struct {
+		query string
+		want  filewritev1.SyncMode
+	}{
+		{"", filewritev1.SyncMode_SYNC_MODE_UNSPECIFIED},
+		{"?sync=none", filewritev1.SyncMode_SYNC_MODE_UNSPECIFIED},
+		{"?sync=data", filewritev1.SyncMode_SYNC_MODE_DATA},
+		{"?sync=full", filewritev1.SyncMode_SYNC_MODE_FULL},
+		{"?sync=SYNC_MODE_DATA", filewritev1.SyncMode_SYNC_MODE_DATA},
+	} {
+		r := doHTTP(t, "PUT", base+"/v1/files/p"+tt.query, strings.NewReader("x"), octet)
+		if r.status != http.StatusOK {
+			t.Errorf("PUT %s: status %d (%s), want 200", tt.query, r.status, r.body)
+			continue
+		}
+		if got := fake.lastRequest().(*filewritev1.WriteRequest).Sync; got != tt.want {
+			t.Errorf("PUT %s: sync %v, want %v", tt.query, got, tt.want)
+		}
+	}
+	// curl --data-binary sends no Content-Type only when told to; a missing
+	// one is taken as raw bytes.
+	if r := doHTTP(t, "PUT", base+"/v1/files/p", strings.NewReader("x"), nil); r.status != http.StatusOK {
+		t.Errorf("PUT without Content-Type: status %d (%s), want 200", r.status, r.body)
+	}
+}
+
+func TestGatewayRejects(t *testing.T) {
+	const limit = 1 << 16
+	fake, base := startFakeGateway(t, limit)
+	octet := map[string]string{"Content-Type": mimeOctetStream}
+	json := map[string]string{"Content-Type": "application/json"}
+	// chunked hides the length, so that the limit is enforced while reading.
+	chunked := func(b []byte) io.Reader { return io.MultiReader(bytes.NewReader(b)) }
+	bigJSON := `{"data":"` + strings.Repeat("A", 4*limit) + `"}`
+	tests := []struct {
+		name       string
+		method     string
+		url        string
+		body       io.Reader
+		header     map[string]string
+		wantStatus int
+		wantCode   codes.Code
+	}{
+		{"raw body over the limit", "PUT", "/v1/files/p", bytes.NewReader(make([]byte, limit+1)), octet, 429, codes.ResourceExhausted},
+		{"chunked raw body over the limit", "PUT", "/v1/files/p", chunked(make([]byte, limit+1)), octet, 429, codes.ResourceExhausted},
+		{"JSON body over the limit", "POST", "/v1/files/p:write", strings.NewReader(bigJSON), json, 429, codes.ResourceExhausted},
+		{"chunked JSON body over the limit", "POST", "/v1/files/p:write", chunked([]byte(bigJSON)), json, 429, codes.ResourceExhausted},
+		{"raw body of another media type", "PUT", "/v1/files/p", strings.NewReader("x"), map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 415, codes.InvalidArgument},
+		{"offset not a number", "PUT", "/v1/files/p?offset=ten", strings.NewReader("x"), octet, 400, codes.InvalidArgument},
+		{"offset overflowing int64", "PUT", "/v1/files/p?offset=9223372036854775808", strings.NewReader("x"), octet, 400, codes.InvalidArgument},
+		{"unknown raw sync", "PUT", "/v1/files/p?sync=fast", strings.NewReader("x"), octet, 400, codes.InvalidArgument},
+		{"unknown JSON sync name", "POST", "/v1/files/p:write", strings.NewReader(`{"sync":"SYNC_MODE_FAST"}`), json, 400, codes.InvalidArgument},
+		{"misspelled JSON field", "POST", "/v1/files/p:write", strings.NewReader(`{"offest":"1"}`), json, 400, codes.InvalidArgument},
+		{"octet-stream body to a JSON route", "POST", "/v1/files/p:write", strings.NewReader("x"), octet, 400, codes.InvalidArgument},
+		{"malformed JSON", "POST", "/v1/files/p:truncate", strings.NewReader(`{"size":`), json, 400, codes.InvalidArgument},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fake.mu.Lock()
+			fake.last = nil
+			fake.mu.Unlock()
+			r := doHTTP(t, tt.method, base+tt.url, tt.body, tt.header)
+			if r.status != tt.wantStatus {
+				t.Errorf("status = %d (%s), want %d", r.status, r.body, tt.wantStatus)
+			}
+			if e := parseErrorBody(t, r); e.Code != tt.wantCode || e.Message == "" {
+				t.Errorf("error body = %+v, want code %v and a message", e, tt.wantCode)
+			}
+			if got := fake.lastRequest(); got != nil {
+				t.Errorf("a rejected request reached the server: %v", got)
+			}
+		})
+	}
+
+	// Exactly at the limit is accepted.
+	r := doHTTP(t, "PUT", base+"/v1/files/p", bytes.NewReader(make([]byte, limit)), octet)
+	if r.status != http.StatusOK {
+		t.Errorf("raw body of exactly --max-request-bytes: status %d (%s), want 200", r.status, r.body)
+	}
+}
+
+// TestGatewayErrorStatuses pins the HTTP status and JSON body each gRPC
+// code reaches REST clients with.
+func TestGatewayErrorStatuses(t *testing.T) {
+	fake, base := startFakeGateway(t, 1<<20)
+	for _, tt := range []struct {
+		code codes.Code
+		want int
+	}{
+		{codes.InvalidArgument, 400},
+		{codes.NotFound, 404},
+		{codes.ResourceExhausted, 429},
+		{codes.FailedPrecondition, 400},
+		{codes.Unavailable, 503},
+		{codes.DataLoss, 500},
+		{codes.Internal, 500},
+		{codes.DeadlineExceeded, 504},
+		{codes.Canceled, 499},
+	} {
+		fake.mu.Lock()
+		fake.fail = status.Error(tt.code, "from the server")
+		fake.mu.Unlock()
+		for _, method := range []string{"GET", "PUT"} {
+			r := doHTTP(t, method, base+"/v1/files/p", strings.NewReader("x"), map[string]string{"Content-Type": mimeOctetStream})
+			if r.status != tt.want {
+				t.Errorf("%s with %v: HTTP %d, want %d", method, tt.code, r.status, tt.want)
+			}
+			if e := parseErrorBody(t, r); e.Code != tt.code || e.Message != "from the server" {
+				t.Errorf("%s with %v: body %+v, want the code and the server's message", method, tt.code, e)
+			}
+		}
+	}
+}

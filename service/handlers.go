@@ -1,0 +1,127 @@
+package service
+
+import (
+	"context"
+	"fmt"
+
+	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/store"
+)
+
+// fileServer is the FileService: each handler translates the request's
+// enums, calls the store, and maps its error with toStatus. Paths, offsets
+// and lengths are checked by the store, once, for every caller.
+type fileServer struct {
+	filewritev1.UnimplementedFileServiceServer
+	store *store.Store
+}
+
+var _ filewritev1.FileServiceServer = (*fileServer)(nil)
+
+func (s *fileServer) Write(ctx context.Context, req *filewritev1.WriteRequest) (*filewritev1.WriteResponse, error) {
+	sync, err := syncModeFromProto(req.GetSync())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	res, err := s.store.Write(ctx, req.GetPath(), req.GetOffset(), req.GetData(), sync)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &filewritev1.WriteResponse{BytesWritten: int64(res.BytesWritten), Size: res.Size}, nil
+}
+
+func (s *fileServer) Fsync(ctx context.Context, req *filewritev1.FsyncRequest) (*filewritev1.FsyncResponse, error) {
+	if err := s.store.Fsync(ctx, req.GetPath(), req.GetDataOnly()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &filewritev1.FsyncResponse{}, nil
+}
+
+func (s *fileServer) Truncate(ctx context.Context, req *filewritev1.TruncateRequest) (*filewritev1.TruncateResponse, error) {
+	if err := s.store.Truncate(ctx, req.GetPath(), req.GetSize()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &filewritev1.TruncateResponse{}, nil
+}
+
+func (s *fileServer) Fallocate(ctx context.Context, req *filewritev1.FallocateRequest) (*filewritev1.FallocateResponse, error) {
+	mode, err := fallocateModeFromProto(req.GetMode())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	size, err := s.store.Fallocate(ctx, req.GetPath(), mode, req.GetOffset(), req.GetLength())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &filewritev1.FallocateResponse{Size: size}, nil
+}
+
+func (s *fileServer) Stat(ctx context.Context, req *filewritev1.StatRequest) (*filewritev1.StatResponse, error) {
+	st, err := s.store.Stat(ctx, req.GetPath())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &filewritev1.StatResponse{Size: st.Size, AllocatedBytes: st.AllocatedBytes, BlockSize: st.BlockSize}, nil
+}
+
+func (s *fileServer) Read(ctx context.Context, req *filewritev1.ReadRequest) (*filewritev1.ReadResponse, error) {
+	data, err := s.store.Read(ctx, req.GetPath(), req.GetOffset(), req.GetLength())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &filewritev1.ReadResponse{Data: data}, nil
+}
+
+func (s *fileServer) Extents(ctx context.Context, req *filewritev1.ExtentsRequest) (*filewritev1.ExtentsResponse, error) {
+	exts, err := s.store.Extents(ctx, req.GetPath(), req.GetOffset(), req.GetLength())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := make([]*filewritev1.Extent, len(exts))
+	for i, e := range exts {
+		out[i] = &filewritev1.Extent{Offset: e.Offset, Length: e.Length, State: extentStateToProto(e.State)}
+	}
+	return &filewritev1.ExtentsResponse{Extents: out}, nil
+}
+
+// syncModeFromProto rejects values outside the enum: proto3 enums are open,
+// so a client can send any number.
+func syncModeFromProto(m filewritev1.SyncMode) (store.SyncMode, error) {
+	switch m {
+	case filewritev1.SyncMode_SYNC_MODE_UNSPECIFIED:
+		return store.SyncNone, nil
+	case filewritev1.SyncMode_SYNC_MODE_DATA:
+		return store.SyncData, nil
+	case filewritev1.SyncMode_SYNC_MODE_FULL:
+		return store.SyncFull, nil
+	}
+	return 0, fmt.Errorf("%w: sync mode %d (want SYNC_MODE_UNSPECIFIED, SYNC_MODE_DATA or SYNC_MODE_FULL)", store.ErrInvalidMode, int32(m))
+}
+
+// fallocateModeFromProto rejects FALLOCATE_MODE_UNSPECIFIED as well as
+// unknown numbers: there is no safe default between allocating and punching.
+func fallocateModeFromProto(m filewritev1.FallocateMode) (store.FallocateMode, error) {
+	switch m {
+	case filewritev1.FallocateMode_FALLOCATE_MODE_ALLOCATE:
+		return store.FallocAllocate, nil
+	case filewritev1.FallocateMode_FALLOCATE_MODE_KEEP_SIZE:
+		return store.FallocKeepSize, nil
+	case filewritev1.FallocateMode_FALLOCATE_MODE_PUNCH_HOLE:
+		return store.FallocPunchHole, nil
+	case filewritev1.FallocateMode_FALLOCATE_MODE_ZERO_RANGE:
+		return store.FallocZeroRange, nil
+	}
+	return 0, fmt.Errorf("%w: fallocate mode %s (want ALLOCATE, KEEP_SIZE, PUNCH_HOLE or ZERO_RANGE)", store.ErrInvalidMode, m)
+}
+
+func extentStateToProto(s store.ExtentState) filewritev1.ExtentState {
+	switch s {
+	case store.ExtentHole:
+		return filewritev1.ExtentState_EXTENT_STATE_HOLE
+	case store.ExtentUnwritten:
+		return filewritev1.ExtentState_EXTENT_STATE_UNWRITTEN
+	case store.ExtentWritten:
+		return filewritev1.ExtentState_EXTENT_STATE_WRITTEN
+	}
+	return filewritev1.ExtentState_EXTENT_STATE_UNSPECIFIED
+}

@@ -1,0 +1,114 @@
+package service
+
+import (
+	"bytes"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+)
+
+// testDir makes a directory for one test on the project's filesystem, not
+// /tmp: the store's behaviour (O_DIRECT, fallocate modes, extents) is the
+// filesystem's, and the one under test is the project's.
+func testDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp(".", "testdata-tmp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.RemoveAll(abs); err != nil {
+			t.Errorf("remove test dir: %v", err)
+		}
+	})
+	return abs
+}
+
+// entry is what a rejected request must leave as it was: type and mode,
+// size, contents of regular files, targets of symlinks.
+type entry struct {
+	mode fs.FileMode
+	size int64
+	data []byte
+	link string
+}
+
+// snapshot describes every entry below dir, symlinks not followed.
+func snapshot(t *testing.T, dir string) map[string]entry {
+	t.Helper()
+	out := map[string]entry{}
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := os.Lstat(path)
+		if err != nil {
+			return err
+		}
+		e := entry{mode: fi.Mode()}
+		switch {
+		case fi.Mode().IsRegular():
+			e.size = fi.Size()
+			if e.data, err = os.ReadFile(path); err != nil {
+				return err
+			}
+		case fi.Mode()&fs.ModeSymlink != 0:
+			if e.link, err = os.Readlink(path); err != nil {
+				return err
+			}
+		}
+		rel, _ := filepath.Rel(dir, path)
+		out[rel] = e
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("snapshot %s: %v", dir, err)
+	}
+	return out
+}
+
+// checkUnchanged fails the test if anything below dir differs from before.
+func checkUnchanged(t *testing.T, dir string, before map[string]entry) {
+	t.Helper()
+	after := snapshot(t, dir)
+	var names []string
+	for name := range before {
+		names = append(names, name)
+	}
+	for name := range after {
+		if _, ok := before[name]; !ok {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		b, inBefore := before[name]
+		a, inAfter := after[name]
+		switch {
+		case !inBefore:
+			t.Errorf("%s: created by a rejected request (mode %v, size %d)", name, a.mode, a.size)
+		case !inAfter:
+			t.Errorf("%s: removed by a rejected request", name)
+		case a.mode != b.mode || a.size != b.size || a.link != b.link:
+			t.Errorf("%s: changed by a rejected request: mode %v size %d link %q, want mode %v size %d link %q",
+				name, a.mode, a.size, a.link, b.mode, b.size, b.link)
+		case !bytes.Equal(a.data, b.data):
+			t.Errorf("%s: contents changed by a rejected request", name)
+		}
+	}
+}
+
+// allBytes is n bytes cycling through every byte value.
+func allBytes(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i)
+	}
+	return b
+}

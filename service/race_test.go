@@ -1,0 +1,7 @@
+//go:build race
+
+package service
+
+// raceEnabled: the daemon under test is built with -race too, which also
+// reuses the packages this test binary was built from.
+const raceEnabled = true

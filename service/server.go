@@ -1,0 +1,320 @@
+// Package service turns the store into the filewrite daemon: the gRPC
+// FileService, its REST gateway, health, and the start-up and drain of both
+// listeners. Handlers are thin: they translate enums, call store, and map
+// store's errors to gRPC codes in one function, toStatus.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/store"
+)
+
+// Config is what the daemon starts with; main fills it from flags, tests
+// from DefaultConfig.
+type Config struct {
+	// Root is the directory whose files are served; created if missing.
+	Root string
+	// GRPCAddr is the gRPC listen address; port 0 picks a free port.
+	GRPCAddr string
+	// HTTPAddr is the REST gateway's listen address; empty disables it.
+	HTTPAddr string
+	// MaxRequestBytes bounds the data of one Write or Read. gRPC messages
+	// and HTTP bodies may be larger by what carries that data (the path,
+	// base64 in JSON).
+	MaxRequestBytes int64
+	// Store configures the engine: policy, I/O mode, fsync mode, file size
+	// limit. Its MaxIOBytes is set from MaxRequestBytes.
+	Store store.Options
+	// DrainTimeout bounds how long a shutdown waits for requests in flight
+	// before it cancels them.
+	DrainTimeout time.Duration
+	// Logger receives the daemon's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// MaxRequestBytesLimit is the largest MaxRequestBytes accepted: a request is
+// held in memory more than once on its way (HTTP body, gRPC message), and
+// gRPC frames a message with a 32-bit length.
+const MaxRequestBytesLimit = 1 << 30
+
+// DefaultConfig is the daemon's configuration when no flag is given.
+func DefaultConfig() Config {
+	return Config{
+		Root:            "./data",
+		GRPCAddr:        "127.0.0.1:50051",
+		HTTPAddr:        "127.0.0.1:8080",
+		MaxRequestBytes: 64 << 20,
+		Store: store.Options{
+			Policy:      store.DefaultPolicy,
+			IO:          store.IOBuffered,
+			Fsync:       store.FsyncGroup,
+			MaxFileSize: 1 << 40,
+		},
+		DrainTimeout: 30 * time.Second,
+	}
+}
+
+func (c Config) validate() error {
+	if c.Root == "" {
+		return errors.New("root directory is empty")
+	}
+	if c.GRPCAddr == "" {
+		return errors.New("gRPC address is empty")
+	}
+	if c.MaxRequestBytes <= 0 || c.MaxRequestBytes > MaxRequestBytesLimit {
+		return fmt.Errorf("max request bytes %d: want 1 to %d", c.MaxRequestBytes, MaxRequestBytesLimit)
+	}
+	if c.Store.MaxFileSize < 0 {
+		return fmt.Errorf("max file size %d is negative", c.Store.MaxFileSize)
+	}
+	if c.DrainTimeout < 0 {
+		return fmt.Errorf("drain timeout %v is negative", c.DrainTimeout)
+	}
+	return nil
+}
+
+// Server is a running daemon: the store, the gRPC server and, unless
+// disabled, the REST gateway.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	store  *store.Store
+	health *health.Server
+
+	grpcSrv *grpc.Server
+	grpcLis net.Listener
+
+	// The gateway, nil when Config.HTTPAddr is empty. It reaches the gRPC
+	// server through gatewayConn.
+	httpSrv     *http.Server
+	httpLis     net.Listener
+	gatewayConn *grpc.ClientConn
+
+	// serveErr receives an error when a listener fails while serving.
+	serveErr chan error
+}
+
+// Run starts the daemon and serves until ctx ends or SIGINT or SIGTERM
+// arrives, then shuts it down (see Server.Shutdown) and returns nil if
+// everything in flight finished and every file was synced. A second signal
+// during the drain kills the process the default way.
+func Run(ctx context.Context, cfg Config) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	s, err := Start(cfg)
+	if err != nil {
+		return err
+	}
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		s.log.Info("shutting down", "cause", context.Cause(ctx))
+	case serveErr = <-s.serveErr:
+		s.log.Error("serving failed, shutting down", "error", serveErr)
+	}
+	stop()
+	return errors.Join(serveErr, s.Shutdown())
+}
+
+// Start opens the store and both listeners and serves in the background.
+// It logs the addresses it bound, which matter with port 0.
+func Start(cfg Config) (_ *Server, err error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{cfg: cfg, log: log, health: health.NewServer(), serveErr: make(chan error, 2)}
+	defer func() {
+		if err != nil {
+			s.closeAll()
+		}
+	}()
+
+	fsys, err := store.OpenOSFS(cfg.Root)
+	if err != nil {
+		return nil, err
+	}
+	opts := cfg.Store
+	opts.MaxIOBytes = cfg.MaxRequestBytes
+	if s.store, err = store.Open(fsys, opts); err != nil {
+		fsys.Close()
+		return nil, fmt.Errorf("open store at %s: %w", cfg.Root, err)
+	}
+
+	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("gRPC listener: %w", err)
+	}
+	s.grpcSrv = newGRPCServer(s.store, s.health, cfg.MaxRequestBytes, log)
+	if cfg.HTTPAddr != "" {
+		if err := s.startGateway(); err != nil {
+			return nil, err
+		}
+	}
+
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(filewritev1.FileService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	go func() {
+		if err := s.grpcSrv.Serve(s.grpcLis); err != nil {
+			s.serveErr <- fmt.Errorf("gRPC server: %w", err)
+		}
+	}()
+	if s.httpSrv != nil {
+		go func() {
+			if err := s.httpSrv.Serve(s.httpLis); !errors.Is(err, http.ErrServerClosed) {
+				s.serveErr <- fmt.Errorf("HTTP gateway: %w", err)
+			}
+		}()
+	}
+	st := s.store.Options()
+	log.Info("filewrite started", "root", cfg.Root, "policy", st.Policy.String(), "io", st.IO.String(),
+		"fsync", st.Fsync.String(), "max_file_size", st.MaxFileSize, "max_request_bytes", cfg.MaxRequestBytes)
+	log.Info("listening", "protocol", "grpc", "addr", s.grpcLis.Addr().String())
+	if s.httpLis != nil {
+		log.Info("listening", "protocol", "http", "addr", s.httpLis.Addr().String())
+	}
+	return s, nil
+}
+
+func (s *Server) startGateway() (err error) {
+	limit := maxMessageBytes(s.cfg.MaxRequestBytes)
+	s.gatewayConn, err = grpc.NewClient("passthrough:///"+dialAddr(s.grpcLis.Addr()),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limit), grpc.MaxCallSendMsgSize(limit)),
+	)
+	if err != nil {
+		return fmt.Errorf("gateway client: %w", err)
+	}
+	handler, err := newGateway(context.Background(), s.gatewayConn, s.cfg.MaxRequestBytes)
+	if err != nil {
+		return err
+	}
+	if s.httpLis, err = net.Listen("tcp", s.cfg.HTTPAddr); err != nil {
+		return fmt.Errorf("HTTP listener: %w", err)
+	}
+	s.httpSrv = &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	return nil
+}
+
+// dialAddr is how the gateway reaches a listener: a wildcard address
+// (":50051") is reached on loopback.
+func dialAddr(a net.Addr) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsUnspecified() {
+		return a.String()
+	}
+	ip := net.IPv4(127, 0, 0, 1)
+	if tcp.IP.To4() == nil {
+		ip = net.IPv6loopback
+	}
+	return net.JoinHostPort(ip.String(), fmt.Sprint(tcp.Port))
+}
+
+// GRPCAddr is the address the gRPC server listens on.
+func (s *Server) GRPCAddr() net.Addr { return s.grpcLis.Addr() }
+
+// HTTPAddr is the address the REST gateway listens on, nil when disabled.
+func (s *Server) HTTPAddr() net.Addr {
+	if s.httpLis == nil {
+		return nil
+	}
+	return s.httpLis.Addr()
+}
+
+// Shutdown drains the daemon and closes the store. In order:
+//
+//  1. health turns NOT_SERVING, so load balancers and ghz stop sending;
+//  2. the gateway stops accepting and waits for its requests in flight,
+//     which still need the gRPC server, so it stops first;
+//  3. the gRPC server stops accepting and waits for its RPCs in flight;
+//  4. the store syncs and closes every open file.
+//
+// Steps 2 and 3 share Config.DrainTimeout; past it, what still runs is
+// cancelled, and the store still waits for the operations it has begun
+// before its final sync. Shutdown returns that sync's error, if any.
+func (s *Server) Shutdown() error {
+	s.health.Shutdown()
+	s.log.Info("draining", "timeout", s.cfg.DrainTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
+	defer cancel()
+
+	if s.httpSrv != nil {
+		if err := s.httpSrv.Shutdown(ctx); err != nil {
+			s.log.Warn("HTTP drain cut short", "error", err)
+			s.httpSrv.Close()
+		}
+	}
+	stopped := make(chan struct{})
+	go func() {
+		s.grpcSrv.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		s.log.Warn("gRPC drain cut short: cancelling RPCs in flight", "timeout", s.cfg.DrainTimeout)
+		s.grpcSrv.Stop()
+		<-stopped
+	}
+	err := s.closeAll()
+	if err != nil {
+		s.log.Error("stopped with errors", "error", err)
+		return err
+	}
+	s.log.Info("stopped: all files synced")
+	return nil
+}
+
+// closeAll releases whatever Start opened; Shutdown calls it after the
+// drain. Closing the store syncs every open file.
+func (s *Server) closeAll() error {
+	var errs []error
+	// Servers close only the listeners they were serving; Start can fail
+	// before that, so the listeners are closed here too (twice is harmless).
+	if s.grpcSrv != nil {
+		s.grpcSrv.Stop()
+	}
+	if s.grpcLis != nil {
+		s.grpcLis.Close()
+	}
+	if s.httpSrv != nil {
+		s.httpSrv.Close()
+	}
+	if s.httpLis != nil {
+		s.httpLis.Close()
+	}
+	if s.gatewayConn != nil {
+		s.gatewayConn.Close()
+	}
+	if s.store != nil {
+		if err := s.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close store: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,58 @@
+package service
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/filewrite/filewrite/store"
+)
+
+// toStatus is the one place where errors become gRPC statuses (and, through
+// the gateway, HTTP statuses). store wraps its sentinels with %w, so they are
+// matched with errors.Is; the message keeps the whole chain, which names the
+// path and the limit that was hit.
+//
+// The order matters where one error can match two cases: a failed sync is
+// reported as DATA_LOSS even when ENOSPC caused it, because the caller's
+// earlier unsynced writes may be gone, which "no space" alone would hide.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if st, ok := status.FromError(err); ok {
+		// Already a status (from the transport or a client call): keep it.
+		return st.Err()
+	}
+	code := codes.Internal
+	switch {
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, store.ErrInvalidPath),
+		errors.Is(err, store.ErrPathTooLong),
+		errors.Is(err, store.ErrPathEscapes),
+		errors.Is(err, store.ErrIsDirectory),
+		errors.Is(err, store.ErrInvalidOffset),
+		errors.Is(err, store.ErrInvalidMode):
+		code = codes.InvalidArgument
+	case errors.Is(err, store.ErrNotFound):
+		code = codes.NotFound
+	case errors.Is(err, store.ErrSyncFailed):
+		code = codes.DataLoss
+	case errors.Is(err, store.ErrFileTooLarge),
+		errors.Is(err, store.ErrTooLarge),
+		errors.Is(err, store.ErrNoSpace),
+		errors.Is(err, store.ErrTooManyOpenFiles),
+		errors.Is(err, store.ErrTooManyWaiters):
+		code = codes.ResourceExhausted
+	case errors.Is(err, store.ErrUnsupported):
+		code = codes.FailedPrecondition
+	case errors.Is(err, store.ErrClosed):
+		code = codes.Unavailable
+	}
+	return status.Error(code, err.Error())
+}
