@@ -1,0 +1,368 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/bojand/ghz/printer"
+	"github.com/bojand/ghz/runner"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+)
+
+// A comparison is one scenario's before/after experiment: its columns
+// (configurations) run the same workload in alternation, round after round,
+// on files prepared the same way, and the table and chart set them side by
+// side.
+type comparison struct {
+	name  string // "below-eof", "prealloc-overwrite-4k"
+	title string // what is measured, one line
+	// clients is the number of concurrent callers; bs the bytes each
+	// operation moves (0 for none, as for a no-op call).
+	clients int
+	bs      int
+	columns []column
+	// ratios are the figures the scenario is judged by, numerator first.
+	ratios [][2]string
+	// byServer says the columns differ only in the daemon's flags. With
+	// -target there is one server whose flags the harness cannot change,
+	// so such a comparison runs one column, named "target".
+	byServer bool
+}
+
+// column is one configuration of a comparison.
+type column struct {
+	name string
+	// daemon is the flags of the daemon this column runs against; columns
+	// with the same flags share one daemon. nil: the column runs in the
+	// harness alone (raw pwrite).
+	daemon []string
+	// setup prepares the column's server or directory once; before and
+	// after run around each timed run, untimed. Any may be nil.
+	setup  func(ctx context.Context, s *session) error
+	before func(ctx context.Context, s *session) error
+	after  func(ctx context.Context, s *session) error
+	run    func(ctx context.Context, s *session) (*runResult, error)
+}
+
+// session is what a column's functions work with.
+type session struct {
+	cmp      *comparison
+	addr     string // the gRPC address; "" for a column without a server
+	client   filewritev1.FileServiceClient
+	dir      string // a directory of the column's own on the project filesystem
+	clients  int
+	bs       int
+	duration time.Duration
+	round    int
+	done     *atomic.Int64 // completed operations, for the progress line
+}
+
+// comparisonResult is a comparison's outcome, as summary.json holds it.
+type comparisonResult struct {
+	Name     string          `json:"name"`
+	Title    string          `json:"title"`
+	Clients  int             `json:"clients"`
+	BS       int             `json:"bs"`
+	Duration string          `json:"duration_per_run"`
+	Rounds   int             `json:"rounds"`
+	Columns  []columnSummary `json:"columns"`
+	Ratios   []ratioSummary  `json:"ratios"`
+	Chart    string          `json:"chart_svg"`
+	// Failed is set when a run had errors: its figures are not to be
+	// trusted.
+	Failed bool `json:"failed"`
+
+	runs map[string][]*runResult // by column, in round order
+}
+
+type columnSummary struct {
+	Name        string         `json:"name"`
+	DaemonFlags []string       `json:"daemon_flags,omitempty"`
+	Rounds      []roundSummary `json:"rounds"`
+	IOPS        float64        `json:"median_iops"`
+	Bandwidth   float64        `json:"median_bandwidth_bytes_per_sec"`
+	Clat        []percentileUS `json:"median_clat_usec"`
+	Errors      int            `json:"errors"`
+	errorsByMsg map[string]int // summed over rounds
+	clatByPct   map[float64]float64
+}
+
+type roundSummary struct {
+	Round      int            `json:"round"`
+	Count      uint64         `json:"count"`
+	Errors     map[string]int `json:"errors,omitempty"`
+	ElapsedSec float64        `json:"elapsed_sec"`
+	IOPS       float64        `json:"iops"`
+	Clat       []percentileUS `json:"clat_usec"`
+	ReportJSON string         `json:"ghz_json"`
+	ReportHTML string         `json:"ghz_html"`
+}
+
+type percentileUS struct {
+	Percentile float64 `json:"pct"`
+	Usec       float64 `json:"usec"`
+}
+
+type ratioSummary struct {
+	Name string `json:"name"` // "after/before"
+	// IOPSPerRound is each round's IOPS ratio; IOPS their median.
+	IOPSPerRound []float64 `json:"iops_per_round"`
+	IOPS         float64   `json:"iops"`
+	// Clat is the ratio of the median percentiles (below 1: the numerator
+	// is faster).
+	Clat []percentileUS `json:"clat"`
+}
+
+// runComparison runs c: it starts one daemon per distinct set of flags (or
+// uses -target), sets every column up, then runs rounds, each running every
+// column once, in alternating order so that drift (page cache, writeback,
+// other load on the machine) does not always favour the same side.
+func (e *env) runComparison(ctx context.Context, c *comparison) (_ *comparisonResult, err error) {
+	cols := c.columns
+	if e.opts.target != "" && c.byServer {
+		only := cols[0]
+		only.name = "target"
+		cols = []column{only}
+	}
+	res := &comparisonResult{
+		Name: c.name, Title: c.title, Clients: c.clients, BS: c.bs,
+		Duration: e.duration(false).String(), Rounds: e.opts.rounds,
+		runs: map[string][]*runResult{},
+	}
+	fmt.Fprintf(e.log, "\n== %s: %s\n", c.name, c.title)
+
+	sessions := make([]*session, len(cols))
+	daemons := map[string]*daemon{}
+	var conns []*grpc.ClientConn
+	defer func() {
+		for _, cc := range conns {
+			cc.Close()
+		}
+		for _, d := range daemons {
+			if serr := d.stop(); serr != nil && err == nil {
+				err = serr
+			}
+		}
+		if !e.opts.keepData {
+			os.RemoveAll(filepath.Join(e.work, c.name))
+		}
+	}()
+	for i, col := range cols {
+		s := &session{cmp: c, clients: c.clients, bs: c.bs, duration: e.duration(false),
+			dir: filepath.Join(e.work, c.name, col.name), done: new(atomic.Int64)}
+		if err := os.MkdirAll(s.dir, 0o755); err != nil {
+			return nil, err
+		}
+		switch {
+		case col.daemon == nil:
+		case e.opts.target != "":
+			s.addr = e.opts.target
+		default:
+			key := strings.Join(col.daemon, " ")
+			d := daemons[key]
+			if d == nil {
+				d, err = startDaemon(ctx, c.name+"/"+col.name, e.bin, filepath.Join(s.dir, "data"),
+					filepath.Join(s.dir, "daemon.log"), col.daemon)
+				if err != nil {
+					return nil, err
+				}
+				daemons[key] = d
+				fmt.Fprintf(e.log, "   daemon %-20s %s at %s\n", col.name, strings.Join(col.daemon, " "), d.addr)
+			}
+			s.addr = d.addr
+		}
+		if s.addr != "" {
+			cc, err := grpc.NewClient("passthrough:///"+s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				return nil, err
+			}
+			conns = append(conns, cc)
+			s.client = filewritev1.NewFileServiceClient(cc)
+		}
+		sessions[i] = s
+		if col.setup != nil {
+			if err := col.setup(ctx, s); err != nil {
+				return nil, fmt.Errorf("%s/%s: setup: %w", c.name, col.name, err)
+			}
+		}
+	}
+
+	for round := 1; round <= e.opts.rounds; round++ {
+		order := make([]int, len(cols))
+		for i := range order {
+			order[i] = i
+		}
+		if round%2 == 0 {
+			slices.Reverse(order)
+		}
+		for _, i := range order {
+			col, s := cols[i], sessions[i]
+			s.round = round
+			r, err := e.runColumn(ctx, c, col, s)
+			if err != nil {
+				return nil, fmt.Errorf("%s/%s round %d: %w", c.name, col.name, round, err)
+			}
+			for _, d := range daemons {
+				if err := d.alive(); err != nil {
+					return nil, err
+				}
+			}
+			res.runs[col.name] = append(res.runs[col.name], r)
+		}
+	}
+	var colNames []string
+	for _, col := range cols {
+		colNames = append(colNames, col.name)
+	}
+	e.summarize(res, c, cols)
+	res.Chart, err = e.writeChart(res)
+	if err != nil {
+		return nil, err
+	}
+	printTable(e.log, res, colNames)
+	return res, nil
+}
+
+// runColumn is one timed run: before, run (with the progress line), after,
+// and the run's ghz reports written to -out.
+func (e *env) runColumn(ctx context.Context, c *comparison, col column, s *session) (*runResult, error) {
+	if col.before != nil {
+		if err := col.before(ctx, s); err != nil {
+			return nil, fmt.Errorf("before: %w", err)
+		}
+	}
+	s.done.Store(0)
+	label := fmt.Sprintf("[%s] %s round %d/%d", c.name, col.name, s.round, e.opts.rounds)
+	end := e.progress.start(label, s.duration, s.done)
+	r, err := col.run(ctx, s)
+	end()
+	if err != nil {
+		return nil, err
+	}
+	r.Column, r.Round = col.name, s.round
+	if col.after != nil {
+		if err := col.after(ctx, s); err != nil {
+			return nil, fmt.Errorf("after: %w", err)
+		}
+	}
+	if err := e.saveReport(c.name, r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// reportPaths are where a run's ghz reports go, relative to -out.
+func reportPaths(cmp string, r *runResult) (jsonPath, htmlPath string) {
+	base := filepath.Join(cmp, fmt.Sprintf("r%d-%s", r.Round, r.Column))
+	return base + ".json", base + ".html"
+}
+
+// saveReport writes the run's report as ghz's printer formats it, JSON and
+// HTML. ghz keeps one record per call (Details); they are left out of the
+// files, which would otherwise run to tens of megabytes a run, and the
+// percentiles computed from them are in summary.json.
+func (e *env) saveReport(cmp string, r *runResult) error {
+	jp, hp := reportPaths(cmp, r)
+	if err := os.MkdirAll(filepath.Join(e.opts.out, cmp), 0o755); err != nil {
+		return err
+	}
+	rep := *r.report
+	rep.Details = []runner.ResultDetail{} // "[]" in JSON: ghz's page script expects an array
+	for path, format := range map[string]string{jp: "json", hp: "html"} {
+		f, err := os.Create(filepath.Join(e.opts.out, path))
+		if err != nil {
+			return err
+		}
+		perr := (&printer.ReportPrinter{Out: f, Report: &rep}).Print(format)
+		if err := f.Close(); perr == nil {
+			perr = err
+		}
+		if perr != nil {
+			return fmt.Errorf("write %s: %w", path, perr)
+		}
+	}
+	return nil
+}
+
+// summarize fills res's columns and ratios from its runs.
+func (e *env) summarize(res *comparisonResult, c *comparison, cols []column) {
+	for _, col := range cols {
+		cs := columnSummary{Name: col.name, DaemonFlags: col.daemon, errorsByMsg: map[string]int{}, clatByPct: map[float64]float64{}}
+		if e.opts.target != "" && col.daemon != nil {
+			cs.DaemonFlags = nil
+		}
+		var iops []float64
+		pcts := map[float64][]float64{}
+		for _, r := range res.runs[col.name] {
+			jp, hp := reportPaths(c.name, r)
+			rs := roundSummary{Round: r.Round, Count: r.Count, Errors: r.Errors, ElapsedSec: r.Elapsed.Seconds(),
+				IOPS: r.IOPS(), ReportJSON: jp, ReportHTML: hp}
+			for _, p := range fioPercentiles {
+				us := float64(r.percentile(p)) / float64(time.Microsecond)
+				rs.Clat = append(rs.Clat, percentileUS{p, us})
+				pcts[p] = append(pcts[p], us)
+			}
+			for msg, n := range r.Errors {
+				cs.errorsByMsg[msg] += n
+				cs.Errors += n
+			}
+			iops = append(iops, r.IOPS())
+			cs.Rounds = append(cs.Rounds, rs)
+		}
+		cs.IOPS = median(iops)
+		cs.Bandwidth = cs.IOPS * float64(c.bs)
+		for _, p := range fioPercentiles {
+			m := median(pcts[p])
+			cs.clatByPct[p] = m
+			cs.Clat = append(cs.Clat, percentileUS{p, m})
+		}
+		if cs.Errors > 0 {
+			res.Failed = true
+		}
+		res.Columns = append(res.Columns, cs)
+	}
+	byName := map[string]*columnSummary{}
+	for i := range res.Columns {
+		byName[res.Columns[i].Name] = &res.Columns[i]
+	}
+	for _, rt := range c.ratios {
+		num, den := byName[rt[0]], byName[rt[1]]
+		if num == nil || den == nil {
+			continue // a column left out by -target
+		}
+		rs := ratioSummary{Name: rt[0] + "/" + rt[1]}
+		for i := range num.Rounds {
+			if d := den.Rounds[i].IOPS; d > 0 {
+				rs.IOPSPerRound = append(rs.IOPSPerRound, num.Rounds[i].IOPS/d)
+			}
+		}
+		rs.IOPS = median(rs.IOPSPerRound)
+		for _, p := range fioPercentiles {
+			if d := den.clatByPct[p]; d > 0 {
+				rs.Clat = append(rs.Clat, percentileUS{p, num.clatByPct[p] / d})
+			}
+		}
+		res.Ratios = append(res.Ratios, rs)
+	}
+}
+
+// writeSummary rewrites summary.json with everything run so far, so that an
+// interrupted invocation still leaves its finished scenarios behind.
+func (e *env) writeSummary() error {
+	e.summary.Finished = time.Now().UTC().Format(time.RFC3339)
+	data, err := json.MarshalIndent(e.summary, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(e.opts.out, "summary.json"), append(data, '\n'), 0o644)
+}

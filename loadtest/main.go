@@ -1,0 +1,325 @@
+// Command loadtest is filewrite's load harness: it replays, through the
+// service, the fio experiments of the kernel patches the store carries
+// (DESIGN.md), each as a before/after pair run in alternation, and reports
+// them in fio's terms. It drives the gRPC API with ghz's runner.
+//
+//	go run ./loadtest -scenario all
+//	go run ./loadtest -scenario below-eof -duration 15s -rounds 3
+//	go run ./loadtest -scenario soak
+//	go run ./loadtest -scenario throughput -target 127.0.0.1:50051
+//
+// By default it builds the daemon from this checkout and starts one daemon
+// per configuration on a loopback port the kernel picks, with its data
+// below -out (so on the filesystem the harness runs on, never /tmp).
+// -target instead runs against a server that is already up: the harness
+// cannot change that server's flags, so each comparison runs its workload
+// once per round, as one column named "target".
+//
+// In -out it writes ghz's JSON and HTML report of every run, one SVG chart
+// per comparison and summary.json with every figure.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// options are the command line.
+type options struct {
+	scenario    string
+	duration    time.Duration // per run; 0: the scenario's default
+	rounds      int
+	concurrency int   // 0: the scenario's default
+	bs          int   // 0: the scenario's default
+	fileSize    int64 // 0: the scenario's default
+	out         string
+	target      string
+	daemon      string // a prebuilt daemon binary; "" builds one
+	keepData    bool
+}
+
+// scenarioNames in the order "all" runs them; soak is separate.
+var scenarioNames = []string{"below-eof", "prealloc-overwrite", "fsync", "throughput"}
+
+func main() {
+	opts, err := parseOptions(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "loadtest:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	sum, err := run(ctx, opts, os.Stdout, os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "loadtest:", err)
+		os.Exit(1)
+	}
+	if sum.failed() {
+		fmt.Fprintln(os.Stderr, "loadtest: some runs had errors or wrong content; see above and summary.json")
+		os.Exit(1)
+	}
+}
+
+func parseOptions(args []string, out io.Writer) (options, error) {
+	o := options{rounds: 3, out: "loadtest-out"}
+	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&o.scenario, "scenario", "", "what to run: "+strings.Join(scenarioNames, ", ")+", all (those four) or soak")
+	fs.DurationVar(&o.duration, "duration", 0, "length of each timed run (default 15s; 2m for soak)")
+	fs.IntVar(&o.rounds, "rounds", o.rounds, "rounds per comparison; every configuration runs once per round, in alternation")
+	fs.IntVar(&o.concurrency, "concurrency", 0, "concurrent clients (default: the scenario's: 8 below-eof, 10 prealloc-overwrite, 32 fsync and throughput, 64 soak)")
+	bs := fs.String("bs", "", "bytes per write, like fio's bs (4k, 16k, 64k; default 4k; prealloc-overwrite runs 4k, 16k and 64k unless set)")
+	fileSize := fs.String("file-size", "", "size of each scenario's file (default: the scenario's, 16m to 4g)")
+	fs.StringVar(&o.out, "out", o.out, "directory for reports, charts, summary.json and the daemons' data while they run")
+	fs.StringVar(&o.target, "target", "", "gRPC address of a running filewrite daemon to load instead of starting daemons")
+	fs.StringVar(&o.daemon, "daemon", "", "a filewrite binary to start instead of building one from this checkout")
+	fs.BoolVar(&o.keepData, "keep-data", false, "keep the daemons' data directories and logs after each scenario")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	switch o.scenario {
+	case "":
+		return o, errors.New("-scenario is required (" + strings.Join(scenarioNames, ", ") + ", all or soak)")
+	case "all", "soak":
+	default:
+		found := false
+		for _, n := range scenarioNames {
+			found = found || n == o.scenario
+		}
+		if !found {
+			return o, fmt.Errorf("unknown -scenario %q (want %s, all or soak)", o.scenario, strings.Join(scenarioNames, ", "))
+		}
+	}
+	if o.rounds < 1 || o.duration < 0 || o.concurrency < 0 {
+		return o, errors.New("-rounds must be at least 1, -duration and -concurrency not negative")
+	}
+	if *bs != "" {
+		n, err := parseSize(*bs)
+		if err != nil || n <= 0 || n > 64<<20 {
+			return o, fmt.Errorf("-bs %q: want a size from 1 to 64m, like 4k", *bs)
+		}
+		o.bs = int(n)
+	}
+	if *fileSize != "" {
+		n, err := parseSize(*fileSize)
+		if err != nil || n <= 0 {
+			return o, fmt.Errorf("-file-size %q: want a positive size, like 256m", *fileSize)
+		}
+		o.fileSize = n
+	}
+	return o, nil
+}
+
+// parseSize reads fio-style sizes: 4096, 4k, 64K, 1m, 2g, also 4KiB.
+func parseSize(s string) (int64, error) {
+	t := strings.TrimSuffix(strings.TrimSuffix(strings.ToLower(s), "ib"), "b")
+	shift := 0
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'k':
+			shift = 10
+		case 'm':
+			shift = 20
+		case 'g':
+			shift = 30
+		}
+		if shift > 0 {
+			t = t[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || v < 0 || v > (1<<62)>>shift {
+		return 0, fmt.Errorf("bad size %q", s)
+	}
+	return v << shift, nil
+}
+
+// env is one invocation's shared state.
+type env struct {
+	opts     options
+	bin      string // the daemon binary; "" with -target
+	work     string // daemons' data and logs, below -out
+	log      io.Writer
+	progress *progress
+	summary  *summary
+}
+
+// summary is summary.json.
+type summary struct {
+	Command     []string            `json:"command"`
+	Started     string              `json:"started"`
+	Finished    string              `json:"finished"`
+	Host        hostInfo            `json:"host"`
+	Target      string              `json:"target,omitempty"`
+	Comparisons []*comparisonResult `json:"comparisons"`
+	Soak        *soakResult         `json:"soak,omitempty"`
+}
+
+func (s *summary) failed() bool {
+	for _, c := range s.Comparisons {
+		if c.Failed {
+			return true
+		}
+	}
+	return s.Soak != nil && !s.Soak.Passed
+}
+
+type hostInfo struct {
+	CPUs      int    `json:"cpus"`
+	CPUModel  string `json:"cpu_model,omitempty"`
+	Kernel    string `json:"kernel,omitempty"`
+	GoVersion string `json:"go_version"`
+}
+
+func readHost() hostInfo {
+	h := hostInfo{CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		h.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				h.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return h
+}
+
+func (e *env) duration(soak bool) time.Duration {
+	switch {
+	case e.opts.duration > 0:
+		return e.opts.duration
+	case soak:
+		return 2 * time.Minute
+	}
+	return 15 * time.Second
+}
+
+func (e *env) clients(def int) int {
+	if e.opts.concurrency > 0 {
+		return e.opts.concurrency
+	}
+	return def
+}
+
+func (e *env) bs(def int) int {
+	if e.opts.bs > 0 {
+		return e.opts.bs
+	}
+	return def
+}
+
+// fileSize is -file-size or def, rounded down to a whole number of bs
+// blocks and at least one: every write of a run must land below EOF.
+func (e *env) fileSize(def int64, bs int) int64 {
+	size := def
+	if e.opts.fileSize > 0 {
+		size = e.opts.fileSize
+	}
+	return max(size/int64(bs), 1) * int64(bs)
+}
+
+// run runs opts.scenario and returns what summary.json holds. Tables go to
+// stdout, the progress line to progressOut.
+func run(ctx context.Context, opts options, stdout, progressOut io.Writer) (*summary, error) {
+	out, err := filepath.Abs(opts.out)
+	if err != nil {
+		return nil, err
+	}
+	opts.out = out
+	e := &env{
+		opts:     opts,
+		work:     filepath.Join(out, "work"),
+		log:      stdout,
+		progress: newProgress(progressOut),
+		summary: &summary{Command: os.Args, Started: time.Now().UTC().Format(time.RFC3339),
+			Host: readHost(), Target: opts.target},
+	}
+	if err := os.MkdirAll(e.work, 0o755); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if !opts.keepData {
+			os.RemoveAll(e.work)
+		}
+	}()
+	if opts.target == "" {
+		e.bin = opts.daemon
+		if e.bin == "" {
+			fmt.Fprintln(stdout, "building the daemon ...")
+			if e.bin, err = buildDaemon(ctx, e.work); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	var comparisons []func() *comparison
+	add := func(name string) {
+		switch name {
+		case "below-eof":
+			comparisons = append(comparisons, e.belowEOF)
+		case "prealloc-overwrite":
+			sizes := []int{4 << 10, 16 << 10, 64 << 10}
+			if opts.bs > 0 {
+				sizes = []int{opts.bs}
+			}
+			for _, bs := range sizes {
+				comparisons = append(comparisons, func() *comparison { return e.preallocOverwrite(bs) })
+			}
+		case "fsync":
+			comparisons = append(comparisons, e.fsyncModes)
+		case "throughput":
+			comparisons = append(comparisons, e.throughput)
+		}
+	}
+	switch opts.scenario {
+	case "all":
+		for _, n := range scenarioNames {
+			add(n)
+		}
+	case "soak":
+	default:
+		add(opts.scenario)
+	}
+	for _, mk := range comparisons {
+		res, err := e.runComparison(ctx, mk())
+		if err != nil {
+			return e.summary, err
+		}
+		e.summary.Comparisons = append(e.summary.Comparisons, res)
+		if err := e.writeSummary(); err != nil {
+			return e.summary, err
+		}
+	}
+	if opts.scenario == "soak" {
+		res, err := e.runSoak(ctx)
+		if err != nil {
+			return e.summary, err
+		}
+		e.summary.Soak = res
+		if err := e.writeSummary(); err != nil {
+			return e.summary, err
+		}
+	}
+	fmt.Fprintf(stdout, "\nreports, charts and summary.json are in %s\n", out)
+	return e.summary, nil
+}

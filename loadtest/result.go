@@ -1,0 +1,171 @@
+package main
+
+import (
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/bojand/ghz/runner"
+)
+
+// fioPercentiles are the completion-latency percentiles fio prints by
+// default ("clat percentiles (usec)"), so that the tables read like the
+// kernel patches' own fio output.
+var fioPercentiles = []float64{1, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 99, 99.5, 99.9, 99.95, 99.99}
+
+// runResult is one timed run of one configuration.
+type runResult struct {
+	Column string
+	Round  int
+	// Count is the operations that completed, failed ones included.
+	Count uint64
+	// Errors counts failed operations by error text.
+	Errors  map[string]int
+	Elapsed time.Duration
+	// latencies of the successful operations, sorted.
+	latencies []time.Duration
+	// report is ghz's report of the run: ghz's own for the runs ghz
+	// drives, one built from the same figures for the harness's own loops.
+	report *runner.Report
+}
+
+// IOPS is completed operations per second, as fio counts them.
+func (r *runResult) IOPS() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Count) / r.Elapsed.Seconds()
+}
+
+// ErrorCount is how many operations failed.
+func (r *runResult) ErrorCount() int {
+	n := 0
+	for _, c := range r.Errors {
+		n += c
+	}
+	return n
+}
+
+// percentile is the nearest-rank percentile p of the run's latencies.
+func (r *runResult) percentile(p float64) time.Duration {
+	return percentileOf(r.latencies, p)
+}
+
+func percentileOf(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	// The epsilon keeps float error (99.9/100*1000 = 999.0000000000001)
+	// from moving the rank up by one.
+	rank := int(math.Ceil(p/100*float64(len(sorted)) - 1e-9))
+	return sorted[min(max(rank, 1), len(sorted))-1]
+}
+
+// median of xs (the lower middle of an even count, like the store's
+// benchmarks); 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	sort.Float64s(s)
+	return s[(len(s)-1)/2]
+}
+
+// loopResult turns the latencies and errors of one of the harness's own
+// loops (no ghz involved) into a runResult carrying a report in ghz's
+// format, so that its JSON and HTML read like ghz's.
+func loopResult(column, call string, clients int, elapsed time.Duration, lats []time.Duration, errs map[string]int) *runResult {
+	slices.Sort(lats)
+	r := &runResult{Column: column, Count: uint64(len(lats)), Errors: errs, Elapsed: elapsed, latencies: lats}
+	for _, n := range errs {
+		r.Count += uint64(n)
+	}
+	rep := &runner.Report{
+		Name:           column,
+		EndReason:      runner.ReasonTimeout,
+		Date:           time.Now(),
+		Count:          r.Count,
+		Total:          elapsed,
+		Rps:            r.IOPS(),
+		ErrorDist:      errs,
+		StatusCodeDist: map[string]int{},
+		Options:        runner.Options{Call: call, Concurrency: clients, Duration: elapsed, Insecure: true},
+	}
+	if len(lats) > 0 {
+		rep.StatusCodeDist["OK"] = len(lats)
+		var sum time.Duration
+		for _, l := range lats {
+			sum += l
+		}
+		rep.Average = sum / time.Duration(len(lats))
+		rep.Fastest, rep.Slowest = lats[0], lats[len(lats)-1]
+		for _, p := range []int{10, 25, 50, 75, 90, 95, 99} {
+			rep.LatencyDistribution = append(rep.LatencyDistribution,
+				runner.LatencyDistribution{Percentage: p, Latency: percentileOf(lats, float64(p))})
+		}
+		rep.Histogram = histogram(lats)
+	}
+	for text, n := range errs {
+		rep.StatusCodeDist[errorCode(text)] += n
+	}
+	r.report = rep
+	return r
+}
+
+// histogram is ghz's latency histogram: ten equal buckets from the fastest
+// to the slowest latency, each marked by its upper bound in seconds.
+func histogram(sorted []time.Duration) []runner.Bucket {
+	const buckets = 10
+	lo, hi := sorted[0].Seconds(), sorted[len(sorted)-1].Seconds()
+	width := (hi - lo) / buckets
+	out := make([]runner.Bucket, buckets+1)
+	for i := range out {
+		out[i].Mark = lo + width*float64(i)
+	}
+	out[buckets].Mark = hi
+	i := 0
+	for _, l := range sorted {
+		for i < buckets && l.Seconds() > out[i].Mark {
+			i++
+		}
+		out[i].Count++
+	}
+	for i := range out {
+		out[i].Frequency = float64(out[i].Count) / float64(len(sorted))
+	}
+	return out
+}
+
+// errorCode is the gRPC code name in a gRPC error text ("rpc error: code =
+// NotFound desc = ..."), or the text itself.
+func errorCode(text string) string {
+	const prefix = "rpc error: code = "
+	if len(text) > len(prefix) && text[:len(prefix)] == prefix {
+		rest := text[len(prefix):]
+		for i := range len(rest) {
+			if rest[i] == ' ' {
+				return rest[:i]
+			}
+		}
+		return rest
+	}
+	return text
+}
+
+// fromGHZ turns ghz's report into a runResult. ghz keeps every call's
+// latency in Details (up to a million), which is what the fio percentiles
+// are computed from; only successful calls count, as in ghz's own
+// distribution.
+func fromGHZ(column string, rep *runner.Report) *runResult {
+	r := &runResult{Column: column, Count: rep.Count, Errors: rep.ErrorDist, Elapsed: rep.Total, report: rep}
+	r.latencies = make([]time.Duration, 0, len(rep.Details))
+	for _, d := range rep.Details {
+		if d.Error == "" {
+			r.latencies = append(r.latencies, d.Latency)
+		}
+	}
+	slices.Sort(r.latencies)
+	return r
+}

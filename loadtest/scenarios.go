@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+)
+
+// The comparisons, each the service's replay of one kernel patch's fio
+// experiment (DESIGN.md), plus the service's overhead.
+
+// belowEOF: the btrfs unlocked buffered write. Random 4 KiB writes below
+// EOF of a fully written file, sync=data, 8 clients (the seed's 8 jobs):
+// exclusive vs unlocked-below-eof.
+func (e *env) belowEOF() *comparison {
+	const path = "loadtest/below-eof.dat"
+	bs := e.bs(4 << 10)
+	size := e.fileSize(256<<20, bs)
+	setup := func(ctx context.Context, s *session) error { return writeFile(ctx, s.client, path, size) }
+	run := ghzWrites(path, size, filewritev1.SyncMode_SYNC_MODE_DATA)
+	return &comparison{
+		name:    "below-eof",
+		title:   fmt.Sprintf("random %s writes below EOF of a written %s file, sync=data, buffered", sizeName(bs), sizeName(size)),
+		clients: e.clients(8), bs: bs, byServer: true,
+		columns: []column{
+			{name: "exclusive", daemon: []string{"--policy", "exclusive"}, setup: setup, run: run},
+			{name: "unlocked-below-eof", daemon: []string{"--policy", "unlocked-below-eof"}, setup: setup, run: run},
+		},
+		ratios: [][2]string{{"unlocked-below-eof", "exclusive"}},
+	}
+}
+
+// preallocOverwrite: the ext4 shared lock for unwritten extents. Direct
+// random writes into a freshly fallocated file, 10 clients, at bs (the
+// seed used 4k, 16k and 64k): shared-written vs shared-overwrite. The file
+// is fallocated afresh before every run, because a run turns the blocks it
+// writes from unwritten into written, and is made large (2^16 blocks of bs,
+// at least 1 GiB) so that few of a run's writes land on blocks an earlier
+// write of the same run already converted.
+func (e *env) preallocOverwrite(bs int) *comparison {
+	path := "loadtest/prealloc-" + sizeName(bs) + ".dat"
+	size := e.fileSize(max(1<<30, int64(bs)<<16), bs)
+	fresh := func(ctx context.Context, s *session) error { return fallocateFile(ctx, s.client, path, size) }
+	// Free the blocks between runs: an idle daemon need not hold gigabytes.
+	free := func(ctx context.Context, s *session) error {
+		_, err := s.client.Truncate(ctx, &filewritev1.TruncateRequest{Path: path, Size: 0})
+		return err
+	}
+	run := ghzWrites(path, size, filewritev1.SyncMode_SYNC_MODE_UNSPECIFIED)
+	return &comparison{
+		name:    "prealloc-overwrite-" + sizeName(bs),
+		title:   fmt.Sprintf("random %s O_DIRECT writes into a freshly fallocated %s file", sizeName(bs), sizeName(size)),
+		clients: e.clients(10), bs: bs, byServer: true,
+		columns: []column{
+			{name: "shared-written", daemon: []string{"--policy", "shared-written", "--io", "direct"}, before: fresh, after: free, run: run},
+			{name: "shared-overwrite", daemon: []string{"--policy", "shared-overwrite", "--io", "direct"}, before: fresh, after: free, run: run},
+		},
+		ratios: [][2]string{{"shared-overwrite", "shared-written"}},
+	}
+}
+
+// fsyncModes: the btrfs fsync unplug. 32 clients, each writing 4 KiB at a
+// random block below EOF and then calling Fsync (data only): the 3 ms
+// gathering timer vs one sync per call vs group commit.
+func (e *env) fsyncModes() *comparison {
+	const path = "loadtest/fsync.dat"
+	bs := e.bs(4 << 10)
+	size := e.fileSize(16<<20, bs)
+	setup := func(ctx context.Context, s *session) error { return writeFile(ctx, s.client, path, size) }
+	run := writeThenFsync(path, size)
+	return &comparison{
+		name:    "fsync",
+		title:   fmt.Sprintf("each client: Write %s below EOF of a %s file, then Fsync(data_only); one op is the pair", sizeName(bs), sizeName(size)),
+		clients: e.clients(32), bs: bs, byServer: true,
+		columns: []column{
+			{name: "timer", daemon: []string{"--fsync", "timer"}, setup: setup, run: run},
+			{name: "per-call", daemon: []string{"--fsync", "per-call"}, setup: setup, run: run},
+			{name: "group", daemon: []string{"--fsync", "group"}, setup: setup, run: run},
+		},
+		ratios: [][2]string{{"group", "per-call"}, {"timer", "group"}},
+	}
+}
+
+// throughput: the service's overhead. Buffered 4 KiB writes below EOF at
+// 32 clients, against the ceiling of the same harness and server (a health
+// Check, which does no work) and against raw pwrite(2) from 32 goroutines
+// in the harness. All three share one daemon in its default configuration.
+func (e *env) throughput() *comparison {
+	const path = "loadtest/throughput.dat"
+	bs := e.bs(4 << 10)
+	size := e.fileSize(256<<20, bs)
+	defaults := []string{} // the daemon's defaults: unlocked-below-eof, buffered, group
+	return &comparison{
+		name:    "throughput",
+		title:   fmt.Sprintf("buffered %s writes below EOF of a written %s file vs a no-op RPC vs raw pwrite", sizeName(bs), sizeName(size)),
+		clients: e.clients(32), bs: bs,
+		columns: []column{
+			{name: "noop", daemon: defaults, run: ghzHealthChecks},
+			{name: "write", daemon: defaults,
+				setup: func(ctx context.Context, s *session) error { return writeFile(ctx, s.client, path, size) },
+				run:   ghzWrites(path, size, filewritev1.SyncMode_SYNC_MODE_UNSPECIFIED),
+				after: func(ctx context.Context, s *session) error { return fsyncFile(ctx, s.client, path) }},
+			{name: "raw-pwrite", setup: setupRawFile(size), run: rawPwrites(size), after: syncRawFile},
+		},
+		ratios: [][2]string{{"write", "noop"}, {"write", "raw-pwrite"}},
+	}
+}
+
+// sizeName prints a size the way fio's bs= does: 4k, 64k, 1m, 1g.
+func sizeName[T int64Like](n T) string {
+	v := int64(n)
+	for _, u := range []struct {
+		suffix string
+		shift  uint
+	}{{"g", 30}, {"m", 20}, {"k", 10}} {
+		if v != 0 && v%(1<<u.shift) == 0 {
+			return fmt.Sprintf("%d%s", v>>u.shift, u.suffix)
+		}
+	}
+	return fmt.Sprint(v)
+}
+
+type int64Like interface{ ~int | ~int64 }
