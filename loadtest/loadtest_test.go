@@ -1,0 +1,451 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bojand/ghz/runner"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+)
+
+// daemonBin is the daemon every test starts, built once by TestMain into
+// a directory on the project filesystem.
+var daemonBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp(".", "testdata-tmp-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	daemonBin, err = buildDaemon(context.Background(), dir)
+	code := 1
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	} else {
+		code = m.Run()
+	}
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// shortRun is a run of a scenario small enough for go test: a fraction of
+// a second per run, two rounds (so that the alternation runs), tiny files.
+func shortRun(t *testing.T, scenario string, mod func(*options)) (*summary, string, string) {
+	t.Helper()
+	// On the project filesystem, like the harness's own default.
+	out, err := os.MkdirTemp(".", "testdata-tmp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(out) })
+	opts := options{scenario: scenario, duration: 300 * time.Millisecond, rounds: 2, fileSize: 1 << 20,
+		out: out, daemon: daemonBin}
+	if mod != nil {
+		mod(&opts)
+	}
+	var stdout bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sum, err := run(ctx, opts, &stdout, io.Discard)
+	if err != nil {
+		t.Fatalf("run %s: %v\n%s", scenario, err, stdout.String())
+	}
+	return sum, out, stdout.String()
+}
+
+// checkSVG parses an SVG with encoding/xml and returns how many of each
+// element it holds.
+func checkSVG(t *testing.T, path string) map[string]int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	elems := map[string]int{}
+	dec := xml.NewDecoder(bytes.NewReader(data))
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s does not parse as XML: %v", path, err)
+		}
+		if se, ok := tok.(xml.StartElement); ok {
+			if len(elems) == 0 && se.Name.Local != "svg" {
+				t.Fatalf("%s: root element %q, want svg", path, se.Name.Local)
+			}
+			elems[se.Name.Local]++
+		}
+	}
+	return elems
+}
+
+// checkReports checks that a run's ghz JSON report parses and shows no
+// errors, and that its HTML report was written.
+func checkReports(t *testing.T, out, jsonPath, htmlPath string, wantCount uint64) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(out, jsonPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Count     uint64         `json:"count"`
+		ErrorDist map[string]int `json:"errorDistribution"`
+		Latencies []any          `json:"latencyDistribution"`
+	}
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatalf("%s: %v", jsonPath, err)
+	}
+	if rep.Count != wantCount || len(rep.ErrorDist) != 0 || len(rep.Latencies) == 0 {
+		t.Errorf("%s: count %d, errors %v, %d latency percentiles; want count %d, no errors, some percentiles",
+			jsonPath, rep.Count, rep.ErrorDist, len(rep.Latencies), wantCount)
+	}
+	html, err := os.ReadFile(filepath.Join(out, htmlPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(html, []byte("<html")) {
+		t.Errorf("%s is not an HTML page", htmlPath)
+	}
+}
+
+// TestScenarios runs every comparison briefly against real daemons: every
+// request must succeed, and the tables, reports, charts and summary must
+// be there and parse. It checks nothing about speed.
+func TestScenarios(t *testing.T) {
+	for _, tt := range []struct {
+		scenario string
+		names    []string // comparisons
+		columns  []string
+		ratios   []string
+	}{
+		{"below-eof", []string{"below-eof"}, []string{"exclusive", "unlocked-below-eof"}, []string{"unlocked-below-eof/exclusive"}},
+		{"prealloc-overwrite", []string{"prealloc-overwrite-4k", "prealloc-overwrite-16k", "prealloc-overwrite-64k"},
+			[]string{"shared-written", "shared-overwrite"}, []string{"shared-overwrite/shared-written"}},
+		{"fsync", []string{"fsync"}, []string{"timer", "per-call", "group"}, []string{"group/per-call", "timer/group"}},
+		{"throughput", []string{"throughput"}, []string{"noop", "write", "raw-pwrite"}, []string{"write/noop", "write/raw-pwrite"}},
+	} {
+		t.Run(tt.scenario, func(t *testing.T) {
+			sum, out, table := shortRun(t, tt.scenario, nil)
+			var names []string
+			for _, c := range sum.Comparisons {
+				names = append(names, c.Name)
+			}
+			if !slices.Equal(names, tt.names) {
+				t.Fatalf("comparisons %q, want %q", names, tt.names)
+			}
+			for _, c := range sum.Comparisons {
+				checkComparison(t, out, table, c, tt.columns, tt.ratios, 2)
+			}
+			var fromFile summary
+			data, err := os.ReadFile(filepath.Join(out, "summary.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(data, &fromFile); err != nil {
+				t.Fatalf("summary.json: %v", err)
+			}
+			if len(fromFile.Comparisons) != len(tt.names) {
+				t.Errorf("summary.json holds %d comparisons, want %d", len(fromFile.Comparisons), len(tt.names))
+			}
+			if _, err := os.Stat(filepath.Join(out, "work")); !os.IsNotExist(err) {
+				t.Errorf("the work directory (daemon data) was left behind: %v", err)
+			}
+		})
+	}
+}
+
+func checkComparison(t *testing.T, out, table string, c *comparisonResult, columns, ratios []string, rounds int) {
+	t.Helper()
+	if c.Failed {
+		t.Errorf("%s: runs had errors", c.Name)
+	}
+	var got []string
+	for _, col := range c.Columns {
+		got = append(got, col.Name)
+		if len(col.Rounds) != rounds {
+			t.Errorf("%s/%s: %d rounds, want %d", c.Name, col.Name, len(col.Rounds), rounds)
+		}
+		for _, r := range col.Rounds {
+			if r.Count == 0 || len(r.Errors) != 0 {
+				t.Errorf("%s/%s round %d: %d requests, errors %v; want some, none failed", c.Name, col.Name, r.Round, r.Count, r.Errors)
+			}
+			if len(r.Clat) != len(fioPercentiles) {
+				t.Errorf("%s/%s round %d: %d percentiles, want %d", c.Name, col.Name, r.Round, len(r.Clat), len(fioPercentiles))
+			}
+			checkReports(t, out, r.ReportJSON, r.ReportHTML, r.Count)
+		}
+	}
+	if !slices.Equal(got, columns) {
+		t.Errorf("%s: columns %q, want %q", c.Name, got, columns)
+	}
+	got = nil
+	for _, r := range c.Ratios {
+		got = append(got, r.Name)
+		if len(r.IOPSPerRound) != rounds || r.IOPS <= 0 {
+			t.Errorf("%s: ratio %s per round %v, median %v", c.Name, r.Name, r.IOPSPerRound, r.IOPS)
+		}
+	}
+	if !slices.Equal(got, ratios) {
+		t.Errorf("%s: ratios %q, want %q", c.Name, got, ratios)
+	}
+	elems := checkSVG(t, filepath.Join(out, c.Chart))
+	if elems["polyline"] != len(columns) || elems["rect"] < len(columns)+1 {
+		t.Errorf("%s: %d curves and %d rectangles, want a curve and a bar per column", c.Chart, elems["polyline"], elems["rect"])
+	}
+
+	// The table: a header with every column and ratio, then fio's rows.
+	section := table[strings.Index(table, "== "+c.Name+":"):]
+	if next := strings.Index(section[3:], "\n== "); next >= 0 {
+		section = section[:next+3]
+	}
+	lines := strings.Split(section, "\n")
+	var header string
+	for _, l := range lines {
+		if strings.Contains(l, columns[0]) && strings.Contains(l, columns[len(columns)-1]) {
+			header = l
+			break
+		}
+	}
+	for _, want := range append(slices.Clone(columns), ratios...) {
+		if !strings.Contains(header, want) {
+			t.Errorf("%s: table header %q lacks %q:\n%s", c.Name, header, want, section)
+		}
+	}
+	for _, p := range fioPercentiles {
+		label := fmt.Sprintf("| %5.2fth=", p)
+		found := false
+		for _, l := range lines {
+			if strings.Contains(l, label) {
+				found = true
+				if n := strings.Count(l, "["); n != len(columns) {
+					t.Errorf("%s: row %q has %d values, want one per column", c.Name, l, n)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s: no %s row in the table:\n%s", c.Name, label, section)
+		}
+	}
+	for _, row := range []string{"iops", "bw (KiB/s)", "clat percentiles (usec):"} {
+		if !strings.Contains(section, "   "+row) {
+			t.Errorf("%s: no %q row in the table:\n%s", c.Name, row, section)
+		}
+	}
+}
+
+// TestSoak runs the soak briefly: no unexpected error, every file equal to
+// the model, the daemon's memory read at start and end, and a clean exit.
+func TestSoak(t *testing.T) {
+	sum, out, text := shortRun(t, "soak", func(o *options) {
+		o.duration = time.Second
+		o.concurrency = 16
+	})
+	s := sum.Soak
+	if s == nil {
+		t.Fatal("no soak result")
+	}
+	if !s.Passed || s.Unexpected != 0 {
+		t.Fatalf("soak failed: %d unexpected: %q\n%s", s.Unexpected, s.UnexpectedSamples, text)
+	}
+	if s.VerifiedFiles != s.Files || s.Files != soakFiles || s.VerifiedBytes == 0 {
+		t.Errorf("verified %d of %d files (%d bytes), want all %d", s.VerifiedFiles, s.Files, s.VerifiedBytes, soakFiles)
+	}
+	if s.MemoryStart == nil || s.MemoryEnd == nil || s.MemoryEnd.PeakRSS < s.MemoryStart.PeakRSS {
+		t.Errorf("memory start %+v, end %+v: want both, the peak not falling", s.MemoryStart, s.MemoryEnd)
+	}
+	if s.DaemonExit != "exit 0" {
+		t.Errorf("daemon exit: %s", s.DaemonExit)
+	}
+	ops := map[string]int{}
+	for _, op := range s.Ops {
+		ops[op.Op] = op.Count
+	}
+	for _, op := range []string{"write", "read", "truncate", "fallocate", "fsync", "stat"} {
+		if ops[op] == 0 {
+			t.Errorf("no %s ran: %v", op, ops)
+		}
+	}
+	checkSVG(t, filepath.Join(out, s.Chart))
+	checkReports(t, out, s.ReportJSON, s.ReportHTML, s.Total)
+	if !strings.Contains(text, "soak: PASS") {
+		t.Errorf("no verdict in the output:\n%s", text)
+	}
+}
+
+// TestTarget runs against a daemon the harness did not start: a
+// comparison of server configurations becomes one "target" column, one of
+// workloads keeps them all.
+func TestTarget(t *testing.T) {
+	dir, err := os.MkdirTemp(".", "testdata-tmp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	d, err := startDaemon(context.Background(), "target", daemonBin, filepath.Join(dir, "data"), filepath.Join(dir, "log"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.stop()
+	for _, tt := range []struct {
+		scenario string
+		columns  []string
+		ratios   []string
+	}{
+		{"below-eof", []string{"target"}, nil},
+		{"throughput", []string{"noop", "write", "raw-pwrite"}, []string{"write/noop", "write/raw-pwrite"}},
+	} {
+		sum, out, table := shortRun(t, tt.scenario, func(o *options) { o.target, o.daemon, o.rounds = d.addr, "", 1 })
+		checkComparison(t, out, table, sum.Comparisons[0], tt.columns, tt.ratios, 1)
+	}
+}
+
+// TestGHZConfigs loads every ghz config file in ghz/ the way the ghz CLI
+// does and runs it briefly against a daemon, with its host replaced:
+// fallocate.json first, since it prepares the file the others use.
+func TestGHZConfigs(t *testing.T) {
+	paths, err := filepath.Glob("ghz/*.json")
+	if err != nil || len(paths) < 5 {
+		t.Fatalf("ghz configs: %q, %v", paths, err)
+	}
+	slices.SortFunc(paths, func(a, b string) int {
+		return strings.Compare(fmt.Sprint(!strings.HasSuffix(a, "fallocate.json"), a), fmt.Sprint(!strings.HasSuffix(b, "fallocate.json"), b))
+	})
+	dir, err := os.MkdirTemp(".", "testdata-tmp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	d, err := startDaemon(context.Background(), "ghz", daemonBin, filepath.Join(dir, "data"), filepath.Join(dir, "log"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.stop()
+	for _, path := range paths {
+		var cfg runner.Config
+		if err := runner.LoadConfig(path, &cfg); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if cfg.Host != "127.0.0.1:50051" || !cfg.Insecure || cfg.Call == "" {
+			t.Errorf("%s: host %q, insecure %v, call %q: want the daemon's default address, plaintext", path, cfg.Host, cfg.Insecure, cfg.Call)
+		}
+		const calls = 20
+		cfg.Host = d.addr
+		if cfg.N != 1 { // keep one-shot configs as they are
+			cfg.Z, cfg.N = 0, calls
+		}
+		rep, err := runner.Run(cfg.Call, cfg.Host, runner.WithConfig(&cfg))
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if rep.Count != uint64(cfg.N) || len(rep.ErrorDist) != 0 {
+			t.Errorf("%s: %d calls, errors %v; want %d, none", path, rep.Count, rep.ErrorDist, cfg.N)
+		}
+	}
+}
+
+func TestWriteEncoder(t *testing.T) {
+	enc, err := newWriteEncoder("a/b.dat", 4096, filewritev1.SyncMode_SYNC_MODE_DATA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range []int64{0, 4096, 1 << 40} {
+		b := enc.encode(off)
+		n, l := protowire.ConsumeVarint(b)
+		if l < 0 || int(n) != len(b)-l {
+			t.Fatalf("offset %d: length prefix %d over %d bytes", off, n, len(b)-l)
+		}
+		var got filewritev1.WriteRequest
+		if err := proto.Unmarshal(b[l:], &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.GetPath() != "a/b.dat" || got.GetOffset() != off || len(got.GetData()) != 4096 || got.GetSync() != filewritev1.SyncMode_SYNC_MODE_DATA {
+			t.Errorf("encode(%d) decodes to path %q offset %d, %d bytes, sync %v", off, got.GetPath(), got.GetOffset(), len(got.GetData()), got.GetSync())
+		}
+	}
+	if got := delimited(nil); !bytes.Equal(got, []byte{0}) {
+		t.Errorf("delimited(nil) = %v, want [0]", got)
+	}
+}
+
+func TestRandomBlock(t *testing.T) {
+	seen := map[int64]bool{}
+	for n := range int64(1000) {
+		b := randomBlock(7, n, 64)
+		if b < 0 || b >= 64 {
+			t.Fatalf("randomBlock(7, %d, 64) = %d", n, b)
+		}
+		if again := randomBlock(7, n, 64); again != b {
+			t.Fatalf("randomBlock is not a function of its arguments: %d then %d", b, again)
+		}
+		seen[b] = true
+	}
+	if len(seen) < 60 {
+		t.Errorf("1000 draws hit %d of 64 blocks", len(seen))
+	}
+}
+
+func TestPercentiles(t *testing.T) {
+	var lats []time.Duration
+	for i := 1; i <= 1000; i++ {
+		lats = append(lats, time.Duration(i)*time.Microsecond)
+	}
+	for _, tt := range []struct {
+		p    float64
+		want time.Duration
+	}{{1, 10 * time.Microsecond}, {50, 500 * time.Microsecond}, {99.9, 999 * time.Microsecond}, {99.99, 1000 * time.Microsecond}, {100, 1000 * time.Microsecond}} {
+		if got := percentileOf(lats, tt.p); got != tt.want {
+			t.Errorf("percentile %v = %v, want %v", tt.p, got, tt.want)
+		}
+	}
+	if got := median([]float64{3, 1, 2}); got != 2 {
+		t.Errorf("median = %v, want 2", got)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want int64
+	}{{"4096", 4096}, {"4k", 4096}, {"64K", 64 << 10}, {"1m", 1 << 20}, {"2g", 2 << 30}, {"4KiB", 4096}, {"16kb", 16 << 10}} {
+		if got, err := parseSize(tt.in); err != nil || got != tt.want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", tt.in, got, err, tt.want)
+		}
+	}
+	for _, bad := range []string{"", "k", "-4k", "4x", "1.5m"} {
+		if _, err := parseSize(bad); err == nil {
+			t.Errorf("parseSize(%q) succeeded", bad)
+		}
+	}
+}
+
+func TestParseOptions(t *testing.T) {
+	o, err := parseOptions([]string{"-scenario", "prealloc-overwrite", "-bs", "16k", "-duration", "3s", "-target", "127.0.0.1:1"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.bs != 16<<10 || o.duration != 3*time.Second || o.rounds != 3 || o.target != "127.0.0.1:1" {
+		t.Errorf("parsed %+v", o)
+	}
+	for _, args := range [][]string{{}, {"-scenario", "nope"}, {"-scenario", "all", "-rounds", "0"}, {"-scenario", "all", "-bs", "0"}, {"-scenario", "all", "x"}} {
+		if _, err := parseOptions(args, io.Discard); err == nil {
+			t.Errorf("parseOptions(%q) succeeded", args)
+		}
+	}
+}
