@@ -58,6 +58,7 @@ type column struct {
 type session struct {
 	cmp      *comparison
 	addr     string // the gRPC address; "" for a column without a server
+	pid      int    // the daemon's process, 0 if the harness did not start it
 	client   filewritev1.FileServiceClient
 	dir      string // a directory of the column's own on the project filesystem
 	clients  int
@@ -92,6 +93,7 @@ type columnSummary struct {
 	IOPS        float64        `json:"median_iops"`
 	Bandwidth   float64        `json:"median_bandwidth_bytes_per_sec"`
 	Clat        []percentileUS `json:"median_clat_usec"`
+	CPU         cpuPerOp       `json:"median_cpu"`
 	Errors      int            `json:"errors"`
 	errorsByMsg map[string]int // summed over rounds
 	clatByPct   map[float64]float64
@@ -104,8 +106,26 @@ type roundSummary struct {
 	ElapsedSec float64        `json:"elapsed_sec"`
 	IOPS       float64        `json:"iops"`
 	Clat       []percentileUS `json:"clat_usec"`
+	CPU        cpuPerOp       `json:"cpu"`
 	ReportJSON string         `json:"ghz_json"`
 	ReportHTML string         `json:"ghz_html"`
+}
+
+// cpuPerOp is the CPU time one operation cost the daemon (ServerUS, 0
+// when the harness did not start it) and the harness (ClientUS), and how
+// many CPUs' worth other processes used meanwhile (OtherCores).
+type cpuPerOp struct {
+	ServerUS   float64 `json:"server_usec_per_op"`
+	ClientUS   float64 `json:"client_usec_per_op"`
+	OtherCores float64 `json:"other_load_cores"`
+}
+
+func perOp(r *runResult) cpuPerOp {
+	if r.Count == 0 || r.Elapsed <= 0 {
+		return cpuPerOp{}
+	}
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / float64(r.Count) }
+	return cpuPerOp{ServerUS: us(r.CPU.Server), ClientUS: us(r.CPU.Client), OtherCores: r.CPU.Others().Seconds() / r.Elapsed.Seconds()}
 }
 
 type percentileUS struct {
@@ -177,9 +197,13 @@ func (e *env) runComparison(ctx context.Context, c *comparison) (_ *comparisonRe
 					return nil, err
 				}
 				daemons[key] = d
-				fmt.Fprintf(e.log, "   daemon %-20s %s at %s\n", col.name, strings.Join(col.daemon, " "), d.addr)
+				flags := strings.Join(col.daemon, " ")
+				if flags == "" {
+					flags = "(default flags)"
+				}
+				fmt.Fprintf(e.log, "   daemon %-20s %s at %s\n", col.name, flags, d.addr)
 			}
-			s.addr = d.addr
+			s.addr, s.pid = d.addr, d.cmd.Process.Pid
 		}
 		if s.addr != "" {
 			cc, err := grpc.NewClient("passthrough:///"+s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -244,12 +268,14 @@ func (e *env) runColumn(ctx context.Context, c *comparison, col column, s *sessi
 	s.done.Store(0)
 	label := fmt.Sprintf("[%s] %s round %d/%d", c.name, col.name, s.round, e.opts.rounds)
 	end := e.progress.start(label, s.duration, s.done)
+	cpu0 := sampleCPU(s.pid)
 	r, err := col.run(ctx, s)
+	cpu := sampleCPU(s.pid).since(cpu0)
 	end()
 	if err != nil {
 		return nil, err
 	}
-	r.Column, r.Round = col.name, s.round
+	r.Column, r.Round, r.CPU = col.name, s.round, cpu
 	if col.after != nil {
 		if err := col.after(ctx, s); err != nil {
 			return nil, fmt.Errorf("after: %w", err)
@@ -301,12 +327,15 @@ func (e *env) summarize(res *comparisonResult, c *comparison, cols []column) {
 		if e.opts.target != "" && col.daemon != nil {
 			cs.DaemonFlags = nil
 		}
-		var iops []float64
+		var iops, server, client, others []float64
 		pcts := map[float64][]float64{}
 		for _, r := range res.runs[col.name] {
 			jp, hp := reportPaths(c.name, r)
 			rs := roundSummary{Round: r.Round, Count: r.Count, Errors: r.Errors, ElapsedSec: r.Elapsed.Seconds(),
-				IOPS: r.IOPS(), ReportJSON: jp, ReportHTML: hp}
+				IOPS: r.IOPS(), CPU: perOp(r), ReportJSON: jp, ReportHTML: hp}
+			server = append(server, rs.CPU.ServerUS)
+			client = append(client, rs.CPU.ClientUS)
+			others = append(others, rs.CPU.OtherCores)
 			for _, p := range fioPercentiles {
 				us := float64(r.percentile(p)) / float64(time.Microsecond)
 				rs.Clat = append(rs.Clat, percentileUS{p, us})
@@ -320,6 +349,7 @@ func (e *env) summarize(res *comparisonResult, c *comparison, cols []column) {
 			cs.Rounds = append(cs.Rounds, rs)
 		}
 		cs.IOPS = median(iops)
+		cs.CPU = cpuPerOp{ServerUS: median(server), ClientUS: median(client), OtherCores: median(others)}
 		cs.Bandwidth = cs.IOPS * float64(c.bs)
 		for _, p := range fioPercentiles {
 			m := median(pcts[p])

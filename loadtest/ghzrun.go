@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -35,6 +36,9 @@ type ghzRun struct {
 	message func(n int64) []byte
 	// done counts completed calls, for the progress line.
 	done *atomic.Int64
+	// connections is how many HTTP/2 connections the clients share; 0
+	// means one per client.
+	connections int
 }
 
 // run drives ghz's runner for r.duration and returns its report. Calls
@@ -59,7 +63,7 @@ func (r ghzRun) run(ctx context.Context, column string) (*runResult, error) {
 		// One connection per client, like independent fio jobs: one shared
 		// HTTP/2 connection would serialize every client's frames through
 		// one reader and one writer on each side.
-		runner.WithConnections(uint(r.clients)),
+		runner.WithConnections(uint(cmp.Or(r.connections, r.clients))),
 		runner.WithRunDuration(r.duration),
 		runner.WithDurationStopAction("wait"),
 		runner.WithTimeout(time.Minute),

@@ -251,7 +251,8 @@ func run(ctx context.Context, opts options, stdout, progressOut io.Writer) (*sum
 		work:     filepath.Join(out, "work"),
 		log:      stdout,
 		progress: newProgress(progressOut),
-		summary: &summary{Command: os.Args, Started: time.Now().UTC().Format(time.RFC3339),
+		// argv[0] of "go run" is a temporary path; the command is what matters.
+		summary: &summary{Command: append([]string{"loadtest"}, os.Args[1:]...), Started: time.Now().UTC().Format(time.RFC3339),
 			Host: readHost(), Target: opts.target},
 	}
 	if err := os.MkdirAll(e.work, 0o755); err != nil {

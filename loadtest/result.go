@@ -23,6 +23,9 @@ type runResult struct {
 	// Errors counts failed operations by error text.
 	Errors  map[string]int
 	Elapsed time.Duration
+	// CPU is what the run cost the daemon, the harness and the rest of
+	// the machine.
+	CPU cpuUsage
 	// latencies of the successful operations, sorted.
 	latencies []time.Duration
 	// report is ghz's report of the run: ghz's own for the runs ghz

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -583,7 +584,7 @@ func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
 func printSoak(e *env, r *soakResult) {
 	w := e.log
-	fmt.Fprintf(w, "   %-12s %9s %9s %9s %10s %10s %10s %10s %10s\n", "op", "count", "expected", "unexpect", "p50 usec", "p99", "p99.9", "p99.99", "")
+	fmt.Fprintf(w, "   %-12s %9s %9s %9s %10s %10s %10s %10s\n", "op", "count", "expected", "unexpect", "p50 usec", "p99", "p99.9", "p99.99")
 	for _, op := range r.Ops {
 		us := map[float64]float64{}
 		for _, p := range op.Clat {
@@ -596,6 +597,14 @@ func printSoak(e *env, r *soakResult) {
 	if r.MemoryStart != nil && r.MemoryEnd != nil {
 		fmt.Fprintf(w, "   daemon memory: start VmHWM %s VmRSS %s; end VmHWM %s VmRSS %s\n",
 			mib(r.MemoryStart.PeakRSS), mib(r.MemoryStart.RSS), mib(r.MemoryEnd.PeakRSS), mib(r.MemoryEnd.RSS))
+	}
+	if n := len(r.RSSSamples); n >= 4 {
+		var parts []string
+		for _, q := range []int{n / 4, n / 2, 3 * n / 4, n - 1} {
+			s := r.RSSSamples[q]
+			parts = append(parts, fmt.Sprintf("%.0fs %s", s.Sec, mib(s.RSS)))
+		}
+		fmt.Fprintf(w, "   daemon VmRSS during the run: %s\n", strings.Join(parts, ", "))
 	}
 	fmt.Fprintf(w, "   content: %d of %d files (%s) read back whole and equal to the model; daemon: %s\n",
 		r.VerifiedFiles, r.Files, mib(r.VerifiedBytes), r.DaemonExit)

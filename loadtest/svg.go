@@ -117,11 +117,13 @@ func chart(title, subtitle, barsTitle string, columns []columnSummary, footer []
 		bw := slot * 0.55
 		d.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" fill-opacity="0.8"/>`,
 			cx-bw/2, yOf(c.IOPS), bw, ly1-yOf(c.IOPS), color)
+		labelAt := c.IOPS
 		for j, r := range c.Rounds {
 			dx := (float64(j) - float64(len(c.Rounds)-1)/2) * 8
 			d.f(`<circle cx="%.1f" cy="%.1f" r="3" fill="white" stroke="#000"/>`, cx+dx, yOf(r.IOPS))
+			labelAt = math.Max(labelAt, r.IOPS)
 		}
-		d.text(cx, yOf(c.IOPS)-8, 12, "middle", "#000", formatCount(c.IOPS), `font-weight="bold"`)
+		d.text(cx, yOf(labelAt)-8, 12, "middle", "#000", formatCount(c.IOPS), `font-weight="bold"`)
 		if len(columns) > 3 { // narrow slots: slant the names
 			d.text(cx+4, ly1+14, 11, "end", "#000", c.Name, fmt.Sprintf(`transform="rotate(-30 %.1f %.1f)"`, cx+4, ly1+14))
 		} else {

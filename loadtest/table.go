@@ -53,6 +53,15 @@ func printTable(w io.Writer, res *comparisonResult, columns []string) {
 		return strings.Join(s, " ")
 	})
 	row("errors", func(c *columnSummary) string { return strconv.Itoa(c.Errors) }, nil)
+	usec := func(v float64) string {
+		if v == 0 {
+			return "-"
+		}
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	row("cpu/op daemon (usec)", func(c *columnSummary) string { return usec(c.CPU.ServerUS) }, nil)
+	row("cpu/op harness (usec)", func(c *columnSummary) string { return usec(c.CPU.ClientUS) }, nil)
+	row("other load (cpus)", func(c *columnSummary) string { return strconv.FormatFloat(c.CPU.OtherCores, 'f', 2, 64) }, nil)
 	row("clat percentiles (usec):", func(*columnSummary) string { return "" }, nil)
 	for i, p := range fioPercentiles {
 		row(fmt.Sprintf(" | %5.2fth=", p),
