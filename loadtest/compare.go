@@ -56,29 +56,35 @@ type column struct {
 
 // session is what a column's functions work with.
 type session struct {
-	cmp      *comparison
-	addr     string // the gRPC address; "" for a column without a server
-	pid      int    // the daemon's process, 0 if the harness did not start it
-	client   filewritev1.FileServiceClient
-	dir      string // a directory of the column's own on the project filesystem
-	clients  int
-	bs       int
-	duration time.Duration
-	round    int
-	done     *atomic.Int64 // completed operations, for the progress line
+	cmp     *comparison
+	addr    string // the gRPC address; "" for a column without a server
+	pid     int    // the daemon's process, 0 if the harness did not start it
+	client  filewritev1.FileServiceClient
+	dir     string // a directory of the column's own on the project filesystem
+	clients int
+	// connections is -connections: how many connections the clients
+	// share, 0 for one each.
+	connections int
+	bs          int
+	duration    time.Duration
+	round       int
+	done        *atomic.Int64 // completed operations, for the progress line
 }
 
 // comparisonResult is a comparison's outcome, as summary.json holds it.
 type comparisonResult struct {
-	Name     string          `json:"name"`
-	Title    string          `json:"title"`
-	Clients  int             `json:"clients"`
-	BS       int             `json:"bs"`
-	Duration string          `json:"duration_per_run"`
-	Rounds   int             `json:"rounds"`
-	Columns  []columnSummary `json:"columns"`
-	Ratios   []ratioSummary  `json:"ratios"`
-	Chart    string          `json:"chart_svg"`
+	Name    string `json:"name"`
+	Title   string `json:"title"`
+	Clients int    `json:"clients"`
+	// Connections is how many gRPC connections the clients shared; 0: one
+	// each.
+	Connections int             `json:"connections"`
+	BS          int             `json:"bs"`
+	Duration    string          `json:"duration_per_run"`
+	Rounds      int             `json:"rounds"`
+	Columns     []columnSummary `json:"columns"`
+	Ratios      []ratioSummary  `json:"ratios"`
+	Chart       string          `json:"chart_svg"`
 	// Failed is set when a run had errors: its figures are not to be
 	// trusted.
 	Failed bool `json:"failed"`
@@ -155,7 +161,7 @@ func (e *env) runComparison(ctx context.Context, c *comparison) (_ *comparisonRe
 		cols = []column{only}
 	}
 	res := &comparisonResult{
-		Name: c.name, Title: c.title, Clients: c.clients, BS: c.bs,
+		Name: c.name, Title: c.title, Clients: c.clients, Connections: e.opts.connections, BS: c.bs,
 		Duration: e.duration(false).String(), Rounds: e.opts.rounds,
 		runs: map[string][]*runResult{},
 	}
@@ -178,7 +184,7 @@ func (e *env) runComparison(ctx context.Context, c *comparison) (_ *comparisonRe
 		}
 	}()
 	for i, col := range cols {
-		s := &session{cmp: c, clients: c.clients, bs: c.bs, duration: e.duration(false),
+		s := &session{cmp: c, clients: c.clients, connections: e.opts.connections, bs: c.bs, duration: e.duration(false),
 			dir: filepath.Join(e.work, c.name, col.name), done: new(atomic.Int64)}
 		if err := os.MkdirAll(s.dir, 0o755); err != nil {
 			return nil, err

@@ -60,10 +60,11 @@ func (r ghzRun) run(ctx context.Context, column string) (*runResult, error) {
 		runner.WithName(column),
 		runner.WithInsecure(true),
 		runner.WithConcurrency(uint(r.clients)),
-		// One connection per client, like independent fio jobs: one shared
-		// HTTP/2 connection would serialize every client's frames through
-		// one reader and one writer on each side.
-		runner.WithConnections(uint(cmp.Or(r.connections, r.clients))),
+		// One connection per client by default, as independent clients
+		// (and fio's independent jobs) have. Sharing fewer connections lets
+		// HTTP/2 carry many calls per read and write syscall, which changes
+		// the figures a lot on a small machine; -connections chooses.
+		runner.WithConnections(uint(min(cmp.Or(r.connections, r.clients), r.clients))),
 		runner.WithRunDuration(r.duration),
 		runner.WithDurationStopAction("wait"),
 		runner.WithTimeout(time.Minute),

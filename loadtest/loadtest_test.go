@@ -291,7 +291,7 @@ func TestSoak(t *testing.T) {
 
 // TestTarget runs against a daemon the harness did not start: a
 // comparison of server configurations becomes one "target" column, one of
-// workloads keeps them all.
+// workloads keeps them all. The clients share two connections here.
 func TestTarget(t *testing.T) {
 	dir, err := os.MkdirTemp(".", "testdata-tmp-")
 	if err != nil {
@@ -311,7 +311,10 @@ func TestTarget(t *testing.T) {
 		{"below-eof", []string{"target"}, nil},
 		{"throughput", []string{"noop", "write", "raw-pwrite"}, []string{"write/noop", "write/raw-pwrite"}},
 	} {
-		sum, out, table := shortRun(t, tt.scenario, func(o *options) { o.target, o.daemon, o.rounds = d.addr, "", 1 })
+		sum, out, table := shortRun(t, tt.scenario, func(o *options) { o.target, o.daemon, o.rounds, o.connections = d.addr, "", 1, 2 })
+		if got := sum.Comparisons[0].Connections; got != 2 {
+			t.Errorf("%s: %d connections recorded, want 2", tt.scenario, got)
+		}
 		checkComparison(t, out, table, sum.Comparisons[0], tt.columns, tt.ratios, 1)
 	}
 }

@@ -41,6 +41,7 @@ type options struct {
 	duration    time.Duration // per run; 0: the scenario's default
 	rounds      int
 	concurrency int   // 0: the scenario's default
+	connections int   // gRPC connections the clients share; 0: one each
 	bs          int   // 0: the scenario's default
 	fileSize    int64 // 0: the scenario's default
 	out         string
@@ -82,6 +83,7 @@ func parseOptions(args []string, out io.Writer) (options, error) {
 	fs.DurationVar(&o.duration, "duration", 0, "length of each timed run (default 15s; 2m for soak)")
 	fs.IntVar(&o.rounds, "rounds", o.rounds, "rounds per comparison; every configuration runs once per round, in alternation")
 	fs.IntVar(&o.concurrency, "concurrency", 0, "concurrent clients (default: the scenario's: 8 below-eof, 10 prealloc-overwrite, 32 fsync and throughput, 64 soak)")
+	fs.IntVar(&o.connections, "connections", 0, "gRPC connections the clients share (default: one per client, as independent clients have)")
 	bs := fs.String("bs", "", "bytes per write, like fio's bs (4k, 16k, 64k; default 4k; prealloc-overwrite runs 4k, 16k and 64k unless set)")
 	fileSize := fs.String("file-size", "", "size of each scenario's file (default: the scenario's, 16m to 4g)")
 	fs.StringVar(&o.out, "out", o.out, "directory for reports, charts, summary.json and the daemons' data while they run")
@@ -107,8 +109,8 @@ func parseOptions(args []string, out io.Writer) (options, error) {
 			return o, fmt.Errorf("unknown -scenario %q (want %s, all or soak)", o.scenario, strings.Join(scenarioNames, ", "))
 		}
 	}
-	if o.rounds < 1 || o.duration < 0 || o.concurrency < 0 {
-		return o, errors.New("-rounds must be at least 1, -duration and -concurrency not negative")
+	if o.rounds < 1 || o.duration < 0 || o.concurrency < 0 || o.connections < 0 {
+		return o, errors.New("-rounds must be at least 1; -duration, -concurrency and -connections not negative")
 	}
 	if *bs != "" {
 		n, err := parseSize(*bs)

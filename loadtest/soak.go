@@ -365,7 +365,7 @@ func (e *env) runSoak(ctx context.Context) (_ *soakResult, err error) {
 		addr = d.addr
 		fmt.Fprintf(e.log, "   daemon --max-file-size %d at %s (pid %d)\n", soakMaxFileSize, addr, d.cmd.Process.Pid)
 	}
-	conns, closeAll, err := dialClients(addr, clients)
+	conns, closeAll, err := dialClients(addr, clients, e.opts.connections)
 	if err != nil {
 		return nil, err
 	}

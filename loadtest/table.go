@@ -80,8 +80,12 @@ func printTable(w io.Writer, res *comparisonResult, columns []string) {
 			widths[i] = max(widths[i], len(c))
 		}
 	}
-	fmt.Fprintf(w, "   %d clients, %s per run, %d rounds alternating; medians over rounds\n",
-		res.Clients, res.Duration, res.Rounds)
+	conns := "one connection each"
+	if res.Connections > 0 && res.Connections < res.Clients {
+		conns = fmt.Sprintf("%d connections", res.Connections)
+	}
+	fmt.Fprintf(w, "   %d clients (%s), %s per run, %d rounds alternating; medians over rounds\n",
+		res.Clients, conns, res.Duration, res.Rounds)
 	for _, cells := range rows {
 		var b strings.Builder
 		b.WriteString("   ")

@@ -72,7 +72,7 @@ func ghzWrites(path string, fileSize int64, sync filewritev1.SyncMode) func(cont
 		}
 		blocks, bs, seed := fileSize/int64(s.bs), int64(s.bs), uint64(s.round)
 		return ghzRun{
-			call: callWrite, addr: s.addr, clients: s.clients, duration: s.duration, done: s.done,
+			call: callWrite, addr: s.addr, clients: s.clients, connections: s.connections, duration: s.duration, done: s.done,
 			message: func(n int64) []byte { return enc.encode(randomBlock(seed, n, blocks) * bs) },
 		}.run(ctx, "")
 	}
@@ -84,7 +84,7 @@ func ghzWrites(path string, fileSize int64, sync filewritev1.SyncMode) func(cont
 func ghzHealthChecks(ctx context.Context, s *session) (*runResult, error) {
 	empty := delimited(nil)
 	return ghzRun{
-		call: callHealthCheck, addr: s.addr, clients: s.clients, duration: s.duration, done: s.done,
+		call: callHealthCheck, addr: s.addr, clients: s.clients, connections: s.connections, duration: s.duration, done: s.done,
 		message: func(int64) []byte { return empty },
 	}.run(ctx, "")
 }
@@ -130,23 +130,29 @@ func loop(ctx context.Context, s *session, call string, op func(ctx context.Cont
 	return loopResult("", call, s.clients, time.Since(start), all, errs)
 }
 
-// dialClients opens one connection per client, as the ghz runs do.
-func dialClients(addr string, n int) ([]filewritev1.FileServiceClient, func(), error) {
-	var conns []*grpc.ClientConn
+// dialClients returns n clients over conns connections (0: one each), as
+// the ghz runs spread their clients.
+func dialClients(addr string, n, conns int) ([]filewritev1.FileServiceClient, func(), error) {
+	var ccs []*grpc.ClientConn
 	closeAll := func() {
-		for _, c := range conns {
+		for _, c := range ccs {
 			c.Close()
 		}
 	}
+	if conns <= 0 || conns > n {
+		conns = n
+	}
 	var clients []filewritev1.FileServiceClient
-	for range n {
-		cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			closeAll()
-			return nil, nil, err
+	for i := range n {
+		if i < conns {
+			cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				closeAll()
+				return nil, nil, err
+			}
+			ccs = append(ccs, cc)
 		}
-		conns = append(conns, cc)
-		clients = append(clients, filewritev1.NewFileServiceClient(cc))
+		clients = append(clients, filewritev1.NewFileServiceClient(ccs[i%conns]))
 	}
 	return clients, closeAll, nil
 }
@@ -157,7 +163,7 @@ func dialClients(addr string, n int) ([]filewritev1.FileServiceClient, func(), e
 // only), and one operation is the pair, timed together.
 func writeThenFsync(path string, fileSize int64) func(context.Context, *session) (*runResult, error) {
 	return func(ctx context.Context, s *session) (*runResult, error) {
-		clients, closeAll, err := dialClients(s.addr, s.clients)
+		clients, closeAll, err := dialClients(s.addr, s.clients, s.connections)
 		if err != nil {
 			return nil, err
 		}
