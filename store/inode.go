@@ -247,6 +247,11 @@ func (t *inodeTable) openInode(ino *inode, create bool) error {
 		flag |= os.O_CREATE
 		if dir := path.Dir(ino.key); dir != "." {
 			if err := t.fsys.MkdirAll(dir, 0o755); err != nil {
+				if errors.Is(err, fs.ErrExist) {
+					// mkdirat(2) found a file where a parent directory
+					// should be: the caller's path is wrong, not the disk.
+					return fmt.Errorf("%w: a parent of %s is not a directory", ErrInvalidPath, ino.key)
+				}
 				return mapOpenErr(ino.key, err)
 			}
 		}
@@ -313,6 +318,10 @@ func mapOpenErr(name string, err error) error {
 		return fmt.Errorf("%w: %s", ErrIsDirectory, name)
 	case errors.Is(err, syscall.ENOTDIR):
 		return fmt.Errorf("%w: a parent of %s is not a directory", ErrInvalidPath, name)
+	case errors.Is(err, syscall.ENAMETOOLONG):
+		// validatePath bounds the whole path; the filesystem bounds each
+		// element too (NAME_MAX, 255 bytes on ext4).
+		return fmt.Errorf("%w: an element of %s is longer than the filesystem allows", ErrPathTooLong, name)
 	case errors.Is(err, syscall.ELOOP), isEscape(err):
 		return fmt.Errorf("%w: %s", ErrPathEscapes, name)
 	case errors.Is(err, syscall.EINVAL) || errors.Is(err, unix.EOPNOTSUPP):
