@@ -1,10 +1,11 @@
 package store_test
 
 // Faults the disk gives rarely and at bad moments, reached through
-// store/faultfs: after each one the store must report it truthfully and its
-// view of the file (size, extent map) must still be the file's. This file
-// holds the shared helpers and the faults of writes, fallocates and
-// truncates; fault_sync_test.go has failing syncs.
+// store/faultfs (and, where the machine allows, a real full tmpfs): after
+// each one the store must report it truthfully and its view of the file
+// (size, extent map) must still be the file's. This file holds the shared
+// helpers and the faults of writes, fallocates and truncates;
+// fault_sync_test.go has failing syncs, fault_tmpfs_test.go a real ENOSPC.
 
 import (
 	"bytes"
