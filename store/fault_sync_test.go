@@ -202,6 +202,78 @@ func TestSyncFailureGroup(t *testing.T) {
 	}
 }
 
+// TestSyncFailurePerCall: with one sync per caller, syncs of one file run
+// at once. A caller whose sync failed gets ErrSyncFailed; so does one whose
+// sync was still running when another failed (the kernel reports the error
+// to one of them only), and the first to start after the failure; a sync
+// that returned before the failure stands.
+func TestSyncFailurePerCall(t *testing.T) {
+	type held struct {
+		call syncCall
+		fail bool // its syscall fails with EIO
+		want outcome
+	}
+	tests := []struct {
+		name    string
+		held    []held // started in order, each held inside its sync
+		release []int  // the order in which they are let go
+		then    []outcome
+	}{
+		{
+			name:    "a failed sync poisons the next",
+			held:    []held{{call: writeData, fail: true, want: syncEIO}},
+			release: []int{0},
+			then:    []outcome{notBelieved, durable},
+		},
+		{
+			name:    "a sync running when another fails is not believed",
+			held:    []held{{call: fsyncData, fail: true, want: syncEIO}, {call: writeData, want: notBelieved}},
+			release: []int{0, 1},
+			then:    []outcome{notBelieved, durable},
+		},
+		{
+			name:    "a sync that returned before the failure stands",
+			held:    []held{{call: fsyncData, fail: true, want: syncEIO}, {call: writeFull, want: durable}},
+			release: []int{1, 0},
+			then:    []outcome{notBelieved, durable},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := newFaultStore(t, store.Options{Fsync: store.FsyncPerCall})
+			if _, err := fs.Write(context.Background(), faultPath, 0, pattern(64<<10, 'a'), store.SyncData); err != nil {
+				t.Fatal(err)
+			}
+			gates := make([]*gate, len(tt.held))
+			dones := make([]chan error, len(tt.held))
+			for i, h := range tt.held {
+				gates[i] = newGate(t)
+				var errno syscall.Errno
+				if h.fail {
+					errno = syscall.EIO
+				}
+				rule := fs.fsys.Inject(faultfs.Rule{Op: faultfs.OpSync, Path: faultPath, Err: errno, Times: 1, Hold: gates[i].c})
+				dones[i] = make(chan error, 1)
+				go func() { dones[i] <- h.call.run(fs.Store, i) }()
+				waitFor(t, fmt.Sprintf("sync %d", i), func() bool { return rule.Hits() == 1 })
+			}
+			errs := make([]error, len(tt.held))
+			for _, i := range tt.release {
+				gates[i].open()
+				errs[i] = <-dones[i]
+			}
+			for i, h := range tt.held {
+				checkOutcome(t, fmt.Sprintf("held sync %d (%v)", i, h.call), errs[i], h.want)
+			}
+			for i, want := range tt.then {
+				err := fsyncData.run(fs.Store, 0)
+				checkOutcome(t, fmt.Sprintf("later Fsync %d", i), err, want)
+			}
+			checkUsable(t, fs)
+		})
+	}
+}
+
 // checkUsable: after the faults, a synced write reads back and the store's
 // view is still the file's.
 func checkUsable(t *testing.T, fs faultStore) {

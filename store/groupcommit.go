@@ -21,7 +21,10 @@ import (
 // descriptor and then forgets it, so the next fdatasync may succeed although
 // pages written before the failure were lost (PostgreSQL's fsyncgate). The
 // batch that follows a failure therefore fails too, whatever its syscall
-// says, and only a sync that started after that is believed again.
+// says, and only a sync that started after that is believed again. Under
+// FsyncPerCall syncs overlap, and the kernel reports the error to only one
+// of those running, so a sync that was running when another failed is not
+// believed either.
 //
 // FsyncTimer keeps the old behaviour for experiments: a batch starts no
 // earlier than delay after its first caller arrived. FsyncPerCall bypasses
@@ -46,6 +49,9 @@ type groupCommit struct {
 	pending *syncBatch
 	// poisoned is set by a failed sync and cleared by the next batch.
 	poisoned bool
+	// failures counts failed syncs, so that a batch can tell whether one
+	// failed while its own ran (only possible under FsyncPerCall).
+	failures int64
 	// runningSpan is the span of the caller whose request opened the
 	// running batch: waiters link to it.
 	runningSpan trace.SpanContext
@@ -59,8 +65,10 @@ type syncBatch struct {
 	full    bool // some caller asked for fsync, not fdatasync
 	ready   bool // FsyncTimer: the delay has passed
 	span    trace.SpanContext
-	// poisoned is copied from groupCommit.poisoned when the batch starts.
-	poisoned bool
+	// poisoned and failuresBefore are copied from groupCommit when the
+	// batch starts.
+	poisoned       bool
+	failuresBefore int64
 	// err is written by the runner before done is closed.
 	err  error
 	done chan struct{}
@@ -124,6 +132,7 @@ func (g *groupCommit) startLocked(b *syncBatch) {
 	g.running = g.mode != FsyncPerCall
 	g.runningSpan = b.span
 	b.poisoned = g.poisoned
+	b.failuresBefore = g.failures
 	g.poisoned = false
 }
 
@@ -132,14 +141,20 @@ func (g *groupCommit) issue(b *syncBatch) {
 	g.syncs.Add(1)
 	g.onBatch(b.callers)
 	err := g.sync(!b.full)
+	g.mu.Lock()
+	overlapped := g.failures != b.failuresBefore
+	if err != nil {
+		g.failures++
+		g.poisoned = true
+	}
+	g.mu.Unlock()
 	switch {
 	case err != nil:
 		b.err = fmt.Errorf("%w: %w", ErrSyncFailed, err)
-		g.mu.Lock()
-		g.poisoned = true
-		g.mu.Unlock()
 	case b.poisoned:
 		b.err = fmt.Errorf("%w: an earlier sync of this file failed, so data written before it may be lost although this sync succeeded", ErrSyncFailed)
+	case overlapped:
+		b.err = fmt.Errorf("%w: another sync of this file failed while this one ran, so data written before it may be lost although this sync succeeded", ErrSyncFailed)
 	}
 	close(b.done)
 }
