@@ -293,3 +293,44 @@ func checkUsable(t *testing.T, fs faultStore) {
 	}
 	fs.checkTrue(t, faultPath, true)
 }
+
+// TestSyncFailureRemembered: a failed sync is not forgotten by the other
+// ways the store syncs or by closing an idle file: the next sync that
+// could report the file durable — SyncAll, Close, or an Fsync after the
+// file was closed for lack of descriptors and reopened, whose new
+// descriptor would never see the old error — reports ErrSyncFailed.
+func TestSyncFailureRemembered(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		opts store.Options
+		// next makes the sync after the failed one, returning its error.
+		next func(t *testing.T, fs faultStore) error
+		// then, if set, makes one more sync, which must be believed.
+		then func(fs faultStore) error
+	}{
+		{
+			name: "SyncAll",
+			next: func(t *testing.T, fs faultStore) error { return fs.SyncAll(ctx) },
+			then: func(fs faultStore) error { return fs.SyncAll(ctx) },
+		},
+		{
+			name: "Close",
+			next: func(t *testing.T, fs faultStore) error { return fs.close() },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := newFaultStore(t, tt.opts)
+			if _, err := fs.Write(ctx, faultPath, 0, pattern(8192, 'a'), store.SyncNone); err != nil {
+				t.Fatal(err)
+			}
+			fs.fsys.Inject(faultfs.Rule{Op: faultfs.OpSync, Path: faultPath, Err: syscall.EIO, Times: 1})
+			checkOutcome(t, "the failing Fsync", fs.Fsync(ctx, faultPath, true), syncEIO)
+			checkOutcome(t, "the next sync", tt.next(t, fs), notBelieved)
+			if tt.then != nil {
+				checkOutcome(t, "the sync after it", tt.then(fs), durable)
+			}
+		})
+	}
+}

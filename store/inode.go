@@ -339,7 +339,11 @@ func (t *inodeTable) closeAll() error {
 	}
 	var errs []error
 	for ino := t.idleHead; ino != nil; ino = ino.idleNext {
-		if err := ino.file.Sync(false); err != nil {
+		// Through the group commit, not straight to fsync: a sync that
+		// failed before must make this one fail too (see groupCommit), or
+		// Close would call data durable that the kernel dropped.
+		wt := waitTrace{tel: t.telemetry, policy: t.opts.Policy, path: ino.key}
+		if err := ino.commit.do(context.Background(), true, wt); err != nil {
 			errs = append(errs, fmt.Errorf("sync %s: %w", ino.key, err))
 		}
 		ino.closeFiles()
