@@ -318,6 +318,31 @@ func TestSyncFailureRemembered(t *testing.T) {
 			name: "Close",
 			next: func(t *testing.T, fs faultStore) error { return fs.close() },
 		},
+		{
+			name: "Close after the file was closed while idle",
+			opts: store.Options{MaxOpenFiles: 1},
+			next: func(t *testing.T, fs faultStore) error {
+				if _, err := fs.Write(ctx, "other", 0, []byte("x"), store.SyncNone); err != nil {
+					t.Fatalf("Write of another file: %v", err)
+				}
+				return fs.close()
+			},
+		},
+		{
+			name: "file closed while idle, then reopened",
+			opts: store.Options{MaxOpenFiles: 1},
+			next: func(t *testing.T, fs faultStore) error {
+				// Opening another file closes the idle one.
+				if _, err := fs.Write(ctx, "other", 0, []byte("x"), store.SyncNone); err != nil {
+					t.Fatalf("Write of another file: %v", err)
+				}
+				if n := len(fs.Locks(10)); n != 1 {
+					t.Fatalf("%d files open, want 1: %v", n, fs.Locks(10))
+				}
+				return fs.Fsync(ctx, faultPath, true)
+			},
+			then: func(fs faultStore) error { return fs.Fsync(ctx, faultPath, true) },
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -40,8 +40,9 @@ type groupCommit struct {
 	// syncs counts issued syncs, for tests and benchmarks.
 	syncs atomic.Int64
 
-	// mu guards the fields below. Lock order: after inode.extentMu (in
-	// practice it is taken alone).
+	// mu guards the fields below. It is taken alone or under
+	// inodeTable.mu (evicting, reopening and closing files), never with
+	// inode.extentMu (doc.go).
 	mu sync.Mutex
 	// running is true while a batch's sync is being issued.
 	running bool
@@ -192,9 +193,19 @@ func (g *groupCommit) run(b *syncBatch) {
 	g.mu.Unlock()
 }
 
-// idle reports whether no sync runs or waits, so the file may be closed.
-func (g *groupCommit) idle() bool {
+// idle reports whether no sync runs or waits, so the file may be closed,
+// and whether a failed sync has not yet been reported to a later batch, so
+// that whoever reopens the file must poison its group commit.
+func (g *groupCommit) idle() (idle, poisoned bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return !g.running && g.pending == nil
+	return !g.running && g.pending == nil, g.poisoned
+}
+
+// poison makes the next batch fail, as if the sync before it had failed:
+// for a file reopened after a failed sync (see inodeTable.failedSync).
+func (g *groupCommit) poison() {
+	g.mu.Lock()
+	g.poisoned = true
+	g.mu.Unlock()
 }
