@@ -71,7 +71,10 @@ type Rule struct {
 	// byte at the new size. Sync has no range: a rule for OpSync must leave
 	// both zero.
 	Off, Len int64
-	// Err is the errno matching calls fail with. Zero makes a rule that only
+	// Err is the errno matching calls fail with. A failing call does not
+	// reach the underlying file, except for the bytes a short write lets
+	// through (see After): a failed sync leaves the data dirty, a failed
+	// fallocate or truncate changes nothing. Zero makes a rule that only
 	// holds calls (see Hold) and then lets them through.
 	Err syscall.Errno
 	// After, for OpWrite only, is how many bytes matching writes may still
