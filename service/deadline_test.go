@@ -3,6 +3,7 @@ package service
 import (
 	"bytes"
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/store"
+	"github.com/filewrite/filewrite/store/faultfs"
 )
 
 // expireWhile runs call under deadlines of growing length until got says,
@@ -116,26 +118,31 @@ func TestDeadlineWhileWaitingForLock(t *testing.T) {
 // durable", see the README.)
 func TestDeadlineWhileWaitingForSync(t *testing.T) {
 	gate := newWriteGate("")
-	ffs := &faultFS{}
+	var ffs **faultfs.FS
 	d := startDaemon(t, func(c *Config) {
 		c.Store.Hooks = gate.hooks()
-		c.WrapFS = func(base store.FS) store.FS { ffs.FS = base; return ffs }
+		ffs = withFaultFS(c)
 	})
 	ctx := testContext(t)
 	if _, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "s.bin", Data: []byte("before")}); err != nil {
 		t.Fatal(err)
 	}
-	entered, release := ffs.holdSyncs()
+	hold := make(chan struct{})
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(hold) }) }
 	defer release()
+	held := (*ffs).Inject(faultfs.Rule{Op: faultfs.OpSync, Path: "s.bin", Hold: hold})
 	fsyncDone := make(chan error, 1)
 	go func() {
 		_, err := d.client.Fsync(ctx, &filewritev1.FsyncRequest{Path: "s.bin"})
 		fsyncDone <- err
 	}()
-	select {
-	case <-entered:
-	case <-ctx.Done():
-		t.Fatal("the Fsync never reached its sync")
+	for held.Hits() == 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the Fsync never reached its sync")
+		case <-time.After(time.Millisecond):
+		}
 	}
 
 	for _, tt := range []struct {

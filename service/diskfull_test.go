@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
-	"github.com/filewrite/filewrite/store"
+	"github.com/filewrite/filewrite/store/faultfs"
 )
 
 // TestDiskFull: a write that runs out of space (ENOSPC) or quota (EDQUOT)
@@ -34,13 +34,11 @@ func TestDiskFull(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ffs := &faultFS{}
-			d := startDaemon(t, func(c *Config) {
-				c.WrapFS = func(base store.FS) store.FS { ffs.FS = base; return ffs }
-			})
+			var ffs **faultfs.FS
+			d := startDaemon(t, func(c *Config) { ffs = withFaultFS(c) })
 			ctx := testContext(t)
 			const path = "dir/full.bin"
-			ffs.fill(path, fits, tt.errno)
+			full := (*ffs).Inject(faultfs.Rule{Op: faultfs.OpWrite, Path: path, After: fits, Err: tt.errno})
 			data := allBytes(total)
 
 			var code codes.Code
@@ -78,7 +76,7 @@ func TestDiskFull(t *testing.T) {
 			})
 
 			// Space comes back: the file is usable, nothing was poisoned.
-			ffs.fill(path, 1<<30, tt.errno)
+			full.Remove()
 			if _, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: path, Offset: fits, Data: data[fits:], Sync: filewritev1.SyncMode_SYNC_MODE_DATA}); err != nil {
 				t.Fatalf("the rest of the write once space came back: %v", err)
 			}

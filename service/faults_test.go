@@ -2,107 +2,25 @@ package service
 
 import (
 	"context"
-	"io/fs"
-	"os"
 	"sync"
-	"syscall"
 	"testing"
 
 	"google.golang.org/grpc/metadata"
 
 	"github.com/filewrite/filewrite/store"
+	"github.com/filewrite/filewrite/store/faultfs"
 )
 
-// faultFS wraps the store's file layer (Config.WrapFS) to fail writes for
-// lack of space and to hold syncs, for the service-level tests of disk full
-// and of deadlines in the group commit. The store's own fault tests use a
-// fuller fault-injection package; this one does only what these tests need.
-type faultFS struct {
-	store.FS
-
-	// mu guards the fields below.
-	mu sync.Mutex
-	// full maps a path to the bytes it may still take before its writes
-	// fail with errno (a disk filling up): the write that crosses the
-	// budget writes what fits first.
-	full  map[string]int64
-	errno syscall.Errno
-	// syncHold, when set, holds every Sync until it is closed; syncEntered
-	// is closed by the first Sync that waits on it.
-	syncHold    chan struct{}
-	syncEntered chan struct{}
-}
-
-var _ store.FS = (*faultFS)(nil)
-
-func (f *faultFS) OpenFile(name string, flag int, perm fs.FileMode) (store.File, error) {
-	file, err := f.FS.OpenFile(name, flag, perm)
-	if err != nil {
-		return nil, err
+// withFaultFS puts a faultfs.FS under the store the daemon opens, so that
+// tests can fail and hold its file operations, and returns a pointer that
+// holds it once Start has run.
+func withFaultFS(c *Config) **faultfs.FS {
+	var ffs *faultfs.FS
+	c.WrapFS = func(base store.FS) store.FS {
+		ffs = faultfs.New(base)
+		return ffs
 	}
-	return &faultFile{File: file, fs: f, name: name}, nil
-}
-
-// fill makes writes to name fail with errno once budget more bytes were
-// written.
-func (f *faultFS) fill(name string, budget int64, errno syscall.Errno) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.full == nil {
-		f.full = map[string]int64{}
-	}
-	f.full[name] = budget
-	f.errno = errno
-}
-
-// holdSyncs makes every Sync wait until the returned release is called.
-// entered is closed once one Sync waits.
-func (f *faultFS) holdSyncs() (entered <-chan struct{}, release func()) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.syncHold, f.syncEntered = make(chan struct{}), make(chan struct{})
-	hold := f.syncHold
-	var once sync.Once
-	return f.syncEntered, func() { once.Do(func() { close(hold) }) }
-}
-
-type faultFile struct {
-	store.File
-	fs   *faultFS
-	name string
-}
-
-func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
-	f.fs.mu.Lock()
-	budget, limited := f.fs.full[f.name]
-	errno := f.fs.errno
-	if limited {
-		f.fs.full[f.name] = max(0, budget-int64(len(p)))
-	}
-	f.fs.mu.Unlock()
-	if !limited || budget >= int64(len(p)) {
-		return f.File.WriteAt(p, off)
-	}
-	n, err := f.File.WriteAt(p[:budget], off)
-	if err == nil {
-		err = &os.PathError{Op: "write", Path: f.name, Err: errno}
-	}
-	return n, err
-}
-
-func (f *faultFile) Sync(dataOnly bool) error {
-	f.fs.mu.Lock()
-	hold, entered := f.fs.syncHold, f.fs.syncEntered
-	f.fs.mu.Unlock()
-	if hold != nil {
-		select {
-		case <-entered:
-		default:
-			close(entered)
-		}
-		<-hold
-	}
-	return f.File.Sync(dataOnly)
+	return &ffs
 }
 
 // writeGate holds writes inside the store (store.Hooks.InsideWrite) after
