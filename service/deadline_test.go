@@ -3,6 +3,7 @@ package service
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -16,15 +17,16 @@ import (
 
 // expireWhile runs call under deadlines of growing length until got says,
 // before call returned, that it reached the wait under test; it returns
-// call's error from that run. Growing deadlines keep the test free of
+// call's error from that run. Each run has its own attempt number, so that
+// a run the server finishes late cannot vouch for the next. Growing deadlines keep the test free of
 // timing assumptions: a deadline too short for the request to reach the
 // server is simply tried again, longer.
-func expireWhile(t *testing.T, got func() bool, call func(context.Context) error) error {
+func expireWhile(t *testing.T, got func(attempt int) bool, call func(ctx context.Context, attempt int) error) error {
 	t.Helper()
-	for d := 100 * time.Millisecond; d <= 30*time.Second; d *= 4 {
+	for attempt, d := 0, 100*time.Millisecond; d <= 30*time.Second; attempt, d = attempt+1, d*4 {
 		ctx, cancel := context.WithTimeout(t.Context(), d)
 		done := make(chan error, 1)
-		go func() { done <- call(ctx) }()
+		go func() { done <- call(ctx, attempt) }()
 		for reached := false; ; {
 			select {
 			case err := <-done:
@@ -33,7 +35,7 @@ func expireWhile(t *testing.T, got func() bool, call func(context.Context) error
 					return err
 				}
 			default:
-				if got() {
+				if got(attempt) {
 					reached = true
 				}
 				time.Sleep(time.Millisecond)
@@ -73,7 +75,7 @@ func TestDeadlineWhileWaitingForLock(t *testing.T) {
 			gate.waitEntered(t, ctx)
 
 			// B: queues behind A until its deadline passes.
-			err := expireWhile(t, func() bool { return d.waiting("f.bin") > 0 }, func(ctx context.Context) error {
+			err := expireWhile(t, func(int) bool { return d.waiting("f.bin") > 0 }, func(ctx context.Context, attempt int) error {
 				_, err := d.client.Write(requestID(ctx, "B"), &filewritev1.WriteRequest{Path: "f.bin", Offset: 8192, Data: []byte("BBBB")})
 				return err
 			})
@@ -161,8 +163,9 @@ func TestDeadlineWhileWaitingForSync(t *testing.T) {
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			err := expireWhile(t, func() bool { return tt.reached("S") }, func(ctx context.Context) error {
-				return tt.call(ctx, "S")
+			id := func(attempt int) string { return fmt.Sprint("S", attempt) }
+			err := expireWhile(t, func(attempt int) bool { return tt.reached(id(attempt)) }, func(ctx context.Context, attempt int) error {
+				return tt.call(ctx, id(attempt))
 			})
 			wantCode(t, tt.name+" waiting for a held sync", err, codes.DeadlineExceeded)
 		})
