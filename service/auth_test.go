@@ -262,28 +262,38 @@ func TestGatewayForwardsAuthorization(t *testing.T) {
 	t.Cleanup(hs.Close)
 
 	tests := []struct {
-		name   string
-		header map[string]string
-		want   int
+		name         string
+		method, path string
+		token        string
+		want         int
 	}{
-		{"no token", nil, http.StatusUnauthorized},
-		{"wrong token", map[string]string{"Authorization": "Bearer nope"}, http.StatusUnauthorized},
-		{"valid token", map[string]string{"Authorization": "Bearer " + tokenAlpha}, http.StatusOK},
+		{"raw PUT, no token", "PUT", "/v1/files/a", "", http.StatusUnauthorized},
+		{"raw PUT, wrong token", "PUT", "/v1/files/a", "nope", http.StatusUnauthorized},
+		{"raw PUT, valid token", "PUT", "/v1/files/a", tokenAlpha, http.StatusOK},
+		{"JSON stat, no token", "GET", "/v1/files/a", "", http.StatusUnauthorized},
+		{"JSON stat, valid token", "GET", "/v1/files/a", tokenAlpha, http.StatusOK},
+		{"JSON truncate, wrong token", "POST", "/v1/files/a:truncate", "nope", http.StatusUnauthorized},
+		{"JSON truncate, valid token", "POST", "/v1/files/a:truncate", tokenAlpha, http.StatusOK},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			header := map[string]string{"Content-Type": mimeOctetStream}
-			for k, v := range tt.header {
-				header[k] = v
-			}
-			r := doHTTP(t, "PUT", hs.URL+"/v1/files/"+tt.name, strings.NewReader("data"), header)
-			if r.status != tt.want {
-				t.Fatalf("PUT: %d %s, want %d", r.status, r.body, tt.want)
-			}
 			fake.mu.Lock()
-			_, reached := fake.files[tt.name]
+			fake.last = nil
 			fake.mu.Unlock()
-			if reached != (tt.want == http.StatusOK) {
+			header := map[string]string{}
+			body := "{}"
+			if tt.method == "PUT" {
+				header["Content-Type"] = mimeOctetStream
+				body = "data"
+			}
+			if tt.token != "" {
+				header["Authorization"] = "Bearer " + tt.token
+			}
+			r := doHTTP(t, tt.method, hs.URL+tt.path, strings.NewReader(body), header)
+			if r.status != tt.want {
+				t.Fatalf("%s %s: %d %s, want %d", tt.method, tt.path, r.status, r.body, tt.want)
+			}
+			if reached := fake.lastRequest() != nil; reached != (tt.want == http.StatusOK) {
 				t.Errorf("the request reached the service: %v, want %v", reached, tt.want == http.StatusOK)
 			}
 		})
