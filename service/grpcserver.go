@@ -31,15 +31,16 @@ func maxMessageBytes(maxRequestBytes int64) int {
 
 // newGRPCServer builds the whole gRPC server: interceptors, the otel stats
 // handler, message limits, the FileService, health and reflection (so that
-// grpcurl and ghz need no .proto files).
-func newGRPCServer(st *store.Store, hs *health.Server, maxRequestBytes int64, log *slog.Logger) *grpc.Server {
+// grpcurl and ghz need no .proto files). extra adds options after these:
+// TLS and the authentication interceptors, which chain after logUnary.
+func newGRPCServer(st *store.Store, hs *health.Server, maxRequestBytes int64, log *slog.Logger, extra ...grpc.ServerOption) *grpc.Server {
 	limit := maxMessageBytes(maxRequestBytes)
-	srv := grpc.NewServer(
+	srv := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.MaxRecvMsgSize(limit),
 		grpc.MaxSendMsgSize(limit),
 		grpc.ChainUnaryInterceptor(logUnary(log)),
-	)
+	}, extra...)...)
 	filewritev1.RegisterFileServiceServer(srv, &fileServer{store: st})
 	healthpb.RegisterHealthServer(srv, hs)
 	reflection.Register(srv)

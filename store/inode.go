@@ -38,6 +38,10 @@ type inode struct {
 
 	// commit merges syncs of this file.
 	commit groupCommit
+	// newDirs (immutable after open) are the directories to sync once for a
+	// file this store created; dirsPending is true until that succeeded.
+	newDirs     []string
+	dirsPending atomic.Bool
 
 	// The fields below are guarded by inodeTable.mu.
 	refs     int
@@ -70,6 +74,11 @@ type inodeTable struct {
 	// open counts inodes holding descriptors or being opened.
 	open   int
 	closed bool
+	// failedSync holds the files closed while idle whose last sync failed
+	// with no later batch yet told (groupCommit.poisoned), by ID, with the
+	// path they were closed under. A new descriptor never sees the old
+	// writeback error, so the inode that reopens one starts poisoned.
+	failedSync map[fileID]string
 	// drained is signalled when the last reference is dropped after close.
 	drained *sync.Cond
 }
@@ -82,6 +91,7 @@ func newInodeTable(fsys FS, opts *Options, tel *Telemetry) *inodeTable {
 		byPath:    make(map[string]*inode),
 		byID:      make(map[fileID]*inode),
 	}
+	t.failedSync = make(map[fileID]string)
 	t.drained = sync.NewCond(&t.mu)
 	return t
 }
@@ -141,6 +151,10 @@ func (t *inodeTable) get(ctx context.Context, name string, create bool) (*inode,
 				return other, nil
 			}
 			t.byID[id] = ino
+			if _, ok := t.failedSync[id]; ok {
+				delete(t.failedSync, id)
+				ino.commit.poison()
+			}
 		} else {
 			ino.openErr = err
 			delete(t.byPath, name)
@@ -224,10 +238,13 @@ func (t *inodeTable) unlinkIdleLocked(ino *inode) {
 func (t *inodeTable) makeRoomLocked() error {
 	for ino := t.idleTail; t.open >= t.opts.MaxOpenFiles && ino != nil; {
 		prev := ino.idlePrev
-		if ino.commit.idle() {
+		if idle, poisoned := ino.commit.idle(); idle {
 			t.unlinkIdleLocked(ino)
 			delete(t.byPath, ino.key)
 			delete(t.byID, fileID{ino.dev, ino.ino})
+			if poisoned {
+				t.failedSync[fileID{ino.dev, ino.ino}] = ino.key
+			}
 			t.open--
 			ino.closeFiles()
 		}
@@ -242,16 +259,10 @@ func (t *inodeTable) makeRoomLocked() error {
 // openInode opens the descriptors and rebuilds the size and the extent map
 // from the file.
 func (t *inodeTable) openInode(ino *inode, create bool) error {
-	flag := os.O_RDWR
-	if create {
-		flag |= os.O_CREATE
-		if dir := path.Dir(ino.key); dir != "." {
-			if err := t.fsys.MkdirAll(dir, 0o755); err != nil {
-				return mapOpenErr(ino.key, err)
-			}
-		}
+	f, err := t.fsys.OpenFile(ino.key, os.O_RDWR, 0)
+	if create && errors.Is(err, fs.ErrNotExist) {
+		f, err = t.createFile(ino)
 	}
-	f, err := t.fsys.OpenFile(ino.key, flag, 0o644)
 	if err != nil {
 		return mapOpenErr(ino.key, err)
 	}
@@ -289,9 +300,57 @@ func (t *inodeTable) openInode(ino *inode, create bool) error {
 	ino.commit = groupCommit{
 		mode:    t.opts.Fsync,
 		delay:   t.opts.FsyncTimerDelay,
-		sync:    f.Sync,
+		sync:    func(dataOnly bool) error { return t.syncFile(ino, dataOnly) },
 		onBatch: t.telemetry.recordBatch,
 	}
+	return nil
+}
+
+// createFile creates ino's file and its missing parent directories, and
+// notes the directories whose entries are not yet durable.
+func (t *inodeTable) createFile(ino *inode) (File, error) {
+	if dir := path.Dir(ino.key); dir != "." {
+		if err := t.fsys.MkdirAll(dir, 0o755); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				// mkdirat(2) found a file where a parent directory
+				// should be: the caller's path is wrong, not the disk.
+				return nil, fmt.Errorf("%w: a parent of %s is not a directory", ErrInvalidPath, ino.key)
+			}
+			return nil, err
+		}
+	}
+	f, err := t.fsys.OpenFile(ino.key, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	// Every ancestor up to the root: any of them may be new.
+	for dir := path.Dir(ino.key); ; dir = path.Dir(dir) {
+		ino.newDirs = append(ino.newDirs, dir)
+		if dir == "." {
+			break
+		}
+	}
+	ino.dirsPending.Store(true)
+	return f, nil
+}
+
+// syncFile is the file's fdatasync/fsync for its group commit. The first
+// sync after the store created the file also syncs the directories above
+// it, so that the name is as durable as the data (fsync(2) of a file does
+// not promise its directory entry).
+func (t *inodeTable) syncFile(ino *inode, dataOnly bool) error {
+	if err := ino.file.Sync(dataOnly); err != nil {
+		return err
+	}
+	if !ino.dirsPending.Load() {
+		return nil
+	}
+	for _, dir := range ino.newDirs {
+		if err := t.fsys.SyncDir(dir); err != nil {
+			return err
+		}
+	}
+	ino.dirsPending.Store(false)
 	return nil
 }
 
@@ -313,6 +372,10 @@ func mapOpenErr(name string, err error) error {
 		return fmt.Errorf("%w: %s", ErrIsDirectory, name)
 	case errors.Is(err, syscall.ENOTDIR):
 		return fmt.Errorf("%w: a parent of %s is not a directory", ErrInvalidPath, name)
+	case errors.Is(err, syscall.ENAMETOOLONG):
+		// validatePath bounds the whole path; the filesystem bounds each
+		// element too (NAME_MAX, 255 bytes on ext4).
+		return fmt.Errorf("%w: an element of %s is longer than the filesystem allows", ErrPathTooLong, name)
 	case errors.Is(err, syscall.ELOOP), isEscape(err):
 		return fmt.Errorf("%w: %s", ErrPathEscapes, name)
 	case errors.Is(err, syscall.EINVAL) || errors.Is(err, unix.EOPNOTSUPP):
@@ -343,13 +406,20 @@ func (t *inodeTable) closeAll() error {
 	}
 	var errs []error
 	for ino := t.idleHead; ino != nil; ino = ino.idleNext {
-		if err := ino.file.Sync(false); err != nil {
+		// Through the group commit, not straight to fsync: a sync that
+		// failed before must make this one fail too (see groupCommit), or
+		// Close would call data durable that the kernel dropped.
+		wt := waitTrace{tel: t.telemetry, policy: t.opts.Policy, path: ino.key}
+		if err := ino.commit.do(context.Background(), true, wt); err != nil {
 			errs = append(errs, fmt.Errorf("sync %s: %w", ino.key, err))
 		}
 		ino.closeFiles()
 	}
+	for _, key := range t.failedSync {
+		errs = append(errs, fmt.Errorf("sync %s: %w: a sync failed and the file was closed before a later one could report it", key, ErrSyncFailed))
+	}
 	t.idleHead, t.idleTail = nil, nil
-	t.byPath, t.byID, t.open = nil, nil, 0
+	t.byPath, t.byID, t.open, t.failedSync = nil, nil, 0, nil
 	t.mu.Unlock()
 	return errors.Join(errs...)
 }
