@@ -118,12 +118,15 @@ type roundSummary struct {
 }
 
 // cpuPerOp is the CPU time one operation cost the daemon (ServerUS, 0
-// when the harness did not start it) and the harness (ClientUS), and how
-// many CPUs' worth other processes used meanwhile (OtherCores).
+// when the harness did not start it) and the harness (ClientUS), how many
+// CPUs' worth other processes used meanwhile (OtherCores), and how many
+// were busy in all (BusyCores): when that is the machine's CPU count, the
+// run was bound by CPU, whatever else it was meant to measure.
 type cpuPerOp struct {
 	ServerUS   float64 `json:"server_usec_per_op"`
 	ClientUS   float64 `json:"client_usec_per_op"`
 	OtherCores float64 `json:"other_load_cores"`
+	BusyCores  float64 `json:"busy_cores"`
 }
 
 func perOp(r *runResult) cpuPerOp {
@@ -131,7 +134,8 @@ func perOp(r *runResult) cpuPerOp {
 		return cpuPerOp{}
 	}
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / float64(r.Count) }
-	return cpuPerOp{ServerUS: us(r.CPU.Server), ClientUS: us(r.CPU.Client), OtherCores: r.CPU.Others().Seconds() / r.Elapsed.Seconds()}
+	return cpuPerOp{ServerUS: us(r.CPU.Server), ClientUS: us(r.CPU.Client),
+		OtherCores: r.CPU.Others().Seconds() / r.Elapsed.Seconds(), BusyCores: r.CPU.Machine.Seconds() / r.Elapsed.Seconds()}
 }
 
 type percentileUS struct {
@@ -333,7 +337,7 @@ func (e *env) summarize(res *comparisonResult, c *comparison, cols []column) {
 		if e.opts.target != "" && col.daemon != nil {
 			cs.DaemonFlags = nil
 		}
-		var iops, server, client, others []float64
+		var iops, server, client, others, busy []float64
 		pcts := map[float64][]float64{}
 		for _, r := range res.runs[col.name] {
 			jp, hp := reportPaths(c.name, r)
@@ -342,6 +346,7 @@ func (e *env) summarize(res *comparisonResult, c *comparison, cols []column) {
 			server = append(server, rs.CPU.ServerUS)
 			client = append(client, rs.CPU.ClientUS)
 			others = append(others, rs.CPU.OtherCores)
+			busy = append(busy, rs.CPU.BusyCores)
 			for _, p := range fioPercentiles {
 				us := float64(r.percentile(p)) / float64(time.Microsecond)
 				rs.Clat = append(rs.Clat, percentileUS{p, us})
@@ -355,7 +360,7 @@ func (e *env) summarize(res *comparisonResult, c *comparison, cols []column) {
 			cs.Rounds = append(cs.Rounds, rs)
 		}
 		cs.IOPS = median(iops)
-		cs.CPU = cpuPerOp{ServerUS: median(server), ClientUS: median(client), OtherCores: median(others)}
+		cs.CPU = cpuPerOp{ServerUS: median(server), ClientUS: median(client), OtherCores: median(others), BusyCores: median(busy)}
 		cs.Bandwidth = cs.IOPS * float64(c.bs)
 		for _, p := range fioPercentiles {
 			m := median(pcts[p])

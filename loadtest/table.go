@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"runtime"
 	"strconv"
 	"strings"
 )
@@ -62,6 +63,9 @@ func printTable(w io.Writer, res *comparisonResult, columns []string) {
 	row("cpu/op daemon (usec)", func(c *columnSummary) string { return usec(c.CPU.ServerUS) }, nil)
 	row("cpu/op harness (usec)", func(c *columnSummary) string { return usec(c.CPU.ClientUS) }, nil)
 	row("other load (cpus)", func(c *columnSummary) string { return strconv.FormatFloat(c.CPU.OtherCores, 'f', 2, 64) }, nil)
+	row(fmt.Sprintf("busy, all (cpus of %d)", runtime.NumCPU()), func(c *columnSummary) string {
+		return strconv.FormatFloat(c.CPU.BusyCores, 'f', 2, 64)
+	}, nil)
 	row("clat percentiles (usec):", func(*columnSummary) string { return "" }, nil)
 	for i, p := range fioPercentiles {
 		row(fmt.Sprintf(" | %5.2fth=", p),
