@@ -56,7 +56,6 @@ type column struct {
 
 // session is what a column's functions work with.
 type session struct {
-	cmp     *comparison
 	addr    string // the gRPC address; "" for a column without a server
 	pid     int    // the daemon's process, 0 if the harness did not start it
 	client  filewritev1.FileServiceClient
@@ -188,7 +187,7 @@ func (e *env) runComparison(ctx context.Context, c *comparison) (_ *comparisonRe
 		}
 	}()
 	for i, col := range cols {
-		s := &session{cmp: c, clients: c.clients, connections: e.opts.connections, bs: c.bs, duration: e.duration(false),
+		s := &session{clients: c.clients, connections: e.opts.connections, bs: c.bs, duration: e.duration(false),
 			dir: filepath.Join(e.work, c.name, col.name), done: new(atomic.Int64)}
 		if err := os.MkdirAll(s.dir, 0o755); err != nil {
 			return nil, err

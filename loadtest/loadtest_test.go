@@ -452,3 +452,16 @@ func TestParseOptions(t *testing.T) {
 		}
 	}
 }
+
+func TestErrorCode(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"rpc error: code = NotFound desc = soak/x: file not found", "NotFound"},
+		{"Fsync: rpc error: code = DataLoss desc = sync failed", "DataLoss"},
+		{"rpc error: code = Unavailable", "Unavailable"},
+		{"short write", "short write"},
+	} {
+		if got := errorCode(tt.in); got != tt.want {
+			t.Errorf("errorCode(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/bojand/ghz/runner"
@@ -141,20 +142,17 @@ func histogram(sorted []time.Duration) []runner.Bucket {
 	return out
 }
 
-// errorCode is the gRPC code name in a gRPC error text ("rpc error: code =
-// NotFound desc = ..."), or the text itself.
+// errorCode is the gRPC code name in an error text ("...rpc error: code =
+// NotFound desc = ..."), or the text itself: the harness's loops keep
+// errors as text, prefixed with the call that failed.
 func errorCode(text string) string {
-	const prefix = "rpc error: code = "
-	if len(text) > len(prefix) && text[:len(prefix)] == prefix {
-		rest := text[len(prefix):]
-		for i := range len(rest) {
-			if rest[i] == ' ' {
-				return rest[:i]
-			}
-		}
-		return rest
+	const marker = "rpc error: code = "
+	i := strings.Index(text, marker)
+	if i < 0 {
+		return text
 	}
-	return text
+	code, _, _ := strings.Cut(text[i+len(marker):], " ")
+	return code
 }
 
 // fromGHZ turns ghz's report into a runResult. ghz keeps every call's
