@@ -281,6 +281,11 @@ func (e *env) runColumn(ctx context.Context, c *comparison, col column, s *sessi
 	r, err := col.run(ctx, s)
 	cpu := sampleCPU(s.pid).since(cpu0)
 	end()
+	if err == nil {
+		// An interrupted run stops early and counts its cancelled calls as
+		// errors: it measured nothing.
+		err = ctx.Err()
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -65,6 +65,10 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	sum, err := run(ctx, opts, os.Stdout, os.Stderr)
+	if ctx.Err() != nil {
+		fmt.Fprintln(os.Stderr, "loadtest: interrupted; the daemons it started are stopped, finished scenarios are in summary.json")
+		os.Exit(130)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "loadtest:", err)
 		os.Exit(1)
