@@ -124,8 +124,22 @@ func (s *Store) write(ctx context.Context, ino *inode, off int64, data []byte, s
 		case lockNone:
 			// Like btrfs: register in flight, drop the lock, write.
 			token := ino.inflight.begin()
+			// A traced write leaves its span where a truncate waiting for
+			// it can link to it. Untraced writes (tracing off) skip this,
+			// and so allocate nothing.
+			var tracked *trace.SpanContext
+			if span.IsSampled() {
+				tracked = new(trace.SpanContext)
+				*tracked = span
+				if !ino.inflight.track(token, tracked) {
+					tracked = nil
+				}
+			}
 			ino.lock.release(h)
 			n, err = s.writeData(ctx, ino, off, data, mode, reason)
+			if tracked != nil {
+				ino.inflight.untrack(token, tracked)
+			}
 			ino.inflight.end(token)
 		case lockShared:
 			n, err = s.writeData(ctx, ino, off, data, mode, reason)
@@ -161,7 +175,7 @@ func (s *Store) syncWrite(ctx context.Context, ino *inode, sync SyncMode) error 
 func (s *Store) writeExclusive(ctx context.Context, ino *inode, off int64, data []byte, reason string) (int, error) {
 	if reason == ReasonUnaligned && ino.direct != nil {
 		// The page-cache write must not overlap an unlocked direct write.
-		if err := s.waitInflight(ctx, ino); err != nil {
+		if err := s.waitInflight(ctx, ino, reason); err != nil {
 			return 0, err
 		}
 	}
@@ -213,15 +227,16 @@ func (s *Store) writeData(ctx context.Context, ino *inode, off int64, data []byt
 }
 
 // waitInflight waits for writes running without the lock, traced when it
-// has to wait.
+// has to wait. reason is the waiter's own (truncate, fallocate, unaligned);
+// its span links to up to maxLinks of the traced writes it waits for.
 //
 // Preconditions: ino.lock is held exclusively.
-func (s *Store) waitInflight(ctx context.Context, ino *inode) error {
+func (s *Store) waitInflight(ctx context.Context, ino *inode, reason string) error {
 	if ino.inflight.count() == 0 {
 		return nil
 	}
 	wt := s.waitTrace(ino)
-	span := s.tel.startWait(ctx, SpanInflightWait, lockExclusive, "inflight", wt.policy, wt.path, nil)
+	span := s.tel.startWait(ctx, SpanInflightWait, lockExclusive, reason, wt.policy, wt.path, ino.inflight.spans(maxLinks))
 	err := ino.inflight.wait(ctx)
 	span.end(ctx, err)
 	return err
