@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -47,6 +47,14 @@ type Config struct {
 	DrainTimeout time.Duration
 	// Logger receives the daemon's logs; nil means slog.Default().
 	Logger *slog.Logger
+
+	// TracerProvider receives the daemon's spans; nil means one built from
+	// the OTEL_* environment variables (see telemetry.go), off unless
+	// OTEL_TRACES_EXPORTER is set. The daemon does not shut down a provider
+	// given here.
+	TracerProvider trace.TracerProvider
+	// wrapFS, if set, wraps the store's file layer (tests hold syncs).
+	wrapFS func(store.FS) store.FS
 }
 
 // MaxRequestBytesLimit is the largest MaxRequestBytes accepted: a request is
@@ -97,6 +105,7 @@ type Server struct {
 	log    *slog.Logger
 	store  *store.Store
 	health *health.Server
+	tel    *telemetry
 
 	grpcSrv *grpc.Server
 	grpcLis net.Listener
@@ -150,12 +159,22 @@ func Start(cfg Config) (_ *Server, err error) {
 		}
 	}()
 
-	fsys, err := store.OpenOSFS(cfg.Root)
+	if s.tel, err = newTelemetry(context.Background(), cfg); err != nil {
+		return nil, err
+	}
+	osfs, err := store.OpenOSFS(cfg.Root)
 	if err != nil {
 		return nil, err
 	}
+	var fsys store.FS = osfs
+	if cfg.wrapFS != nil {
+		fsys = cfg.wrapFS(fsys)
+	}
 	opts := cfg.Store
 	opts.MaxIOBytes = cfg.MaxRequestBytes
+	if opts.Telemetry == nil {
+		opts.Telemetry = s.tel.store
+	}
 	if s.store, err = store.Open(fsys, opts); err != nil {
 		fsys.Close()
 		return nil, fmt.Errorf("open store at %s: %w", cfg.Root, err)
@@ -164,7 +183,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("gRPC listener: %w", err)
 	}
-	s.grpcSrv = newGRPCServer(s.store, s.health, cfg.MaxRequestBytes, log)
+	s.grpcSrv = newGRPCServer(s.store, s.health, cfg.MaxRequestBytes, log, s.tel)
 	if cfg.HTTPAddr != "" {
 		if err := s.startGateway(); err != nil {
 			return nil, err
@@ -199,7 +218,7 @@ func (s *Server) startGateway() (err error) {
 	limit := maxMessageBytes(s.cfg.MaxRequestBytes)
 	s.gatewayConn, err = grpc.NewClient("passthrough:///"+dialAddr(s.grpcLis.Addr()),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
+		grpc.WithStatsHandler(s.tel.clientHandler()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limit), grpc.MaxCallSendMsgSize(limit)),
 	)
 	if err != nil {
@@ -213,7 +232,7 @@ func (s *Server) startGateway() (err error) {
 		return fmt.Errorf("HTTP listener: %w", err)
 	}
 	s.httpSrv = &http.Server{
-		Handler:           handler,
+		Handler:           s.httpHandler(handler),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
@@ -315,6 +334,16 @@ func (s *Server) closeAll() error {
 		if err := s.store.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close store: %w", err))
 		}
+	}
+	if s.tel != nil {
+		// Last, so that the final RPCs' spans are flushed. A collector
+		// that cannot be reached costs at most the timeout, and is no
+		// reason to report the shutdown as failed: the files are synced.
+		ctx, cancel := context.WithTimeout(context.Background(), telemetryFlushTimeout)
+		if err := s.tel.shutdown(ctx); err != nil {
+			s.log.Warn("flushing telemetry", "error", err)
+		}
+		cancel()
 	}
 	return errors.Join(errs...)
 }
