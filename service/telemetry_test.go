@@ -1,8 +1,8 @@
 package service
 
 import (
-	"context"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io/fs"
 	"log/slog"
