@@ -407,3 +407,57 @@ func TestWaitWithoutTracingAllocates(t *testing.T) {
 		t.Errorf("a wait with tracing off allocates %v times, want at most 1", allocs)
 	}
 }
+
+// TestLockWaitLinksSharedHolders: a truncate waiting behind shared holders
+// links to at most maxLinks of them.
+func TestLockWaitLinksSharedHolders(t *testing.T) {
+	const holders = maxLinks + 1
+	g := newGate(t, holders)
+	ts := newTracedStore(t, nil, Options{Policy: PolicySharedWritten, Hooks: g.hooks()})
+	g.open()
+	ctx := context.Background()
+	if _, err := ts.Write(ctx, "f", 0, make([]byte, holders*4096), SyncNone); err != nil {
+		t.Fatal(err)
+	}
+	<-g.arrived
+	g = newGate(t, holders)
+	ts.opts.Hooks.InsideWrite = g.hooks().InsideWrite
+
+	spans := map[trace.SpanID]bool{}
+	done := make(chan error, holders+1)
+	for i := range holders {
+		wctx, span := ts.op("overwrite")
+		spans[span.SpanContext().SpanID()] = true
+		go func() {
+			_, err := ts.Write(wctx, "f", int64(i)*4096, make([]byte, 4096), SyncNone)
+			done <- err
+		}()
+	}
+	for range holders {
+		if mode := <-g.arrived; mode != "shared" {
+			t.Fatalf("overwrite inside in mode %s, want shared", mode)
+		}
+	}
+	tctx, _ := ts.op("truncate")
+	go func() { done <- ts.Truncate(tctx, "f", 0) }()
+	ts.starts.awaitStart(t, SpanLockWait)
+	g.open()
+	for range holders + 1 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	waits := ts.waitSpans(SpanLockWait)
+	if len(waits) != 1 {
+		t.Fatalf("%d %s spans, want 1", len(waits), SpanLockWait)
+	}
+	links := waits[0].Links()
+	if len(links) != maxLinks {
+		t.Errorf("%d links from a wait behind %d shared holders, want %d", len(links), holders, maxLinks)
+	}
+	for _, l := range links {
+		if !spans[l.SpanContext.SpanID()] {
+			t.Errorf("link to %v, which is no holder's span", l.SpanContext.SpanID())
+		}
+	}
+}
