@@ -15,9 +15,6 @@ import (
 	"github.com/filewrite/filewrite/store"
 )
 
-// telemetryFlushTimeout bounds the flush of spans and metrics on shutdown.
-const telemetryFlushTimeout = 5 * time.Second
-
 // httpHandler serves the HTTP address: GET /metrics (Prometheus), GET
 // /debug/locks, and everything else to the REST gateway. It dispatches on
 // the exact path rather than through http.ServeMux, which would clean and

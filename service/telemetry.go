@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -25,6 +26,9 @@ import (
 
 	"github.com/filewrite/filewrite/store"
 )
+
+// telemetryFlushTimeout bounds the flush of spans and metrics on shutdown.
+const telemetryFlushTimeout = 5 * time.Second
 
 // serviceName is the service.name of the daemon's spans and metrics unless
 // OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES says otherwise.

@@ -716,3 +716,30 @@ func TestDebugLocksHTMLAndBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestRESTCallIsOneTrace: a raw PUT goes through the gateway's gRPC client
+// into the server; the server's Write span is a child of the client's, so
+// a REST call's lock wait sits in one trace with it.
+func TestRESTCallIsOneTrace(t *testing.T) {
+	d := startTracedDaemon(t, nil)
+	r := doHTTP(t, http.MethodPut, d.url+"/v1/files/f?offset=0", bytes.NewReader([]byte("hello")), map[string]string{"Content-Type": mimeOctetStream})
+	if r.status != http.StatusOK {
+		t.Fatalf("PUT: %d %s", r.status, r.body)
+	}
+	var server, client sdktrace.ReadOnlySpan
+	waitUntil(t, "the Write's client and server spans", func() bool {
+		for _, s := range d.ended(named("filewrite.v1.FileService/Write")) {
+			switch s.SpanKind() {
+			case trace.SpanKindServer:
+				server = s
+			case trace.SpanKindClient:
+				client = s
+			}
+		}
+		return server != nil && client != nil
+	})
+	if server.Parent().SpanID() != client.SpanContext().SpanID() || server.SpanContext().TraceID() != client.SpanContext().TraceID() {
+		t.Errorf("server span's parent %v in trace %v, want the gateway's client span %v in trace %v",
+			server.Parent().SpanID(), server.SpanContext().TraceID(), client.SpanContext().SpanID(), client.SpanContext().TraceID())
+	}
+}
