@@ -39,17 +39,22 @@
 //
 // Lock order:
 //
-//	inodeTable.mu          (the path → inode table; never held across I/O
-//	                        but the close(2) of an evicted idle file)
-//	  inode.lock           (the rwsem: inodeLock, FIFO, abandonable)
-//	    inode.extentMu     (the extent map, like ext4's i_data_sem)
-//	    groupCommit.mu     (fsync batching state)
+//	inode.lock             (the rwsem: inodeLock, FIFO, abandonable; held
+//	                        across the write it protects)
+//	  inode.extentMu       (the extent map, like ext4's i_data_sem)
 //
-// inode.lock's own mutex (inodeLock.mu) only guards its queue and is never
-// held while taking another lock. The in-flight counter is begun with
+//	inodeTable.mu          (the path → inode table and reference counts)
+//	  groupCommit.mu       (fsync batching state, to evict, reopen or close
+//	                        a file)
+//
+// The two trees never nest: get and put take and drop inodeTable.mu before
+// the caller touches inode.lock, and /debug/locks snapshots each lock after
+// dropping it. inodeTable.mu is never held across I/O but the close(2) of
+// an evicted idle file and the final syncs of Close. inodeLock.mu guards only
+// the lock's queue and is a leaf. The in-flight counter is begun with
 // inode.lock held (any mode) and ended without it; its waiter holds
 // inode.lock exclusively. extentMu and groupCommit.mu are never held
-// together and never across a syscall.
+// together, and neither across a syscall.
 //
 // # Durability
 //

@@ -3,8 +3,10 @@ package store
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
+	"runtime"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -103,6 +105,30 @@ func (f *OSFS) Close() error { return f.root.Close() }
 type osFile struct{ *os.File }
 
 var _ File = osFile{}
+
+// WriteAt is pwrite(2), repeated until p is written. It does not use
+// os.File.WriteAt, which loses the bytes of a write cut short by an error:
+// its inner loop returns (bytes written, ENOSPC) and os.File.WriteAt
+// reports 0, so the store would neither count nor map data that reached
+// the file (seen on a full tmpfs).
+func (f osFile) WriteAt(p []byte, off int64) (int, error) {
+	fd := int(f.File.Fd())
+	defer runtime.KeepAlive(f.File)
+	written := 0
+	for written < len(p) {
+		n, err := unix.Pwrite(fd, p[written:], off+int64(written))
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return written, &os.PathError{Op: "write", Path: f.Name(), Err: err}
+		case n == 0:
+			return written, &os.PathError{Op: "write", Path: f.Name(), Err: io.ErrUnexpectedEOF}
+		}
+		written += n
+	}
+	return written, nil
+}
 
 func (f osFile) Fallocate(mode uint32, off, length int64) error {
 	for {

@@ -21,7 +21,10 @@ import (
 // descriptor and then forgets it, so the next fdatasync may succeed although
 // pages written before the failure were lost (PostgreSQL's fsyncgate). The
 // batch that follows a failure therefore fails too, whatever its syscall
-// says, and only a sync that started after that is believed again.
+// says, and only a sync that started after that is believed again. Under
+// FsyncPerCall syncs overlap, and the kernel reports the error to only one
+// of those running, so a sync that was running when another failed is not
+// believed either.
 //
 // FsyncTimer keeps the old behaviour for experiments: a batch starts no
 // earlier than delay after its first caller arrived. FsyncPerCall bypasses
@@ -37,8 +40,9 @@ type groupCommit struct {
 	// syncs counts issued syncs, for tests and benchmarks.
 	syncs atomic.Int64
 
-	// mu guards the fields below. Lock order: after inode.extentMu (in
-	// practice it is taken alone).
+	// mu guards the fields below. It is taken alone or under
+	// inodeTable.mu (evicting, reopening and closing files), never with
+	// inode.extentMu (doc.go).
 	mu sync.Mutex
 	// running is true while a batch's sync is being issued.
 	running bool
@@ -46,6 +50,9 @@ type groupCommit struct {
 	pending *syncBatch
 	// poisoned is set by a failed sync and cleared by the next batch.
 	poisoned bool
+	// failures counts failed syncs, so that a batch can tell whether one
+	// failed while its own ran (only possible under FsyncPerCall).
+	failures int64
 	// runningSpan is the span of the caller whose request opened the
 	// running batch: waiters link to it.
 	runningSpan trace.SpanContext
@@ -59,8 +66,10 @@ type syncBatch struct {
 	full    bool // some caller asked for fsync, not fdatasync
 	ready   bool // FsyncTimer: the delay has passed
 	span    trace.SpanContext
-	// poisoned is copied from groupCommit.poisoned when the batch starts.
-	poisoned bool
+	// poisoned and failuresBefore are copied from groupCommit when the
+	// batch starts.
+	poisoned       bool
+	failuresBefore int64
 	// err is written by the runner before done is closed.
 	err  error
 	done chan struct{}
@@ -124,6 +133,7 @@ func (g *groupCommit) startLocked(b *syncBatch) {
 	g.running = g.mode != FsyncPerCall
 	g.runningSpan = b.span
 	b.poisoned = g.poisoned
+	b.failuresBefore = g.failures
 	g.poisoned = false
 }
 
@@ -132,14 +142,20 @@ func (g *groupCommit) issue(b *syncBatch) {
 	g.syncs.Add(1)
 	g.onBatch(b.callers)
 	err := g.sync(!b.full)
+	g.mu.Lock()
+	overlapped := g.failures != b.failuresBefore
+	if err != nil {
+		g.failures++
+		g.poisoned = true
+	}
+	g.mu.Unlock()
 	switch {
 	case err != nil:
 		b.err = fmt.Errorf("%w: %w", ErrSyncFailed, err)
-		g.mu.Lock()
-		g.poisoned = true
-		g.mu.Unlock()
 	case b.poisoned:
 		b.err = fmt.Errorf("%w: an earlier sync of this file failed, so data written before it may be lost although this sync succeeded", ErrSyncFailed)
+	case overlapped:
+		b.err = fmt.Errorf("%w: another sync of this file failed while this one ran, so data written before it may be lost although this sync succeeded", ErrSyncFailed)
 	}
 	close(b.done)
 }
@@ -177,9 +193,19 @@ func (g *groupCommit) run(b *syncBatch) {
 	g.mu.Unlock()
 }
 
-// idle reports whether no sync runs or waits, so the file may be closed.
-func (g *groupCommit) idle() bool {
+// idle reports whether no sync runs or waits, so the file may be closed,
+// and whether a failed sync has not yet been reported to a later batch, so
+// that whoever reopens the file must poison its group commit.
+func (g *groupCommit) idle() (idle, poisoned bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return !g.running && g.pending == nil
+	return !g.running && g.pending == nil, g.poisoned
+}
+
+// poison makes the next batch fail, as if the sync before it had failed:
+// for a file reopened after a failed sync (see inodeTable.failedSync).
+func (g *groupCommit) poison() {
+	g.mu.Lock()
+	g.poisoned = true
+	g.mu.Unlock()
 }

@@ -70,6 +70,11 @@ type inodeTable struct {
 	// open counts inodes holding descriptors or being opened.
 	open   int
 	closed bool
+	// failedSync holds the files closed while idle whose last sync failed
+	// with no later batch yet told (groupCommit.poisoned), by ID, with the
+	// path they were closed under. A new descriptor never sees the old
+	// writeback error, so the inode that reopens one starts poisoned.
+	failedSync map[fileID]string
 	// drained is signalled when the last reference is dropped after close.
 	drained *sync.Cond
 }
@@ -82,6 +87,7 @@ func newInodeTable(fsys FS, opts *Options, tel *Telemetry) *inodeTable {
 		byPath:    make(map[string]*inode),
 		byID:      make(map[fileID]*inode),
 	}
+	t.failedSync = make(map[fileID]string)
 	t.drained = sync.NewCond(&t.mu)
 	return t
 }
@@ -141,6 +147,10 @@ func (t *inodeTable) get(ctx context.Context, name string, create bool) (*inode,
 				return other, nil
 			}
 			t.byID[id] = ino
+			if _, ok := t.failedSync[id]; ok {
+				delete(t.failedSync, id)
+				ino.commit.poison()
+			}
 		} else {
 			ino.openErr = err
 			delete(t.byPath, name)
@@ -224,10 +234,13 @@ func (t *inodeTable) unlinkIdleLocked(ino *inode) {
 func (t *inodeTable) makeRoomLocked() error {
 	for ino := t.idleTail; t.open >= t.opts.MaxOpenFiles && ino != nil; {
 		prev := ino.idlePrev
-		if ino.commit.idle() {
+		if idle, poisoned := ino.commit.idle(); idle {
 			t.unlinkIdleLocked(ino)
 			delete(t.byPath, ino.key)
 			delete(t.byID, fileID{ino.dev, ino.ino})
+			if poisoned {
+				t.failedSync[fileID{ino.dev, ino.ino}] = ino.key
+			}
 			t.open--
 			ino.closeFiles()
 		}
@@ -343,13 +356,20 @@ func (t *inodeTable) closeAll() error {
 	}
 	var errs []error
 	for ino := t.idleHead; ino != nil; ino = ino.idleNext {
-		if err := ino.file.Sync(false); err != nil {
+		// Through the group commit, not straight to fsync: a sync that
+		// failed before must make this one fail too (see groupCommit), or
+		// Close would call data durable that the kernel dropped.
+		wt := waitTrace{tel: t.telemetry, policy: t.opts.Policy, path: ino.key}
+		if err := ino.commit.do(context.Background(), true, wt); err != nil {
 			errs = append(errs, fmt.Errorf("sync %s: %w", ino.key, err))
 		}
 		ino.closeFiles()
 	}
+	for _, key := range t.failedSync {
+		errs = append(errs, fmt.Errorf("sync %s: %w: a sync failed and the file was closed before a later one could report it", key, ErrSyncFailed))
+	}
 	t.idleHead, t.idleTail = nil, nil
-	t.byPath, t.byID, t.open = nil, nil, 0
+	t.byPath, t.byID, t.open, t.failedSync = nil, nil, 0, nil
 	t.mu.Unlock()
 	return errors.Join(errs...)
 }

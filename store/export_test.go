@@ -1,0 +1,42 @@
+package store
+
+import (
+	"context"
+	"os"
+)
+
+// What the external tests (package store_test, which import store/faultfs
+// and so cannot live in package store) need of the internals.
+
+// FiemapExtents is what FIEMAP, after writing back dirty pages
+// (FIEMAP_FLAG_SYNC), says of the file at osPath, listed the way
+// Store.Extents lists [off, off+length) with blocks of blockSize.
+func FiemapExtents(osPath string, blockSize, off, length int64) ([]Extent, error) {
+	f, err := os.Open(osPath)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	m, err := readFiemap(f.Fd(), blockSize)
+	if err != nil {
+		return nil, err
+	}
+	return m.extents(off, length), nil
+}
+
+// PendingSyncCallers is how many callers wait in the group-commit batch of
+// path that has not started yet: a test waits for it to know that callers
+// have queued behind a running sync.
+func PendingSyncCallers(s *Store, path string) (int, error) {
+	ino, err := s.table.get(context.Background(), path, false)
+	if err != nil {
+		return 0, err
+	}
+	defer s.table.put(ino)
+	ino.commit.mu.Lock()
+	defer ino.commit.mu.Unlock()
+	if ino.commit.pending == nil {
+		return 0, nil
+	}
+	return ino.commit.pending.callers, nil
+}

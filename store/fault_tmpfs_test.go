@@ -1,0 +1,145 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/filewrite/filewrite/store"
+)
+
+// mountTmpfs mounts a 1 MiB tmpfs in a fresh test directory and unmounts it
+// when the test ends (after the store on it is closed: cleanups run last in
+// first out). It skips the test where mounting is not allowed.
+func mountTmpfs(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("a real ENOSPC needs a small tmpfs, and mounting one needs root (CI runs as root)")
+	}
+	mnt := filepath.Join(newDir(t), "tmpfs")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", mnt, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=1m"); err != nil {
+		t.Skipf("cannot mount a 1 MiB tmpfs at %s (no CAP_SYS_ADMIN, or a container that forbids mounts): %v", mnt, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(mnt, 0); err != nil {
+			t.Errorf("unmount the test tmpfs: %v", err)
+			unix.Unmount(mnt, unix.MNT_DETACH)
+		}
+	})
+	return mnt
+}
+
+// fill writes chunks of size chunk at the end of path until the filesystem
+// is full and returns the content the store acknowledged or reported
+// written, the result and error of the write that failed.
+func fill(t *testing.T, fs faultStore, path string, chunk int) ([]byte, store.WriteResult, error) {
+	t.Helper()
+	ctx := context.Background()
+	var content []byte
+	for i := 0; i < 100; i++ {
+		data := pattern(chunk, byte(i))
+		res, err := fs.Write(ctx, path, int64(len(content)), data, store.SyncNone)
+		content = append(content, data[:res.BytesWritten]...)
+		if err != nil {
+			return content, res, err
+		}
+	}
+	t.Fatalf("wrote %d bytes to a 1 MiB tmpfs without an error", len(content))
+	return nil, store.WriteResult{}, nil
+}
+
+// TestRealENOSPC fills a real (tmpfs) filesystem through the store, with an
+// extending write and with a write below EOF into a hole, under every
+// policy: ErrNoSpace naming the path and the bytes written, the size still
+// the file's, the acknowledged bytes on disk, and the store usable once
+// space is freed. tmpfs has no FIEMAP (the store maps it with SEEK_DATA),
+// so extents are not compared.
+func TestRealENOSPC(t *testing.T) {
+	ctx := context.Background()
+	checkNoSpace := func(t *testing.T, res store.WriteResult, err error) {
+		t.Helper()
+		if !errors.Is(err, store.ErrNoSpace) || !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("got error %v, want ErrNoSpace wrapping ENOSPC", err)
+		}
+		for _, part := range []string{faultPath, fmt.Sprintf("%d bytes written", res.BytesWritten)} {
+			if !strings.Contains(err.Error(), part) {
+				t.Errorf("error %q does not say %q", err, part)
+			}
+		}
+	}
+	tests := []struct {
+		name string
+		// run fills the disk and returns the content path must have.
+		run func(t *testing.T, fs faultStore) []byte
+	}{
+		{
+			name: "extending",
+			run: func(t *testing.T, fs faultStore) []byte {
+				// 100,000 bytes: the last write is cut inside a page.
+				want, res, err := fill(t, fs, faultPath, 100_000)
+				checkNoSpace(t, res, err)
+				if got, want := res.Size, int64(len(want)); got != want {
+					t.Errorf("Size in the result: got %d, want %d (the bytes acknowledged, and BytesWritten of the write that failed)", got, want)
+				}
+				return want
+			},
+		},
+		{
+			name: "below EOF into a hole",
+			run: func(t *testing.T, fs faultStore) []byte {
+				if _, _, err := fill(t, fs, "filler", 100_000); !errors.Is(err, store.ErrNoSpace) {
+					t.Fatalf("filling the disk: got %v, want ErrNoSpace", err)
+				}
+				const size = 512 << 10
+				if err := fs.Truncate(ctx, faultPath, size); err != nil {
+					t.Fatalf("Truncate to make a hole: %v", err)
+				}
+				data := pattern(64<<10, 'h')
+				res, err := fs.Write(ctx, faultPath, 4096, data, store.SyncNone)
+				checkNoSpace(t, res, err)
+				if got, want := res.Size, int64(size); got != want {
+					t.Errorf("Size in the result: got %d, want %d", got, want)
+				}
+				return overlay(make([]byte, size), 4096, data[:res.BytesWritten])
+			},
+		},
+	}
+	for _, p := range store.Policies() {
+		for _, tt := range tests {
+			t.Run(fmt.Sprintf("%v/%s", p, tt.name), func(t *testing.T) {
+				fs := openFaultStore(t, mountTmpfs(t), store.Options{Policy: p})
+				want := tt.run(t, fs)
+				checkContent(t, "file when the disk is full", fs.content(t, faultPath), want)
+				fs.checkTrue(t, faultPath, false)
+
+				// Free space, then a write reads back.
+				if err := fs.Truncate(ctx, "filler", 0); err != nil {
+					t.Fatal(err)
+				}
+				if err := fs.Truncate(ctx, faultPath, 0); err != nil {
+					t.Fatal(err)
+				}
+				data := pattern(200_000, 'r')
+				if _, err := fs.Write(ctx, faultPath, 0, data, store.SyncData); err != nil {
+					t.Fatalf("Write once space is free: %v", err)
+				}
+				got, err := fs.Read(ctx, faultPath, 0, int64(len(data)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkContent(t, "Read once space is free", got, data)
+				fs.checkTrue(t, faultPath, false)
+			})
+		}
+	}
+}
