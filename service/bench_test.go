@@ -6,9 +6,11 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,9 +28,10 @@ import (
 // default policy runs them without the inode lock) through the real gRPC
 // server on loopback, to a daemon with tracing off (the default) and to
 // one with every RPC sampled and its spans batched to an in-memory
-// exporter. Each b.N iteration runs one round on each, alternating, so
-// both see the same machine; the figures are medians over rounds. Run it
-// with -benchtime=Nx for N rounds:
+// exporter. Each b.N iteration runs one round on each, in alternating
+// order, so both see the same machine; the figures are medians over
+// rounds, the ratio the median of per-round ratios. Run it with
+// -benchtime=Nx for N rounds:
 //
 //	go test -run '^$' -bench Tracing -benchtime 10x ./service/
 func BenchmarkTracing(b *testing.B) {
@@ -56,11 +59,21 @@ func BenchmarkTracing(b *testing.B) {
 	}
 	data := make([]byte, bs)
 	rates := make([][]float64, len(sides))
+	cpuPerWrite := make([][]float64, len(sides))
 	b.ResetTimer()
-	for range b.N {
-		for i := range sides {
+	for round := range b.N {
+		for k := range sides {
+			// Alternate which side goes first, and start each side on a
+			// collected heap: both daemons share this process's garbage
+			// collector, which would otherwise make one side pay for the
+			// other's allocations (the traced side's spans).
+			i := (k + round) % len(sides)
+			b.StopTimer()
+			runtime.GC()
+			b.StartTimer()
 			var next atomic.Int64
 			var wg sync.WaitGroup
+			cpu0 := processCPU(b)
 			start := time.Now()
 			for w := range workers {
 				wg.Go(func() {
@@ -76,6 +89,7 @@ func BenchmarkTracing(b *testing.B) {
 			}
 			wg.Wait()
 			rates[i] = append(rates[i], perRound/time.Since(start).Seconds())
+			cpuPerWrite[i] = append(cpuPerWrite[i], (processCPU(b)-cpu0).Seconds()/perRound)
 		}
 		spans.Reset() // bound the exporter's memory; the spans are not looked at
 	}
@@ -85,14 +99,30 @@ func BenchmarkTracing(b *testing.B) {
 		slices.Sort(xs)
 		return xs[len(xs)/2]
 	}
-	var ratio []float64
+	var ratio, cpuRatio []float64
 	for r := range rates[0] {
 		ratio = append(ratio, rates[1][r]/rates[0][r])
+		cpuRatio = append(cpuRatio, cpuPerWrite[0][r]/cpuPerWrite[1][r])
 	}
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(median(rates[0]), "off-writes/s")
 	b.ReportMetric(median(rates[1]), "on-writes/s")
 	b.ReportMetric(median(ratio), "x-on/off")
+	// CPU time per write of this process (client and daemon), which other
+	// processes on a shared machine do not disturb as they disturb
+	// throughput: off/on is the throughput ratio of a CPU-bound daemon.
+	b.ReportMetric(median(cpuPerWrite[0])*1e6, "off-cpu-µs/write")
+	b.ReportMetric(median(cpuPerWrite[1])*1e6, "on-cpu-µs/write")
+	b.ReportMetric(median(cpuRatio), "x-cpu-off/on")
+}
+
+// processCPU is the user and system CPU time this process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // startBenchDaemon starts a daemon on loopback with the given tracer
