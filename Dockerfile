@@ -22,6 +22,7 @@ VOLUME /data
 # gRPC, then HTTP (REST gateway, /metrics, /debug/locks).
 EXPOSE 50051 8080
 ENTRYPOINT ["/filewrite"]
-# Inside a container the daemon must listen on every interface; the port
-# mapping decides who can reach it.
+# Inside a container the daemon must listen on every interface. It refuses
+# to do that without --auth-token-file (a mounted token file) or an
+# explicit --insecure-listen: add one of them, as docker-compose.yml does.
 CMD ["--root", "/data", "--grpc-addr", "0.0.0.0:50051", "--http-addr", "0.0.0.0:8080"]

@@ -78,6 +78,7 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 		"largest `size` of the data of one Write or Read (bytes, or with a KiB, MiB or GiB suffix)")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout,
 		"on SIGINT/SIGTERM, how long to wait for requests in flight before cancelling them")
+	registerReliabilityFlags(fs, cfg)
 	logs := &logFlags{level: "info", format: "text"}
 	fs.StringVar(&logs.level, "log-level", logs.level, "debug (every RPC), info, warn or error")
 	fs.StringVar(&logs.format, "log-format", logs.format, "text or json, on standard error")

@@ -30,15 +30,17 @@ func maxMessageBytes(maxRequestBytes int64) int {
 
 // newGRPCServer builds the whole gRPC server: interceptors, the otel stats
 // handler, message limits, the FileService, health and reflection (so that
-// grpcurl and ghz need no .proto files).
-func newGRPCServer(st *store.Store, hs *health.Server, maxRequestBytes int64, log *slog.Logger, tel *telemetry) *grpc.Server {
+// grpcurl and ghz need no .proto files). Its stats handler and metrics use
+// tel's providers. extra adds options after these: TLS and the
+// authentication interceptors, which chain after logUnary.
+func newGRPCServer(st *store.Store, hs *health.Server, maxRequestBytes int64, log *slog.Logger, tel *telemetry, extra ...grpc.ServerOption) *grpc.Server {
 	limit := maxMessageBytes(maxRequestBytes)
-	srv := grpc.NewServer(
+	srv := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.StatsHandler(tel.serverHandler()),
 		grpc.MaxRecvMsgSize(limit),
 		grpc.MaxSendMsgSize(limit),
 		grpc.ChainUnaryInterceptor(logUnary(log)),
-	)
+	}, extra...)...)
 	filewritev1.RegisterFileServiceServer(srv, &fileServer{store: st})
 	healthpb.RegisterHealthServer(srv, hs)
 	reflection.Register(srv)

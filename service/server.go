@@ -6,6 +6,7 @@ package service
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,7 +19,6 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -48,13 +48,27 @@ type Config struct {
 	// Logger receives the daemon's logs; nil means slog.Default().
 	Logger *slog.Logger
 
+	// Security: see auth.go, tls.go and security.go.
+
+	// AuthTokenFile names a file of bearer tokens, one per line, reread on
+	// SIGHUP; empty turns authentication off.
+	AuthTokenFile string
+	// TLSCert and TLSKey are PEM files; given together, both listeners
+	// serve TLS.
+	TLSCert, TLSKey string
+	// InsecureListen allows a listen address beyond loopback without
+	// AuthTokenFile.
+	InsecureListen bool
+
+	// WrapFS, when set, wraps the file layer under the store: tests inject
+	// faults (ENOSPC, a held sync) through it. nil in production.
+	WrapFS func(store.FS) store.FS
+
 	// TracerProvider receives the daemon's spans; nil means one built from
 	// the OTEL_* environment variables (see telemetry.go), off unless
 	// OTEL_TRACES_EXPORTER is set. The daemon does not shut down a provider
 	// given here.
 	TracerProvider trace.TracerProvider
-	// wrapFS, if set, wraps the store's file layer (tests hold syncs).
-	wrapFS func(store.FS) store.FS
 }
 
 // MaxRequestBytesLimit is the largest MaxRequestBytes accepted: a request is
@@ -74,6 +88,9 @@ func DefaultConfig() Config {
 			IO:          store.IOBuffered,
 			Fsync:       store.FsyncGroup,
 			MaxFileSize: 1 << 40,
+			// Limits: see limits.go.
+			MaxOpenFiles:      DefaultMaxOpenFiles,
+			MaxWaitersPerFile: DefaultMaxWaitersPerFile,
 		},
 		DrainTimeout: 30 * time.Second,
 	}
@@ -95,7 +112,7 @@ func (c Config) validate() error {
 	if c.DrainTimeout < 0 {
 		return fmt.Errorf("drain timeout %v is negative", c.DrainTimeout)
 	}
-	return nil
+	return c.validateLimits()
 }
 
 // Server is a running daemon: the store, the gRPC server and, unless
@@ -118,6 +135,11 @@ type Server struct {
 
 	// serveErr receives an error when a listener fails while serving.
 	serveErr chan error
+
+	// Security, set up by setupSecurity: nil when off.
+	auth       *tokenAuth
+	tlsConf    *tls.Config
+	stopReload func() // stops the SIGHUP watcher
 }
 
 // Run starts the daemon and serves until ctx ends or SIGINT or SIGTERM
@@ -159,6 +181,10 @@ func Start(cfg Config) (_ *Server, err error) {
 		}
 	}()
 
+	if err := s.setupSecurity(); err != nil {
+		return nil, err
+	}
+
 	if s.tel, err = newTelemetry(context.Background(), cfg); err != nil {
 		return nil, err
 	}
@@ -167,8 +193,8 @@ func Start(cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	var fsys store.FS = osfs
-	if cfg.wrapFS != nil {
-		fsys = cfg.wrapFS(fsys)
+	if cfg.WrapFS != nil {
+		fsys = cfg.WrapFS(osfs)
 	}
 	opts := cfg.Store
 	opts.MaxIOBytes = cfg.MaxRequestBytes
@@ -183,7 +209,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("gRPC listener: %w", err)
 	}
-	s.grpcSrv = newGRPCServer(s.store, s.health, cfg.MaxRequestBytes, log, s.tel)
+	s.grpcSrv = newGRPCServer(s.store, s.health, cfg.MaxRequestBytes, log, s.tel, s.securityServerOptions()...)
 	if cfg.HTTPAddr != "" {
 		if err := s.startGateway(); err != nil {
 			return nil, err
@@ -217,7 +243,7 @@ func Start(cfg Config) (_ *Server, err error) {
 func (s *Server) startGateway() (err error) {
 	limit := maxMessageBytes(s.cfg.MaxRequestBytes)
 	s.gatewayConn, err = grpc.NewClient("passthrough:///"+dialAddr(s.grpcLis.Addr()),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(gatewayCredentials(s.tlsConf)),
 		grpc.WithStatsHandler(s.tel.clientHandler()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limit), grpc.MaxCallSendMsgSize(limit)),
 	)
@@ -236,6 +262,11 @@ func (s *Server) startGateway() (err error) {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	// Security wraps whatever the listener serves, gateway and all.
+	s.httpSrv.Handler = s.auth.httpMiddleware(s.httpSrv.Handler)
+	if s.tlsConf != nil {
+		s.httpLis = httpTLSListener(s.httpLis, s.tlsConf)
 	}
 	return nil
 }
@@ -313,6 +344,9 @@ func (s *Server) Shutdown() error {
 // drain. Closing the store syncs every open file.
 func (s *Server) closeAll() error {
 	var errs []error
+	if s.stopReload != nil {
+		s.stopReload()
+	}
 	// Servers close only the listeners they were serving; Start can fail
 	// before that, so the listeners are closed here too (twice is harmless).
 	if s.grpcSrv != nil {

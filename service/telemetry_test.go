@@ -380,7 +380,7 @@ func (f heldSyncFile) Sync(dataOnly bool) error {
 func TestFsyncWaitTrace(t *testing.T) {
 	held := heldSyncFS{arrived: make(chan struct{}, 8), release: make(chan struct{})}
 	d := startTracedDaemon(t, func(c *Config) {
-		c.wrapFS = func(base store.FS) store.FS { held.FS = base; return held }
+		c.WrapFS = func(base store.FS) store.FS { held.FS = base; return held }
 	})
 	var once sync.Once
 	releaseSyncs := func() { once.Do(func() { close(held.release) }) }

@@ -23,6 +23,9 @@ type FS interface {
 	OpenFile(name string, flag int, perm fs.FileMode) (File, error)
 	// MkdirAll creates name and its missing parents inside the root.
 	MkdirAll(name string, perm fs.FileMode) error
+	// SyncDir is fsync(2) of directory name ("." is the root): when it
+	// returns nil, the entries created in it are durable.
+	SyncDir(name string) error
 	// Close releases the root.
 	Close() error
 }
@@ -96,6 +99,16 @@ func (f *OSFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
 // MkdirAll implements FS.
 func (f *OSFS) MkdirAll(name string, perm fs.FileMode) error {
 	return f.root.MkdirAll(name, perm)
+}
+
+// SyncDir implements FS.
+func (f *OSFS) SyncDir(name string) error {
+	d, err := f.root.Open(name)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	return errors.Join(err, d.Close())
 }
 
 // Close implements FS.

@@ -38,6 +38,10 @@ type inode struct {
 
 	// commit merges syncs of this file.
 	commit groupCommit
+	// newDirs (immutable after open) are the directories to sync once for a
+	// file this store created; dirsPending is true until that succeeded.
+	newDirs     []string
+	dirsPending atomic.Bool
 
 	// The fields below are guarded by inodeTable.mu.
 	refs     int
@@ -255,16 +259,10 @@ func (t *inodeTable) makeRoomLocked() error {
 // openInode opens the descriptors and rebuilds the size and the extent map
 // from the file.
 func (t *inodeTable) openInode(ino *inode, create bool) error {
-	flag := os.O_RDWR
-	if create {
-		flag |= os.O_CREATE
-		if dir := path.Dir(ino.key); dir != "." {
-			if err := t.fsys.MkdirAll(dir, 0o755); err != nil {
-				return mapOpenErr(ino.key, err)
-			}
-		}
+	f, err := t.fsys.OpenFile(ino.key, os.O_RDWR, 0)
+	if create && errors.Is(err, fs.ErrNotExist) {
+		f, err = t.createFile(ino)
 	}
-	f, err := t.fsys.OpenFile(ino.key, flag, 0o644)
 	if err != nil {
 		return mapOpenErr(ino.key, err)
 	}
@@ -302,9 +300,57 @@ func (t *inodeTable) openInode(ino *inode, create bool) error {
 	ino.commit = groupCommit{
 		mode:    t.opts.Fsync,
 		delay:   t.opts.FsyncTimerDelay,
-		sync:    f.Sync,
+		sync:    func(dataOnly bool) error { return t.syncFile(ino, dataOnly) },
 		onBatch: t.telemetry.recordBatch,
 	}
+	return nil
+}
+
+// createFile creates ino's file and its missing parent directories, and
+// notes the directories whose entries are not yet durable.
+func (t *inodeTable) createFile(ino *inode) (File, error) {
+	if dir := path.Dir(ino.key); dir != "." {
+		if err := t.fsys.MkdirAll(dir, 0o755); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				// mkdirat(2) found a file where a parent directory
+				// should be: the caller's path is wrong, not the disk.
+				return nil, fmt.Errorf("%w: a parent of %s is not a directory", ErrInvalidPath, ino.key)
+			}
+			return nil, err
+		}
+	}
+	f, err := t.fsys.OpenFile(ino.key, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	// Every ancestor up to the root: any of them may be new.
+	for dir := path.Dir(ino.key); ; dir = path.Dir(dir) {
+		ino.newDirs = append(ino.newDirs, dir)
+		if dir == "." {
+			break
+		}
+	}
+	ino.dirsPending.Store(true)
+	return f, nil
+}
+
+// syncFile is the file's fdatasync/fsync for its group commit. The first
+// sync after the store created the file also syncs the directories above
+// it, so that the name is as durable as the data (fsync(2) of a file does
+// not promise its directory entry).
+func (t *inodeTable) syncFile(ino *inode, dataOnly bool) error {
+	if err := ino.file.Sync(dataOnly); err != nil {
+		return err
+	}
+	if !ino.dirsPending.Load() {
+		return nil
+	}
+	for _, dir := range ino.newDirs {
+		if err := t.fsys.SyncDir(dir); err != nil {
+			return err
+		}
+	}
+	ino.dirsPending.Store(false)
 	return nil
 }
 
@@ -326,6 +372,10 @@ func mapOpenErr(name string, err error) error {
 		return fmt.Errorf("%w: %s", ErrIsDirectory, name)
 	case errors.Is(err, syscall.ENOTDIR):
 		return fmt.Errorf("%w: a parent of %s is not a directory", ErrInvalidPath, name)
+	case errors.Is(err, syscall.ENAMETOOLONG):
+		// validatePath bounds the whole path; the filesystem bounds each
+		// element too (NAME_MAX, 255 bytes on ext4).
+		return fmt.Errorf("%w: an element of %s is longer than the filesystem allows", ErrPathTooLong, name)
 	case errors.Is(err, syscall.ELOOP), isEscape(err):
 		return fmt.Errorf("%w: %s", ErrPathEscapes, name)
 	case errors.Is(err, syscall.EINVAL) || errors.Is(err, unix.EOPNOTSUPP):

@@ -230,3 +230,36 @@ func TestReopenRebuildsState(t *testing.T) {
 		t.Errorf("Stat after reopen = %+v, %v; want size %d", st, err, 64*kb)
 	}
 }
+
+// TestNewFileSyncsItsDirectories: the first sync of a file the store
+// created also syncs every directory above it, once; a file that existed
+// before costs no directory sync.
+func TestNewFileSyncsItsDirectories(t *testing.T) {
+	ctx := context.Background()
+	rec := &syncRecorder{}
+	s, dir := newRecordedStore(t, rec, Options{})
+	if err := os.WriteFile(filepath.Join(dir, "old"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		name     string
+		do       func() error
+		wantDirs []string
+	}{
+		{"unsynced create", func() error { _, err := s.Write(ctx, "a/b/c", 0, []byte("1"), SyncNone); return err }, nil},
+		{"first sync", func() error { return s.Fsync(ctx, "a/b/c", true) }, []string{"a/b", "a", "."}},
+		{"synced write", func() error { _, err := s.Write(ctx, "a/b/c", 1, []byte("2"), SyncData); return err }, nil},
+		{"existing file", func() error { _, err := s.Write(ctx, "old", 0, []byte("y"), SyncFull); return err }, nil},
+		{"synced create", func() error { _, err := s.Write(ctx, "d", 0, []byte("z"), SyncData); return err }, []string{"."}},
+	}
+	for _, st := range steps {
+		before := len(rec.syncedDirs())
+		if err := st.do(); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		got := rec.syncedDirs()[before:]
+		if fmt.Sprint(got) != fmt.Sprint(st.wantDirs) && !(len(got) == 0 && len(st.wantDirs) == 0) {
+			t.Errorf("%s: synced directories %v, want %v", st.name, got, st.wantDirs)
+		}
+	}
+}

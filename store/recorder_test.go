@@ -14,6 +14,7 @@ type syncRecorder struct {
 	clock atomic.Int64
 	mu    sync.Mutex
 	log   []syncSpan
+	dirs  []string // directories synced, in order
 }
 
 type syncSpan struct{ start, end int64 }
@@ -32,6 +33,19 @@ func (r *syncRecorder) since(i int) []syncSpan {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]syncSpan(nil), r.log[i:]...)
+}
+
+func (r *syncRecorder) SyncDir(name string) error {
+	r.mu.Lock()
+	r.dirs = append(r.dirs, name)
+	r.mu.Unlock()
+	return r.FS.SyncDir(name)
+}
+
+func (r *syncRecorder) syncedDirs() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.dirs...)
 }
 
 func (r *syncRecorder) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {

@@ -241,6 +241,9 @@ func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (store.File, erro
 // MkdirAll implements store.FS; no rule applies to it.
 func (f *FS) MkdirAll(name string, perm fs.FileMode) error { return f.base.MkdirAll(name, perm) }
 
+// SyncDir implements store.FS; no rule applies to it.
+func (f *FS) SyncDir(name string) error { return f.base.SyncDir(name) }
+
 // Close implements store.FS by closing the underlying FS.
 func (f *FS) Close() error { return f.base.Close() }
 

@@ -1,0 +1,424 @@
+package service
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+
+	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+)
+
+const (
+	tokenAlpha = "alpha-7f3c9b1e"
+	tokenBeta  = "beta-2d8e4a60"
+)
+
+func TestTokenCheck(t *testing.T) {
+	dir := testDir(t)
+	file := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(file, []byte("# operators\n\n  "+tokenAlpha+"  \r\n"+tokenBeta+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := newTokenAuth(file, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		values []string
+		want   error
+	}{
+		{"none", nil, errNoToken},
+		{"first token", []string{"Bearer " + tokenAlpha}, nil},
+		{"second token, blanks around", []string{"  Bearer   " + tokenBeta + " "}, nil},
+		{"scheme in lower case", []string{"bearer " + tokenAlpha}, nil},
+		{"wrong token", []string{"Bearer gamma"}, errBadToken},
+		{"prefix of a token", []string{"Bearer " + tokenAlpha[:5]}, errBadToken},
+		{"token with a suffix", []string{"Bearer " + tokenAlpha + "x"}, errBadToken},
+		{"empty token", []string{"Bearer "}, errNotBearerToken},
+		{"comment line as a token", []string{"Bearer #"}, errBadToken},
+		{"no scheme", []string{tokenAlpha}, errNotBearerToken},
+		{"basic scheme", []string{"Basic " + tokenAlpha}, errNotBearerToken},
+		{"two values, both valid", []string{"Bearer " + tokenAlpha, "Bearer " + tokenBeta}, errManyTokens},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := a.check(tt.values); got != tt.want {
+				t.Errorf("check(%q) = %v, want %v", tt.values, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestTokenFileRejects(t *testing.T) {
+	dir := testDir(t)
+	tests := []struct {
+		name, contents, want string
+	}{
+		{"empty", "", "holds no token"},
+		{"comments only", "# nothing yet\n\n", "holds no token"},
+		{"blank inside a token", "alpha beta\n", "line 1: a token may not contain blanks"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			file := filepath.Join(dir, "tokens")
+			if err := os.WriteFile(file, []byte(tt.contents), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := newTokenAuth(file, slog.New(slog.DiscardHandler))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("newTokenAuth(%q) = %v, want an error containing %q", tt.contents, err, tt.want)
+			}
+		})
+	}
+	if _, err := newTokenAuth(filepath.Join(dir, "missing"), slog.New(slog.DiscardHandler)); err == nil {
+		t.Error("newTokenAuth of a missing file succeeded")
+	}
+}
+
+// startAuthDaemon starts a daemon that accepts tokenAlpha and tokenBeta,
+// with a file in its root that rejected requests must leave alone.
+func startAuthDaemon(t *testing.T) *daemon {
+	t.Helper()
+	tokens := writeTokenFile(t, testDir(t), "tokens", tokenAlpha, tokenBeta)
+	d := startDaemon(t, func(c *Config) { c.AuthTokenFile = tokens })
+	if err := os.WriteFile(filepath.Join(d.root, "existing.bin"), []byte("original"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func withAuth(ctx context.Context, values ...string) context.Context {
+	for _, v := range values {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", v)
+	}
+	return ctx
+}
+
+func TestAuthGRPC(t *testing.T) {
+	d := startAuthDaemon(t)
+	write := func(ctx context.Context) error {
+		_, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "existing.bin", Data: []byte("CHANGED!")})
+		return err
+	}
+	truncate := func(ctx context.Context) error {
+		_, err := d.client.Truncate(ctx, &filewritev1.TruncateRequest{Path: "existing.bin"})
+		return err
+	}
+	read := func(ctx context.Context) error {
+		_, err := d.client.Read(ctx, &filewritev1.ReadRequest{Path: "existing.bin", Length: 8})
+		return err
+	}
+	health := func(ctx context.Context) error {
+		_, err := healthpb.NewHealthClient(d.conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		return err
+	}
+	reflect := func(ctx context.Context) error {
+		stream, err := reflectionpb.NewServerReflectionClient(d.conn).ServerReflectionInfo(ctx)
+		if err != nil {
+			return err
+		}
+		// A Send to a stream the server ended fails with io.EOF; Recv
+		// then returns the status.
+		if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil && err != io.EOF {
+			return err
+		}
+		_, err = stream.Recv()
+		return err
+	}
+	bearer := "Bearer " + tokenAlpha
+	tests := []struct {
+		name  string
+		call  func(context.Context) error
+		auth  []string
+		want  codes.Code
+		write bool // succeeds by changing existing.bin
+	}{
+		{"write without a token", write, nil, codes.Unauthenticated, false},
+		{"write with a wrong token", write, []string{"Bearer nope"}, codes.Unauthenticated, false},
+		{"write with basic auth", write, []string{"Basic " + tokenAlpha}, codes.Unauthenticated, false},
+		{"write with two tokens", write, []string{bearer, "Bearer " + tokenBeta}, codes.Unauthenticated, false},
+		{"truncate without a token", truncate, nil, codes.Unauthenticated, false},
+		{"read without a token", read, nil, codes.Unauthenticated, false},
+		{"reflection without a token", reflect, nil, codes.Unauthenticated, false},
+		{"health without a token", health, nil, codes.OK, false},
+		{"read with a token", read, []string{bearer}, codes.OK, false},
+		{"reflection with a token", reflect, []string{bearer}, codes.OK, false},
+		{"write with the second token", write, []string{"Bearer " + tokenBeta}, codes.OK, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := snapshot(t, d.root)
+			err := tt.call(withAuth(testContext(t), tt.auth...))
+			wantCode(t, tt.name, err, tt.want)
+			if !tt.write {
+				checkUnchanged(t, d.root, before)
+			}
+		})
+	}
+	if got := string(d.onDisk(t, "existing.bin")); got != "CHANGED!" {
+		t.Errorf("existing.bin = %q after the one authenticated write, want %q", got, "CHANGED!")
+	}
+}
+
+func TestAuthHTTP(t *testing.T) {
+	d := startAuthDaemon(t)
+	octet := func(h ...string) map[string]string {
+		m := map[string]string{"Content-Type": mimeOctetStream}
+		for i := 0; i+1 < len(h); i += 2 {
+			m[h[i]] = h[i+1]
+		}
+		return m
+	}
+	auth := "Bearer " + tokenAlpha
+	tests := []struct {
+		name, method, path string
+		header             map[string]string
+		want               int
+	}{
+		{"PUT without a token", "PUT", "/v1/files/existing.bin", octet(), 401},
+		{"PUT with a wrong token", "PUT", "/v1/files/existing.bin", octet("Authorization", "Bearer nope"), 401},
+		{"PUT creating a file, without a token", "PUT", "/v1/files/new/file.bin", octet(), 401},
+		{"POST :write without a token", "POST", "/v1/files/existing.bin:write", map[string]string{"Content-Type": "application/json"}, 401},
+		{"POST :truncate without a token", "POST", "/v1/files/existing.bin:truncate", nil, 401},
+		{"GET :read without a token", "GET", "/v1/files/existing.bin:read?length=8", nil, 401},
+		{"GET stat without a token", "GET", "/v1/files/existing.bin", nil, 401},
+		{"GET /metrics without a token", "GET", "/metrics", nil, 401},
+		{"an unknown route without a token", "GET", "/nope", nil, 401},
+		{"token only in Grpc-Metadata-Authorization", "PUT", "/v1/files/existing.bin", octet("Grpc-Metadata-Authorization", auth), 401},
+		{"a second, bogus, Grpc-Metadata-Authorization", "PUT", "/v1/files/existing.bin", octet("Authorization", auth, "Grpc-Metadata-Authorization", "Bearer nope"), 401},
+		{"GET stat with a token", "GET", "/v1/files/existing.bin", map[string]string{"Authorization": auth}, 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := snapshot(t, d.root)
+			body := ""
+			if tt.method != "GET" {
+				body = `{"data":"Q0hBTkdFRCE=","size":"0"}`
+				if tt.header["Content-Type"] == mimeOctetStream {
+					body = "CHANGED!"
+				}
+			}
+			r := doHTTP(t, tt.method, d.url+tt.path, strings.NewReader(body), tt.header)
+			if r.status != tt.want {
+				t.Fatalf("HTTP status %d (%s), want %d", r.status, r.body, tt.want)
+			}
+			if tt.want == http.StatusUnauthorized {
+				if e := parseErrorBody(t, r); e.Code != codes.Unauthenticated || e.Message == "" {
+					t.Errorf("error body %s, want code %d with a message", r.body, codes.Unauthenticated)
+				}
+			}
+			checkUnchanged(t, d.root, before)
+		})
+	}
+	// The 401s above would also come from a gateway that refuses everyone.
+	r := doHTTP(t, "PUT", d.url+"/v1/files/existing.bin", strings.NewReader("CHANGED!"), octet("Authorization", auth))
+	if r.status != http.StatusOK {
+		t.Fatalf("PUT with a token: %d %s, want 200", r.status, r.body)
+	}
+	if got := string(d.onDisk(t, "existing.bin")); got != "CHANGED!" {
+		t.Errorf("existing.bin = %q after an authenticated PUT, want CHANGED!", got)
+	}
+}
+
+// TestGatewayForwardsAuthorization runs the gateway without the HTTP
+// middleware in front, against a gRPC server that checks tokens: the
+// caller's token reaches the server through the gateway's connection, and
+// a caller without one gets 401 from the server's verdict, so the gateway
+// is no way around authentication.
+func TestGatewayForwardsAuthorization(t *testing.T) {
+	dir := testDir(t)
+	a, err := newTokenAuth(writeTokenFile(t, dir, "tokens", tokenAlpha), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := &fakeFiles{files: map[string][]byte{}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(a.serverOptions()...)
+	filewritev1.RegisterFileServiceServer(srv, fake)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	h, err := newGateway(context.Background(), plaintextConn(t, lis.Addr().String()), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+
+	tests := []struct {
+		name         string
+		method, path string
+		token        string
+		want         int
+	}{
+		{"raw PUT, no token", "PUT", "/v1/files/a", "", http.StatusUnauthorized},
+		{"raw PUT, wrong token", "PUT", "/v1/files/a", "nope", http.StatusUnauthorized},
+		{"raw PUT, valid token", "PUT", "/v1/files/a", tokenAlpha, http.StatusOK},
+		{"JSON stat, no token", "GET", "/v1/files/a", "", http.StatusUnauthorized},
+		{"JSON stat, valid token", "GET", "/v1/files/a", tokenAlpha, http.StatusOK},
+		{"JSON truncate, wrong token", "POST", "/v1/files/a:truncate", "nope", http.StatusUnauthorized},
+		{"JSON truncate, valid token", "POST", "/v1/files/a:truncate", tokenAlpha, http.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fake.mu.Lock()
+			fake.last = nil
+			fake.mu.Unlock()
+			header := map[string]string{}
+			body := "{}"
+			if tt.method == "PUT" {
+				header["Content-Type"] = mimeOctetStream
+				body = "data"
+			}
+			if tt.token != "" {
+				header["Authorization"] = "Bearer " + tt.token
+			}
+			r := doHTTP(t, tt.method, hs.URL+tt.path, strings.NewReader(body), header)
+			if r.status != tt.want {
+				t.Fatalf("%s %s: %d %s, want %d", tt.method, tt.path, r.status, r.body, tt.want)
+			}
+			if reached := fake.lastRequest() != nil; reached != (tt.want == http.StatusOK) {
+				t.Errorf("the request reached the service: %v, want %v", reached, tt.want == http.StatusOK)
+			}
+		})
+	}
+}
+
+func TestReloadAuth(t *testing.T) {
+	dir := testDir(t)
+	file := writeTokenFile(t, dir, "tokens", tokenAlpha)
+	d := startDaemon(t, func(c *Config) { c.AuthTokenFile = file })
+	stat := func(token string) error {
+		_, err := d.client.Write(withAuth(testContext(t), "Bearer "+token), &filewritev1.WriteRequest{Path: "f", Data: []byte("x")})
+		return err
+	}
+	wantCode(t, "alpha before the reload", stat(tokenAlpha), codes.OK)
+	wantCode(t, "beta before the reload", stat(tokenBeta), codes.Unauthenticated)
+
+	writeTokenFile(t, dir, "tokens", tokenBeta)
+	if err := d.srv.ReloadAuth(); err != nil {
+		t.Fatalf("ReloadAuth: %v", err)
+	}
+	wantCode(t, "alpha after it was removed", stat(tokenAlpha), codes.Unauthenticated)
+	wantCode(t, "beta after it was added", stat(tokenBeta), codes.OK)
+
+	// A file left empty by a bad edit does not lock everyone out.
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.srv.ReloadAuth(); err == nil {
+		t.Error("ReloadAuth of an empty file succeeded, want an error")
+	}
+	wantCode(t, "beta after a failed reload", stat(tokenBeta), codes.OK)
+
+	off := startDaemon(t, nil)
+	if err := off.srv.ReloadAuth(); err == nil {
+		t.Error("ReloadAuth without --auth-token-file succeeded, want an error")
+	}
+}
+
+func TestIsLoopbackAddr(t *testing.T) {
+	tests := []struct {
+		addr string
+		want bool
+	}{
+		{"127.0.0.1:50051", true},
+		{"127.0.0.2:0", true},
+		{"[::1]:8080", true},
+		{"localhost:8080", true},
+		{"LOCALHOST:8080", true},
+		{":50051", false},
+		{"0.0.0.0:50051", false},
+		{"[::]:8080", false},
+		{"10.0.0.1:50051", false},
+		{"192.168.1.20:0", false},
+		{"[fe80::1%eth0]:0", false},
+	}
+	for _, tt := range tests {
+		got, err := isLoopbackAddr(tt.addr)
+		if err != nil || got != tt.want {
+			t.Errorf("isLoopbackAddr(%q) = %v, %v; want %v", tt.addr, got, err, tt.want)
+		}
+	}
+	if _, err := isLoopbackAddr("no-port"); err == nil {
+		t.Error("isLoopbackAddr without a port succeeded")
+	}
+}
+
+// TestRefuseExposedListener: without tokens, an address beyond loopback is
+// refused with the reason and the way out; with tokens or
+// --insecure-listen it is accepted. The accepted cases stop before binding,
+// so the test listens on nothing but loopback.
+func TestRefuseExposedListener(t *testing.T) {
+	dir := testDir(t)
+	tokens := writeTokenFile(t, dir, "tokens", tokenAlpha)
+	tests := []struct {
+		name            string
+		grpcAddr        string
+		httpAddr        string
+		tokens          string
+		insecure        bool
+		wantErrContains []string
+	}{
+		{"gRPC on every interface", "0.0.0.0:0", "127.0.0.1:0", "", false,
+			[]string{"refusing to listen on 0.0.0.0:0 (gRPC)", "not a loopback address", "--auth-token-file", "--insecure-listen"}},
+		{"HTTP with an empty host", "127.0.0.1:0", ":0", "", false, []string{"refusing to listen on :0 (HTTP)"}},
+		{"both", "[::]:0", "0.0.0.0:0", "", false, []string{"[::]:0 (gRPC) and 0.0.0.0:0 (HTTP)"}},
+		{"loopback only", "127.0.0.1:0", "[::1]:0", "", false, nil},
+		{"exposed with tokens", "0.0.0.0:0", ":0", tokens, false, nil},
+		{"exposed with --insecure-listen", "0.0.0.0:0", ":0", "", true, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.GRPCAddr, cfg.HTTPAddr = tt.grpcAddr, tt.httpAddr
+			cfg.AuthTokenFile, cfg.InsecureListen = tt.tokens, tt.insecure
+			s := &Server{cfg: cfg, log: slog.New(slog.DiscardHandler)}
+			err := s.setupSecurity()
+			if s.stopReload != nil {
+				s.stopReload()
+			}
+			if tt.wantErrContains == nil {
+				if err != nil {
+					t.Fatalf("setupSecurity: %v, want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("setupSecurity succeeded, want a refusal")
+			}
+			for _, want := range tt.wantErrContains {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not mention %q", err, want)
+				}
+			}
+		})
+	}
+	// Start refuses before it opens the root or binds anything.
+	cfg := DefaultConfig()
+	cfg.Root = filepath.Join(dir, "never-created")
+	cfg.GRPCAddr = "0.0.0.0:0"
+	if srv, err := Start(cfg); err == nil {
+		srv.Shutdown()
+		t.Fatal("Start on 0.0.0.0 without tokens succeeded")
+	}
+	if _, err := os.Stat(cfg.Root); !os.IsNotExist(err) {
+		t.Errorf("the refused Start created its root: %v", err)
+	}
+}

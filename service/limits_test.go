@@ -1,0 +1,186 @@
+package service
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+)
+
+// TestLimits: each limit refuses a request with RESOURCE_EXHAUSTED and a
+// message that names the limit, and the refused request changes nothing.
+// The open-file and waiter limits need a file held busy: a write to
+// "busy.bin" is held inside the store until the check is done.
+func TestLimits(t *testing.T) {
+	const (
+		maxRequest = 4096
+		maxFile    = 1 << 20
+	)
+	write := func(path string, off int64, n int) func(*daemon, context.Context) error {
+		return func(d *daemon, ctx context.Context) error {
+			_, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: path, Offset: off, Data: make([]byte, n)})
+			return err
+		}
+	}
+	tests := []struct {
+		name  string
+		limit func(*Config)
+		// busy holds a write to busy.bin inside the store, and, with a
+		// waiter limit, queues one more behind it, before call runs.
+		busy     bool
+		queueOne bool
+		call     func(*daemon, context.Context) error
+		wantMsg  []string
+	}{
+		{
+			name:    "request size",
+			limit:   func(c *Config) { c.MaxRequestBytes = maxRequest },
+			call:    write("new.bin", 0, maxRequest+1),
+			wantMsg: []string{"request size limit exceeded", "4097 bytes", "4096"},
+		},
+		{
+			name:  "read size",
+			limit: func(c *Config) { c.MaxRequestBytes = maxRequest },
+			call: func(d *daemon, ctx context.Context) error {
+				_, err := d.client.Read(ctx, &filewritev1.ReadRequest{Path: "existing.bin", Length: maxRequest + 1})
+				return err
+			},
+			wantMsg: []string{"request size limit exceeded", "4096"},
+		},
+		{
+			name:    "file size, write",
+			limit:   func(c *Config) { c.Store.MaxFileSize = maxFile },
+			call:    write("existing.bin", maxFile-1, 2),
+			wantMsg: []string{"file size limit exceeded", "1048577", "1048576"},
+		},
+		{
+			name:  "file size, truncate",
+			limit: func(c *Config) { c.Store.MaxFileSize = maxFile },
+			call: func(d *daemon, ctx context.Context) error {
+				_, err := d.client.Truncate(ctx, &filewritev1.TruncateRequest{Path: "new.bin", Size: maxFile + 1})
+				return err
+			},
+			wantMsg: []string{"file size limit exceeded", "1048576"},
+		},
+		{
+			name:  "file size, fallocate",
+			limit: func(c *Config) { c.Store.MaxFileSize = maxFile },
+			call: func(d *daemon, ctx context.Context) error {
+				_, err := d.client.Fallocate(ctx, &filewritev1.FallocateRequest{Path: "new.bin",
+					Mode: filewritev1.FallocateMode_FALLOCATE_MODE_KEEP_SIZE, Offset: 1, Length: maxFile})
+				return err
+			},
+			wantMsg: []string{"file size limit exceeded", "1048576"},
+		},
+		{
+			name:    "open files",
+			limit:   func(c *Config) { c.Store.MaxOpenFiles = 1 },
+			busy:    true,
+			call:    write("new.bin", 0, 10),
+			wantMsg: []string{"open file limit reached", "--max-open-files=1"},
+		},
+		{
+			name:     "waiters per file",
+			limit:    func(c *Config) { c.Store.MaxWaitersPerFile = 1 },
+			busy:     true,
+			queueOne: true,
+			call:     write("busy.bin", 1<<16, 10),
+			wantMsg:  []string{"per-file waiter limit reached", "--max-waiters-per-file=1"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			gate := newWriteGate("busy.bin")
+			d := startDaemon(t, func(c *Config) {
+				tt.limit(c)
+				c.Store.Hooks = gate.hooks()
+			})
+			defer gate.open()
+			ctx := testContext(t)
+			if _, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "existing.bin", Data: []byte("original")}); err != nil {
+				t.Fatal(err)
+			}
+			var inFlight []chan error
+			send := func(off int64) {
+				done := make(chan error, 1)
+				inFlight = append(inFlight, done)
+				go func() {
+					_, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "busy.bin", Offset: off, Data: []byte("busy")})
+					done <- err
+				}()
+			}
+			if tt.busy {
+				// The first write extends the file, so it holds the
+				// lock exclusively while the gate holds it.
+				send(0)
+				gate.waitEntered(t, ctx)
+			}
+			if tt.queueOne {
+				send(100)
+				for d.waiting("busy.bin") < 1 {
+					time.Sleep(time.Millisecond)
+				}
+			}
+			before := snapshot(t, d.root)
+
+			err := tt.call(d, ctx)
+			wantCode(t, tt.name, err, codes.ResourceExhausted)
+			msg := status.Convert(err).Message()
+			for _, want := range tt.wantMsg {
+				if !strings.Contains(msg, want) {
+					t.Errorf("message %q does not name the limit (%q)", msg, want)
+				}
+			}
+			checkUnchanged(t, d.root, before)
+
+			// The held requests were not hurt by the refusal.
+			gate.open()
+			for i, done := range inFlight {
+				if err := <-done; err != nil {
+					t.Errorf("held write %d: %v", i, err)
+				}
+			}
+			if tt.queueOne {
+				if got := d.onDisk(t, "busy.bin"); len(got) != 104 {
+					t.Errorf("busy.bin is %d bytes, want 104: the refused write must not land later", len(got))
+				}
+			}
+		})
+	}
+}
+
+// TestLimitsHTTP: the same limits reach REST users as 429 with the limit
+// named.
+func TestLimitsHTTP(t *testing.T) {
+	d := startDaemon(t, func(c *Config) {
+		c.MaxRequestBytes = 4096
+		c.Store.MaxFileSize = 1 << 20
+	})
+	octet := map[string]string{"Content-Type": mimeOctetStream}
+	tests := []struct {
+		name, path string
+		body       string
+		want       string
+	}{
+		{"raw body over --max-request-bytes", "/v1/files/a.bin", strings.Repeat("x", 4097), "--max-request-bytes"},
+		{"write past --max-file-size", "/v1/files/a.bin?offset=1048575", "xy", "maximum file size is 1048576"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := snapshot(t, d.root)
+			r := doHTTP(t, "PUT", d.url+tt.path, strings.NewReader(tt.body), octet)
+			if r.status != 429 {
+				t.Fatalf("status %d (%s), want 429", r.status, r.body)
+			}
+			if e := parseErrorBody(t, r); e.Code != codes.ResourceExhausted || !strings.Contains(e.Message, tt.want) {
+				t.Errorf("error %+v, want RESOURCE_EXHAUSTED naming %q", e, tt.want)
+			}
+			checkUnchanged(t, d.root, before)
+		})
+	}
+}
