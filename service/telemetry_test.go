@@ -743,3 +743,19 @@ func TestRESTCallIsOneTrace(t *testing.T) {
 			server.Parent().SpanID(), server.SpanContext().TraceID(), client.SpanContext().SpanID(), client.SpanContext().TraceID())
 	}
 }
+
+// TestObservabilityRoutesNeedToken: with tokens configured, /metrics and
+// /debug/locks are refused without one, like every route: they show file
+// paths and trace ids.
+func TestObservabilityRoutesNeedToken(t *testing.T) {
+	d := startAuthDaemon(t)
+	for _, path := range []string{"/metrics", "/debug/locks"} {
+		if r := doHTTP(t, http.MethodGet, d.url+path, nil, nil); r.status != http.StatusUnauthorized {
+			t.Errorf("GET %s without a token: %d, want 401", path, r.status)
+		}
+		r := doHTTP(t, http.MethodGet, d.url+path, nil, map[string]string{"Authorization": "Bearer " + tokenAlpha})
+		if r.status != http.StatusOK {
+			t.Errorf("GET %s with a token: %d, want 200", path, r.status)
+		}
+	}
+}
