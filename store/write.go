@@ -125,15 +125,11 @@ func (s *Store) write(ctx context.Context, ino *inode, off int64, data []byte, s
 			// Like btrfs: register in flight, drop the lock, write.
 			token := ino.inflight.begin()
 			// A traced write leaves its span where a truncate waiting for
-			// it can link to it. Untraced writes (tracing off) skip this,
-			// and so allocate nothing.
+			// it can link to it; untraced writes (tracing off) skip this.
+			// The holder's span field is immutable, so its address serves.
 			var tracked *trace.SpanContext
-			if span.IsSampled() {
-				tracked = new(trace.SpanContext)
-				*tracked = span
-				if !ino.inflight.track(token, tracked) {
-					tracked = nil
-				}
+			if span.IsSampled() && ino.inflight.track(token, &h.span) {
+				tracked = &h.span
 			}
 			ino.lock.release(h)
 			n, err = s.writeData(ctx, ino, off, data, mode, reason)
