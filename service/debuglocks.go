@@ -115,6 +115,11 @@ func (d *debugLocks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // buildLocksReport orders files busy first, then by path, and keeps limit.
 func buildLocksReport(files []store.FileLocks, limit int, now time.Time) locksReport {
+	for i := range files {
+		if files[i].Holders == nil {
+			files[i].Holders = []store.HolderInfo{} // [] rather than null in JSON
+		}
+	}
 	busy := func(f store.FileLocks) bool { return len(f.Holders) > 0 || f.Waiting > 0 || f.Inflight > 0 }
 	slices.SortFunc(files, func(a, b store.FileLocks) int {
 		if ba, bb := busy(a), busy(b); ba != bb {
