@@ -3,19 +3,14 @@ package service
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io/fs"
 	"log/slog"
-	"math"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -209,35 +204,6 @@ func (d *tracedDaemon) checkWait(t *testing.T, name, rpc string, attrs map[attri
 		t.Errorf("%s: links %v, want %v", name, gotLinks, wantLinks)
 	}
 	return parent
-}
-
-// getLocks fetches /debug/locks as JSON over HTTP.
-func (d *daemon) getLocks(t *testing.T) locksReport {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, d.url+"/debug/locks", nil)
-	req.Header.Set("Accept", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != "application/json" {
-		t.Fatalf("GET /debug/locks: %s, %s", resp.Status, ct)
-	}
-	var rep locksReport
-	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
-		t.Fatal(err)
-	}
-	return rep
-}
-
-func (r locksReport) file(path string) (store.FileLocks, bool) {
-	for _, f := range r.Files {
-		if f.Path == path {
-			return f, true
-		}
-	}
-	return store.FileLocks{}, false
 }
 
 // TestLockWaitTrace: an extending Write held inside the store blocks a
@@ -454,135 +420,6 @@ func TestNoWaitSpanUncontended(t *testing.T) {
 	}
 }
 
-// scrape fetches /metrics over HTTP and parses it.
-func (d *daemon) scrape(t *testing.T) map[string]*dto.MetricFamily {
-	t.Helper()
-	resp, err := http.Get(d.url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %s", resp.Status)
-	}
-	p := expfmt.NewTextParser(model.LegacyValidation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("parse /metrics: %v", err)
-	}
-	return fams
-}
-
-// series finds the metric of family name whose labels include want.
-func series(fams map[string]*dto.MetricFamily, name string, want map[string]string) *dto.Metric {
-	fam := fams[name]
-	if fam == nil {
-		return nil
-	}
-	for _, m := range fam.GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		match := true
-		for k, v := range want {
-			match = match && labels[k] == v
-		}
-		if match {
-			return m
-		}
-	}
-	return nil
-}
-
-// TestMetricsAfterContendedRun scrapes /metrics over HTTP after writes
-// that waited for the lock, for writes in flight and for a sync.
-func TestMetricsAfterContendedRun(t *testing.T) {
-	t.Setenv("OTEL_TRACES_EXPORTER", "") // metrics do not need tracing
-	t.Setenv("OTEL_METRICS_EXPORTER", "")
-	g := newHoldGate(t, "f")
-	d := startDaemon(t, func(c *Config) { c.Store.Hooks = g.hooks() })
-	ctx := testContext(t)
-	errs := make(chan error, 4)
-	write := func(off int64, sync filewritev1.SyncMode) {
-		_, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "f", Offset: off, Data: make([]byte, 4096), Sync: sync})
-		errs <- err
-	}
-	// A lock wait: an extending write waits for a held one.
-	g.arm()
-	go write(0, filewritev1.SyncMode_SYNC_MODE_UNSPECIFIED)
-	<-g.arrived
-	go write(4096, filewritev1.SyncMode_SYNC_MODE_DATA)
-	waitUntil(t, "the second write to wait", func() bool { f, _ := d.getLocks(t).file("f"); return f.Waiting == 1 })
-	g.open()
-	for range 2 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
-	// An in-flight wait: a truncate waits for a held write below EOF. The
-	// gauge counts the held write while it is held.
-	g.arm()
-	go write(0, filewritev1.SyncMode_SYNC_MODE_UNSPECIFIED)
-	<-g.arrived
-	fams := d.scrape(t)
-	if m := series(fams, "filewrite_inflight_writes", nil); m.GetGauge().GetValue() != 1 {
-		t.Errorf("filewrite_inflight_writes = %v while one write is held in flight, want 1", m)
-	}
-	if m := series(fams, "filewrite_open_files", nil); m.GetGauge().GetValue() != 1 {
-		t.Errorf("filewrite_open_files = %v, want 1", m)
-	}
-	go func() {
-		_, err := d.client.Truncate(ctx, &filewritev1.TruncateRequest{Path: "f", Size: 4096})
-		errs <- err
-	}()
-	waitUntil(t, "the truncate to hold the lock", func() bool {
-		f, _ := d.getLocks(t).file("f")
-		return len(f.Holders) == 1 && f.Holders[0].Op == "truncate"
-	})
-	g.open()
-	for range 2 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	fams = d.scrape(t)
-	for _, tc := range []struct {
-		family string
-		labels map[string]string
-	}{
-		{"filewrite_lock_wait_duration_seconds", map[string]string{
-			"filewrite_wait": "lock", "filewrite_lock_mode": "exclusive", "filewrite_lock_reason": "extending", "filewrite_policy": "unlocked-below-eof"}},
-		{"filewrite_write_duration_seconds", map[string]string{"filewrite_sync": "none"}},
-		{"filewrite_write_duration_seconds", map[string]string{"filewrite_sync": "data"}},
-		{"filewrite_fsync_batch_size", nil},
-		{"rpc_server_call_duration_seconds", map[string]string{"rpc_method": "filewrite.v1.FileService/Write"}},
-	} {
-		m := series(fams, tc.family, tc.labels)
-		if m == nil {
-			t.Errorf("no %s series with labels %v", tc.family, tc.labels)
-			continue
-		}
-		if n := m.GetHistogram().GetSampleCount(); n == 0 {
-			t.Errorf("%s%v: count %d, want > 0", tc.family, tc.labels, n)
-		}
-		if tc.family == "filewrite_lock_wait_duration_seconds" {
-			// The bounds are 1µs to 10s.
-			b := m.GetHistogram().GetBucket()
-			if n := len(b); n > 0 && math.IsInf(b[n-1].GetUpperBound(), 1) {
-				b = b[:n-1]
-			}
-			if len(b) == 0 || b[0].GetUpperBound() != 1e-6 || b[len(b)-1].GetUpperBound() != 10 {
-				t.Errorf("%s buckets %v, want 1e-06 up to 10", tc.family, b)
-			}
-		}
-	}
-	if m := series(fams, "filewrite_inflight_writes", nil); m.GetGauge().GetValue() != 0 {
-		t.Errorf("filewrite_inflight_writes = %v after, want 0", m)
-	}
-}
-
 // TestFailedRPCLogCarriesTraceID: the log line of a failed RPC names its
 // trace, so that an operator can go from the log to the trace.
 func TestFailedRPCLogCarriesTraceID(t *testing.T) {
@@ -658,65 +495,6 @@ func TestTracesFromEnvironment(t *testing.T) {
 	}
 }
 
-func TestPrefersHTML(t *testing.T) {
-	for _, tc := range []struct {
-		accept string
-		html   bool
-	}{
-		{"", false},
-		{"*/*", false},
-		{"application/json", false},
-		{"text/html", true},
-		{"text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8", true}, // a browser
-		{"application/json, text/html;q=0.5", false},
-		{"text/*;q=0.9, application/json;q=0.8", true},
-		{"text/html;q=0, */*", false},
-		{"not a type, text/html", true},
-	} {
-		if got := prefersHTML(tc.accept); got != tc.html {
-			t.Errorf("prefersHTML(%q) = %v, want %v", tc.accept, got, tc.html)
-		}
-	}
-}
-
-// TestDebugLocksHTMLAndBounds: a browser gets a table with the paths
-// escaped; ?limit bounds the list and says so; other methods are refused.
-func TestDebugLocksHTMLAndBounds(t *testing.T) {
-	d := startDaemon(t, nil)
-	ctx := testContext(t)
-	for _, name := range []string{"a<b>.txt", "b", "c"} {
-		if _, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: name, Data: []byte("x")}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	r := doHTTP(t, http.MethodGet, d.url+"/debug/locks", nil, map[string]string{"Accept": "text/html,*/*;q=0.8"})
-	if r.status != http.StatusOK || !strings.HasPrefix(r.contentType, "text/html") {
-		t.Fatalf("GET /debug/locks as a browser: %d %s", r.status, r.contentType)
-	}
-	if !bytes.Contains(r.body, []byte("<table>")) || !bytes.Contains(r.body, []byte("a&lt;b&gt;.txt")) {
-		t.Errorf("HTML page lacks the table or the escaped path:\n%s", r.body)
-	}
-
-	r = doHTTP(t, http.MethodGet, d.url+"/debug/locks?limit=2&format=json", nil, map[string]string{"Accept": "text/html"})
-	var rep locksReport
-	if err := json.Unmarshal(r.body, &rep); err != nil {
-		t.Fatalf("?format=json: %v\n%s", err, r.body)
-	}
-	if rep.OpenFiles != 3 || rep.Shown != 2 || len(rep.Files) != 2 || !rep.Truncated || !strings.Contains(rep.Note, "limit 2") {
-		t.Errorf("?limit=2 of 3 open files: %+v, want 2 shown, truncated, with a note", rep)
-	}
-	for _, bad := range []string{"?limit=0", "?limit=1001", "?limit=x", "?format=xml"} {
-		if r := doHTTP(t, http.MethodGet, d.url+"/debug/locks"+bad, nil, nil); r.status != http.StatusBadRequest {
-			t.Errorf("GET /debug/locks%s: %d, want 400", bad, r.status)
-		}
-	}
-	for _, path := range []string{"/debug/locks", "/metrics"} {
-		if r := doHTTP(t, http.MethodPost, d.url+path, nil, nil); r.status != http.StatusMethodNotAllowed {
-			t.Errorf("POST %s: %d, want 405", path, r.status)
-		}
-	}
-}
-
 // TestRESTCallIsOneTrace: a raw PUT goes through the gateway's gRPC client
 // into the server; the server's Write span is a child of the client's, so
 // a REST call's lock wait sits in one trace with it.
@@ -741,21 +519,5 @@ func TestRESTCallIsOneTrace(t *testing.T) {
 	if server.Parent().SpanID() != client.SpanContext().SpanID() || server.SpanContext().TraceID() != client.SpanContext().TraceID() {
 		t.Errorf("server span's parent %v in trace %v, want the gateway's client span %v in trace %v",
 			server.Parent().SpanID(), server.SpanContext().TraceID(), client.SpanContext().SpanID(), client.SpanContext().TraceID())
-	}
-}
-
-// TestObservabilityRoutesNeedToken: with tokens configured, /metrics and
-// /debug/locks are refused without one, like every route: they show file
-// paths and trace ids.
-func TestObservabilityRoutesNeedToken(t *testing.T) {
-	d := startAuthDaemon(t)
-	for _, path := range []string{"/metrics", "/debug/locks"} {
-		if r := doHTTP(t, http.MethodGet, d.url+path, nil, nil); r.status != http.StatusUnauthorized {
-			t.Errorf("GET %s without a token: %d, want 401", path, r.status)
-		}
-		r := doHTTP(t, http.MethodGet, d.url+path, nil, map[string]string{"Authorization": "Bearer " + tokenAlpha})
-		if r.status != http.StatusOK {
-			t.Errorf("GET %s with a token: %d, want 200", path, r.status)
-		}
 	}
 }
