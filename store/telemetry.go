@@ -54,8 +54,10 @@ var waitBuckets = []float64{
 }
 
 // Telemetry turns the store's waits into OpenTelemetry spans and metrics.
-// Only waits produce spans: an uncontended acquisition costs none. One
-// Telemetry may serve several stores; each observes its own gauges.
+// Only waits produce spans: an uncontended acquisition costs none. Spans
+// and histograms may be shared by several stores; the gauges may not (each
+// store observes them without attributes, so one would hide the other):
+// give each store its own Telemetry when its gauges matter.
 type Telemetry struct {
 	tracer    trace.Tracer
 	meter     metric.Meter
