@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -359,13 +360,19 @@ func (t *inodeTable) idleCount() int {
 	return n
 }
 
-// each calls fn for up to limit open inodes, with a reference held.
+// each calls fn for up to limit open inodes, with a reference held, busy
+// ones first. Its references are not uses: idle inodes keep their place in
+// the LRU list, so that looking at the table (/debug/locks, SyncAll) does
+// not change which file is closed next.
 func (t *inodeTable) each(limit int, fn func(*inode)) {
 	t.mu.Lock()
 	var inos []*inode
 	for _, ino := range t.byPath {
 		if len(inos) == limit {
 			break
+		}
+		if ino.refs == 0 {
+			continue // idle: taken below, in LRU order
 		}
 		select {
 		case <-ino.ready:
@@ -375,6 +382,16 @@ func (t *inodeTable) each(limit int, fn func(*inode)) {
 			}
 		default:
 		}
+	}
+	busy := len(inos)
+	for ino := t.idleHead; ino != nil && len(inos) < limit; ino = ino.idleNext {
+		inos = append(inos, ino)
+	}
+	// put moves an inode to the front of the idle list, so putting these
+	// back least recently used first leaves their order as it was.
+	slices.Reverse(inos[busy:])
+	for _, ino := range inos[busy:] {
+		t.refLocked(ino)
 	}
 	t.mu.Unlock()
 	for _, ino := range inos {

@@ -298,3 +298,44 @@ func TestInodeTableAliases(t *testing.T) {
 		})
 	}
 }
+
+// TestInodeTableLookIsNotUse: listing the open files (/debug/locks) or
+// syncing them all takes a reference to each, but that is not a use: the
+// least recently used idle file is still the one closed next.
+func TestInodeTableLookIsNotUse(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		look func(s *Store) error
+	}{
+		{"Locks", func(s *Store) error { s.Locks(100); return nil }},
+		{"Locks limit 1", func(s *Store) error { s.Locks(1); return nil }},
+		{"SyncAll", func(s *Store) error { return s.SyncAll(ctx) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, _ := newTestStore(t, Options{MaxOpenFiles: 2})
+			// Map order is random: one look reorders two files half the
+			// time, so look at several pairs.
+			for i := range 16 {
+				older, newer, next := fmt.Sprint("old", i), fmt.Sprint("new", i), fmt.Sprint("next", i)
+				for _, name := range []string{older, newer} {
+					if _, err := s.Write(ctx, name, 0, []byte(name), SyncNone); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := tc.look(s); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.Write(ctx, next, 0, []byte(next), SyncNone); err != nil {
+					t.Fatal(err)
+				}
+				if got, want := isOpen(s, older), false; got != want {
+					t.Errorf("pair %d: %s (least recently used) open = %v, want %v", i, older, got, want)
+				}
+				if got, want := isOpen(s, newer), true; got != want {
+					t.Errorf("pair %d: %s (used after %s) open = %v, want %v", i, newer, older, got, want)
+				}
+			}
+		})
+	}
+}
