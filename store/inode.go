@@ -324,11 +324,18 @@ func mapOpenErr(name string, err error) error {
 	return fmt.Errorf("open %s: %w", name, err)
 }
 
-// isEscape recognises os.Root's refusal of a path that leaves the root
-// (it has no exported sentinel).
+// isEscape recognises os.Root's refusal of a path that leaves the root (it
+// has no exported sentinel). The refusal may sit under several
+// *fs.PathError, one per step: MkdirAll through a symlink to a directory
+// outside fails with "mkdirat d: statat d: path escapes from parent", so
+// the whole chain is searched, not only the first PathError.
 func isEscape(err error) bool {
-	var pe *fs.PathError
-	return errors.As(err, &pe) && pe.Err != nil && pe.Err.Error() == "path escapes from parent"
+	for ; err != nil; err = errors.Unwrap(err) {
+		if err.Error() == "path escapes from parent" {
+			return true
+		}
+	}
+	return false
 }
 
 // closeAll syncs and closes every inode once no reference is left.
