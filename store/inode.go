@@ -312,7 +312,10 @@ func mapOpenErr(name string, err error) error {
 		return fmt.Errorf("%w: %s", ErrNotFound, name)
 	case errors.Is(err, syscall.EISDIR):
 		return fmt.Errorf("%w: %s", ErrIsDirectory, name)
-	case errors.Is(err, syscall.ENOTDIR):
+	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EEXIST):
+		// os.Root's MkdirAll says EEXIST where os.MkdirAll says ENOTDIR:
+		// a parent exists and is not a directory. open(2) without O_EXCL
+		// never returns EEXIST, so it can mean nothing else here.
 		return fmt.Errorf("%w: a parent of %s is not a directory", ErrInvalidPath, name)
 	case errors.Is(err, syscall.ELOOP), isEscape(err):
 		return fmt.Errorf("%w: %s", ErrPathEscapes, name)
