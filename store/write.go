@@ -169,14 +169,18 @@ func (s *Store) syncWrite(ctx context.Context, ino *inode, sync SyncMode) error 
 //
 // Preconditions: ino.lock is held exclusively.
 func (s *Store) writeExclusive(ctx context.Context, ino *inode, off int64, data []byte, reason string) (int, error) {
-	if reason == ReasonUnaligned && ino.direct != nil {
-		// The page-cache write must not overlap an unlocked direct write.
+	end := off + int64(len(data))
+	if ino.direct != nil && (off%ino.blockSize != 0 || end%ino.blockSize != 0) {
+		// An unaligned write goes through the page cache, which reads
+		// the edge blocks and writes them back whole: an unlocked direct
+		// write to the rest of such a block must not land in between,
+		// whether this write extends the file or not.
 		if err := s.waitInflight(ctx, ino, reason); err != nil {
 			return 0, err
 		}
 	}
 	n, err := s.writeData(ctx, ino, off, data, lockExclusive, reason)
-	end := off + int64(n)
+	end = off + int64(n)
 	switch {
 	case err != nil:
 		// A short or failed write may still have moved the file's size:
