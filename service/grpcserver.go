@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"time"
 
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -31,12 +30,13 @@ func maxMessageBytes(maxRequestBytes int64) int {
 
 // newGRPCServer builds the whole gRPC server: interceptors, the otel stats
 // handler, message limits, the FileService, health and reflection (so that
-// grpcurl and ghz need no .proto files). extra adds options after these:
-// TLS and the authentication interceptors, which chain after logUnary.
-func newGRPCServer(st *store.Store, hs *health.Server, maxRequestBytes int64, log *slog.Logger, extra ...grpc.ServerOption) *grpc.Server {
+// grpcurl and ghz need no .proto files). Its stats handler and metrics use
+// tel's providers. extra adds options after these: TLS and the
+// authentication interceptors, which chain after logUnary.
+func newGRPCServer(st *store.Store, hs *health.Server, maxRequestBytes int64, log *slog.Logger, tel *telemetry, extra ...grpc.ServerOption) *grpc.Server {
 	limit := maxMessageBytes(maxRequestBytes)
 	srv := grpc.NewServer(append([]grpc.ServerOption{
-		grpc.StatsHandler(otelgrpc.NewServerHandler()),
+		grpc.StatsHandler(tel.serverHandler()),
 		grpc.MaxRecvMsgSize(limit),
 		grpc.MaxSendMsgSize(limit),
 		grpc.ChainUnaryInterceptor(logUnary(log)),
@@ -69,6 +69,9 @@ func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 			if err != nil {
 				attrs = append(attrs, slog.String("error", status.Convert(err).Message()))
 			}
+			// The stats handler put the RPC's span in ctx: its id finds
+			// the trace of a failed call.
+			attrs = append(attrs, traceAttrs(ctx)...)
 			log.LogAttrs(ctx, level, "rpc", attrs...)
 		}
 		return resp, err

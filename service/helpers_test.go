@@ -12,7 +12,7 @@ import (
 // testDir makes a directory for one test on the project's filesystem, not
 // /tmp: the store's behaviour (O_DIRECT, fallocate modes, extents) is the
 // filesystem's, and the one under test is the project's.
-func testDir(t *testing.T) string {
+func testDir(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp(".", "testdata-tmp-")
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -63,6 +63,12 @@ type Config struct {
 	// WrapFS, when set, wraps the file layer under the store: tests inject
 	// faults (ENOSPC, a held sync) through it. nil in production.
 	WrapFS func(store.FS) store.FS
+
+	// TracerProvider receives the daemon's spans; nil means one built from
+	// the OTEL_* environment variables (see telemetry.go), off unless
+	// OTEL_TRACES_EXPORTER is set. The daemon does not shut down a provider
+	// given here.
+	TracerProvider trace.TracerProvider
 }
 
 // MaxRequestBytesLimit is the largest MaxRequestBytes accepted: a request is
@@ -116,6 +122,7 @@ type Server struct {
 	log    *slog.Logger
 	store  *store.Store
 	health *health.Server
+	tel    *telemetry
 
 	grpcSrv *grpc.Server
 	grpcLis net.Listener
@@ -178,6 +185,9 @@ func Start(cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 
+	if s.tel, err = newTelemetry(context.Background(), cfg); err != nil {
+		return nil, err
+	}
 	osfs, err := store.OpenOSFS(cfg.Root)
 	if err != nil {
 		return nil, err
@@ -188,6 +198,9 @@ func Start(cfg Config) (_ *Server, err error) {
 	}
 	opts := cfg.Store
 	opts.MaxIOBytes = cfg.MaxRequestBytes
+	if opts.Telemetry == nil {
+		opts.Telemetry = s.tel.store
+	}
 	if s.store, err = store.Open(fsys, opts); err != nil {
 		fsys.Close()
 		return nil, fmt.Errorf("open store at %s: %w", cfg.Root, err)
@@ -196,7 +209,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("gRPC listener: %w", err)
 	}
-	s.grpcSrv = newGRPCServer(s.store, s.health, cfg.MaxRequestBytes, log, s.securityServerOptions()...)
+	s.grpcSrv = newGRPCServer(s.store, s.health, cfg.MaxRequestBytes, log, s.tel, s.securityServerOptions()...)
 	if cfg.HTTPAddr != "" {
 		if err := s.startGateway(); err != nil {
 			return nil, err
@@ -231,7 +244,7 @@ func (s *Server) startGateway() (err error) {
 	limit := maxMessageBytes(s.cfg.MaxRequestBytes)
 	s.gatewayConn, err = grpc.NewClient("passthrough:///"+dialAddr(s.grpcLis.Addr()),
 		grpc.WithTransportCredentials(gatewayCredentials(s.tlsConf)),
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
+		grpc.WithStatsHandler(s.tel.clientHandler()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limit), grpc.MaxCallSendMsgSize(limit)),
 	)
 	if err != nil {
@@ -245,7 +258,7 @@ func (s *Server) startGateway() (err error) {
 		return fmt.Errorf("HTTP listener: %w", err)
 	}
 	s.httpSrv = &http.Server{
-		Handler:           handler,
+		Handler:           s.httpHandler(handler),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
@@ -355,6 +368,16 @@ func (s *Server) closeAll() error {
 		if err := s.store.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close store: %w", err))
 		}
+	}
+	if s.tel != nil {
+		// Last, so that the final RPCs' spans are flushed. A collector
+		// that cannot be reached costs at most the timeout, and is no
+		// reason to report the shutdown as failed: the files are synced.
+		ctx, cancel := context.WithTimeout(context.Background(), telemetryFlushTimeout)
+		if err := s.tel.shutdown(ctx); err != nil {
+			s.log.Warn("flushing telemetry", "error", err)
+		}
+		cancel()
 	}
 	return errors.Join(errs...)
 }

@@ -53,8 +53,11 @@
 // an evicted idle file and the final syncs of Close. inodeLock.mu guards only
 // the lock's queue and is a leaf. The in-flight counter is begun with
 // inode.lock held (any mode) and ended without it; its waiter holds
-// inode.lock exclusively. extentMu and groupCommit.mu are never held
-// together, and neither across a syscall.
+// inode.lock exclusively. The same rule makes its span slots (which link a
+// waiter's trace to the writes it waits for) safe to read for the waiter.
+// The gauges of telemetry.go sum in-flight counts under inodeTable.mu, but
+// those are atomics: no lock nests there. extentMu and groupCommit.mu are
+// never held together, and neither across a syscall.
 //
 // # Durability
 //

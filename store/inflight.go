@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/cpu"
 )
 
@@ -43,7 +44,12 @@ type inflightCounter struct {
 
 type inflightShard struct {
 	n atomic.Int64
-	_ cpu.CacheLinePad
+	// span is the span context of one write in flight on this shard, so
+	// that a waiter's span can link to the writes it waits for; nil when no
+	// traced write has claimed it. It shares the shard's cache line, which
+	// the writer's core already owns, so tracking costs no extra sharing.
+	span atomic.Pointer[trace.SpanContext]
+	_    cpu.CacheLinePad
 }
 
 func newInflightCounter() *inflightCounter {
@@ -83,6 +89,38 @@ func (c *inflightCounter) end(i uint32) {
 		default:
 		}
 	}
+}
+
+// track remembers sc as a write in flight on shard i (begin's result), if
+// no other write holds the shard's slot: the slots are a bounded sample of
+// the writes in flight, one per shard, for the links of a waiter's span. It
+// reports whether sc took the slot; if so, call untrack before end.
+//
+// Preconditions: the inode lock is held (any mode), as for begin, so that
+// no slot is claimed once a waiter holds it exclusively.
+func (c *inflightCounter) track(i uint32, sc *trace.SpanContext) bool {
+	return c.shards[i].span.CompareAndSwap(nil, sc)
+}
+
+// untrack frees the slot that track gave sc.
+func (c *inflightCounter) untrack(i uint32, sc *trace.SpanContext) {
+	c.shards[i].span.CompareAndSwap(sc, nil)
+}
+
+// spans returns the span contexts of up to limit tracked writes in flight.
+//
+// Preconditions: the inode lock is held exclusively, so slots only empty.
+func (c *inflightCounter) spans(limit int) []trace.SpanContext {
+	var out []trace.SpanContext
+	for i := range c.shards {
+		if len(out) == limit {
+			break
+		}
+		if sc := c.shards[i].span.Load(); sc != nil {
+			out = append(out, *sc)
+		}
+	}
+	return out
 }
 
 // count is the number of writes in flight; exact only while no write can

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -311,12 +312,7 @@ func (t *inodeTable) openInode(ino *inode, create bool) error {
 func (t *inodeTable) createFile(ino *inode) (File, error) {
 	if dir := path.Dir(ino.key); dir != "." {
 		if err := t.fsys.MkdirAll(dir, 0o755); err != nil {
-			if errors.Is(err, fs.ErrExist) {
-				// mkdirat(2) found a file where a parent directory
-				// should be: the caller's path is wrong, not the disk.
-				return nil, fmt.Errorf("%w: a parent of %s is not a directory", ErrInvalidPath, ino.key)
-			}
-			return nil, err
+			return nil, err // mapOpenErr turns EEXIST into ErrInvalidPath
 		}
 	}
 	f, err := t.fsys.OpenFile(ino.key, os.O_RDWR|os.O_CREATE, 0o644)
@@ -370,7 +366,10 @@ func mapOpenErr(name string, err error) error {
 		return fmt.Errorf("%w: %s", ErrNotFound, name)
 	case errors.Is(err, syscall.EISDIR):
 		return fmt.Errorf("%w: %s", ErrIsDirectory, name)
-	case errors.Is(err, syscall.ENOTDIR):
+	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EEXIST):
+		// os.Root's MkdirAll says EEXIST where os.MkdirAll says ENOTDIR:
+		// a parent exists and is not a directory. open(2) without O_EXCL
+		// never returns EEXIST, so it can mean nothing else here.
 		return fmt.Errorf("%w: a parent of %s is not a directory", ErrInvalidPath, name)
 	case errors.Is(err, syscall.ENAMETOOLONG):
 		// validatePath bounds the whole path; the filesystem bounds each
@@ -433,13 +432,19 @@ func (t *inodeTable) idleCount() int {
 	return n
 }
 
-// each calls fn for up to limit open inodes, with a reference held.
+// each calls fn for up to limit open inodes, with a reference held, busy
+// ones first. Its references are not uses: idle inodes keep their place in
+// the LRU list, so that looking at the table (/debug/locks, SyncAll) does
+// not change which file is closed next.
 func (t *inodeTable) each(limit int, fn func(*inode)) {
 	t.mu.Lock()
 	var inos []*inode
 	for _, ino := range t.byPath {
 		if len(inos) == limit {
 			break
+		}
+		if ino.refs == 0 {
+			continue // idle: taken below, in LRU order
 		}
 		select {
 		case <-ino.ready:
@@ -449,6 +454,16 @@ func (t *inodeTable) each(limit int, fn func(*inode)) {
 			}
 		default:
 		}
+	}
+	busy := len(inos)
+	for ino := t.idleHead; ino != nil && len(inos) < limit; ino = ino.idleNext {
+		inos = append(inos, ino)
+	}
+	// put moves an inode to the front of the idle list, so putting these
+	// back least recently used first leaves their order as it was.
+	slices.Reverse(inos[busy:])
+	for _, ino := range inos[busy:] {
+		t.refLocked(ino)
 	}
 	t.mu.Unlock()
 	for _, ino := range inos {

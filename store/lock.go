@@ -87,6 +87,7 @@ type HolderInfo struct {
 	Reason  string    `json:"reason"`
 	Since   time.Time `json:"since"`
 	TraceID string    `json:"trace_id,omitempty"`
+	SpanID  string    `json:"span_id,omitempty"`
 }
 
 // errTooManyWaiters is the formatted ErrTooManyWaiters for a limit.
@@ -268,6 +269,9 @@ func (l *inodeLock) snapshot(maxHolders int) lockSnapshot {
 		hi := HolderInfo{Mode: h.mode.String(), Op: h.op, Reason: h.reason, Since: h.since}
 		if h.span.HasTraceID() {
 			hi.TraceID = h.span.TraceID().String()
+		}
+		if h.span.HasSpanID() {
+			hi.SpanID = h.span.SpanID().String()
 		}
 		s.Holders = append(s.Holders, hi)
 	}

@@ -2,9 +2,11 @@ package store
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
@@ -25,10 +27,24 @@ const (
 	AttrPolicy     = attribute.Key("filewrite.policy")
 	AttrPath       = attribute.Key("filewrite.path")
 	AttrSyncMode   = attribute.Key("filewrite.sync")
+	// AttrWait tells the three kinds of wait apart in the wait histogram:
+	// "lock", "inflight" or "fsync" (the span name says it on spans).
+	AttrWait = attribute.Key("filewrite.wait")
+)
+
+// Metric names, as OpenTelemetry instruments. The Prometheus exporter turns
+// dots into underscores and appends the unit ("_seconds").
+const (
+	MetricLockWait       = "filewrite.lock.wait.duration"
+	MetricWriteDuration  = "filewrite.write.duration"
+	MetricFsyncBatchSize = "filewrite.fsync.batch.size"
+	MetricInflightWrites = "filewrite.inflight.writes"
+	MetricOpenFiles      = "filewrite.open.files"
 )
 
 // maxLinks bounds the links from a wait span to the spans that held the
-// lock: one exclusive holder, or up to this many shared ones.
+// lock: one exclusive holder, or up to this many shared ones (or writes in
+// flight).
 const maxLinks = 4
 
 // waitBuckets are explicit histogram bounds in seconds, 1µs to 10s.
@@ -38,12 +54,32 @@ var waitBuckets = []float64{
 }
 
 // Telemetry turns the store's waits into OpenTelemetry spans and metrics.
-// Only waits produce spans: an uncontended acquisition costs none.
+// Only waits produce spans: an uncontended acquisition costs none. Spans
+// and histograms may be shared by several stores; the gauges may not (each
+// store observes them without attributes, so one would hide the other):
+// give each store its own Telemetry when its gauges matter.
 type Telemetry struct {
 	tracer    trace.Tracer
+	meter     metric.Meter
 	lockWait  metric.Float64Histogram
 	writeTime metric.Float64Histogram
 	batchSize metric.Int64Histogram
+	inflight  metric.Int64ObservableGauge
+	openFiles metric.Int64ObservableGauge
+
+	// waitOpts caches, for each (kind, mode, reason, policy), the option
+	// the wait histogram records with, so that a wait with tracing off
+	// builds no attributes. The keys are few (a handful of reasons per
+	// policy), so it never needs pruning.
+	waitOpts sync.Map // waitKey → []metric.RecordOption
+}
+
+// waitKey is what a wait's metric attributes are made of.
+type waitKey struct {
+	kind   string
+	mode   lockMode
+	reason string
+	policy Policy
 }
 
 // NewTelemetry builds the instruments from the given providers; nil
@@ -57,24 +93,34 @@ func NewTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*Telemetry,
 	}
 	const scope = "github.com/filewrite/filewrite/store"
 	meter := mp.Meter(scope)
-	t := &Telemetry{tracer: tp.Tracer(scope)}
+	t := &Telemetry{tracer: tp.Tracer(scope), meter: meter}
 	var err error
-	if t.lockWait, err = meter.Float64Histogram("filewrite.lock.wait.duration",
+	if t.lockWait, err = meter.Float64Histogram(MetricLockWait,
 		metric.WithUnit("s"),
 		metric.WithDescription("Time an operation waited for an inode lock, in-flight writes or a group-commit sync."),
 		metric.WithExplicitBucketBoundaries(waitBuckets...)); err != nil {
 		return nil, err
 	}
-	if t.writeTime, err = meter.Float64Histogram("filewrite.write.duration",
+	if t.writeTime, err = meter.Float64Histogram(MetricWriteDuration,
 		metric.WithUnit("s"),
 		metric.WithDescription("Store write latency, lock wait and sync included."),
 		metric.WithExplicitBucketBoundaries(waitBuckets...)); err != nil {
 		return nil, err
 	}
-	if t.batchSize, err = meter.Int64Histogram("filewrite.fsync.batch.size",
+	if t.batchSize, err = meter.Int64Histogram(MetricFsyncBatchSize,
 		metric.WithUnit("{caller}"),
 		metric.WithDescription("Callers covered by one fdatasync/fsync."),
 		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256)); err != nil {
+		return nil, err
+	}
+	if t.inflight, err = meter.Int64ObservableGauge(MetricInflightWrites,
+		metric.WithUnit("{write}"),
+		metric.WithDescription("Writes running without the inode lock (counted in flight; truncate and punch wait for them), over all open files.")); err != nil {
+		return nil, err
+	}
+	if t.openFiles, err = meter.Int64ObservableGauge(MetricOpenFiles,
+		metric.WithUnit("{file}"),
+		metric.WithDescription("Files the store holds open (or is opening), idle ones included.")); err != nil {
 		return nil, err
 	}
 	return t, nil
@@ -82,28 +128,82 @@ func NewTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*Telemetry,
 
 var noopTelemetry, _ = NewTelemetry(nil, nil)
 
-// waitSpan is one traced wait; the zero value (from a nil *Telemetry path) is
-// inert.
+// observe registers s's gauges; the caller unregisters them when s closes.
+// The callback runs on the metrics reader's goroutine at each collection
+// (a Prometheus scrape), never on an operation's path.
+func (t *Telemetry) observe(s *Store) (metric.Registration, error) {
+	return t.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		open, inflight := s.table.gauges()
+		o.ObserveInt64(t.openFiles, int64(open))
+		o.ObserveInt64(t.inflight, inflight)
+		return nil
+	}, t.openFiles, t.inflight)
+}
+
+// gauges counts the open files and the writes in flight in all of them,
+// for the gauges. It holds t.mu while it sums, which delays opens and
+// closes (not operations on open files) by a few atomic loads per file.
+func (t *inodeTable) gauges() (open int, inflight int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, ino := range t.byPath {
+		select {
+		case <-ino.ready:
+			if ino.openErr == nil {
+				inflight += ino.inflight.count()
+			}
+		default: // still opening: nothing in flight yet
+		}
+	}
+	return t.open, inflight
+}
+
+// waitRecordOpts returns the cached record options for k.
+func (t *Telemetry) waitRecordOpts(k waitKey) []metric.RecordOption {
+	if v, ok := t.waitOpts.Load(k); ok {
+		return v.([]metric.RecordOption)
+	}
+	opts := []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(
+		AttrWait.String(k.kind),
+		AttrLockMode.String(k.mode.String()),
+		AttrLockReason.String(k.reason),
+		AttrPolicy.String(k.policy.String()),
+	))}
+	v, _ := t.waitOpts.LoadOrStore(k, opts)
+	return v.([]metric.RecordOption)
+}
+
+// waitKinds maps a wait span's name to its AttrWait value.
+var waitKinds = map[string]string{
+	SpanLockWait:     "lock",
+	SpanInflightWait: "inflight",
+	SpanFsyncWait:    "fsync",
+}
+
+// waitSpan is one traced wait.
 type waitSpan struct {
 	t     *Telemetry
 	span  trace.Span
 	start time.Time
-	attrs []attribute.KeyValue
+	opts  []metric.RecordOption
 }
 
-// startWait begins a wait span under ctx's span. Attributes and links are
-// only built when the span records.
+// startWait begins a wait span under ctx's span, linked to the spans the
+// caller waits for (holders). Attributes and links are only built when the
+// span records; the metric's attribute set comes from a cache.
 func (t *Telemetry) startWait(ctx context.Context, name string, mode lockMode, reason string, policy Policy, path string, holders []trace.SpanContext) waitSpan {
 	w := waitSpan{t: t, start: time.Now()}
-	_, w.span = t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal))
-	w.attrs = []attribute.KeyValue{
-		AttrLockMode.String(mode.String()),
-		AttrLockReason.String(reason),
-		AttrPolicy.String(policy.String()),
-	}
+	w.opts = t.waitRecordOpts(waitKey{kind: waitKinds[name], mode: mode, reason: reason, policy: policy})
+	// SpanKindInternal is the default: no option to allocate.
+	_, w.span = t.tracer.Start(ctx, name)
 	if w.span.IsRecording() {
-		w.span.SetAttributes(w.attrs...)
-		w.span.SetAttributes(AttrPath.String(path))
+		// The wait kind is the span's name; the span carries the rest.
+		w.span.SetAttributes(
+			AttrLockMode.String(mode.String()),
+			AttrLockReason.String(reason),
+			AttrPolicy.String(policy.String()),
+			AttrPath.String(path),
+		)
 		for _, sc := range holders {
 			if sc.IsValid() {
 				w.span.AddLink(trace.Link{SpanContext: sc})
@@ -118,9 +218,10 @@ func (w waitSpan) end(ctx context.Context, err error) {
 	d := time.Since(w.start)
 	if err != nil && w.span.IsRecording() {
 		w.span.RecordError(err)
+		w.span.SetStatus(codes.Error, err.Error())
 	}
 	w.span.End()
-	w.t.lockWait.Record(ctx, d.Seconds(), metric.WithAttributes(w.attrs...))
+	w.t.lockWait.Record(ctx, d.Seconds(), w.opts...)
 }
 
 // recordBatch records how many callers one sync covered.

@@ -124,8 +124,18 @@ func (s *Store) write(ctx context.Context, ino *inode, off int64, data []byte, s
 		case lockNone:
 			// Like btrfs: register in flight, drop the lock, write.
 			token := ino.inflight.begin()
+			// A traced write leaves its span where a truncate waiting for
+			// it can link to it; untraced writes (tracing off) skip this.
+			// The holder's span field is immutable, so its address serves.
+			var tracked *trace.SpanContext
+			if span.IsSampled() && ino.inflight.track(token, &h.span) {
+				tracked = &h.span
+			}
 			ino.lock.release(h)
 			n, err = s.writeData(ctx, ino, off, data, mode, reason)
+			if tracked != nil {
+				ino.inflight.untrack(token, tracked)
+			}
 			ino.inflight.end(token)
 		case lockShared:
 			n, err = s.writeData(ctx, ino, off, data, mode, reason)
@@ -159,14 +169,18 @@ func (s *Store) syncWrite(ctx context.Context, ino *inode, sync SyncMode) error 
 //
 // Preconditions: ino.lock is held exclusively.
 func (s *Store) writeExclusive(ctx context.Context, ino *inode, off int64, data []byte, reason string) (int, error) {
-	if reason == ReasonUnaligned && ino.direct != nil {
-		// The page-cache write must not overlap an unlocked direct write.
-		if err := s.waitInflight(ctx, ino); err != nil {
+	end := off + int64(len(data))
+	if ino.direct != nil && (off%ino.blockSize != 0 || end%ino.blockSize != 0) {
+		// An unaligned write goes through the page cache, which reads
+		// the edge blocks and writes them back whole: an unlocked direct
+		// write to the rest of such a block must not land in between,
+		// whether this write extends the file or not.
+		if err := s.waitInflight(ctx, ino, reason); err != nil {
 			return 0, err
 		}
 	}
 	n, err := s.writeData(ctx, ino, off, data, lockExclusive, reason)
-	end := off + int64(n)
+	end = off + int64(n)
 	switch {
 	case err != nil:
 		// A short or failed write may still have moved the file's size:
@@ -213,15 +227,16 @@ func (s *Store) writeData(ctx context.Context, ino *inode, off int64, data []byt
 }
 
 // waitInflight waits for writes running without the lock, traced when it
-// has to wait.
+// has to wait. reason is the waiter's own (truncate, fallocate, unaligned);
+// its span links to up to maxLinks of the traced writes it waits for.
 //
 // Preconditions: ino.lock is held exclusively.
-func (s *Store) waitInflight(ctx context.Context, ino *inode) error {
+func (s *Store) waitInflight(ctx context.Context, ino *inode, reason string) error {
 	if ino.inflight.count() == 0 {
 		return nil
 	}
 	wt := s.waitTrace(ino)
-	span := s.tel.startWait(ctx, SpanInflightWait, lockExclusive, "inflight", wt.policy, wt.path, nil)
+	span := s.tel.startWait(ctx, SpanInflightWait, lockExclusive, reason, wt.policy, wt.path, ino.inflight.spans(maxLinks))
 	err := ino.inflight.wait(ctx)
 	span.end(ctx, err)
 	return err

@@ -1,0 +1,393 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// treeEntry is what a rejected request must leave as it was: the kind of
+// each entry, its permissions, and a file's content or a symlink's target.
+type treeEntry struct {
+	mode    fs.FileMode
+	content string // regular files
+	target  string // symlinks
+}
+
+// snapshotTree records every entry below dir without following symlinks.
+func snapshotTree(t *testing.T, dir string) map[string]treeEntry {
+	t.Helper()
+	tree := make(map[string]treeEntry)
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		e := treeEntry{mode: info.Mode()}
+		switch {
+		case info.Mode().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			e.content = string(b)
+		case info.Mode()&fs.ModeSymlink != 0:
+			if e.target, err = os.Readlink(p); err != nil {
+				return err
+			}
+		}
+		tree[rel] = e
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("snapshot %s: %v", dir, err)
+	}
+	return tree
+}
+
+// treeDiff describes how two snapshots differ, or returns "".
+func treeDiff(before, after map[string]treeEntry) string {
+	var diffs []string
+	for p, b := range before {
+		a, ok := after[p]
+		switch {
+		case !ok:
+			diffs = append(diffs, fmt.Sprintf("%s removed", p))
+		case a.mode != b.mode:
+			diffs = append(diffs, fmt.Sprintf("%s mode %v, was %v", p, a.mode, b.mode))
+		case a.content != b.content:
+			diffs = append(diffs, fmt.Sprintf("%s content changed: %d bytes, was %d", p, len(a.content), len(b.content)))
+		case a.target != b.target:
+			diffs = append(diffs, fmt.Sprintf("%s now points to %q, was %q", p, a.target, b.target))
+		}
+	}
+	for p := range after {
+		if _, ok := before[p]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%s created", p))
+		}
+	}
+	sort.Strings(diffs)
+	return strings.Join(diffs, "; ")
+}
+
+// validationFixture is a store whose root sits next to a directory it must
+// never reach:
+//
+//	base/outside/secret, base/outside/sub/
+//	base/root/f, base/root/dir/inner, and symlinks in base/root that lead
+//	out of it: absolute and relative, to a file, to a directory and to a
+//	file that does not exist yet.
+func validationFixture(t *testing.T, opts Options) (s *Store, base string) {
+	t.Helper()
+	base = testDir(t)
+	root := filepath.Join(base, "root")
+	outside := filepath.Join(base, "outside")
+	for _, d := range []string{filepath.Join(root, "dir"), filepath.Join(outside, "sub")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p, content := range map[string]string{
+		filepath.Join(root, "f"):             "file in the root",
+		filepath.Join(root, "dir", "inner"):  "file in a directory",
+		filepath.Join(outside, "secret"):     "must not change",
+		filepath.Join(outside, "sub", "doc"): "must not change either",
+	} {
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, target := range map[string]string{
+		"esc-abs":         filepath.Join(outside, "secret"),
+		"esc-rel":         "../outside/secret",
+		"esc-dir-abs":     outside,
+		"esc-dir-rel":     "../outside",
+		"esc-new-abs":     filepath.Join(outside, "new"),
+		"esc-new-rel":     "../outside/new",
+		"dir/esc-up-rel":  "../../outside/secret",
+		"esc-via-dir-rel": "dir/../../outside/secret",
+	} {
+		if err := os.Symlink(target, filepath.Join(root, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fsys, err := OpenOSFS(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(fsys, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s, base
+}
+
+// pathOp is one operation of the store applied to a path with arguments
+// that are valid in themselves.
+type pathOp struct {
+	name string
+	do   func(ctx context.Context, s *Store, path string) error
+}
+
+var pathOps = []pathOp{
+	{"Write", func(ctx context.Context, s *Store, p string) error {
+		_, err := s.Write(ctx, p, 0, []byte("overwritten"), SyncData)
+		return err
+	}},
+	{"Read", func(ctx context.Context, s *Store, p string) error {
+		_, err := s.Read(ctx, p, 0, 16)
+		return err
+	}},
+	{"Truncate", func(ctx context.Context, s *Store, p string) error { return s.Truncate(ctx, p, 1) }},
+	{"Fallocate", func(ctx context.Context, s *Store, p string) error {
+		_, err := s.Fallocate(ctx, p, FallocAllocate, 0, 1<<20)
+		return err
+	}},
+	{"FallocatePunch", func(ctx context.Context, s *Store, p string) error {
+		_, err := s.Fallocate(ctx, p, FallocPunchHole, 0, 4096)
+		return err
+	}},
+	{"Stat", func(ctx context.Context, s *Store, p string) error {
+		_, err := s.Stat(ctx, p)
+		return err
+	}},
+	{"Extents", func(ctx context.Context, s *Store, p string) error {
+		_, err := s.Extents(ctx, p, 0, 0)
+		return err
+	}},
+	{"Fsync", func(ctx context.Context, s *Store, p string) error { return s.Fsync(ctx, p, false) }},
+}
+
+// rejectCase is one request that must fail with want and change nothing.
+type rejectCase struct {
+	name    string
+	do      func(ctx context.Context, s *Store) error
+	want    error
+	message string // a substring the error must contain, if not ""
+}
+
+// checkRejected runs each case against s and checks its error and that the
+// tree below base is exactly as it was before the request.
+func checkRejected(t *testing.T, s *Store, base string, cases []rejectCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := snapshotTree(t, base)
+			err := tc.do(context.Background(), s)
+			if !errors.Is(err, tc.want) {
+				t.Errorf("got error %v, want %v", err, tc.want)
+			}
+			if err != nil && tc.message != "" && !strings.Contains(err.Error(), tc.message) {
+				t.Errorf("error %q does not say %q", err, tc.message)
+			}
+			if d := treeDiff(before, snapshotTree(t, base)); d != "" {
+				t.Errorf("the rejected request changed the tree: %s", d)
+			}
+		})
+	}
+}
+
+// forEveryOp expands paths × pathOps into cases that all want want.
+func forEveryOp(paths map[string]string, want error) []rejectCase {
+	var cases []rejectCase
+	for label, p := range paths {
+		for _, op := range pathOps {
+			cases = append(cases, rejectCase{
+				name: op.name + "/" + label,
+				do:   func(ctx context.Context, s *Store) error { return op.do(ctx, s, p) },
+				want: want,
+			})
+		}
+	}
+	sort.Slice(cases, func(i, j int) bool { return cases[i].name < cases[j].name })
+	return cases
+}
+
+// TestValidatePaths: malformed paths are refused by every operation before
+// anything is touched.
+func TestValidatePaths(t *testing.T) {
+	s, base := validationFixture(t, Options{})
+	checkRejected(t, s, base, forEveryOp(map[string]string{
+		"empty":            "",
+		"absolute":         "/f",
+		"absolute-outside": filepath.Join(base, "outside", "secret"),
+		"dotdot":           "..",
+		"dotdot-outside":   "../outside/secret",
+		"dotdot-inside":    "dir/../f",
+		"dot-prefix":       "./f",
+		"dot-inside":       "dir/./inner",
+		"double-slash":     "dir//inner",
+		"trailing-slash":   "dir/inner/",
+		"nul":              "f\x00x",
+		"root-itself":      ".",
+	}, ErrInvalidPath))
+	checkRejected(t, s, base, forEveryOp(map[string]string{
+		"5000-bytes": strings.Repeat("a/", 2499) + "aa",
+	}, ErrPathTooLong))
+	// A path of exactly MaxPathLen bytes is not too long: it gets past
+	// validation and fails only because it does not exist.
+	checkRejected(t, s, base, []rejectCase{{
+		name: "Stat/4096-bytes",
+		do: func(ctx context.Context, s *Store) error {
+			_, err := s.Stat(ctx, strings.Repeat("a/", MaxPathLen/2-1)+"aa")
+			return err
+		},
+		want: ErrNotFound,
+	}})
+}
+
+// TestValidateEscapes: symlinks inside the root that lead out of it, by an
+// absolute or a relative target, to a file, through a directory, or to a
+// file that does not exist yet, are refused by every operation, and nothing
+// inside or outside the root is created or changed.
+func TestValidateEscapes(t *testing.T) {
+	s, base := validationFixture(t, Options{})
+	checkRejected(t, s, base, forEveryOp(map[string]string{
+		"abs-file":           "esc-abs",
+		"rel-file":           "esc-rel",
+		"abs-dir":            "esc-dir-abs/secret",
+		"rel-dir":            "esc-dir-rel/secret",
+		"abs-dir-new-file":   "esc-dir-abs/new",
+		"rel-dir-new-parent": "esc-dir-rel/newdir/new",
+		"abs-dir-sub":        "esc-dir-abs/sub/doc",
+		"abs-missing":        "esc-new-abs",
+		"rel-missing":        "esc-new-rel",
+		"from-subdirectory":  "dir/esc-up-rel",
+		"through-dir-dotdot": "esc-via-dir-rel",
+	}, ErrPathEscapes))
+}
+
+// TestValidateKinds: files that are missing (for the operations that do
+// not create) or are not regular files.
+func TestValidateKinds(t *testing.T) {
+	s, base := validationFixture(t, Options{})
+	var cases []rejectCase
+	for _, op := range pathOps {
+		cases = append(cases, rejectCase{
+			name: op.name + "/directory",
+			do:   func(ctx context.Context, s *Store) error { return op.do(ctx, s, "dir") },
+			want: ErrIsDirectory,
+		}, rejectCase{
+			name: op.name + "/parent-is-a-file",
+			do:   func(ctx context.Context, s *Store) error { return op.do(ctx, s, "f/x") },
+			want: ErrInvalidPath,
+		})
+		switch op.name {
+		case "Read", "Stat", "Extents", "Fsync":
+			for _, p := range []string{"missing", "missingdir/missing", "dir/missing"} {
+				cases = append(cases, rejectCase{
+					name: op.name + "/" + p,
+					do:   func(ctx context.Context, s *Store) error { return op.do(ctx, s, p) },
+					want: ErrNotFound,
+				})
+			}
+		}
+	}
+	checkRejected(t, s, base, cases)
+}
+
+// TestValidateArguments: offsets, lengths, sizes and modes, against limits
+// small enough to reach.
+func TestValidateArguments(t *testing.T) {
+	const maxFile, maxIO = 1 << 20, 64 << 10
+	s, base := validationFixture(t, Options{MaxFileSize: maxFile, MaxIOBytes: maxIO})
+	const limitMsg = "1048576"
+	write := func(p string, off int64, n int, sync SyncMode) func(ctx context.Context, s *Store) error {
+		return func(ctx context.Context, s *Store) error {
+			_, err := s.Write(ctx, p, off, make([]byte, n), sync)
+			return err
+		}
+	}
+	read := func(off, n int64) func(ctx context.Context, s *Store) error {
+		return func(ctx context.Context, s *Store) error {
+			_, err := s.Read(ctx, "f", off, n)
+			return err
+		}
+	}
+	falloc := func(p string, mode FallocateMode, off, n int64) func(ctx context.Context, s *Store) error {
+		return func(ctx context.Context, s *Store) error {
+			_, err := s.Fallocate(ctx, p, mode, off, n)
+			return err
+		}
+	}
+	truncate := func(p string, size int64) func(ctx context.Context, s *Store) error {
+		return func(ctx context.Context, s *Store) error { return s.Truncate(ctx, p, size) }
+	}
+	extents := func(off, n int64) func(ctx context.Context, s *Store) error {
+		return func(ctx context.Context, s *Store) error {
+			_, err := s.Extents(ctx, "f", off, n)
+			return err
+		}
+	}
+	checkRejected(t, s, base, []rejectCase{
+		{"Write/negative-offset", write("f", -1, 1, SyncNone), ErrInvalidOffset, ""},
+		{"Write/new-file-negative-offset", write("new", -1, 1, SyncNone), ErrInvalidOffset, ""},
+		{"Write/overflow", write("f", math.MaxInt64, 2, SyncNone), ErrInvalidOffset, ""},
+		{"Write/past-max-file-size", write("f", maxFile-1, 2, SyncNone), ErrFileTooLarge, limitMsg},
+		{"Write/new-file-past-max-file-size", write("newdir/new", maxFile, 1, SyncNone), ErrFileTooLarge, limitMsg},
+		{"Write/longer-than-max-io", write("f", 0, maxIO+1, SyncNone), ErrTooLarge, "65536"},
+		{"Write/sync-mode-3", write("f", 0, 1, SyncMode(3)), ErrInvalidMode, ""},
+		{"Write/sync-mode-negative", write("new", 0, 1, SyncMode(-1)), ErrInvalidMode, ""},
+
+		{"Read/negative-offset", read(-1, 1), ErrInvalidOffset, ""},
+		{"Read/negative-length", read(0, -1), ErrInvalidOffset, ""},
+		{"Read/overflow", read(math.MaxInt64-1, 10), ErrInvalidOffset, ""},
+		{"Read/longer-than-max-io", read(0, maxIO+1), ErrTooLarge, "65536"},
+
+		{"Truncate/negative-size", truncate("f", -1), ErrInvalidOffset, ""},
+		{"Truncate/past-max-file-size", truncate("f", maxFile+1), ErrFileTooLarge, limitMsg},
+		{"Truncate/new-file-past-max-file-size", truncate("new", math.MaxInt64), ErrFileTooLarge, limitMsg},
+
+		{"Fallocate/negative-offset", falloc("f", FallocAllocate, -1, 4096), ErrInvalidOffset, ""},
+		{"Fallocate/negative-length", falloc("f", FallocAllocate, 0, -4096), ErrInvalidOffset, ""},
+		{"Fallocate/zero-length", falloc("f", FallocAllocate, 0, 0), ErrInvalidOffset, ""},
+		{"Fallocate/new-file-zero-length", falloc("new", FallocKeepSize, 0, 0), ErrInvalidOffset, ""},
+		{"Fallocate/overflow", falloc("f", FallocKeepSize, math.MaxInt64, 1), ErrInvalidOffset, ""},
+		{"Fallocate/past-max-file-size", falloc("f", FallocAllocate, maxFile-4096, 8192), ErrFileTooLarge, limitMsg},
+		{"Fallocate/keep-size-past-max-file-size", falloc("new", FallocKeepSize, maxFile, 4096), ErrFileTooLarge, limitMsg},
+		{"Fallocate/mode-0", falloc("f", FallocateMode(0), 0, 4096), ErrInvalidMode, ""},
+		{"Fallocate/mode-5", falloc("new", FallocateMode(5), 0, 4096), ErrInvalidMode, ""},
+
+		{"Extents/negative-offset", extents(-1, 1), ErrInvalidOffset, ""},
+		{"Extents/negative-length", extents(0, -1), ErrInvalidOffset, ""},
+		{"Extents/overflow", extents(math.MaxInt64, 1), ErrInvalidOffset, ""},
+	})
+	// The limits are inclusive: a request that reaches them exactly is
+	// accepted.
+	ctx := context.Background()
+	if _, err := s.Write(ctx, "f", maxFile-1, []byte{1}, SyncNone); err != nil {
+		t.Errorf("Write ending at the maximum file size: %v", err)
+	}
+	if _, err := s.Read(ctx, "f", 0, maxIO); err != nil {
+		t.Errorf("Read of MaxIOBytes: %v", err)
+	}
+	if _, err := s.Write(ctx, "f", 0, make([]byte, maxIO), SyncNone); err != nil {
+		t.Errorf("Write of MaxIOBytes: %v", err)
+	}
+	if err := s.Truncate(ctx, "f", maxFile); err != nil {
+		t.Errorf("Truncate to the maximum file size: %v", err)
+	}
+	if got := readFile(t, filepath.Join(base, "root"), "f"); int64(len(got)) != maxFile || !bytes.Equal(got[:maxIO], make([]byte, maxIO)) {
+		t.Errorf("f after the accepted requests: %d bytes, want %d of zeros first", len(got), maxFile)
+	}
+}
