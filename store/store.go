@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
 )
 
@@ -123,8 +122,8 @@ func (s *Store) Read(ctx context.Context, path string, off, length int64) ([]byt
 		return nil, err
 	}
 	defer s.table.put(ino)
-	h := &holder{mode: lockShared, op: "read", reason: ReasonRead, span: trace.SpanContextFromContext(ctx)}
-	if err := ino.lock.acquire(ctx, h, s.opts.MaxWaitersPerFile, s.waitTrace(ino)); err != nil {
+	h, err := s.lockInode(ctx, ino, lockShared, "read", ReasonRead)
+	if err != nil {
 		return nil, err
 	}
 	defer ino.lock.release(h)
@@ -175,8 +174,8 @@ func (s *Store) Truncate(ctx context.Context, path string, size int64) error {
 		return err
 	}
 	defer s.table.put(ino)
-	h := &holder{mode: lockExclusive, op: "truncate", reason: ReasonTruncate, span: trace.SpanContextFromContext(ctx)}
-	if err := ino.lock.acquire(ctx, h, s.opts.MaxWaitersPerFile, s.waitTrace(ino)); err != nil {
+	h, err := s.lockInode(ctx, ino, lockExclusive, "truncate", ReasonTruncate)
+	if err != nil {
 		return err
 	}
 	defer ino.lock.release(h)
@@ -212,8 +211,8 @@ func (s *Store) Fallocate(ctx context.Context, path string, mode FallocateMode, 
 		return 0, err
 	}
 	defer s.table.put(ino)
-	h := &holder{mode: lockExclusive, op: "fallocate", reason: ReasonFallocate, span: trace.SpanContextFromContext(ctx)}
-	if err := ino.lock.acquire(ctx, h, s.opts.MaxWaitersPerFile, s.waitTrace(ino)); err != nil {
+	h, err := s.lockInode(ctx, ino, lockExclusive, "fallocate", ReasonFallocate)
+	if err != nil {
 		return 0, err
 	}
 	defer ino.lock.release(h)

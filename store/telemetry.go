@@ -229,9 +229,10 @@ func (t *Telemetry) recordBatch(callers int) {
 	t.batchSize.Record(context.Background(), int64(callers))
 }
 
-// syncAttrSets are the write-latency attribute sets by sync mode, built once.
-var syncAttrSets = [...]attribute.Set{
-	SyncNone: attribute.NewSet(AttrSyncMode.String(SyncNone.String())),
-	SyncData: attribute.NewSet(AttrSyncMode.String(SyncData.String())),
-	SyncFull: attribute.NewSet(AttrSyncMode.String(SyncFull.String())),
+// syncRecordOpts are the write-latency record options by sync mode, built
+// once so that recording a write allocates nothing.
+var syncRecordOpts = [...][]metric.RecordOption{
+	SyncNone: {metric.WithAttributeSet(attribute.NewSet(AttrSyncMode.String(SyncNone.String())))},
+	SyncData: {metric.WithAttributeSet(attribute.NewSet(AttrSyncMode.String(SyncData.String())))},
+	SyncFull: {metric.WithAttributeSet(attribute.NewSet(AttrSyncMode.String(SyncFull.String())))},
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 	"unsafe"
 
-	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -84,8 +83,7 @@ func (s *Store) decideFor(ino *inode, off, end int64) (lockMode, string) {
 		c.holes, c.unwritten, c.written = ino.extents.classify(first, last)
 		ino.extentMu.Unlock()
 	}
-	aligned := off%ino.blockSize == 0 && end%ino.blockSize == 0
-	return decide(s.opts.Policy, s.opts.IO, size, end, aligned, c)
+	return decide(s.opts.Policy, s.opts.IO, size, end, ino.aligned(off, end), c)
 }
 
 // write places data at off under the policy's lock mode, syncs it as asked
@@ -106,8 +104,8 @@ func (s *Store) write(ctx context.Context, ino *inode, off int64, data []byte, s
 			// stop guessing.
 			mode = lockExclusive
 		}
-		h := &holder{mode: max(mode, lockShared), op: "write", reason: reason, span: span}
-		if err := ino.lock.acquire(ctx, h, s.opts.MaxWaitersPerFile, s.waitTrace(ino)); err != nil {
+		h, err := s.lockInode(ctx, ino, max(mode, lockShared), "write", reason)
+		if err != nil {
 			return 0, 0, err
 		}
 		if mode != lockExclusive {
@@ -119,7 +117,6 @@ func (s *Store) write(ctx context.Context, ino *inode, off int64, data []byte, s
 			}
 		}
 		var n int
-		var err error
 		switch mode {
 		case lockNone:
 			// Like btrfs: register in flight, drop the lock, write.
@@ -170,7 +167,7 @@ func (s *Store) syncWrite(ctx context.Context, ino *inode, sync SyncMode) error 
 // Preconditions: ino.lock is held exclusively.
 func (s *Store) writeExclusive(ctx context.Context, ino *inode, off int64, data []byte, reason string) (int, error) {
 	end := off + int64(len(data))
-	if ino.direct != nil && (off%ino.blockSize != 0 || end%ino.blockSize != 0) {
+	if ino.direct != nil && !ino.aligned(off, end) {
 		// An unaligned write goes through the page cache, which reads
 		// the edge blocks and writes them back whole: an unlocked direct
 		// write to the rest of such a block must not land in between,
@@ -202,7 +199,7 @@ func (s *Store) writeData(ctx context.Context, ino *inode, off int64, data []byt
 	end := off + int64(len(data))
 	var n int
 	var err error
-	if ino.direct != nil && off%ino.blockSize == 0 && end%ino.blockSize == 0 {
+	if ino.direct != nil && ino.aligned(off, end) {
 		buf := getAligned(len(data), int(ino.blockSize))
 		copy(buf.b, data)
 		n, err = ino.direct.WriteAt(buf.b, off)
@@ -242,14 +239,29 @@ func (s *Store) waitInflight(ctx context.Context, ino *inode, reason string) err
 	return err
 }
 
+// lockInode takes ino's lock in mode (lockShared or lockExclusive) on
+// behalf of op, recording reason and ctx's span for waiters and
+// /debug/locks. Release it with ino.lock.release.
+func (s *Store) lockInode(ctx context.Context, ino *inode, mode lockMode, op, reason string) (*holder, error) {
+	h := &holder{mode: mode, op: op, reason: reason, span: trace.SpanContextFromContext(ctx)}
+	if err := ino.lock.acquire(ctx, h, s.opts.MaxWaitersPerFile, s.waitTrace(ino)); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// aligned reports whether [off, end) starts and ends on block boundaries.
+func (ino *inode) aligned(off, end int64) bool {
+	return off%ino.blockSize == 0 && end%ino.blockSize == 0
+}
+
 func (s *Store) waitTrace(ino *inode) waitTrace {
 	return waitTrace{tel: s.tel, policy: s.opts.Policy, path: ino.key}
 }
 
 // recordWrite records a write's latency by sync mode.
 func (s *Store) recordWrite(ctx context.Context, start time.Time, sync SyncMode) {
-	s.tel.writeTime.Record(ctx, time.Since(start).Seconds(),
-		metric.WithAttributeSet(syncAttrSets[sync]))
+	s.tel.writeTime.Record(ctx, time.Since(start).Seconds(), syncRecordOpts[sync]...)
 }
 
 // alignedBuf is a buffer whose start is aligned for O_DIRECT.
