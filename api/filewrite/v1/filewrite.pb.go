@@ -16,6 +16,7 @@ package filewritev1
 
 import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
+	status "google.golang.org/genproto/googleapis/rpc/status"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -708,7 +709,10 @@ type ReadResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The bytes at [offset, offset+len(data)); shorter than length only at the
 	// end of the file.
-	Data          []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	Data []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// The CRC-32C (Castagnoli) of data, so that a reader can check what it
+	// got.
+	Crc32C        *uint32 `protobuf:"fixed32,2,opt,name=crc32c,proto3,oneof" json:"crc32c,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -748,6 +752,13 @@ func (x *ReadResponse) GetData() []byte {
 		return x.Data
 	}
 	return nil
+}
+
+func (x *ReadResponse) GetCrc32C() uint32 {
+	if x != nil && x.Crc32C != nil {
+		return *x.Crc32C
+	}
+	return 0
 }
 
 // StatRequest names the file to describe.
@@ -869,7 +880,13 @@ type ExtentsRequest struct {
 	Offset int64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
 	// Length of the range in bytes; >= 0, 0 meaning up to the end of the
 	// file.
-	Length        int64 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
+	Length int64 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
+	// The most extents in one reply; 0 means the default (1000), more than
+	// the maximum (10000) is INVALID_ARGUMENT.
+	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Empty for the first page; else a previous reply's next_page_token,
+	// with the same path, offset and length.
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -925,11 +942,27 @@ func (x *ExtentsRequest) GetLength() int64 {
 	return 0
 }
 
+func (x *ExtentsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ExtentsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 // ExtentsResponse lists the extents of the range in offset order.
 type ExtentsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Adjacent extents have different states.
-	Extents       []*Extent `protobuf:"bytes,1,rep,name=extents,proto3" json:"extents,omitempty"`
+	Extents []*Extent `protobuf:"bytes,1,rep,name=extents,proto3" json:"extents,omitempty"`
+	// Empty on the last page; else pass it as page_token for the next one.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -969,6 +1002,13 @@ func (x *ExtentsResponse) GetExtents() []*Extent {
 		return x.Extents
 	}
 	return nil
+}
+
+func (x *ExtentsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // Extent is a byte range in one state.
@@ -1036,11 +1076,658 @@ func (x *Extent) GetState() ExtentState {
 	return ExtentState_EXTENT_STATE_UNSPECIFIED
 }
 
+// WriteStreamRequest is one message of a WriteStream.
+type WriteStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The file. Required in the first message (created with its missing parents,
+	// like Write); later messages leave it empty or repeat it exactly.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// The writes of this message, applied in order.
+	Writes        []*StreamWrite `protobuf:"bytes,2,rep,name=writes,proto3" json:"writes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteStreamRequest) Reset() {
+	*x = WriteStreamRequest{}
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteStreamRequest) ProtoMessage() {}
+
+func (x *WriteStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteStreamRequest.ProtoReflect.Descriptor instead.
+func (*WriteStreamRequest) Descriptor() ([]byte, []int) {
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *WriteStreamRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *WriteStreamRequest) GetWrites() []*StreamWrite {
+	if x != nil {
+		return x.Writes
+	}
+	return nil
+}
+
+// StreamWrite is one positional write of a WriteStream.
+type StreamWrite struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the client, echoed in the ack. It may be reused once its ack
+	// has arrived (0 is allowed); a duplicate of an unacknowledged id ends the
+	// stream.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Where the data goes, as in WriteRequest.
+	Offset int64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// The bytes to write, as in WriteRequest.
+	Data []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	// The durability the ack promises, as in WriteRequest.
+	Sync SyncMode `protobuf:"varint,4,opt,name=sync,proto3,enum=filewrite.v1.SyncMode" json:"sync,omitempty"`
+	// CRC-32C (Castagnoli) of data; checked before anything is written.
+	Crc32C        *uint32 `protobuf:"fixed32,5,opt,name=crc32c,proto3,oneof" json:"crc32c,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamWrite) Reset() {
+	*x = StreamWrite{}
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamWrite) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamWrite) ProtoMessage() {}
+
+func (x *StreamWrite) ProtoReflect() protoreflect.Message {
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamWrite.ProtoReflect.Descriptor instead.
+func (*StreamWrite) Descriptor() ([]byte, []int) {
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *StreamWrite) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *StreamWrite) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *StreamWrite) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *StreamWrite) GetSync() SyncMode {
+	if x != nil {
+		return x.Sync
+	}
+	return SyncMode_SYNC_MODE_UNSPECIFIED
+}
+
+func (x *StreamWrite) GetCrc32C() uint32 {
+	if x != nil && x.Crc32C != nil {
+		return *x.Crc32C
+	}
+	return 0
+}
+
+// WriteStreamResponse carries acks of writes of the stream.
+type WriteStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Acks, in no particular order; empty in the reply to the first message.
+	Acks          []*StreamAck `protobuf:"bytes,1,rep,name=acks,proto3" json:"acks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteStreamResponse) Reset() {
+	*x = WriteStreamResponse{}
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteStreamResponse) ProtoMessage() {}
+
+func (x *WriteStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteStreamResponse.ProtoReflect.Descriptor instead.
+func (*WriteStreamResponse) Descriptor() ([]byte, []int) {
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *WriteStreamResponse) GetAcks() []*StreamAck {
+	if x != nil {
+		return x.Acks
+	}
+	return nil
+}
+
+// StreamAck reports one write of a WriteStream.
+type StreamAck struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The write's id.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Bytes that reached the file, also when the write failed.
+	BytesWritten int64 `protobuf:"varint,2,opt,name=bytes_written,json=bytesWritten,proto3" json:"bytes_written,omitempty"`
+	// The file's size after the write, as in WriteResponse.
+	Size int64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	// Unset when the write succeeded.
+	Status        *status.Status `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamAck) Reset() {
+	*x = StreamAck{}
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamAck) ProtoMessage() {}
+
+func (x *StreamAck) ProtoReflect() protoreflect.Message {
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamAck.ProtoReflect.Descriptor instead.
+func (*StreamAck) Descriptor() ([]byte, []int) {
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *StreamAck) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *StreamAck) GetBytesWritten() int64 {
+	if x != nil {
+		return x.BytesWritten
+	}
+	return 0
+}
+
+func (x *StreamAck) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *StreamAck) GetStatus() *status.Status {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+// DeleteRequest names the file to remove.
+type DeleteRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The file, relative to the root.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// Sync the parent directory before returning, so that the removal
+	// survives a crash.
+	Sync          bool `protobuf:"varint,2,opt,name=sync,proto3" json:"sync,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteRequest) Reset() {
+	*x = DeleteRequest{}
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRequest) ProtoMessage() {}
+
+func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
+func (*DeleteRequest) Descriptor() ([]byte, []int) {
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *DeleteRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *DeleteRequest) GetSync() bool {
+	if x != nil {
+		return x.Sync
+	}
+	return false
+}
+
+// DeleteResponse is empty: the path names no file now.
+type DeleteResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteResponse) Reset() {
+	*x = DeleteResponse{}
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteResponse) ProtoMessage() {}
+
+func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
+func (*DeleteResponse) Descriptor() ([]byte, []int) {
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{20}
+}
+
+// RenameRequest gives a file a new name.
+type RenameRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The file, relative to the root.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// Its new name, relative to the root; missing parents are created.
+	NewPath string `protobuf:"bytes,2,opt,name=new_path,json=newPath,proto3" json:"new_path,omitempty"`
+	// Fail with ALREADY_EXISTS rather than replace a file at new_path.
+	NoReplace bool `protobuf:"varint,3,opt,name=no_replace,json=noReplace,proto3" json:"no_replace,omitempty"`
+	// Sync both parent directories before returning.
+	Sync          bool `protobuf:"varint,4,opt,name=sync,proto3" json:"sync,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenameRequest) Reset() {
+	*x = RenameRequest{}
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenameRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenameRequest) ProtoMessage() {}
+
+func (x *RenameRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
+func (*RenameRequest) Descriptor() ([]byte, []int) {
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RenameRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *RenameRequest) GetNewPath() string {
+	if x != nil {
+		return x.NewPath
+	}
+	return ""
+}
+
+func (x *RenameRequest) GetNoReplace() bool {
+	if x != nil {
+		return x.NoReplace
+	}
+	return false
+}
+
+func (x *RenameRequest) GetSync() bool {
+	if x != nil {
+		return x.Sync
+	}
+	return false
+}
+
+// RenameResponse is empty: the file now has the new name.
+type RenameResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenameResponse) Reset() {
+	*x = RenameResponse{}
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenameResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenameResponse) ProtoMessage() {}
+
+func (x *RenameResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenameResponse.ProtoReflect.Descriptor instead.
+func (*RenameResponse) Descriptor() ([]byte, []int) {
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{22}
+}
+
+// ListRequest asks for a page of a directory's entries.
+type ListRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The directory, relative to the root; "" is the root.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// The most entries in one reply; 0 means the default (1000), more than
+	// the maximum (10000) is INVALID_ARGUMENT.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Empty for the first page; else a previous reply's next_page_token. Page
+	// tokens are opaque and stay valid while entries are added or removed.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRequest) Reset() {
+	*x = ListRequest{}
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRequest) ProtoMessage() {}
+
+func (x *ListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
+func (*ListRequest) Descriptor() ([]byte, []int) {
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ListRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListResponse is a page of a directory's entries, in name order.
+type ListResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The entries of this page.
+	Entries []*DirEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// Empty on the last page; else pass it as page_token for the next one.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListResponse) Reset() {
+	*x = ListResponse{}
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListResponse) ProtoMessage() {}
+
+func (x *ListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
+func (*ListResponse) Descriptor() ([]byte, []int) {
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ListResponse) GetEntries() []*DirEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *ListResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// DirEntry is one entry of a directory.
+type DirEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The entry's name within the directory.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Whether it is a directory.
+	IsDir bool `protobuf:"varint,2,opt,name=is_dir,json=isDir,proto3" json:"is_dir,omitempty"`
+	// The file's size in bytes; 0 for a directory.
+	Size          int64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DirEntry) Reset() {
+	*x = DirEntry{}
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DirEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DirEntry) ProtoMessage() {}
+
+func (x *DirEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DirEntry.ProtoReflect.Descriptor instead.
+func (*DirEntry) Descriptor() ([]byte, []int) {
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *DirEntry) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DirEntry) GetIsDir() bool {
+	if x != nil {
+		return x.IsDir
+	}
+	return false
+}
+
+func (x *DirEntry) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
 var File_filewrite_v1_filewrite_proto protoreflect.FileDescriptor
 
 const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\n" +
-	"\x1cfilewrite/v1/filewrite.proto\x12\ffilewrite.v1\x1a\x1cgoogle/api/annotations.proto\"z\n" +
+	"\x1cfilewrite/v1/filewrite.proto\x12\ffilewrite.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x17google/rpc/status.proto\"z\n" +
 	"\fWriteRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
@@ -1067,26 +1754,72 @@ const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\vReadRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +
-	"\x06length\x18\x03 \x01(\x03R\x06length\"\"\n" +
+	"\x06length\x18\x03 \x01(\x03R\x06length\"J\n" +
 	"\fReadResponse\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"!\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1b\n" +
+	"\x06crc32c\x18\x02 \x01(\aH\x00R\x06crc32c\x88\x01\x01B\t\n" +
+	"\a_crc32c\"!\n" +
 	"\vStatRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\"j\n" +
 	"\fStatResponse\x12\x12\n" +
 	"\x04size\x18\x01 \x01(\x03R\x04size\x12'\n" +
 	"\x0fallocated_bytes\x18\x02 \x01(\x03R\x0eallocatedBytes\x12\x1d\n" +
 	"\n" +
-	"block_size\x18\x03 \x01(\x05R\tblockSize\"T\n" +
+	"block_size\x18\x03 \x01(\x05R\tblockSize\"\x90\x01\n" +
 	"\x0eExtentsRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +
-	"\x06length\x18\x03 \x01(\x03R\x06length\"A\n" +
+	"\x06length\x18\x03 \x01(\x03R\x06length\x12\x1b\n" +
+	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"i\n" +
 	"\x0fExtentsResponse\x12.\n" +
-	"\aextents\x18\x01 \x03(\v2\x14.filewrite.v1.ExtentR\aextents\"i\n" +
+	"\aextents\x18\x01 \x03(\v2\x14.filewrite.v1.ExtentR\aextents\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"i\n" +
 	"\x06Extent\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x16\n" +
 	"\x06length\x18\x02 \x01(\x03R\x06length\x12/\n" +
-	"\x05state\x18\x03 \x01(\x0e2\x19.filewrite.v1.ExtentStateR\x05state*M\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x19.filewrite.v1.ExtentStateR\x05state\"[\n" +
+	"\x12WriteStreamRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x121\n" +
+	"\x06writes\x18\x02 \x03(\v2\x19.filewrite.v1.StreamWriteR\x06writes\"\x9d\x01\n" +
+	"\vStreamWrite\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\x12*\n" +
+	"\x04sync\x18\x04 \x01(\x0e2\x16.filewrite.v1.SyncModeR\x04sync\x12\x1b\n" +
+	"\x06crc32c\x18\x05 \x01(\aH\x00R\x06crc32c\x88\x01\x01B\t\n" +
+	"\a_crc32c\"B\n" +
+	"\x13WriteStreamResponse\x12+\n" +
+	"\x04acks\x18\x01 \x03(\v2\x17.filewrite.v1.StreamAckR\x04acks\"\x80\x01\n" +
+	"\tStreamAck\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12#\n" +
+	"\rbytes_written\x18\x02 \x01(\x03R\fbytesWritten\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12*\n" +
+	"\x06status\x18\x04 \x01(\v2\x12.google.rpc.StatusR\x06status\"7\n" +
+	"\rDeleteRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04sync\x18\x02 \x01(\bR\x04sync\"\x10\n" +
+	"\x0eDeleteResponse\"q\n" +
+	"\rRenameRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x19\n" +
+	"\bnew_path\x18\x02 \x01(\tR\anewPath\x12\x1d\n" +
+	"\n" +
+	"no_replace\x18\x03 \x01(\bR\tnoReplace\x12\x12\n" +
+	"\x04sync\x18\x04 \x01(\bR\x04sync\"\x10\n" +
+	"\x0eRenameResponse\"]\n" +
+	"\vListRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"h\n" +
+	"\fListResponse\x120\n" +
+	"\aentries\x18\x01 \x03(\v2\x16.filewrite.v1.DirEntryR\aentries\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"I\n" +
+	"\bDirEntry\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
+	"\x06is_dir\x18\x02 \x01(\bR\x05isDir\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size*M\n" +
 	"\bSyncMode\x12\x19\n" +
 	"\x15SYNC_MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eSYNC_MODE_DATA\x10\x01\x12\x12\n" +
@@ -1101,7 +1834,7 @@ const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\x18EXTENT_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11EXTENT_STATE_HOLE\x10\x01\x12\x1a\n" +
 	"\x16EXTENT_STATE_UNWRITTEN\x10\x02\x12\x18\n" +
-	"\x14EXTENT_STATE_WRITTEN\x10\x032\xf3\x05\n" +
+	"\x14EXTENT_STATE_WRITTEN\x10\x032\x80\t\n" +
 	"\vFileService\x12f\n" +
 	"\x05Write\x12\x1a.filewrite.v1.WriteRequest\x1a\x1b.filewrite.v1.WriteResponse\"$\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/files/{path=**}:write\x12f\n" +
 	"\x05Fsync\x12\x1a.filewrite.v1.FsyncRequest\x1a\x1b.filewrite.v1.FsyncResponse\"$\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/files/{path=**}:fsync\x12r\n" +
@@ -1109,7 +1842,12 @@ const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\tFallocate\x12\x1e.filewrite.v1.FallocateRequest\x1a\x1f.filewrite.v1.FallocateResponse\"(\x82\xd3\xe4\x93\x02\":\x01*\"\x1d/v1/files/{path=**}:fallocate\x12Z\n" +
 	"\x04Stat\x12\x19.filewrite.v1.StatRequest\x1a\x1a.filewrite.v1.StatResponse\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/files/{path=**}\x12_\n" +
 	"\x04Read\x12\x19.filewrite.v1.ReadRequest\x1a\x1a.filewrite.v1.ReadResponse\" \x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/files/{path=**}:read\x12k\n" +
-	"\aExtents\x12\x1c.filewrite.v1.ExtentsRequest\x1a\x1d.filewrite.v1.ExtentsResponse\"#\x82\xd3\xe4\x93\x02\x1d\x12\x1b/v1/files/{path=**}:extentsB=Z;github.com/filewrite/filewrite/api/filewrite/v1;filewritev1b\x06proto3"
+	"\aExtents\x12\x1c.filewrite.v1.ExtentsRequest\x1a\x1d.filewrite.v1.ExtentsResponse\"#\x82\xd3\xe4\x93\x02\x1d\x12\x1b/v1/files/{path=**}:extents\x12V\n" +
+	"\vWriteStream\x12 .filewrite.v1.WriteStreamRequest\x1a!.filewrite.v1.WriteStreamResponse(\x010\x01\x12`\n" +
+	"\x06Delete\x12\x1b.filewrite.v1.DeleteRequest\x1a\x1c.filewrite.v1.DeleteResponse\"\x1b\x82\xd3\xe4\x93\x02\x15*\x13/v1/files/{path=**}\x12j\n" +
+	"\x06Rename\x12\x1b.filewrite.v1.RenameRequest\x1a\x1c.filewrite.v1.RenameResponse\"%\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/v1/files/{path=**}:rename\x12e\n" +
+	"\x04List\x12\x19.filewrite.v1.ListRequest\x1a\x1a.filewrite.v1.ListResponse\"&\x82\xd3\xe4\x93\x02 Z\n" +
+	"\x12\b/v1/dirs\x12\x12/v1/dirs/{path=**}B=Z;github.com/filewrite/filewrite/api/filewrite/v1;filewritev1b\x06proto3"
 
 var (
 	file_filewrite_v1_filewrite_proto_rawDescOnce sync.Once
@@ -1124,51 +1862,76 @@ func file_filewrite_v1_filewrite_proto_rawDescGZIP() []byte {
 }
 
 var file_filewrite_v1_filewrite_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_filewrite_v1_filewrite_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_filewrite_v1_filewrite_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_filewrite_v1_filewrite_proto_goTypes = []any{
-	(SyncMode)(0),             // 0: filewrite.v1.SyncMode
-	(FallocateMode)(0),        // 1: filewrite.v1.FallocateMode
-	(ExtentState)(0),          // 2: filewrite.v1.ExtentState
-	(*WriteRequest)(nil),      // 3: filewrite.v1.WriteRequest
-	(*WriteResponse)(nil),     // 4: filewrite.v1.WriteResponse
-	(*FsyncRequest)(nil),      // 5: filewrite.v1.FsyncRequest
-	(*FsyncResponse)(nil),     // 6: filewrite.v1.FsyncResponse
-	(*TruncateRequest)(nil),   // 7: filewrite.v1.TruncateRequest
-	(*TruncateResponse)(nil),  // 8: filewrite.v1.TruncateResponse
-	(*FallocateRequest)(nil),  // 9: filewrite.v1.FallocateRequest
-	(*FallocateResponse)(nil), // 10: filewrite.v1.FallocateResponse
-	(*ReadRequest)(nil),       // 11: filewrite.v1.ReadRequest
-	(*ReadResponse)(nil),      // 12: filewrite.v1.ReadResponse
-	(*StatRequest)(nil),       // 13: filewrite.v1.StatRequest
-	(*StatResponse)(nil),      // 14: filewrite.v1.StatResponse
-	(*ExtentsRequest)(nil),    // 15: filewrite.v1.ExtentsRequest
-	(*ExtentsResponse)(nil),   // 16: filewrite.v1.ExtentsResponse
-	(*Extent)(nil),            // 17: filewrite.v1.Extent
+	(SyncMode)(0),               // 0: filewrite.v1.SyncMode
+	(FallocateMode)(0),          // 1: filewrite.v1.FallocateMode
+	(ExtentState)(0),            // 2: filewrite.v1.ExtentState
+	(*WriteRequest)(nil),        // 3: filewrite.v1.WriteRequest
+	(*WriteResponse)(nil),       // 4: filewrite.v1.WriteResponse
+	(*FsyncRequest)(nil),        // 5: filewrite.v1.FsyncRequest
+	(*FsyncResponse)(nil),       // 6: filewrite.v1.FsyncResponse
+	(*TruncateRequest)(nil),     // 7: filewrite.v1.TruncateRequest
+	(*TruncateResponse)(nil),    // 8: filewrite.v1.TruncateResponse
+	(*FallocateRequest)(nil),    // 9: filewrite.v1.FallocateRequest
+	(*FallocateResponse)(nil),   // 10: filewrite.v1.FallocateResponse
+	(*ReadRequest)(nil),         // 11: filewrite.v1.ReadRequest
+	(*ReadResponse)(nil),        // 12: filewrite.v1.ReadResponse
+	(*StatRequest)(nil),         // 13: filewrite.v1.StatRequest
+	(*StatResponse)(nil),        // 14: filewrite.v1.StatResponse
+	(*ExtentsRequest)(nil),      // 15: filewrite.v1.ExtentsRequest
+	(*ExtentsResponse)(nil),     // 16: filewrite.v1.ExtentsResponse
+	(*Extent)(nil),              // 17: filewrite.v1.Extent
+	(*WriteStreamRequest)(nil),  // 18: filewrite.v1.WriteStreamRequest
+	(*StreamWrite)(nil),         // 19: filewrite.v1.StreamWrite
+	(*WriteStreamResponse)(nil), // 20: filewrite.v1.WriteStreamResponse
+	(*StreamAck)(nil),           // 21: filewrite.v1.StreamAck
+	(*DeleteRequest)(nil),       // 22: filewrite.v1.DeleteRequest
+	(*DeleteResponse)(nil),      // 23: filewrite.v1.DeleteResponse
+	(*RenameRequest)(nil),       // 24: filewrite.v1.RenameRequest
+	(*RenameResponse)(nil),      // 25: filewrite.v1.RenameResponse
+	(*ListRequest)(nil),         // 26: filewrite.v1.ListRequest
+	(*ListResponse)(nil),        // 27: filewrite.v1.ListResponse
+	(*DirEntry)(nil),            // 28: filewrite.v1.DirEntry
+	(*status.Status)(nil),       // 29: google.rpc.Status
 }
 var file_filewrite_v1_filewrite_proto_depIdxs = []int32{
 	0,  // 0: filewrite.v1.WriteRequest.sync:type_name -> filewrite.v1.SyncMode
 	1,  // 1: filewrite.v1.FallocateRequest.mode:type_name -> filewrite.v1.FallocateMode
 	17, // 2: filewrite.v1.ExtentsResponse.extents:type_name -> filewrite.v1.Extent
 	2,  // 3: filewrite.v1.Extent.state:type_name -> filewrite.v1.ExtentState
-	3,  // 4: filewrite.v1.FileService.Write:input_type -> filewrite.v1.WriteRequest
-	5,  // 5: filewrite.v1.FileService.Fsync:input_type -> filewrite.v1.FsyncRequest
-	7,  // 6: filewrite.v1.FileService.Truncate:input_type -> filewrite.v1.TruncateRequest
-	9,  // 7: filewrite.v1.FileService.Fallocate:input_type -> filewrite.v1.FallocateRequest
-	13, // 8: filewrite.v1.FileService.Stat:input_type -> filewrite.v1.StatRequest
-	11, // 9: filewrite.v1.FileService.Read:input_type -> filewrite.v1.ReadRequest
-	15, // 10: filewrite.v1.FileService.Extents:input_type -> filewrite.v1.ExtentsRequest
-	4,  // 11: filewrite.v1.FileService.Write:output_type -> filewrite.v1.WriteResponse
-	6,  // 12: filewrite.v1.FileService.Fsync:output_type -> filewrite.v1.FsyncResponse
-	8,  // 13: filewrite.v1.FileService.Truncate:output_type -> filewrite.v1.TruncateResponse
-	10, // 14: filewrite.v1.FileService.Fallocate:output_type -> filewrite.v1.FallocateResponse
-	14, // 15: filewrite.v1.FileService.Stat:output_type -> filewrite.v1.StatResponse
-	12, // 16: filewrite.v1.FileService.Read:output_type -> filewrite.v1.ReadResponse
-	16, // 17: filewrite.v1.FileService.Extents:output_type -> filewrite.v1.ExtentsResponse
-	11, // [11:18] is the sub-list for method output_type
-	4,  // [4:11] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	19, // 4: filewrite.v1.WriteStreamRequest.writes:type_name -> filewrite.v1.StreamWrite
+	0,  // 5: filewrite.v1.StreamWrite.sync:type_name -> filewrite.v1.SyncMode
+	21, // 6: filewrite.v1.WriteStreamResponse.acks:type_name -> filewrite.v1.StreamAck
+	29, // 7: filewrite.v1.StreamAck.status:type_name -> google.rpc.Status
+	28, // 8: filewrite.v1.ListResponse.entries:type_name -> filewrite.v1.DirEntry
+	3,  // 9: filewrite.v1.FileService.Write:input_type -> filewrite.v1.WriteRequest
+	5,  // 10: filewrite.v1.FileService.Fsync:input_type -> filewrite.v1.FsyncRequest
+	7,  // 11: filewrite.v1.FileService.Truncate:input_type -> filewrite.v1.TruncateRequest
+	9,  // 12: filewrite.v1.FileService.Fallocate:input_type -> filewrite.v1.FallocateRequest
+	13, // 13: filewrite.v1.FileService.Stat:input_type -> filewrite.v1.StatRequest
+	11, // 14: filewrite.v1.FileService.Read:input_type -> filewrite.v1.ReadRequest
+	15, // 15: filewrite.v1.FileService.Extents:input_type -> filewrite.v1.ExtentsRequest
+	18, // 16: filewrite.v1.FileService.WriteStream:input_type -> filewrite.v1.WriteStreamRequest
+	22, // 17: filewrite.v1.FileService.Delete:input_type -> filewrite.v1.DeleteRequest
+	24, // 18: filewrite.v1.FileService.Rename:input_type -> filewrite.v1.RenameRequest
+	26, // 19: filewrite.v1.FileService.List:input_type -> filewrite.v1.ListRequest
+	4,  // 20: filewrite.v1.FileService.Write:output_type -> filewrite.v1.WriteResponse
+	6,  // 21: filewrite.v1.FileService.Fsync:output_type -> filewrite.v1.FsyncResponse
+	8,  // 22: filewrite.v1.FileService.Truncate:output_type -> filewrite.v1.TruncateResponse
+	10, // 23: filewrite.v1.FileService.Fallocate:output_type -> filewrite.v1.FallocateResponse
+	14, // 24: filewrite.v1.FileService.Stat:output_type -> filewrite.v1.StatResponse
+	12, // 25: filewrite.v1.FileService.Read:output_type -> filewrite.v1.ReadResponse
+	16, // 26: filewrite.v1.FileService.Extents:output_type -> filewrite.v1.ExtentsResponse
+	20, // 27: filewrite.v1.FileService.WriteStream:output_type -> filewrite.v1.WriteStreamResponse
+	23, // 28: filewrite.v1.FileService.Delete:output_type -> filewrite.v1.DeleteResponse
+	25, // 29: filewrite.v1.FileService.Rename:output_type -> filewrite.v1.RenameResponse
+	27, // 30: filewrite.v1.FileService.List:output_type -> filewrite.v1.ListResponse
+	20, // [20:31] is the sub-list for method output_type
+	9,  // [9:20] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_filewrite_v1_filewrite_proto_init() }
@@ -1176,13 +1939,15 @@ func file_filewrite_v1_filewrite_proto_init() {
 	if File_filewrite_v1_filewrite_proto != nil {
 		return
 	}
+	file_filewrite_v1_filewrite_proto_msgTypes[9].OneofWrappers = []any{}
+	file_filewrite_v1_filewrite_proto_msgTypes[16].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_filewrite_v1_filewrite_proto_rawDesc), len(file_filewrite_v1_filewrite_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   15,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

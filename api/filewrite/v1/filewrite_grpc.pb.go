@@ -27,13 +27,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	FileService_Write_FullMethodName     = "/filewrite.v1.FileService/Write"
-	FileService_Fsync_FullMethodName     = "/filewrite.v1.FileService/Fsync"
-	FileService_Truncate_FullMethodName  = "/filewrite.v1.FileService/Truncate"
-	FileService_Fallocate_FullMethodName = "/filewrite.v1.FileService/Fallocate"
-	FileService_Stat_FullMethodName      = "/filewrite.v1.FileService/Stat"
-	FileService_Read_FullMethodName      = "/filewrite.v1.FileService/Read"
-	FileService_Extents_FullMethodName   = "/filewrite.v1.FileService/Extents"
+	FileService_Write_FullMethodName       = "/filewrite.v1.FileService/Write"
+	FileService_Fsync_FullMethodName       = "/filewrite.v1.FileService/Fsync"
+	FileService_Truncate_FullMethodName    = "/filewrite.v1.FileService/Truncate"
+	FileService_Fallocate_FullMethodName   = "/filewrite.v1.FileService/Fallocate"
+	FileService_Stat_FullMethodName        = "/filewrite.v1.FileService/Stat"
+	FileService_Read_FullMethodName        = "/filewrite.v1.FileService/Read"
+	FileService_Extents_FullMethodName     = "/filewrite.v1.FileService/Extents"
+	FileService_WriteStream_FullMethodName = "/filewrite.v1.FileService/WriteStream"
+	FileService_Delete_FullMethodName      = "/filewrite.v1.FileService/Delete"
+	FileService_Rename_FullMethodName      = "/filewrite.v1.FileService/Rename"
+	FileService_List_FullMethodName        = "/filewrite.v1.FileService/List"
 )
 
 // FileServiceClient is the client API for FileService service.
@@ -95,7 +99,46 @@ type FileServiceClient interface {
 	// allocated but unwritten, or written (like SEEK_DATA or NBD's
 	// BLOCK_STATUS); length 0 means up to the end of the file. It makes
 	// nothing durable: it reports the state that later reads see.
+	//
+	// The reply is paged: at most page_size extents (default 1000, at most
+	// 10000), and next_page_token resumes after the last one returned.
 	Extents(ctx context.Context, in *ExtentsRequest, opts ...grpc.CallOption) (*ExtentsResponse, error)
+	// WriteStream carries many writes to one file on one bidirectional stream.
+	//
+	// The first message names the file (created with its missing parents,
+	// like Write); the server answers it with a response once the file is
+	// open, so a client learns of an open error at once. The file ends up as
+	// if the writes of one stream were applied one by one in arrival order;
+	// writes that do not overlap may run concurrently. Each write gets the
+	// validation, limits, lock policy, tracing and durability of a unary
+	// Write, and its own ack (matched by id; acks may come out of order and
+	// several in one response). A write's error comes in its ack and the
+	// stream goes on; a refused write changes nothing. The stream ends, after
+	// every write already read has been applied and acked, with
+	// INVALID_ARGUMENT for a missing or invalid path, a different path in a
+	// later message or a duplicate id of an unacknowledged write;
+	// RESOURCE_EXHAUSTED for a message over the size limit; UNAVAILABLE when
+	// the daemon shuts down; OK when the client half-closes.
+	//
+	// Durable when a write's ack arrives with no status: as for Write with
+	// the write's sync mode. No REST route: the gateway would serve a stream
+	// half-duplex only.
+	WriteStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WriteStreamRequest, WriteStreamResponse], error)
+	// Delete removes the file. Writes that started before it finish first;
+	// once it returns, the path names no file and a later Write creates a new
+	// one. NOT_FOUND if missing; a directory is INVALID_ARGUMENT. Durable when
+	// it returns: nothing, until the parent directory is synced (sync = true
+	// does that before returning).
+	Delete(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error)
+	// Rename atomically gives the file at path the name new_path (rename(2);
+	// with no_replace, renameat2 RENAME_NOREPLACE and ALREADY_EXISTS if
+	// new_path exists), creating new_path's missing parents. With sync, both
+	// parent directories are fsynced before it returns, so the new name
+	// survives a crash. Durable when it returns without sync: nothing.
+	Rename(ctx context.Context, in *RenameRequest, opts ...grpc.CallOption) (*RenameResponse, error)
+	// List returns the entries of the directory at path ("" is the root), in
+	// name order, paged. It makes nothing durable.
+	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
 }
 
 type fileServiceClient struct {
@@ -176,6 +219,49 @@ func (c *fileServiceClient) Extents(ctx context.Context, in *ExtentsRequest, opt
 	return out, nil
 }
 
+func (c *fileServiceClient) WriteStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WriteStreamRequest, WriteStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &FileService_ServiceDesc.Streams[0], FileService_WriteStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WriteStreamRequest, WriteStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type FileService_WriteStreamClient = grpc.BidiStreamingClient[WriteStreamRequest, WriteStreamResponse]
+
+func (c *fileServiceClient) Delete(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteResponse)
+	err := c.cc.Invoke(ctx, FileService_Delete_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fileServiceClient) Rename(ctx context.Context, in *RenameRequest, opts ...grpc.CallOption) (*RenameResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenameResponse)
+	err := c.cc.Invoke(ctx, FileService_Rename_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fileServiceClient) List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListResponse)
+	err := c.cc.Invoke(ctx, FileService_List_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // FileServiceServer is the server API for FileService service.
 // All implementations must embed UnimplementedFileServiceServer
 // for forward compatibility.
@@ -235,7 +321,46 @@ type FileServiceServer interface {
 	// allocated but unwritten, or written (like SEEK_DATA or NBD's
 	// BLOCK_STATUS); length 0 means up to the end of the file. It makes
 	// nothing durable: it reports the state that later reads see.
+	//
+	// The reply is paged: at most page_size extents (default 1000, at most
+	// 10000), and next_page_token resumes after the last one returned.
 	Extents(context.Context, *ExtentsRequest) (*ExtentsResponse, error)
+	// WriteStream carries many writes to one file on one bidirectional stream.
+	//
+	// The first message names the file (created with its missing parents,
+	// like Write); the server answers it with a response once the file is
+	// open, so a client learns of an open error at once. The file ends up as
+	// if the writes of one stream were applied one by one in arrival order;
+	// writes that do not overlap may run concurrently. Each write gets the
+	// validation, limits, lock policy, tracing and durability of a unary
+	// Write, and its own ack (matched by id; acks may come out of order and
+	// several in one response). A write's error comes in its ack and the
+	// stream goes on; a refused write changes nothing. The stream ends, after
+	// every write already read has been applied and acked, with
+	// INVALID_ARGUMENT for a missing or invalid path, a different path in a
+	// later message or a duplicate id of an unacknowledged write;
+	// RESOURCE_EXHAUSTED for a message over the size limit; UNAVAILABLE when
+	// the daemon shuts down; OK when the client half-closes.
+	//
+	// Durable when a write's ack arrives with no status: as for Write with
+	// the write's sync mode. No REST route: the gateway would serve a stream
+	// half-duplex only.
+	WriteStream(grpc.BidiStreamingServer[WriteStreamRequest, WriteStreamResponse]) error
+	// Delete removes the file. Writes that started before it finish first;
+	// once it returns, the path names no file and a later Write creates a new
+	// one. NOT_FOUND if missing; a directory is INVALID_ARGUMENT. Durable when
+	// it returns: nothing, until the parent directory is synced (sync = true
+	// does that before returning).
+	Delete(context.Context, *DeleteRequest) (*DeleteResponse, error)
+	// Rename atomically gives the file at path the name new_path (rename(2);
+	// with no_replace, renameat2 RENAME_NOREPLACE and ALREADY_EXISTS if
+	// new_path exists), creating new_path's missing parents. With sync, both
+	// parent directories are fsynced before it returns, so the new name
+	// survives a crash. Durable when it returns without sync: nothing.
+	Rename(context.Context, *RenameRequest) (*RenameResponse, error)
+	// List returns the entries of the directory at path ("" is the root), in
+	// name order, paged. It makes nothing durable.
+	List(context.Context, *ListRequest) (*ListResponse, error)
 	mustEmbedUnimplementedFileServiceServer()
 }
 
@@ -266,6 +391,18 @@ func (UnimplementedFileServiceServer) Read(context.Context, *ReadRequest) (*Read
 }
 func (UnimplementedFileServiceServer) Extents(context.Context, *ExtentsRequest) (*ExtentsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Extents not implemented")
+}
+func (UnimplementedFileServiceServer) WriteStream(grpc.BidiStreamingServer[WriteStreamRequest, WriteStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method WriteStream not implemented")
+}
+func (UnimplementedFileServiceServer) Delete(context.Context, *DeleteRequest) (*DeleteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Delete not implemented")
+}
+func (UnimplementedFileServiceServer) Rename(context.Context, *RenameRequest) (*RenameResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Rename not implemented")
+}
+func (UnimplementedFileServiceServer) List(context.Context, *ListRequest) (*ListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method List not implemented")
 }
 func (UnimplementedFileServiceServer) mustEmbedUnimplementedFileServiceServer() {}
 func (UnimplementedFileServiceServer) testEmbeddedByValue()                     {}
@@ -414,6 +551,67 @@ func _FileService_Extents_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _FileService_WriteStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(FileServiceServer).WriteStream(&grpc.GenericServerStream[WriteStreamRequest, WriteStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type FileService_WriteStreamServer = grpc.BidiStreamingServer[WriteStreamRequest, WriteStreamResponse]
+
+func _FileService_Delete_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FileServiceServer).Delete(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FileService_Delete_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FileServiceServer).Delete(ctx, req.(*DeleteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FileService_Rename_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenameRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FileServiceServer).Rename(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FileService_Rename_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FileServiceServer).Rename(ctx, req.(*RenameRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FileService_List_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FileServiceServer).List(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FileService_List_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FileServiceServer).List(ctx, req.(*ListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // FileService_ServiceDesc is the grpc.ServiceDesc for FileService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -449,7 +647,26 @@ var FileService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Extents",
 			Handler:    _FileService_Extents_Handler,
 		},
+		{
+			MethodName: "Delete",
+			Handler:    _FileService_Delete_Handler,
+		},
+		{
+			MethodName: "Rename",
+			Handler:    _FileService_Rename_Handler,
+		},
+		{
+			MethodName: "List",
+			Handler:    _FileService_List_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WriteStream",
+			Handler:       _FileService_WriteStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "filewrite/v1/filewrite.proto",
 }
