@@ -15,33 +15,6 @@ import (
 	"github.com/filewrite/filewrite/store"
 )
 
-// httpHandler serves the HTTP address: GET /metrics (Prometheus), GET
-// /debug/locks, and everything else to the REST gateway. It dispatches on
-// the exact path rather than through http.ServeMux, which would clean and
-// redirect the gateway's paths ("a//b", "..") before the store could
-// reject them.
-func (s *Server) httpHandler(gateway http.Handler) http.Handler {
-	locks := &debugLocks{store: s.store}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var h http.Handler
-		switch r.URL.Path {
-		case "/metrics":
-			h = s.tel.metrics
-		case "/debug/locks":
-			h = locks
-		default:
-			gateway.ServeHTTP(w, r)
-			return
-		}
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			http.Error(w, r.Method+" not allowed: GET "+r.URL.Path, http.StatusMethodNotAllowed)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
-}
-
 // Bounds of /debug/locks: how many open files it looks at, and how many it
 // lists (?limit=N may ask for fewer). The store lists at most 16 holders of
 // each file.
