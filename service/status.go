@@ -44,7 +44,7 @@ func toStatus(err error) error {
 	case errors.Is(err, store.ErrSyncFailed):
 		code = codes.DataLoss
 	case errors.Is(err, store.ErrFileTooLarge),
-		errors.Is(err, store.ErrTooLarge),
+		errors.Is(err, store.ErrRequestTooLarge),
 		errors.Is(err, store.ErrNoSpace),
 		errors.Is(err, store.ErrTooManyOpenFiles),
 		errors.Is(err, store.ErrTooManyWaiters):

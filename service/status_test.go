@@ -29,7 +29,7 @@ func TestToStatus(t *testing.T) {
 		{"invalid mode", wrap(store.ErrInvalidMode), codes.InvalidArgument},
 		{"not found", wrap(store.ErrNotFound), codes.NotFound},
 		{"file too large", wrap(store.ErrFileTooLarge), codes.ResourceExhausted},
-		{"request too large", wrap(store.ErrTooLarge), codes.ResourceExhausted},
+		{"request too large", wrap(store.ErrRequestTooLarge), codes.ResourceExhausted},
 		{"no space", wrap(store.ErrNoSpace), codes.ResourceExhausted},
 		{"too many open files", wrap(store.ErrTooManyOpenFiles), codes.ResourceExhausted},
 		{"too many waiters", wrap(store.ErrTooManyWaiters), codes.ResourceExhausted},

@@ -4,7 +4,7 @@ import "errors"
 
 // Sentinel errors. The store wraps them with %w and context (path, limit,
 // bytes written so far); callers match them with errors.Is. A request that
-// fails with one of the validation errors (ErrInvalidPath ... ErrTooLarge)
+// fails with one of the validation errors (ErrInvalidPath ... ErrRequestTooLarge)
 // has changed nothing.
 var (
 	// ErrInvalidPath is returned when a path is empty, absolute, not clean,
@@ -26,11 +26,12 @@ var (
 	// does not exist.
 	ErrNotFound = errors.New("file not found")
 	// ErrFileTooLarge is returned when an operation would make a file larger
-	// than Options.MaxFileSize.
+	// than Options.MaxFileSize: a limit on the file, however small the
+	// request.
 	ErrFileTooLarge = errors.New("file size limit exceeded")
-	// ErrTooLarge is returned when one Write or Read is longer than
-	// Options.MaxIOBytes.
-	ErrTooLarge = errors.New("request size limit exceeded")
+	// ErrRequestTooLarge is returned when one Write or Read moves more than
+	// Options.MaxIOBytes: a limit on the request, whatever the file.
+	ErrRequestTooLarge = errors.New("request size limit exceeded")
 	// ErrTooManyOpenFiles is returned when Options.MaxOpenFiles files are all
 	// in use and none can be closed.
 	ErrTooManyOpenFiles = errors.New("open file limit reached")

@@ -56,7 +56,7 @@ func validateRange(off, length, maxEnd int64) error {
 // validateIOLength bounds the bytes moved by one Write or Read.
 func validateIOLength(length, maxIO int64) error {
 	if length > maxIO {
-		return fmt.Errorf("%w: %d bytes, the maximum per request is %d", ErrTooLarge, length, maxIO)
+		return fmt.Errorf("%w: %d bytes, the maximum per request is %d", ErrRequestTooLarge, length, maxIO)
 	}
 	return nil
 }

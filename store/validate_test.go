@@ -345,14 +345,14 @@ func TestValidateArguments(t *testing.T) {
 		{"Write/overflow", write("f", math.MaxInt64, 2, SyncNone), ErrInvalidOffset, ""},
 		{"Write/past-max-file-size", write("f", maxFile-1, 2, SyncNone), ErrFileTooLarge, limitMsg},
 		{"Write/new-file-past-max-file-size", write("newdir/new", maxFile, 1, SyncNone), ErrFileTooLarge, limitMsg},
-		{"Write/longer-than-max-io", write("f", 0, maxIO+1, SyncNone), ErrTooLarge, "65536"},
+		{"Write/longer-than-max-io", write("f", 0, maxIO+1, SyncNone), ErrRequestTooLarge, "65536"},
 		{"Write/sync-mode-3", write("f", 0, 1, SyncMode(3)), ErrInvalidMode, ""},
 		{"Write/sync-mode-negative", write("new", 0, 1, SyncMode(-1)), ErrInvalidMode, ""},
 
 		{"Read/negative-offset", read(-1, 1), ErrInvalidOffset, ""},
 		{"Read/negative-length", read(0, -1), ErrInvalidOffset, ""},
 		{"Read/overflow", read(math.MaxInt64-1, 10), ErrInvalidOffset, ""},
-		{"Read/longer-than-max-io", read(0, maxIO+1), ErrTooLarge, "65536"},
+		{"Read/longer-than-max-io", read(0, maxIO+1), ErrRequestTooLarge, "65536"},
 
 		{"Truncate/negative-size", truncate("f", -1), ErrInvalidOffset, ""},
 		{"Truncate/past-max-file-size", truncate("f", maxFile+1), ErrFileTooLarge, limitMsg},
