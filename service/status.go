@@ -10,10 +10,17 @@ import (
 	"github.com/filewrite/filewrite/store"
 )
 
-// toStatus is the one place where errors become gRPC statuses (and, through
-// the gateway, HTTP statuses). store wraps its sentinels with %w, so they are
-// matched with errors.Is; the message keeps the whole chain, which names the
-// path and the limit that was hit.
+// toStatus is the one place where the store's errors, and the handlers'
+// own, become gRPC statuses (and, through the gateway, HTTP statuses). store
+// wraps its sentinels with %w, so they are matched with errors.Is; the
+// message keeps the whole chain, which names the path and the limit that was
+// hit.
+//
+// A few statuses are built where a request is refused before a handler
+// sees it, since no store error is involved: UNAUTHENTICATED in auth.go,
+// the gateway's RESOURCE_EXHAUSTED for a body over the limit and
+// INVALID_ARGUMENT for a raw PUT's query or unreadable body in gateway.go,
+// and UNIMPLEMENTED for an RPC not served yet in unimplemented.go.
 //
 // The order matters where one error can match two cases: a failed sync is
 // reported as DATA_LOSS even when ENOSPC caused it, because the caller's
