@@ -248,7 +248,8 @@ func (m *extentMap) extents(off, length int64) []Extent {
 		out = append(out, Extent{Offset: s, Length: e - s, State: st})
 	}
 	pos := off // first byte not yet described
-	m.ascend(off/bs, ceilDiv(end, bs), func(r extentRun) bool {
+	first, last := m.blocksTouched(off, end)
+	m.ascend(first, last, func(r extentRun) bool {
 		s, e := byteOffset(r.start, bs), byteOffset(r.end, bs)
 		add(pos, s, ExtentHole)
 		add(s, e, r.state)
@@ -320,12 +321,66 @@ func byteOffset(block, blockSize int64) int64 {
 	return block * blockSize
 }
 
-func ceilDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 {
+// ceilBlock is n/bs rounded up: the first block boundary at or after byte
+// n, as a block number. It is the store's one block-rounding helper: unlike
+// (n+bs-1)/bs it cannot overflow, so a size or range end near MaxInt64
+// (tmpfs allows such sizes) rounds up instead of wrapping negative.
+//
+// Preconditions: n >= 0 and bs > 0.
+func ceilBlock(n, bs int64) int64 {
+	q := n / bs
+	if n%bs != 0 {
 		q++
 	}
 	return q
+}
+
+// blocksTouched is the range of blocks [first, last) that the bytes
+// [off, end) touch, partial blocks at the edges included.
+func (m *extentMap) blocksTouched(off, end int64) (first, last int64) {
+	return off / m.blockSize, ceilBlock(end, m.blockSize)
+}
+
+// blocksCovered is the range of blocks [first, last) that lie wholly inside
+// the bytes [off, end); it is empty (first >= last) when none does.
+func (m *extentMap) blocksCovered(off, end int64) (first, last int64) {
+	return ceilBlock(off, m.blockSize), end / m.blockSize
+}
+
+// markWritten records that the bytes [off, end) hold data.
+func (m *extentMap) markWritten(off, end int64) {
+	first, last := m.blocksTouched(off, end)
+	m.set(first, last, ExtentWritten)
+}
+
+// truncate drops the blocks wholly past a new file size, as ftruncate(2)
+// frees them (the block that holds the new EOF stays).
+func (m *extentMap) truncate(size int64) {
+	m.truncateFrom(ceilBlock(size, m.blockSize))
+}
+
+// fallocate records what a successful fallocate(2) of the bytes [off, end)
+// in mode did to the blocks, where that does not depend on the filesystem
+// (Store.Fallocate reloads the map where it does).
+func (m *extentMap) fallocate(mode FallocateMode, off, end int64) {
+	switch mode {
+	case FallocAllocate, FallocKeepSize:
+		first, last := m.blocksTouched(off, end)
+		m.fillHoles(first, last, ExtentUnwritten)
+	case FallocPunchHole:
+		// Only whole blocks are freed; partial ones are zeroed in place.
+		first, last := m.blocksCovered(off, end)
+		m.set(first, last, ExtentHole)
+	case FallocZeroRange:
+		// Like ext4: the rounded-out range is preallocated (holes at the
+		// edges become unwritten), whole blocks become unwritten, and
+		// partial blocks that held data are zeroed in place and stay
+		// written.
+		first, last := m.blocksTouched(off, end)
+		m.fillHoles(first, last, ExtentUnwritten)
+		first, last = m.blocksCovered(off, end)
+		m.set(first, last, ExtentUnwritten)
+	}
 }
 
 func satAdd(a, b int64) int64 {

@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -492,6 +493,63 @@ func BenchmarkExtentMapRandomWrites(b *testing.B) {
 				m.set(blk, blk+1, unw)
 			}
 			b.ReportMetric(float64(m.runs()), "runs")
+		})
+	}
+}
+
+// TestCeilBlock: the one block-rounding helper rounds up without wrapping,
+// up to MaxInt64.
+func TestCeilBlock(t *testing.T) {
+	const bs = 4096
+	tests := []struct{ n, want int64 }{
+		{0, 0},
+		{1, 1},
+		{bs, 1},
+		{bs + 1, 2},
+		{math.MaxInt64 - bs, math.MaxInt64 / bs},
+		{math.MaxInt64 / bs * bs, math.MaxInt64 / bs},
+		{math.MaxInt64, math.MaxInt64/bs + 1},
+	}
+	for _, tt := range tests {
+		if got := ceilBlock(tt.n, bs); got != tt.want {
+			t.Errorf("ceilBlock(%d, %d) = %d, want %d", tt.n, bs, got, tt.want)
+		}
+	}
+}
+
+// TestExtentMapBytesNearMaxInt64: the byte-range operations of the map
+// (truncate, fallocate, markWritten) round ranges ending near MaxInt64 up,
+// not negative: the first two blocks, written, stay written, and the blocks
+// at the end get the state the operation gives them.
+func TestExtentMapBytesNearMaxInt64(t *testing.T) {
+	const bs, top = 4096, math.MaxInt64
+	lastBlock := int64(top / bs) // the block that holds byte MaxInt64-1
+	tests := []struct {
+		name string
+		op   func(m *extentMap)
+		want []extentRun
+	}{
+		{"truncate to MaxInt64 twice", func(m *extentMap) { m.truncate(top); m.truncate(top) },
+			[]extentRun{{0, 2, wr}}},
+		{"truncate to MaxInt64-1", func(m *extentMap) { m.truncate(top - 1) },
+			[]extentRun{{0, 2, wr}}},
+		{"punch the last 100 bytes", func(m *extentMap) { m.fallocate(FallocPunchHole, top-100, top) },
+			[]extentRun{{0, 2, wr}}},
+		{"zero the last 100 bytes", func(m *extentMap) { m.fallocate(FallocZeroRange, top-100, top) },
+			[]extentRun{{0, 2, wr}, {lastBlock, lastBlock + 1, unw}}},
+		{"allocate the last 100 bytes", func(m *extentMap) { m.fallocate(FallocKeepSize, top-100, top) },
+			[]extentRun{{0, 2, wr}, {lastBlock, lastBlock + 1, unw}}},
+		{"write the last byte", func(m *extentMap) { m.markWritten(top-1, top) },
+			[]extentRun{{0, 2, wr}, {lastBlock, lastBlock + 1, wr}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newExtentMap(bs)
+			m.markWritten(0, 2*bs)
+			tt.op(m)
+			if got := dumpRuns(m); !slices.Equal(got, tt.want) {
+				t.Errorf("runs: got %v, want %v", got, tt.want)
+			}
 		})
 	}
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -141,5 +143,51 @@ func TestRealENOSPC(t *testing.T) {
 				fs.checkTrue(t, faultPath, false)
 			})
 		}
+	}
+}
+
+// TestSizesNearMaxInt64 uses tmpfs, which allows files of MaxInt64 bytes,
+// to reach the block rounding of truncate and fallocate where (n+bs-1)/bs
+// would wrap negative (tmpfs has no zero-range: the extent map's own test
+// covers it): the first 8 KiB, written, must stay written in the
+// store's extent map whatever happens near the end of the range.
+func TestSizesNearMaxInt64(t *testing.T) {
+	ctx := context.Background()
+	const huge = math.MaxInt64
+	tests := []struct {
+		name string
+		do   func(fs faultStore) error
+	}{
+		{"Truncate to MaxInt64 twice", func(fs faultStore) error {
+			if err := fs.Truncate(ctx, faultPath, huge); err != nil {
+				return err
+			}
+			return fs.Truncate(ctx, faultPath, huge)
+		}},
+		{"punch the last bytes", func(fs faultStore) error {
+			if err := fs.Truncate(ctx, faultPath, huge); err != nil {
+				return err
+			}
+			_, err := fs.Fallocate(ctx, faultPath, store.FallocPunchHole, huge-100, 100)
+			return err
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := openFaultStore(t, mountTmpfs(t), store.Options{MaxFileSize: huge})
+			if _, err := fs.Write(ctx, faultPath, 0, pattern(8192, 'w'), store.SyncNone); err != nil {
+				t.Fatal(err)
+			}
+			if err := tt.do(fs); err != nil {
+				t.Fatal(err)
+			}
+			got, err := fs.Extents(ctx, faultPath, 0, 8192)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := []store.Extent{{Offset: 0, Length: 8192, State: store.ExtentWritten}}; !slices.Equal(got, want) {
+				t.Errorf("Extents of the first 8 KiB = %v, want %v", got, want)
+			}
+		})
 	}
 }

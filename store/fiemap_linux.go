@@ -108,11 +108,11 @@ func readFiemapFlags(fd uintptr, blockSize int64, flags uint32) (*extentMap, err
 			if end < e.logical || end > 1<<63-1 {
 				return nil, fmt.Errorf("FS_IOC_FIEMAP: extent [%d, +%d) out of range", e.logical, e.length)
 			}
-			first, last := int64(e.logical)/blockSize, ceilDiv(int64(end), blockSize)
 			if e.flags&fiemapExtentUnwritten != 0 {
+				first, last := m.blocksTouched(int64(e.logical), int64(end))
 				m.fillHoles(first, last, ExtentUnwritten)
 			} else {
-				m.set(first, last, ExtentWritten)
+				m.markWritten(int64(e.logical), int64(end))
 			}
 		}
 		lastExt := req.extents[n-1]
@@ -179,7 +179,7 @@ func loadExtentMap(fd uintptr, blockSize int64) (*extentMap, error) {
 		return m, nil
 	}
 	m = newExtentMap(blockSize)
-	m.set(0, ceilDiv(st.Size, blockSize), ExtentWritten)
+	m.markWritten(0, st.Size)
 	return m, nil
 }
 
@@ -202,7 +202,7 @@ func seekDataMap(fd uintptr, size, blockSize int64) (*extentMap, error) {
 		if holeAt <= data {
 			return nil, fmt.Errorf("lseek: hole at %d before data at %d", holeAt, data)
 		}
-		m.set(data/blockSize, ceilDiv(holeAt, blockSize), ExtentWritten)
+		m.markWritten(data, holeAt)
 		pos = holeAt
 	}
 	return m, nil

@@ -58,6 +58,21 @@ type File interface {
 	Close() error
 }
 
+// fallocateFlags is fallocate(2)'s mode argument for mode. Punch and zero
+// keep the size, as FallocateMode promises; Linux insists on KEEP_SIZE with
+// PUNCH_HOLE anyway.
+func fallocateFlags(mode FallocateMode) uint32 {
+	switch mode {
+	case FallocKeepSize:
+		return unix.FALLOC_FL_KEEP_SIZE
+	case FallocPunchHole:
+		return unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE
+	case FallocZeroRange:
+		return unix.FALLOC_FL_ZERO_RANGE | unix.FALLOC_FL_KEEP_SIZE
+	}
+	return 0 // FallocAllocate
+}
+
 // FileInfo is the part of fstat(2) the store uses.
 type FileInfo struct {
 	Size      int64

@@ -187,7 +187,7 @@ func (s *Store) Truncate(ctx context.Context, path string, size int64) error {
 	}
 	if size <= ino.size.Load() {
 		ino.extentMu.Lock()
-		ino.extents.truncateFrom((size + ino.blockSize - 1) / ino.blockSize)
+		ino.extents.truncate(size)
 		ino.extentMu.Unlock()
 	}
 	ino.size.Store(size)
@@ -217,23 +217,13 @@ func (s *Store) Fallocate(ctx context.Context, path string, mode FallocateMode, 
 	}
 	defer ino.lock.release(h)
 	end := off + length
-	bs := ino.blockSize
-	var flags uint32
-	switch mode {
-	case FallocKeepSize:
-		flags = unix.FALLOC_FL_KEEP_SIZE
-	case FallocPunchHole:
-		flags = unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE
-	case FallocZeroRange:
-		flags = unix.FALLOC_FL_ZERO_RANGE | unix.FALLOC_FL_KEEP_SIZE
-	}
 	if mode == FallocPunchHole || mode == FallocZeroRange {
 		// Like truncate: no write that started before may land after.
 		if err := s.waitInflight(ctx, ino, ReasonFallocate); err != nil {
 			return 0, err
 		}
 	}
-	if err := ino.file.Fallocate(flags, off, length); err != nil {
+	if err := ino.file.Fallocate(fallocateFlags(mode), off, length); err != nil {
 		// A failed fallocate may have allocated part of the range; the
 		// map is rebuilt from the file rather than guessed.
 		s.reloadExtents(ino)
@@ -248,22 +238,7 @@ func (s *Store) Fallocate(ctx context.Context, path string, mode FallocateMode, 
 		return ino.size.Load(), nil
 	}
 	ino.extentMu.Lock()
-	switch mode {
-	case FallocAllocate, FallocKeepSize:
-		first, last := blockRange(off, end, bs)
-		ino.extents.fillHoles(first, last, ExtentUnwritten)
-	case FallocPunchHole:
-		// Only whole blocks are freed; partial ones are zeroed in place.
-		ino.extents.set((off+bs-1)/bs, end/bs, ExtentHole)
-	case FallocZeroRange:
-		// Like ext4: the rounded-out range is preallocated (holes at the
-		// edges become unwritten), whole blocks become unwritten, and
-		// partial blocks that held data are zeroed in place and stay
-		// written.
-		first, last := blockRange(off, end, bs)
-		ino.extents.fillHoles(first, last, ExtentUnwritten)
-		ino.extents.set((off+bs-1)/bs, end/bs, ExtentUnwritten)
-	}
+	ino.extents.fallocate(mode, off, end)
 	ino.extentMu.Unlock()
 	if mode == FallocAllocate && end > ino.size.Load() {
 		ino.size.Store(end)

@@ -64,11 +64,6 @@ func decide(p Policy, io IOMode, size, end int64, aligned bool, c rangeClass) (l
 	return lockExclusive, ReasonPolicy
 }
 
-// blockRange is the range of blocks that [off, end) touches.
-func blockRange(off, end, bs int64) (int64, int64) {
-	return off / bs, (end + bs - 1) / bs
-}
-
 // decideFor reads the size and the extent map without the inode lock; the
 // caller re-checks under it.
 func (s *Store) decideFor(ino *inode, off, end int64) (lockMode, string) {
@@ -78,9 +73,8 @@ func (s *Store) decideFor(ino *inode, off, end int64) (lockMode, string) {
 	}
 	var c rangeClass
 	if s.opts.Policy == PolicySharedWritten || s.opts.Policy == PolicySharedOverwrite {
-		first, last := blockRange(off, end, ino.blockSize)
 		ino.extentMu.Lock()
-		c.holes, c.unwritten, c.written = ino.extents.classify(first, last)
+		c.holes, c.unwritten, c.written = ino.extents.classify(ino.extents.blocksTouched(off, end))
 		ino.extentMu.Unlock()
 	}
 	return decide(s.opts.Policy, s.opts.IO, size, end, ino.aligned(off, end), c)
@@ -212,9 +206,8 @@ func (s *Store) writeData(ctx context.Context, ino *inode, off int64, data []byt
 		}
 	}
 	if n > 0 {
-		first, last := blockRange(off, off+int64(n), ino.blockSize)
 		ino.extentMu.Lock()
-		ino.extents.set(first, last, ExtentWritten)
+		ino.extents.markWritten(off, off+int64(n))
 		ino.extentMu.Unlock()
 	}
 	if err != nil {
