@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"slices"
@@ -80,6 +81,12 @@ type inodeTable struct {
 	// path they were closed under. A new descriptor never sees the old
 	// writeback error, so the inode that reopens one starts poisoned.
 	failedSync map[fileID]string
+	// unsyncedDirs holds, by ID, the new directories (inode.newDirs) of the
+	// files this store created and closed while idle before a sync made
+	// their names durable. It is kept apart from the inodes, like
+	// failedSync, and never evicted: the inode that reopens one takes its
+	// record back, and SyncAll and Close sync what is left.
+	unsyncedDirs map[fileID][]string
 	// drained is signalled when the last reference is dropped after close.
 	drained *sync.Cond
 }
@@ -93,6 +100,7 @@ func newInodeTable(fsys FS, opts *Options, tel *Telemetry) *inodeTable {
 		byID:      make(map[fileID]*inode),
 	}
 	t.failedSync = make(map[fileID]string)
+	t.unsyncedDirs = make(map[fileID][]string)
 	t.drained = sync.NewCond(&t.mu)
 	return t
 }
@@ -155,6 +163,11 @@ func (t *inodeTable) get(ctx context.Context, name string, create bool) (*inode,
 			if _, ok := t.failedSync[id]; ok {
 				delete(t.failedSync, id)
 				ino.commit.poison()
+			}
+			if dirs, ok := t.unsyncedDirs[id]; ok {
+				delete(t.unsyncedDirs, id)
+				ino.newDirs = append(ino.newDirs, dirs...)
+				ino.dirsPending.Store(true)
 			}
 		} else {
 			ino.openErr = err
@@ -233,7 +246,9 @@ func (t *inodeTable) unlinkIdleLocked(ino *inode) {
 // makeRoomLocked closes least recently used idle files until one more may
 // open. An idle file has no reference, so no operation holds its lock, and
 // one whose group commit still runs (for callers who gave up waiting) is
-// skipped. Its state is rebuilt from the file on the next open.
+// skipped. Its state is rebuilt from the file on the next open, except
+// what the file cannot tell: a failed sync not yet reported (failedSync)
+// and directories not yet synced (unsyncedDirs).
 //
 // Preconditions: t.mu is held.
 func (t *inodeTable) makeRoomLocked() error {
@@ -245,6 +260,9 @@ func (t *inodeTable) makeRoomLocked() error {
 			delete(t.byID, fileID{ino.dev, ino.ino})
 			if poisoned {
 				t.failedSync[fileID{ino.dev, ino.ino}] = ino.key
+			}
+			if ino.dirsPending.Load() {
+				t.unsyncedDirs[fileID{ino.dev, ino.ino}] = ino.newDirs
 			}
 			t.open--
 			ino.closeFiles()
@@ -417,9 +435,55 @@ func (t *inodeTable) closeAll() error {
 	for _, key := range t.failedSync {
 		errs = append(errs, fmt.Errorf("sync %s: %w: a sync failed and the file was closed before a later one could report it", key, ErrSyncFailed))
 	}
+	if err := t.syncDirs(t.unsyncedDirs); err != nil {
+		errs = append(errs, err)
+	}
 	t.idleHead, t.idleTail = nil, nil
-	t.byPath, t.byID, t.open, t.failedSync = nil, nil, 0, nil
+	t.byPath, t.byID, t.open, t.failedSync, t.unsyncedDirs = nil, nil, 0, nil, nil
 	t.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// syncClosedDirs syncs the directories of the files closed while idle
+// before their first sync (unsyncedDirs), and forgets the records it made
+// durable.
+func (t *inodeTable) syncClosedDirs() error {
+	t.mu.Lock()
+	records := maps.Clone(t.unsyncedDirs)
+	t.mu.Unlock()
+	if len(records) == 0 {
+		return nil
+	}
+	if err := t.syncDirs(records); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	for id, dirs := range records {
+		// A file reopened and closed again meanwhile may have a new
+		// record: only the one synced is forgotten.
+		if slices.Equal(t.unsyncedDirs[id], dirs) {
+			delete(t.unsyncedDirs, id)
+		}
+	}
+	t.mu.Unlock()
+	return nil
+}
+
+// syncDirs syncs each directory named in records once.
+func (t *inodeTable) syncDirs(records map[fileID][]string) error {
+	synced := make(map[string]bool)
+	var errs []error
+	for _, dirs := range records {
+		for _, dir := range dirs {
+			if synced[dir] {
+				continue
+			}
+			synced[dir] = true
+			if err := t.fsys.SyncDir(dir); err != nil {
+				errs = append(errs, fmt.Errorf("%w: sync directory %s: %w", ErrSyncFailed, dir, err))
+			}
+		}
+	}
 	return errors.Join(errs...)
 }
 

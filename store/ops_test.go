@@ -263,3 +263,61 @@ func TestNewFileSyncsItsDirectories(t *testing.T) {
 		}
 	}
 }
+
+// TestUnsyncedDirectoriesSurviveClose: a file the store created and then
+// closed for lack of descriptors before its first sync still has its
+// directories synced, by the next Fsync of it (after it is reopened), by
+// SyncAll or by Close; once every name is durable, none is synced again.
+func TestUnsyncedDirectoriesSurviveClose(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		// sync is the sync after a/b/c was closed for room; it must sync
+		// a/b/c's directories.
+		sync func(s *Store) error
+	}{
+		{"Fsync after reopen", func(s *Store) error { return s.Fsync(ctx, "a/b/c", true) }},
+		{"SyncAll", func(s *Store) error { return s.SyncAll(ctx) }},
+		{"Close", func(s *Store) error { return s.Close() }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := &syncRecorder{}
+			s, _ := newRecordedStore(t, rec, Options{MaxOpenFiles: 1})
+			for _, name := range []string{"a/b/c", "other"} {
+				if _, err := s.Write(ctx, name, 0, []byte(name), SyncNone); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got, want := isOpen(s, "a/b/c"), false; got != want {
+				t.Fatalf("a/b/c open = %v, want %v (closed for room)", got, want)
+			}
+			if err := tt.sync(s); err != nil {
+				t.Fatal(err)
+			}
+			synced := make(map[string]bool)
+			for _, dir := range rec.syncedDirs() {
+				synced[dir] = true
+			}
+			for _, dir := range []string{"a/b", "a", "."} {
+				if !synced[dir] {
+					t.Errorf("directory %q not synced; synced %v", dir, rec.syncedDirs())
+				}
+			}
+			if tt.name == "Close" {
+				return
+			}
+			// Once every name is durable, syncing again syncs no directory.
+			if err := s.SyncAll(ctx); err != nil {
+				t.Fatal(err)
+			}
+			before := len(rec.syncedDirs())
+			if err := s.SyncAll(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := rec.syncedDirs()[before:]; len(got) != 0 {
+				t.Errorf("SyncAll once every name is durable synced directories %v, want none", got)
+			}
+		})
+	}
+}

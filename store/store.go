@@ -49,13 +49,16 @@ func Open(fsys FS, opts Options) (*Store, error) {
 func (s *Store) Options() Options { return s.opts }
 
 // Close waits for running operations, syncs (fsync) and closes every open
-// file, and closes the FS. Operations after Close fail with ErrClosed.
+// file, syncs the directories of the files it created and closed before a
+// sync, and closes the FS. Operations after Close fail with ErrClosed.
 func (s *Store) Close() error {
 	err := s.table.closeAll()
 	return errors.Join(err, s.gauges.Unregister(), s.fsys.Close())
 }
 
-// SyncAll makes everything written to every open file durable (fsync).
+// SyncAll makes everything written to every open file durable (fsync),
+// and the names of the files this store created and closed since, for lack
+// of descriptors, before a sync (their directories).
 func (s *Store) SyncAll(ctx context.Context) error {
 	var errs []error
 	s.table.each(math.MaxInt, func(ino *inode) {
@@ -63,6 +66,9 @@ func (s *Store) SyncAll(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("sync %s: %w", ino.key, err))
 		}
 	})
+	if err := s.table.syncClosedDirs(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
