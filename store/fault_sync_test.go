@@ -359,3 +359,35 @@ func TestSyncFailureRemembered(t *testing.T) {
 		})
 	}
 }
+
+// TestSyncAllHoldsOneFileAtATime: while SyncAll waits for the sync of one
+// file, the other idle files stay idle, so a new file can still be opened
+// by closing one of them; SyncAll then reopens the closed file for its
+// sync and leaves both durable.
+func TestSyncAllHoldsOneFileAtATime(t *testing.T) {
+	ctx := context.Background()
+	fs := newFaultStore(t, store.Options{MaxOpenFiles: 2})
+	// "a" is written first: the least recently used, so synced first.
+	for _, name := range []string{"a", "b"} {
+		if _, err := fs.Write(ctx, name, 0, []byte(name), store.SyncNone); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := newGate(t)
+	held := fs.fsys.Inject(faultfs.Rule{Op: faultfs.OpSync, Path: "a", Hold: g.c, Times: 1})
+	bSyncs := fs.fsys.Inject(faultfs.Rule{Op: faultfs.OpSync, Path: "b"})
+	syncAll := make(chan error, 1)
+	go func() { syncAll <- fs.SyncAll(ctx) }()
+	waitFor(t, "SyncAll to sync a", func() bool { return held.Hits() == 1 })
+	// SyncAll holds "a"; "b" is idle and can make room.
+	if _, err := fs.Write(ctx, "c", 0, []byte("c"), store.SyncNone); err != nil {
+		t.Errorf("Write of a new file while SyncAll waits for another: got %v, want success", err)
+	}
+	g.open()
+	if err := <-syncAll; err != nil {
+		t.Errorf("SyncAll: %v", err)
+	}
+	if got, want := bSyncs.Hits(), 1; got != want {
+		t.Errorf("SyncAll synced b (closed for room meanwhile) %d times, want %d", got, want)
+	}
+}

@@ -496,10 +496,30 @@ func (t *inodeTable) idleCount() int {
 	return n
 }
 
+// keys lists the paths of the open inodes, busy ones first, then idle ones
+// least recently used first: a caller that gets and puts each in this order
+// (SyncAll) leaves the idle ones in the LRU order it found, as put moves an
+// inode to the front of the idle list.
+func (t *inodeTable) keys() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var keys []string
+	for key, ino := range t.byPath {
+		if ino.refs > 0 {
+			keys = append(keys, key)
+		}
+	}
+	for ino := t.idleTail; ino != nil; ino = ino.idlePrev {
+		keys = append(keys, ino.key)
+	}
+	return keys
+}
+
 // each calls fn for up to limit open inodes, with a reference held, busy
 // ones first. Its references are not uses: idle inodes keep their place in
-// the LRU list, so that looking at the table (/debug/locks, SyncAll) does
-// not change which file is closed next.
+// the LRU list, so that looking at the table (/debug/locks) does not change
+// which file is closed next. It holds every reference until fn has seen
+// all of them: fn must be quick.
 func (t *inodeTable) each(limit int, fn func(*inode)) {
 	t.mu.Lock()
 	var inos []*inode

@@ -59,13 +59,31 @@ func (s *Store) Close() error {
 // SyncAll makes everything written to every open file durable (fsync),
 // and the names of the files this store created and closed since, for lack
 // of descriptors, before a sync (their directories).
+//
+// It holds one file at a time, taking each reference just before that
+// file's sync, so that files it has not reached yet, or has done with, stay
+// idle and may be closed to make room meanwhile. A file closed so before
+// its sync is reopened for it: fsync of a new descriptor writes back what
+// the old one left dirty, and a failed sync of the old one is remembered
+// (failedSync).
 func (s *Store) SyncAll(ctx context.Context) error {
 	var errs []error
-	s.table.each(math.MaxInt, func(ino *inode) {
+	for _, key := range s.table.keys() {
+		ino, err := s.table.get(ctx, key, false)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			continue // removed from outside since: nothing left to sync
+		case errors.Is(err, ErrClosed):
+			return err
+		case err != nil:
+			errs = append(errs, fmt.Errorf("sync %s: %w", key, err))
+			continue
+		}
 		if err := ino.commit.do(ctx, true, s.waitTrace(ino)); err != nil {
 			errs = append(errs, fmt.Errorf("sync %s: %w", ino.key, err))
 		}
-	})
+		s.table.put(ino)
+	}
 	if err := s.table.syncClosedDirs(); err != nil {
 		errs = append(errs, err)
 	}
