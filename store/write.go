@@ -110,7 +110,12 @@ func (s *Store) write(ctx context.Context, ino *inode, off int64, data []byte, s
 				continue
 			}
 		}
+		// The size after the write is read while the write still holds
+		// its lock mode or is still counted in flight, so that no
+		// truncate can have shrunk the file below the write's end since
+		// (a size no order of the operations gives).
 		var n int
+		var size int64
 		switch mode {
 		case lockNone:
 			// Like btrfs: register in flight, drop the lock, write.
@@ -124,12 +129,14 @@ func (s *Store) write(ctx context.Context, ino *inode, off int64, data []byte, s
 			}
 			ino.lock.release(h)
 			n, err = s.writeData(ctx, ino, off, data, mode, reason)
+			size = ino.size.Load()
 			if tracked != nil {
 				ino.inflight.untrack(token, tracked)
 			}
 			ino.inflight.end(token)
 		case lockShared:
 			n, err = s.writeData(ctx, ino, off, data, mode, reason)
+			size = ino.size.Load()
 			ino.lock.release(h)
 		default:
 			n, err = s.writeExclusive(ctx, ino, off, data, reason)
@@ -137,9 +144,9 @@ func (s *Store) write(ctx context.Context, ino *inode, off int64, data []byte, s
 				err = s.syncWrite(ctx, ino, sync)
 				sync = SyncNone
 			}
+			size = ino.size.Load()
 			ino.lock.release(h)
 		}
-		size := ino.size.Load()
 		if err == nil {
 			err = s.syncWrite(ctx, ino, sync)
 		}
