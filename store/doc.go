@@ -66,5 +66,8 @@
 // the size (fdatasync); SyncFull and Fsync make all metadata durable too
 // (fsync). Synced writes and Fsync go through a group commit (FsyncGroup):
 // concurrent callers of one file share a sync that started after each of
-// them asked, and no caller ever sleeps to gather company.
+// them asked, and no caller ever sleeps to gather company. A failed sync
+// makes the next one fail too (Linux reports a writeback error once per
+// descriptor), and so does a failed sync_file_range of a direct-mode
+// unaligned write, which consumes the error on the descriptor fsync uses.
 package store

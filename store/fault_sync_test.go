@@ -391,3 +391,34 @@ func TestSyncAllHoldsOneFileAtATime(t *testing.T) {
 		t.Errorf("SyncAll synced b (closed for room meanwhile) %d times, want %d", got, want)
 	}
 }
+
+// TestWriteBackFailureIsASyncFailure: in direct mode an unaligned write
+// goes through the page cache and writes its range back with
+// sync_file_range on the descriptor that fsync uses, so a writeback error
+// it meets is consumed there and the next fsync succeeds. The store counts
+// it as a failed sync: the next sync is not believed, the one after is.
+func TestWriteBackFailureIsASyncFailure(t *testing.T) {
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name string
+		sync store.SyncMode
+	}{
+		{"unsynced write", store.SyncNone},
+		{"synced write", store.SyncData},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := newFaultStore(t, store.Options{IO: store.IODirect})
+			if _, err := fs.Write(ctx, faultPath, 0, pattern(8192, 'a'), store.SyncNone); errors.Is(err, store.ErrUnsupported) {
+				t.Skipf("O_DIRECT is not supported here: %v", err)
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			fs.fsys.Inject(faultfs.Rule{Op: faultfs.OpWriteBack, Path: faultPath, Err: syscall.EIO, Times: 1})
+			if _, err := fs.Write(ctx, faultPath, 100, pattern(100, 'u'), tt.sync); !errors.Is(err, syscall.EIO) {
+				t.Fatalf("unaligned Write whose writeback fails: got %v, want EIO", err)
+			}
+			checkOutcome(t, "the Fsync after the failed writeback", fs.Fsync(ctx, faultPath, true), notBelieved)
+			checkOutcome(t, "the Fsync after it", fs.Fsync(ctx, faultPath, true), durable)
+		})
+	}
+}

@@ -50,8 +50,9 @@ type groupCommit struct {
 	pending *syncBatch
 	// poisoned is set by a failed sync and cleared by the next batch.
 	poisoned bool
-	// failures counts failed syncs, so that a batch can tell whether one
-	// failed while its own ran (only possible under FsyncPerCall).
+	// failures counts failed syncs and writebacks, so that a batch can
+	// tell whether one failed while its own ran (a sync only under
+	// FsyncPerCall; a writeback under any mode).
 	failures int64
 	// runningSpan is the span of the caller whose request opened the
 	// running batch: waiters link to it.
@@ -155,7 +156,7 @@ func (g *groupCommit) issue(b *syncBatch) {
 	case b.poisoned:
 		b.err = fmt.Errorf("%w: an earlier sync of this file failed, so data written before it may be lost although this sync succeeded", ErrSyncFailed)
 	case overlapped:
-		b.err = fmt.Errorf("%w: another sync of this file failed while this one ran, so data written before it may be lost although this sync succeeded", ErrSyncFailed)
+		b.err = fmt.Errorf("%w: another sync or a writeback of this file failed while this one ran, so data written before it may be lost although this sync succeeded", ErrSyncFailed)
 	}
 	close(b.done)
 }
@@ -200,6 +201,18 @@ func (g *groupCommit) idle() (idle, poisoned bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return !g.running && g.pending == nil, g.poisoned
+}
+
+// writebackFailed records a writeback error of the file that another call
+// on the sync's descriptor saw and so consumed (sync_file_range after an
+// unaligned direct write): Linux reports it there and not to the next
+// fsync. Like a failed sync, it makes the next batch fail, and a batch
+// running now, which may have missed the error.
+func (g *groupCommit) writebackFailed() {
+	g.mu.Lock()
+	g.failures++
+	g.poisoned = true
+	g.mu.Unlock()
 }
 
 // poison makes the next batch fail, as if the sync before it had failed:

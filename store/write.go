@@ -209,7 +209,12 @@ func (s *Store) writeData(ctx context.Context, ino *inode, off int64, data []byt
 		n, err = ino.file.WriteAt(data, off)
 		if err == nil && ino.direct != nil {
 			// Later direct I/O must see these bytes.
-			err = ino.file.WriteBack(off, int64(n))
+			if err = ino.file.WriteBack(off, int64(n)); err != nil {
+				// sync_file_range waits on ino.file, the descriptor the
+				// group commit fsyncs, and so consumes a writeback error
+				// that fsync would otherwise have reported.
+				ino.commit.writebackFailed()
+			}
 		}
 	}
 	if n > 0 {

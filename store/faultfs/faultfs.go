@@ -41,6 +41,9 @@ const (
 	OpFallocate
 	// OpTruncate is File.Truncate (ftruncate).
 	OpTruncate
+	// OpWriteBack is File.WriteBack (sync_file_range). A failing one
+	// leaves the range dirty, as a failed writeback would.
+	OpWriteBack
 )
 
 func (o Op) String() string {
@@ -53,6 +56,8 @@ func (o Op) String() string {
 		return "fallocate"
 	case OpTruncate:
 		return "truncate"
+	case OpWriteBack:
+		return "writeback"
 	}
 	return fmt.Sprintf("Op(%d)", int(o))
 }
@@ -68,8 +73,8 @@ type Rule struct {
 	// Off and Len limit the rule to calls whose byte range overlaps
 	// [Off, Off+Len); Len 0 means [Off, ∞). A write's range is the bytes it
 	// writes, a fallocate's the range it is given, a truncate's the single
-	// byte at the new size. Sync has no range: a rule for OpSync must leave
-	// both zero.
+	// byte at the new size, a writeback's the range it writes back. Sync
+	// has no range: a rule for OpSync must leave both zero.
 	Off, Len int64
 	// Err is the errno matching calls fail with. A failing call does not
 	// reach the underlying file, except for the bytes a short write lets
@@ -95,7 +100,7 @@ type Rule struct {
 
 func (r Rule) validate() error {
 	switch {
-	case r.Op < OpWrite || r.Op > OpTruncate:
+	case r.Op < OpWrite || r.Op > OpWriteBack:
 		return fmt.Errorf("faultfs: unknown op %v", r.Op)
 	case r.Op == OpSync && (r.Off != 0 || r.Len != 0):
 		return fmt.Errorf("faultfs: a sync has no byte range, but the rule gives [%d, +%d)", r.Off, r.Len)
@@ -247,7 +252,7 @@ func (f *FS) SyncDir(name string) error { return f.base.SyncDir(name) }
 // Close implements store.FS by closing the underlying FS.
 func (f *FS) Close() error { return f.base.Close() }
 
-// faultFile applies its FS's rules to the four operations that can fail;
+// faultFile applies its FS's rules to the five operations that can fail;
 // the rest pass straight through to the embedded File.
 type faultFile struct {
 	store.File
@@ -319,4 +324,15 @@ func (f *faultFile) Truncate(size int64) error {
 		return f.fail("truncate", v.err)
 	}
 	return f.File.Truncate(size)
+}
+
+func (f *faultFile) WriteBack(off, n int64) error {
+	v := f.fsys.check(OpWriteBack, f.name, off, n)
+	if v.hold != nil {
+		<-v.hold
+	}
+	if v.err != 0 {
+		return f.fail("sync_file_range", v.err)
+	}
+	return f.File.WriteBack(off, n)
 }

@@ -51,7 +51,7 @@ type call struct {
 	op      faultfs.Op
 	off     int64
 	data    string // OpWrite
-	length  int64  // OpFallocate; OpTruncate's size is off
+	length  int64  // OpFallocate, OpWriteBack; OpTruncate's size is off
 	wantN   int    // OpWrite
 	wantErr syscall.Errno
 }
@@ -66,6 +66,8 @@ func (c call) run(f store.File) (int, error) {
 		return 0, f.Fallocate(0, c.off, c.length)
 	case faultfs.OpTruncate:
 		return 0, f.Truncate(c.off)
+	case faultfs.OpWriteBack:
+		return 0, f.WriteBack(c.off, c.length)
 	}
 	panic("unknown op")
 }
@@ -165,6 +167,17 @@ func TestRules(t *testing.T) {
 				{file: "f", op: faultfs.OpTruncate, off: 3},
 			},
 			wantF:   "abc",
+			wantHit: []int{1},
+		},
+		{
+			name:  "writeback matches on its range",
+			rules: []faultfs.Rule{{Op: faultfs.OpWriteBack, Off: 4096, Err: eio}},
+			calls: []call{
+				w(0, "abcd", 4, 0),
+				{file: "f", op: faultfs.OpWriteBack, off: 0, length: 4},
+				{file: "f", op: faultfs.OpWriteBack, off: 0, length: 8192, wantErr: eio},
+			},
+			wantF:   "abcd",
 			wantHit: []int{1},
 		},
 	}
