@@ -201,10 +201,7 @@ func (s *Store) writeData(ctx context.Context, ino *inode, off int64, data []byt
 	var n int
 	var err error
 	if ino.direct != nil && ino.aligned(off, end) {
-		buf := getAligned(len(data), int(ino.blockSize))
-		copy(buf.b, data)
-		n, err = ino.direct.WriteAt(buf.b, off)
-		putAligned(buf)
+		n, err = writeDirect(ino.direct, off, data, int(ino.blockSize), maxDirectChunk)
 	} else {
 		n, err = ino.file.WriteAt(data, off)
 		if err == nil && ino.direct != nil {
@@ -269,6 +266,37 @@ func (s *Store) recordWrite(ctx context.Context, start time.Time, sync SyncMode)
 	s.tel.writeTime.Record(ctx, time.Since(start).Seconds(), syncRecordOpts[sync]...)
 }
 
+// maxDirectChunk bounds one O_DIRECT pwrite, and so the aligned buffer a
+// direct write copies its data into: a write of any length (MaxIOBytes may
+// be set past 2 GiB) holds at most this much more memory, and the buffer
+// pools need size classes only up to it (8 MiB).
+const (
+	maxDirectChunkClass = 23
+	maxDirectChunk      = 1 << maxDirectChunkClass
+)
+
+// writeDirect writes data at off through the O_DIRECT descriptor f, in
+// chunks of at most chunk bytes, each copied into an aligned buffer. It
+// returns how many bytes reached the file.
+//
+// Preconditions: off and len(data) are multiples of align, and chunk is a
+// positive multiple of align, so that every chunk is aligned too.
+func writeDirect(f File, off int64, data []byte, align, chunk int) (int, error) {
+	written := 0
+	for written < len(data) {
+		n := min(len(data)-written, chunk)
+		buf := getAligned(n, align)
+		copy(buf.b, data[written:written+n])
+		m, err := f.WriteAt(buf.b, off+int64(written))
+		putAligned(buf)
+		written += m
+		if err != nil {
+			return written, err
+		}
+	}
+	return written, nil
+}
+
 // alignedBuf is a buffer whose start is aligned for O_DIRECT.
 type alignedBuf struct {
 	b     []byte
@@ -277,8 +305,11 @@ type alignedBuf struct {
 
 // alignedPools hold aligned buffers by power-of-two size class, so direct
 // writes do not allocate per request.
-var alignedPools [32]sync.Pool
+var alignedPools [maxDirectChunkClass + 1]sync.Pool
 
+// getAligned returns a buffer of n bytes aligned to align.
+//
+// Preconditions: 0 < n <= maxDirectChunk.
 func getAligned(n, align int) *alignedBuf {
 	class := bits.Len(uint(n - 1))
 	if v := alignedPools[class].Get(); v != nil {
