@@ -235,9 +235,9 @@ type writerKey struct{}
 // thousand writes before the fix, hence this many.
 func TestWriteSizeCoversItsEnd(t *testing.T) {
 	const writers, writesEach, bs = 4, 2500, 4096
+	ctx := context.Background()
 	for _, p := range Policies() {
 		t.Run(p.String(), func(t *testing.T) {
-			ctx := context.Background()
 			s, _ := newTestStore(t, Options{Policy: p})
 			if err := s.Truncate(ctx, "f", 2*bs); err != nil {
 				t.Fatal(err)
