@@ -72,9 +72,9 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 		"I/O `mode`: buffered (page cache) or direct (O_DIRECT)")
 	fs.Var(enumFlag[store.FsyncMode]{&cfg.Store.Fsync, store.ParseFsyncMode}, "fsync",
 		"how concurrent syncs of a file combine (`mode`): group, per-call or timer")
-	fs.Var(byteSize{&cfg.Store.MaxFileSize}, "max-file-size",
+	fs.Var(byteSize{&cfg.Store.MaxFileSize, 1}, "max-file-size",
 		"largest `size` any request may give a file (bytes, or with a KiB, MiB, GiB or TiB suffix)")
-	fs.Var(byteSize{&cfg.MaxRequestBytes}, "max-request-bytes",
+	fs.Var(byteSize{&cfg.MaxRequestBytes, 1}, "max-request-bytes",
 		"largest `size` of the data of one Write or Read (bytes, or with a KiB, MiB or GiB suffix)")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout,
 		"on SIGINT/SIGTERM, how long to wait for requests in flight before cancelling them")
@@ -85,10 +85,10 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "PEM private key `file` of --tls-cert")
 	fs.BoolVar(&cfg.InsecureListen, "insecure-listen", cfg.InsecureListen,
 		"allow a listen address beyond loopback without --auth-token-file")
-	fs.IntVar(&cfg.Store.MaxOpenFiles, "max-open-files", cfg.Store.MaxOpenFiles,
-		"most files held open at once; idle ones are closed to make room, and past it a request is RESOURCE_EXHAUSTED")
-	fs.IntVar(&cfg.Store.MaxWaitersPerFile, "max-waiters-per-file", cfg.Store.MaxWaitersPerFile,
-		"most requests that may queue for one file's lock; past it a request is RESOURCE_EXHAUSTED (0: unbounded)")
+	fs.Var(intFlag{&cfg.Store.MaxOpenFiles, 1}, "max-open-files",
+		"most `files` held open at once; idle ones are closed to make room, and past it a request is RESOURCE_EXHAUSTED")
+	fs.Var(intFlag{&cfg.Store.MaxWaitersPerFile, 0}, "max-waiters-per-file",
+		"most `requests` that may queue for one file's lock; past it a request is RESOURCE_EXHAUSTED (0: unbounded)")
 	logs := &logFlags{level: "info", format: "text"}
 	fs.StringVar(&logs.level, "log-level", logs.level, "debug (every RPC), info, warn or error")
 	fs.StringVar(&logs.format, "log-format", logs.format, "text or json, on standard error")
@@ -135,8 +135,13 @@ func (f enumFlag[T]) Set(s string) error {
 	return nil
 }
 
-// byteSize is a size flag: plain bytes, or a number with a binary suffix.
-type byteSize struct{ dst *int64 }
+// byteSize is a size flag: plain bytes, or a number with a binary suffix,
+// at least min. A limit's min is 1: none of them takes 0 to mean "no limit"
+// or "the default", so a 0 is refused rather than guessed at.
+type byteSize struct {
+	dst *int64
+	min int64
+}
 
 var sizeUnits = []struct {
 	suffix string
@@ -155,7 +160,35 @@ func (b byteSize) Set(s string) error {
 	if err != nil {
 		return err
 	}
+	if n < b.min {
+		return fmt.Errorf("%s is below the minimum of %d bytes", s, b.min)
+	}
 	*b.dst = n
+	return nil
+}
+
+// intFlag is an integer flag of at least min.
+type intFlag struct {
+	dst *int
+	min int
+}
+
+func (f intFlag) String() string {
+	if f.dst == nil {
+		return ""
+	}
+	return strconv.Itoa(*f.dst)
+}
+
+func (f intFlag) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return fmt.Errorf("%q is not an integer", s)
+	}
+	if n < f.min {
+		return fmt.Errorf("%d is below the minimum of %d", n, f.min)
+	}
+	*f.dst = n
 	return nil
 }
 

@@ -134,3 +134,33 @@ func TestSizes(t *testing.T) {
 		}
 	}
 }
+
+// TestLimitFlagsRefuseZero: a limit of 0 is refused with an error that
+// names the flag, rather than silently becoming the default.
+// --max-waiters-per-file is the exception: its 0 is documented as
+// "unbounded".
+func TestLimitFlagsRefuseZero(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"--max-file-size", "0"}, "max-file-size"},
+		{[]string{"--max-file-size", "0KiB"}, "max-file-size"},
+		{[]string{"--max-request-bytes", "0"}, "max-request-bytes"},
+		{[]string{"--max-open-files", "0"}, "max-open-files"},
+		{[]string{"--max-open-files", "-3"}, "max-open-files"},
+		{[]string{"--max-waiters-per-file", "-1"}, "max-waiters-per-file"},
+	} {
+		_, err := parseFlags(tt.args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tt.flag) {
+			t.Errorf("parseFlags(%q) = %v, want an error naming %s", tt.args, err, tt.flag)
+		}
+	}
+	cfg, err := parseFlags([]string{"--max-waiters-per-file", "0", "--max-file-size", "1", "--max-open-files", "1"}, io.Discard)
+	if err != nil {
+		t.Fatalf("parseFlags with the smallest limits: %v", err)
+	}
+	if got := []any{cfg.Store.MaxWaitersPerFile, cfg.Store.MaxFileSize, cfg.Store.MaxOpenFiles}; got[0] != 0 || got[1] != int64(1) || got[2] != 1 {
+		t.Errorf("smallest limits parsed as %v, want [0 1 1]", got)
+	}
+}

@@ -19,11 +19,11 @@ const (
 
 // validateLimits checks the limits that the store enforces.
 func (c Config) validateLimits() error {
-	if c.Store.MaxOpenFiles < 0 {
-		return fmt.Errorf("max open files %d is negative", c.Store.MaxOpenFiles)
+	if c.Store.MaxOpenFiles <= 0 {
+		return fmt.Errorf("--max-open-files %d: want at least 1", c.Store.MaxOpenFiles)
 	}
 	if c.Store.MaxWaitersPerFile < 0 {
-		return fmt.Errorf("max waiters per file %d is negative (0 means unbounded)", c.Store.MaxWaitersPerFile)
+		return fmt.Errorf("--max-waiters-per-file %d is negative (0 means unbounded)", c.Store.MaxWaitersPerFile)
 	}
 	return nil
 }

@@ -103,11 +103,13 @@ func (c Config) validate() error {
 	if c.GRPCAddr == "" {
 		return errors.New("gRPC address is empty")
 	}
+	// A limit of 0 is refused, not taken as the store's default: the
+	// operator who wrote it meant something else.
 	if c.MaxRequestBytes <= 0 || c.MaxRequestBytes > MaxRequestBytesLimit {
-		return fmt.Errorf("max request bytes %d: want 1 to %d", c.MaxRequestBytes, MaxRequestBytesLimit)
+		return fmt.Errorf("--max-request-bytes %d: want 1 to %d", c.MaxRequestBytes, MaxRequestBytesLimit)
 	}
-	if c.Store.MaxFileSize < 0 {
-		return fmt.Errorf("max file size %d is negative", c.Store.MaxFileSize)
+	if c.Store.MaxFileSize <= 0 {
+		return fmt.Errorf("--max-file-size %d: want at least 1", c.Store.MaxFileSize)
 	}
 	if c.DrainTimeout < 0 {
 		return fmt.Errorf("drain timeout %v is negative", c.DrainTimeout)
