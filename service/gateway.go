@@ -8,7 +8,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"strconv"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
@@ -38,10 +37,11 @@ func newGateway(ctx context.Context, conn grpc.ClientConnInterface, maxRequestBy
 		maxBodyBytes: 4*((maxRequestBytes+2)/3) + messageOverhead,
 	}
 	g.mux = runtime.NewServeMux(
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonMarshaler),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, strictJSON{jsonMarshaler}),
 		runtime.WithMarshalerOption(mimeOctetStream, rawMarshaler{json: jsonMarshaler}),
 		runtime.WithErrorHandler(g.handleError),
 		runtime.WithWriteContentLength(),
+		useStrictQuery(),
 	)
 	if err := filewritev1.RegisterFileServiceHandlerClient(ctx, g.mux, g.client); err != nil {
 		return nil, fmt.Errorf("register REST routes: %w", err)
@@ -62,10 +62,12 @@ type gateway struct {
 // jsonMarshaler is grpc-gateway's default JSON codec except that it rejects
 // unknown fields and enum names instead of dropping them: dropped, a
 // misspelled "SYNC_MODE_FULL" would become a write that syncs nothing.
-var jsonMarshaler = &runtime.HTTPBodyMarshaler{Marshaler: &runtime.JSONPb{
+var jsonMarshaler = &runtime.HTTPBodyMarshaler{Marshaler: jsonPb}
+
+var jsonPb = &runtime.JSONPb{
 	MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true},
 	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-}}
+}
 
 func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength > g.maxBodyBytes {
@@ -145,21 +147,11 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 		}
 	}
 	req := &filewritev1.WriteRequest{Path: pathParams["path"]}
-	q := r.URL.Query()
-	if s := q.Get("offset"); s != "" {
-		off, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			fail(status.Errorf(codes.InvalidArgument, "offset %q is not an int64", s))
-			return
-		}
-		req.Offset = off
-	}
-	sync, err := parseRawSync(q.Get("sync"))
-	if err != nil {
+	var err error
+	if req.Offset, req.Sync, err = rawWriteQuery(r.URL.RawQuery); err != nil {
 		fail(err)
 		return
 	}
-	req.Sync = sync
 
 	if r.ContentLength > g.maxRequestBytes {
 		fail(g.dataTooLarge(r.ContentLength))

@@ -186,6 +186,9 @@ func TestGatewayRoutes(t *testing.T) {
 			&filewritev1.FsyncRequest{Path: "dir/sub/f.bin", DataOnly: true}},
 		{"POST", p + ":truncate", `{"size":"4096"}`,
 			&filewritev1.TruncateRequest{Path: "dir/sub/f.bin", Size: 4096}},
+		// Whitespace after the object is not "text after it".
+		{"POST", p + ":truncate", "{\"size\":\"8\"}\r\n  \n",
+			&filewritev1.TruncateRequest{Path: "dir/sub/f.bin", Size: 8}},
 		{"POST", p + ":fallocate", `{"mode":"FALLOCATE_MODE_PUNCH_HOLE","offset":"4096","length":"8192"}`,
 			&filewritev1.FallocateRequest{Path: "dir/sub/f.bin", Mode: filewritev1.FallocateMode_FALLOCATE_MODE_PUNCH_HOLE, Offset: 4096, Length: 8192}},
 		// Stat's {path=**} must not swallow the ":read" and ":extents" verbs.
@@ -272,6 +275,7 @@ func TestGatewayRawPutParameters(t *testing.T) {
 		{"?sync=data", filewritev1.SyncMode_SYNC_MODE_DATA},
 		{"?sync=full", filewritev1.SyncMode_SYNC_MODE_FULL},
 		{"?sync=SYNC_MODE_DATA", filewritev1.SyncMode_SYNC_MODE_DATA},
+		{"?offset=5&sync=data", filewritev1.SyncMode_SYNC_MODE_DATA},
 	} {
 		r := doHTTP(t, "PUT", base+"/v1/files/p"+tt.query, strings.NewReader("x"), octet)
 		if r.status != http.StatusOK {
@@ -318,6 +322,20 @@ func TestGatewayRejects(t *testing.T) {
 		{"misspelled JSON field", "POST", "/v1/files/p:write", strings.NewReader(`{"offest":"1"}`), json, 400, codes.InvalidArgument},
 		{"octet-stream body to a JSON route", "POST", "/v1/files/p:write", strings.NewReader("x"), octet, 400, codes.InvalidArgument},
 		{"malformed JSON", "POST", "/v1/files/p:truncate", strings.NewReader(`{"size":`), json, 400, codes.InvalidArgument},
+		// A misspelled, repeated or empty parameter would otherwise write at
+		// offset 0 or skip the sync the caller asked for.
+		{"misspelled raw offset", "PUT", "/v1/files/p?ofset=16", strings.NewReader("x"), octet, 400, codes.InvalidArgument},
+		{"misspelled raw sync", "PUT", "/v1/files/p?offset=16&snyc=full", strings.NewReader("x"), octet, 400, codes.InvalidArgument},
+		{"repeated raw offset", "PUT", "/v1/files/p?offset=16&offset=0", strings.NewReader("x"), octet, 400, codes.InvalidArgument},
+		{"repeated raw sync", "PUT", "/v1/files/p?sync=full&sync=none", strings.NewReader("x"), octet, 400, codes.InvalidArgument},
+		{"empty raw offset", "PUT", "/v1/files/p?offset=", strings.NewReader("x"), octet, 400, codes.InvalidArgument},
+		{"empty raw sync", "PUT", "/v1/files/p?sync=", strings.NewReader("x"), octet, 400, codes.InvalidArgument},
+		{"malformed raw query", "PUT", "/v1/files/p?offset=%zz", strings.NewReader("x"), octet, 400, codes.InvalidArgument},
+		{"another JSON object after the body", "POST", "/v1/files/p:write", strings.NewReader(`{"data":"eA=="}{"sync":"BOGUS"}`), json, 400, codes.InvalidArgument},
+		{"text after the JSON body", "POST", "/v1/files/p:truncate", strings.NewReader(`{"size":"1"} x`), json, 400, codes.InvalidArgument},
+		{"misspelled query parameter", "GET", "/v1/files/p:read?ofset=1&length=1", nil, nil, 400, codes.InvalidArgument},
+		{"repeated query parameter", "GET", "/v1/files/p:read?offset=1&offset=2&length=1", nil, nil, 400, codes.InvalidArgument},
+		{"path in the query", "GET", "/v1/files/p:read?path=q&length=1", nil, nil, 400, codes.InvalidArgument},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

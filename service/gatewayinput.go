@@ -1,0 +1,141 @@
+package service
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+)
+
+// What the gateway accepts from a request besides its path: everything that
+// is not understood is refused, never dropped. A dropped "ofset=16" writes
+// at offset 0, a dropped "snyc=full" skips the sync the caller asked for.
+
+// strictJSON decodes a request body as exactly one JSON value.
+// grpc-gateway's decoder reads the first value and ignores the rest, so
+// `{...}{"sync":"BOGUS"}` would be accepted; here anything but whitespace
+// after the value is an error (a 400, like any body that does not decode).
+type strictJSON struct {
+	*runtime.HTTPBodyMarshaler
+}
+
+func (m strictJSON) NewDecoder(r io.Reader) runtime.Decoder {
+	return runtime.DecoderFunc(func(v any) error {
+		d := json.NewDecoder(r)
+		var raw json.RawMessage
+		if err := d.Decode(&raw); err != nil {
+			return err // io.EOF for an empty body, which the routes allow
+		}
+		switch tok, err := d.Token(); {
+		case errors.Is(err, io.EOF):
+		case err != nil:
+			return fmt.Errorf("after the JSON object: %w", err)
+		default:
+			return fmt.Errorf("after the JSON object: unexpected %v; send one object per request", tok)
+		}
+		if msg, ok := v.(proto.Message); ok {
+			// Straight to protojson: the marshaler's Unmarshal would copy
+			// the body once more on its way.
+			return jsonPb.UnmarshalOptions.Unmarshal(raw, msg)
+		}
+		return m.Unmarshal(raw, v)
+	})
+}
+
+// strictQuery is the query-parameter parser of the JSON routes: a
+// parameter must name a field of the request that the URL path does not
+// already give, once (grpc-gateway's own parser, which does the parsing,
+// refuses a second value). That parser skips unknown names.
+type strictQuery struct{ runtime.DefaultQueryParser }
+
+// useStrictQuery installs strictQuery. grpc-gateway keeps the parser in a
+// package variable, which its ServeMux option assigns: assigned once here,
+// before any gateway serves, so that two gateways started at once (tests)
+// do not race on it.
+var useStrictQuery = sync.OnceValue(func() runtime.ServeMuxOption {
+	runtime.SetQueryParameterParser(&strictQuery{})(nil)
+	return func(*runtime.ServeMux) {}
+})
+
+func (q *strictQuery) Parse(msg proto.Message, values url.Values, filter *utilities.DoubleArray) error {
+	fields := msg.ProtoReflect().Descriptor().Fields()
+	for key := range values {
+		fd := fields.ByTextName(key)
+		if fd == nil {
+			fd = fields.ByJSONName(key)
+		}
+		switch {
+		case fd == nil:
+			return fmt.Errorf("unknown query parameter %q: this route takes %s", key, queryFields(fields, filter))
+		case inPath(filter, fd.Name()):
+			return fmt.Errorf("query parameter %q: the URL path gives it", key)
+		}
+	}
+	return q.DefaultQueryParser.Parse(msg, values, filter)
+}
+
+// inPath reports whether the route's URL path binds the field.
+func inPath(filter *utilities.DoubleArray, name protoreflect.Name) bool {
+	return filter != nil && filter.HasCommonPrefix([]string{string(name)})
+}
+
+// queryFields lists the names a route takes in its query.
+func queryFields(fields protoreflect.FieldDescriptors, filter *utilities.DoubleArray) string {
+	var names []string
+	for i := range fields.Len() {
+		if name := fields.Get(i).Name(); !inPath(filter, name) {
+			names = append(names, string(name))
+		}
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}
+
+// rawWriteQuery parses the query of the raw PUT: offset (default 0) and
+// sync (default none), each at most once and not empty. Anything else is
+// refused, as the JSON routes refuse unknown fields.
+func rawWriteQuery(rawQuery string) (offset int64, sync filewritev1.SyncMode, err error) {
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return 0, 0, status.Errorf(codes.InvalidArgument, "query %q: %v", rawQuery, err)
+	}
+	for _, key := range slices.Sorted(maps.Keys(q)) {
+		vals := q[key]
+		switch {
+		case key != "offset" && key != "sync":
+			return 0, 0, status.Errorf(codes.InvalidArgument, "unknown query parameter %q: PUT takes offset and sync", key)
+		case len(vals) > 1:
+			return 0, 0, status.Errorf(codes.InvalidArgument, "query parameter %q given %d times", key, len(vals))
+		case vals[0] == "":
+			return 0, 0, status.Errorf(codes.InvalidArgument, "query parameter %q is empty", key)
+		}
+	}
+	if s, ok := q["offset"]; ok {
+		if offset, err = strconv.ParseInt(s[0], 10, 64); err != nil {
+			return 0, 0, status.Errorf(codes.InvalidArgument, "offset %q is not an int64", s[0])
+		}
+	}
+	if s, ok := q["sync"]; ok {
+		if sync, err = parseRawSync(s[0]); err != nil {
+			return 0, 0, err
+		}
+	}
+	return offset, sync, nil
+}
