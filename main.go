@@ -17,14 +17,19 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/filewrite/filewrite/service"
 	"github.com/filewrite/filewrite/store"
 )
 
 func main() {
+	// SIGHUP must never kill the daemon (see service.Run, which catches it
+	// from its start); until then it is ignored.
+	signal.Ignore(syscall.SIGHUP)
 	cfg, err := parseFlags(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)

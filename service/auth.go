@@ -11,11 +11,9 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -45,7 +43,7 @@ type tokenAuth struct {
 	digests atomic.Pointer[[][sha256.Size]byte]
 
 	// reloadMu serialises reloads, so that of two reloads racing (SIGHUP
-	// and a test's Reload) the file read last is the one installed.
+	// and ReloadAuth) the file read last is the one installed.
 	reloadMu sync.Mutex
 }
 
@@ -212,36 +210,19 @@ func writeUnauthenticated(w http.ResponseWriter, err error) {
 	w.Write(body)
 }
 
-// watchSIGHUP reloads the tokens on each SIGHUP until stop is called. A
-// failed reload is logged and keeps the tokens in force.
-func (a *tokenAuth) watchSIGHUP() (stop func()) {
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, syscall.SIGHUP)
-	done := make(chan struct{})
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		for {
-			select {
-			case <-ch:
-				if err := a.reload(); err != nil {
-					a.log.Error("auth tokens not reloaded; the previous ones stay in force", "error", err)
-					continue
-				}
-				a.log.Info("auth tokens reloaded", "file", a.file, "tokens", len(*a.digests.Load()))
-			case <-done:
-				return
-			}
-		}
-	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			signal.Stop(ch)
-			close(done)
-			<-exited
-		})
+// reloadOnSIGHUP is what a SIGHUP does: reread --auth-token-file, or,
+// without one, nothing but a log line. A failed reload is logged and keeps
+// the tokens in force.
+func (s *Server) reloadOnSIGHUP() {
+	if s.auth == nil {
+		s.log.Info("SIGHUP ignored: there is no --auth-token-file to reread")
+		return
 	}
+	if err := s.auth.reload(); err != nil {
+		s.log.Error("auth tokens not reloaded; the previous ones stay in force", "error", err)
+		return
+	}
+	s.log.Info("auth tokens reloaded", "file", s.auth.file, "tokens", len(*s.auth.digests.Load()))
 }
 
 // ReloadAuth rereads --auth-token-file, as SIGHUP does. It fails when

@@ -391,9 +391,6 @@ func TestRefuseExposedListener(t *testing.T) {
 			cfg.AuthTokenFile, cfg.InsecureListen = tt.tokens, tt.insecure
 			s := &Server{cfg: cfg, log: slog.New(slog.DiscardHandler)}
 			err := s.setupSecurity()
-			if s.stopReload != nil {
-				s.stopReload()
-			}
 			if tt.wantErrContains == nil {
 				if err != nil {
 					t.Fatalf("setupSecurity: %v, want nil", err)

@@ -139,22 +139,42 @@ type Server struct {
 	serveErr chan error
 
 	// Security, set up by setupSecurity: nil when off.
-	auth       *tokenAuth
-	tlsConf    *tls.Config
-	stopReload func() // stops the SIGHUP watcher
+	auth    *tokenAuth
+	tlsConf *tls.Config
 }
 
 // Run starts the daemon and serves until ctx ends or SIGINT or SIGTERM
 // arrives, then shuts it down (see Server.Shutdown) and returns nil if
-// everything in flight finished and every file was synced. A second signal
-// during the drain kills the process the default way.
+// everything in flight finished and every file was synced. A second SIGINT
+// or SIGTERM during the drain kills the process the default way.
+//
+// Run is meant to be the rest of the process's life: from its first line
+// on, SIGHUP rereads --auth-token-file, or without one is logged and
+// ignored, and it stays caught after Run returns. SIGHUP's default action
+// is to exit at once, with no drain and no final sync, and a handler
+// removed before the process exits would leave a window for exactly that.
 func Run(ctx context.Context, cfg Config) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP) // never stopped: see above
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	s, err := Start(cfg)
 	if err != nil {
 		return err
 	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case <-hup:
+				s.reloadOnSIGHUP()
+			case <-done:
+				// Later SIGHUPs fill hup's buffer and are dropped.
+				return
+			}
+		}
+	}()
 	var serveErr error
 	select {
 	case <-ctx.Done():
@@ -346,9 +366,6 @@ func (s *Server) Shutdown() error {
 // drain. Closing the store syncs every open file.
 func (s *Server) closeAll() error {
 	var errs []error
-	if s.stopReload != nil {
-		s.stopReload()
-	}
 	// Servers close only the listeners they were serving; Start can fail
 	// before that, so the listeners are closed here too (twice is harmless).
 	if s.grpcSrv != nil {
