@@ -1,0 +1,108 @@
+package service
+
+import (
+	"bytes"
+	"net/http"
+	"strings"
+	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// TestRESTCallContinuesCallersTrace: a REST caller that sends a W3C
+// traceparent finds the daemon's spans in its own trace: the gateway's
+// client span is the child of the caller's span, and the server's span of
+// the gateway's. Without a (valid) traceparent a REST call starts a trace
+// of its own, as before. Spans go through the SDK's in-memory exporter.
+func TestRESTCallContinuesCallersTrace(t *testing.T) {
+	const (
+		callerTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
+		callerSpan  = "00f067aa0ba902b7"
+		traceparent = "00-" + callerTrace + "-" + callerSpan + "-01"
+	)
+	exp := tracetest.NewInMemoryExporter()
+	// The SDK's default sampler: parent-based, so a sampled caller is sampled.
+	d := startDaemon(t, func(c *Config) { c.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp)) })
+	put := func(traceparent string) httpResult {
+		h := map[string]string{"Content-Type": mimeOctetStream}
+		if traceparent != "" {
+			h["traceparent"] = traceparent
+		}
+		return doHTTP(t, http.MethodPut, d.url+"/v1/files/put?offset=0", bytes.NewReader([]byte("hello")), h)
+	}
+	post := func(traceparent string) httpResult {
+		h := map[string]string{"Content-Type": "application/json"}
+		if traceparent != "" {
+			h["traceparent"] = traceparent
+		}
+		return doHTTP(t, http.MethodPost, d.url+"/v1/files/post:write", strings.NewReader(`{"offset":"0","data":"aGVsbG8="}`), h)
+	}
+	stat := func(traceparent string) httpResult {
+		var h map[string]string
+		if traceparent != "" {
+			h = map[string]string{"traceparent": traceparent}
+		}
+		return doHTTP(t, http.MethodGet, d.url+"/v1/files/put", nil, h)
+	}
+
+	for _, tc := range []struct {
+		name        string
+		call        func(traceparent string) httpResult
+		rpc         string
+		traceparent string
+		continues   bool // the spans are in the caller's trace
+	}{
+		{"raw PUT", put, "filewrite.v1.FileService/Write", traceparent, true},
+		{"JSON POST :write", post, "filewrite.v1.FileService/Write", traceparent, true},
+		{"GET", stat, "filewrite.v1.FileService/Stat", traceparent, true},
+		{"no traceparent", put, "filewrite.v1.FileService/Write", "", false},
+		{"malformed traceparent", put, "filewrite.v1.FileService/Write", "00-not-a-trace-01", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			exp.Reset()
+			if r := tc.call(tc.traceparent); r.status != http.StatusOK {
+				t.Fatalf("status %d %s, want 200", r.status, r.body)
+			}
+			var server, client *tracetest.SpanStub
+			waitUntil(t, "the call's client and server spans", func() bool {
+				for _, s := range exp.GetSpans() {
+					if s.Name != tc.rpc {
+						continue
+					}
+					switch s.SpanKind {
+					case trace.SpanKindServer:
+						server = &s
+					case trace.SpanKindClient:
+						client = &s
+					}
+				}
+				return server != nil && client != nil
+			})
+			if got, want := server.Parent.SpanID(), client.SpanContext.SpanID(); got != want {
+				t.Errorf("server span's parent = %v, want the gateway's client span %v", got, want)
+			}
+			gotTrace := server.SpanContext.TraceID().String()
+			if tc.continues {
+				if gotTrace != callerTrace {
+					t.Errorf("server span in trace %s, want the caller's %s", gotTrace, callerTrace)
+				}
+				if got := client.Parent.SpanID().String(); got != callerSpan || !client.Parent.IsRemote() {
+					t.Errorf("gateway's client span's parent = %s (remote %v), want the caller's span %s, remote",
+						got, client.Parent.IsRemote(), callerSpan)
+				}
+				return
+			}
+			if gotTrace == callerTrace {
+				t.Errorf("server span in the caller's trace %s without a valid traceparent", gotTrace)
+			}
+			if client.Parent.IsValid() {
+				t.Errorf("gateway's client span has parent %v, want a new trace", client.Parent.SpanID())
+			}
+			if got, want := gotTrace, client.SpanContext.TraceID().String(); got != want {
+				t.Errorf("server span in trace %s, want the gateway's %s", got, want)
+			}
+		})
+	}
+}
