@@ -19,9 +19,9 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 
+	"github.com/filewrite/filewrite/internal/bytesize"
 	"github.com/filewrite/filewrite/service"
 	"github.com/filewrite/filewrite/store"
 )
@@ -78,9 +78,9 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 	fs.Var(enumFlag[store.FsyncMode]{&cfg.Store.Fsync, store.ParseFsyncMode}, "fsync",
 		"how concurrent syncs of a file combine (`mode`): group, per-call or timer")
 	fs.Var(byteSize{&cfg.Store.MaxFileSize, 1}, "max-file-size",
-		"largest `size` any request may give a file (bytes, or with a KiB, MiB, GiB or TiB suffix)")
+		"largest `size` any request may give a file (bytes, or with k, m, g or t: 4k = 4KiB)")
 	fs.Var(byteSize{&cfg.MaxRequestBytes, 1}, "max-request-bytes",
-		"largest `size` of the data of one Write or Read (bytes, or with a KiB, MiB or GiB suffix)")
+		"largest `size` of the data of one Write or Read (bytes, or with k, m, g or t: 4k = 4KiB)")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout,
 		"on SIGINT/SIGTERM, how long to wait for requests in flight before cancelling them")
 	// Authentication, TLS and resource limits (README: "Guarantees and limits").
@@ -140,28 +140,23 @@ func (f enumFlag[T]) Set(s string) error {
 	return nil
 }
 
-// byteSize is a size flag: plain bytes, or a number with a binary suffix,
-// at least min. A limit's min is 1: none of them takes 0 to mean "no limit"
-// or "the default", so a 0 is refused rather than guessed at.
+// byteSize is a size flag, read by bytesize.Parse, of at least min. A
+// limit's min is 1: none of them takes 0 to mean "no limit" or "the
+// default", so a 0 is refused rather than guessed at.
 type byteSize struct {
 	dst *int64
 	min int64
 }
 
-var sizeUnits = []struct {
-	suffix string
-	shift  uint
-}{{"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}}
-
 func (b byteSize) String() string {
 	if b.dst == nil {
 		return ""
 	}
-	return formatSize(*b.dst)
+	return bytesize.Format(*b.dst)
 }
 
 func (b byteSize) Set(s string) error {
-	n, err := parseSize(s)
+	n, err := bytesize.Parse(s)
 	if err != nil {
 		return err
 	}
@@ -195,34 +190,4 @@ func (f intFlag) Set(s string) error {
 	}
 	*f.dst = n
 	return nil
-}
-
-// parseSize accepts "4096", "64MiB", "1TiB": a non-negative integer with an
-// optional KiB, MiB, GiB or TiB suffix.
-func parseSize(s string) (int64, error) {
-	num, shift := s, uint(0)
-	for _, u := range sizeUnits {
-		if strings.HasSuffix(s, u.suffix) {
-			num, shift = strings.TrimSuffix(s, u.suffix), u.shift
-			break
-		}
-	}
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("size %q: want a non-negative integer, optionally followed by KiB, MiB, GiB or TiB", s)
-	}
-	if n > (1<<63-1)>>shift {
-		return 0, fmt.Errorf("size %q overflows int64", s)
-	}
-	return n << shift, nil
-}
-
-// formatSize is the inverse of parseSize, in the largest exact unit.
-func formatSize(n int64) string {
-	for _, u := range sizeUnits {
-		if n != 0 && n%(1<<u.shift) == 0 {
-			return strconv.FormatInt(n>>u.shift, 10) + u.suffix
-		}
-	}
-	return strconv.FormatInt(n, 10)
 }

@@ -111,27 +111,20 @@ func TestParseFlagsRejects(t *testing.T) {
 	}
 }
 
-func TestSizes(t *testing.T) {
+// TestParseFlagsSizeSpellings: a size flag reads both spellings of a unit,
+// each a power of 1024, and refuses decimal-looking ones.
+func TestParseFlagsSizeSpellings(t *testing.T) {
 	for _, tt := range []struct {
-		in     string
-		want   int64
-		format string // how -help shows it
-	}{
-		{"0", 0, "0"},
-		{"1536", 1536, "1536"},
-		{"4096", 4096, "4KiB"},
-		{"1KiB", 1 << 10, "1KiB"},
-		{"64MiB", 64 << 20, "64MiB"},
-		{"3GiB", 3 << 30, "3GiB"},
-		{"1024GiB", 1 << 40, "1TiB"},
-	} {
-		got, err := parseSize(tt.in)
-		if err != nil || got != tt.want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d", tt.in, got, err, tt.want)
+		in   string
+		want int64
+	}{{"64m", 64 << 20}, {"64M", 64 << 20}, {"64MiB", 64 << 20}, {"4k", 4096}, {"4KiB", 4096}, {"1t", 1 << 40}} {
+		cfg, err := parseFlags([]string{"--max-request-bytes", tt.in}, io.Discard)
+		if err != nil || cfg.MaxRequestBytes != tt.want {
+			t.Errorf("--max-request-bytes %s: %d, %v; want %d", tt.in, cfg.MaxRequestBytes, err, tt.want)
 		}
-		if s := formatSize(got); s != tt.format {
-			t.Errorf("formatSize(%d) = %q, want %q", got, s, tt.format)
-		}
+	}
+	if _, err := parseFlags([]string{"--max-file-size", "1TB"}, io.Discard); err == nil {
+		t.Error("--max-file-size 1TB succeeded, want an error: TB may mean 10^12")
 	}
 }
 

@@ -422,22 +422,6 @@ func TestPercentiles(t *testing.T) {
 	}
 }
 
-func TestParseSize(t *testing.T) {
-	for _, tt := range []struct {
-		in   string
-		want int64
-	}{{"4096", 4096}, {"4k", 4096}, {"64K", 64 << 10}, {"1m", 1 << 20}, {"2g", 2 << 30}, {"4KiB", 4096}, {"16kb", 16 << 10}} {
-		if got, err := parseSize(tt.in); err != nil || got != tt.want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d", tt.in, got, err, tt.want)
-		}
-	}
-	for _, bad := range []string{"", "k", "-4k", "4x", "1.5m"} {
-		if _, err := parseSize(bad); err == nil {
-			t.Errorf("parseSize(%q) succeeded", bad)
-		}
-	}
-}
-
 func TestParseOptions(t *testing.T) {
 	o, err := parseOptions([]string{"-scenario", "prealloc-overwrite", "-bs", "16k", "-duration", "3s", "-target", "127.0.0.1:1"}, io.Discard)
 	if err != nil {
@@ -446,7 +430,17 @@ func TestParseOptions(t *testing.T) {
 	if o.bs != 16<<10 || o.duration != 3*time.Second || o.rounds != 3 || o.target != "127.0.0.1:1" {
 		t.Errorf("parsed %+v", o)
 	}
-	for _, args := range [][]string{{}, {"-scenario", "nope"}, {"-scenario", "all", "-rounds", "0"}, {"-scenario", "all", "-bs", "0"}, {"-scenario", "all", "x"}} {
+	// Sizes read as the daemon's flags do (internal/bytesize): 4k = 4KiB.
+	for _, bs := range []string{"4k", "4K", "4KiB", "4096"} {
+		if o, err := parseOptions([]string{"-scenario", "all", "-bs", bs}, io.Discard); err != nil || o.bs != 4096 {
+			t.Errorf("-bs %s: %d, %v; want 4096", bs, o.bs, err)
+		}
+	}
+	if o, err := parseOptions([]string{"-scenario", "all", "-file-size", "1GiB"}, io.Discard); err != nil || o.fileSize != 1<<30 {
+		t.Errorf("-file-size 1GiB: %d, %v; want %d", o.fileSize, err, 1<<30)
+	}
+	for _, args := range [][]string{{}, {"-scenario", "nope"}, {"-scenario", "all", "-rounds", "0"}, {"-scenario", "all", "-bs", "0"},
+		{"-scenario", "all", "-bs", "16kb"}, {"-scenario", "all", "-bs", "65m"}, {"-scenario", "all", "x"}} {
 		if _, err := parseOptions(args, io.Discard); err == nil {
 			t.Errorf("parseOptions(%q) succeeded", args)
 		}

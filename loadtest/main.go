@@ -29,10 +29,11 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/filewrite/filewrite/internal/bytesize"
 )
 
 // options are the command line.
@@ -117,44 +118,20 @@ func parseOptions(args []string, out io.Writer) (options, error) {
 		return o, errors.New("-rounds must be at least 1; -duration, -concurrency and -connections not negative")
 	}
 	if *bs != "" {
-		n, err := parseSize(*bs)
+		n, err := bytesize.Parse(*bs)
 		if err != nil || n <= 0 || n > 64<<20 {
 			return o, fmt.Errorf("-bs %q: want a size from 1 to 64m, like 4k", *bs)
 		}
 		o.bs = int(n)
 	}
 	if *fileSize != "" {
-		n, err := parseSize(*fileSize)
+		n, err := bytesize.Parse(*fileSize)
 		if err != nil || n <= 0 {
 			return o, fmt.Errorf("-file-size %q: want a positive size, like 256m", *fileSize)
 		}
 		o.fileSize = n
 	}
 	return o, nil
-}
-
-// parseSize reads fio-style sizes: 4096, 4k, 64K, 1m, 2g, also 4KiB.
-func parseSize(s string) (int64, error) {
-	t := strings.TrimSuffix(strings.TrimSuffix(strings.ToLower(s), "ib"), "b")
-	shift := 0
-	if n := len(t); n > 0 {
-		switch t[n-1] {
-		case 'k':
-			shift = 10
-		case 'm':
-			shift = 20
-		case 'g':
-			shift = 30
-		}
-		if shift > 0 {
-			t = t[:n-1]
-		}
-	}
-	v, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || v < 0 || v > (1<<62)>>shift {
-		return 0, fmt.Errorf("bad size %q", s)
-	}
-	return v << shift, nil
 }
 
 // env is one invocation's shared state.
