@@ -14,7 +14,6 @@ import (
 	"github.com/bojand/ghz/printer"
 	"github.com/bojand/ghz/runner"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 )
@@ -57,6 +56,7 @@ type column struct {
 // session is what a column's functions work with.
 type session struct {
 	addr    string // the gRPC address; "" for a column without a server
+	token   string // the bearer token every call sends (-token-file); "" for none
 	pid     int    // the daemon's process, 0 if the harness did not start it
 	client  filewritev1.FileServiceClient
 	dir     string // a directory of the column's own on the project filesystem
@@ -195,7 +195,7 @@ func (e *env) runComparison(ctx context.Context, c *comparison) (_ *comparisonRe
 		switch {
 		case col.daemon == nil:
 		case e.opts.target != "":
-			s.addr = e.opts.target
+			s.addr, s.token = e.opts.target, e.opts.token
 		default:
 			key := strings.Join(col.daemon, " ")
 			d := daemons[key]
@@ -215,7 +215,7 @@ func (e *env) runComparison(ctx context.Context, c *comparison) (_ *comparisonRe
 			s.addr, s.pid = d.addr, d.cmd.Process.Pid
 		}
 		if s.addr != "" {
-			cc, err := grpc.NewClient("passthrough:///"+s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			cc, err := dial(s.addr, s.token)
 			if err != nil {
 				return nil, err
 			}

@@ -29,6 +29,7 @@ const (
 type ghzRun struct {
 	call     string
 	addr     string
+	token    string // sent as the bearer token; "" for none
 	clients  int
 	duration time.Duration
 	// message returns request number n (0, 1, 2, ... across all clients)
@@ -56,7 +57,7 @@ func (r ghzRun) run(ctx context.Context, column string) (*runResult, error) {
 	var armed atomic.Bool
 	var once sync.Once
 	started := make(chan struct{})
-	cfg, err := runner.NewConfig(r.call, r.addr,
+	opts := []runner.Option{
 		runner.WithName(column),
 		runner.WithInsecure(true),
 		runner.WithConcurrency(uint(r.clients)),
@@ -84,7 +85,14 @@ func (r ghzRun) run(ctx context.Context, column string) (*runResult, error) {
 			grpc.MaxCallSendMsgSize(math.MaxInt32),
 			grpc.OnFinish(func(error) { done.Add(1) }),
 		}),
-	)
+	}
+	if r.token != "" {
+		// ghz learns the method's types by server reflection, which
+		// needs the token as much as the calls do.
+		md := map[string]string{"authorization": "Bearer " + r.token}
+		opts = append(opts, runner.WithMetadata(md), runner.WithReflectionMetadata(md))
+	}
+	cfg, err := runner.NewConfig(r.call, r.addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("ghz config: %w", err)
 	}

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/bojand/ghz/runner"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -319,6 +321,53 @@ func TestTarget(t *testing.T) {
 	}
 }
 
+// TestTargetToken runs against a daemon that asks for a bearer token: with
+// -token-file every call of every kind (ghz's, the harness's own clients',
+// setup's) carries it; without it the runs fail as UNAUTHENTICATED.
+func TestTargetToken(t *testing.T) {
+	dir, err := os.MkdirTemp(".", "testdata-tmp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("# the load harness's\n\nsecret-token\nanother\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d, err := startDaemon(context.Background(), "target", daemonBin, filepath.Join(dir, "data"), filepath.Join(dir, "log"),
+		[]string{"--auth-token-file", tokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.stop()
+	o, err := parseOptions([]string{"-scenario", "throughput", "-target", d.addr, "-token-file", tokens}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.token != "secret-token" {
+		t.Fatalf("-token-file read as %q, want the first token", o.token)
+	}
+	for _, tt := range []struct {
+		scenario string
+		columns  []string
+		ratios   []string
+	}{
+		{"throughput", []string{"noop", "write", "raw-pwrite"}, []string{"write/noop", "write/raw-pwrite"}}, // ghz
+		{"fsync", []string{"target"}, nil}, // the harness's own clients
+	} {
+		sum, out, table := shortRun(t, tt.scenario, func(opts *options) { opts.target, opts.token, opts.daemon, opts.rounds = d.addr, o.token, "", 1 })
+		checkComparison(t, out, table, sum.Comparisons[0], tt.columns, tt.ratios, 1)
+	}
+
+	// Without the token, setup's first Write is refused.
+	opts := options{scenario: "throughput", duration: 300 * time.Millisecond, rounds: 1, fileSize: 1 << 20,
+		out: filepath.Join(dir, "out"), target: d.addr}
+	_, err = run(t.Context(), opts, io.Discard, io.Discard)
+	if status.Code(err) != codes.Unauthenticated {
+		t.Errorf("run without -token-file: %v, want UNAUTHENTICATED", err)
+	}
+}
+
 // TestGHZConfigs loads every ghz config file in ghz/ the way the ghz CLI
 // does and runs it briefly against a daemon, with its host replaced:
 // fallocate.json first, since it prepares the file the others use.
@@ -429,6 +478,26 @@ func TestParseOptions(t *testing.T) {
 	}
 	if o.bs != 16<<10 || o.duration != 3*time.Second || o.rounds != 3 || o.target != "127.0.0.1:1" {
 		t.Errorf("parsed %+v", o)
+	}
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("\n# comment\n  tok  \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(t.TempDir(), "empty")
+	if err := os.WriteFile(empty, []byte("# none\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := parseOptions([]string{"-scenario", "all", "-target", "127.0.0.1:1", "-token-file", tokens}, io.Discard); err != nil || o.token != "tok" {
+		t.Errorf("-token-file: token %q, %v; want \"tok\"", o.token, err)
+	}
+	for _, args := range [][]string{
+		{"-scenario", "all", "-token-file", tokens}, // no -target
+		{"-scenario", "all", "-target", "127.0.0.1:1", "-token-file", empty},
+		{"-scenario", "all", "-target", "127.0.0.1:1", "-token-file", filepath.Join(t.TempDir(), "missing")},
+	} {
+		if _, err := parseOptions(args, io.Discard); err == nil {
+			t.Errorf("parseOptions(%q) succeeded", args)
+		}
 	}
 	// Sizes read as the daemon's flags do (internal/bytesize): 4k = 4KiB.
 	for _, bs := range []string{"4k", "4K", "4KiB", "4096"} {

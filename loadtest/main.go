@@ -13,7 +13,8 @@
 // below -out (so on the filesystem the harness runs on, never /tmp).
 // -target instead runs against a server that is already up: the harness
 // cannot change that server's flags, so each comparison runs its workload
-// once per round, as one column named "target".
+// once per round, as one column named "target". -token-file gives the
+// bearer token such a server may ask for.
 //
 // In -out it writes ghz's JSON and HTML report of every run, one SVG chart
 // per comparison and summary.json with every figure.
@@ -47,6 +48,7 @@ type options struct {
 	fileSize    int64 // 0: the scenario's default
 	out         string
 	target      string
+	token       string // from -token-file; "" sends none
 	daemon      string // a prebuilt daemon binary; "" builds one
 	keepData    bool
 }
@@ -93,6 +95,7 @@ func parseOptions(args []string, out io.Writer) (options, error) {
 	fileSize := fs.String("file-size", "", "size of each scenario's file (default: the scenario's, 16m to 4g)")
 	fs.StringVar(&o.out, "out", o.out, "directory for reports, charts, summary.json and the daemons' data while they run")
 	fs.StringVar(&o.target, "target", "", "gRPC address of a running filewrite daemon to load instead of starting daemons")
+	tokenFile := fs.String("token-file", "", "with -target: a `file` whose first token (one per line, # comments) is sent as the bearer token")
 	fs.StringVar(&o.daemon, "daemon", "", "a filewrite binary to start instead of building one from this checkout")
 	fs.BoolVar(&o.keepData, "keep-data", false, "keep the daemons' data directories and logs after each scenario")
 	if err := fs.Parse(args); err != nil {
@@ -117,6 +120,16 @@ func parseOptions(args []string, out io.Writer) (options, error) {
 	if o.rounds < 1 || o.duration < 0 || o.concurrency < 0 || o.connections < 0 {
 		return o, errors.New("-rounds must be at least 1; -duration, -concurrency and -connections not negative")
 	}
+	if *tokenFile != "" {
+		if o.target == "" {
+			return o, errors.New("-token-file is for -target: the daemons the harness starts ask for no token")
+		}
+		tok, err := readToken(*tokenFile)
+		if err != nil {
+			return o, err
+		}
+		o.token = tok
+	}
 	if *bs != "" {
 		n, err := bytesize.Parse(*bs)
 		if err != nil || n <= 0 || n > 64<<20 {
@@ -132,6 +145,22 @@ func parseOptions(args []string, out io.Writer) (options, error) {
 		o.fileSize = n
 	}
 	return o, nil
+}
+
+// readToken returns the first token of a file in the daemon's
+// --auth-token-file format: one token per line, blank lines and lines
+// starting with '#' skipped.
+func readToken(file string) (string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("-token-file: %w", err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if tok := strings.TrimSpace(line); tok != "" && !strings.HasPrefix(tok, "#") {
+			return tok, nil
+		}
+	}
+	return "", fmt.Errorf("-token-file %s holds no token", file)
 }
 
 // env is one invocation's shared state.

@@ -92,7 +92,7 @@ func (e *env) runSoak(ctx context.Context) (_ *soakResult, err error) {
 	fmt.Fprintf(e.log, "\n== soak: %d clients, mixed Write/Read/Truncate/Fallocate/Fsync/Stat on %d files, %s\n", clients, nfiles, dur)
 
 	dir := filepath.Join(e.work, "soak")
-	addr := e.opts.target
+	addr, token := e.opts.target, e.opts.token
 	var d *daemon
 	if addr == "" {
 		d, err = startDaemon(ctx, "soak", e.bin, filepath.Join(dir, "data"), filepath.Join(dir, "daemon.log"),
@@ -111,7 +111,7 @@ func (e *env) runSoak(ctx context.Context) (_ *soakResult, err error) {
 		addr = d.addr
 		fmt.Fprintf(e.log, "   daemon --max-file-size %d at %s (pid %d)\n", soakMaxFileSize, addr, d.cmd.Process.Pid)
 	}
-	conns, closeAll, err := dialClients(addr, clients, e.opts.connections)
+	conns, closeAll, err := dialClients(addr, token, clients, e.opts.connections)
 	if err != nil {
 		return nil, err
 	}

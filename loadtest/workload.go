@@ -72,7 +72,7 @@ func ghzWrites(path string, fileSize int64, sync filewritev1.SyncMode) func(cont
 		}
 		blocks, bs, seed := fileSize/int64(s.bs), int64(s.bs), uint64(s.round)
 		return ghzRun{
-			call: callWrite, addr: s.addr, clients: s.clients, connections: s.connections, duration: s.duration, done: s.done,
+			call: callWrite, addr: s.addr, token: s.token, clients: s.clients, connections: s.connections, duration: s.duration, done: s.done,
 			message: func(n int64) []byte { return enc.encode(randomBlock(seed, n, blocks) * bs) },
 		}.run(ctx, "")
 	}
@@ -84,7 +84,7 @@ func ghzWrites(path string, fileSize int64, sync filewritev1.SyncMode) func(cont
 func ghzHealthChecks(ctx context.Context, s *session) (*runResult, error) {
 	empty := delimited(nil)
 	return ghzRun{
-		call: callHealthCheck, addr: s.addr, clients: s.clients, connections: s.connections, duration: s.duration, done: s.done,
+		call: callHealthCheck, addr: s.addr, token: s.token, clients: s.clients, connections: s.connections, duration: s.duration, done: s.done,
 		message: func(int64) []byte { return empty },
 	}.run(ctx, "")
 }
@@ -130,9 +130,31 @@ func loop(ctx context.Context, s *session, call string, op func(ctx context.Cont
 	return loopResult("", call, s.clients, time.Since(start), all, errs)
 }
 
+// dial connects to the daemon at addr in plaintext; every call sends token
+// as its bearer token, unless token is "".
+func dial(addr, token string) (*grpc.ClientConn, error) {
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearerToken(token)))
+	}
+	return grpc.NewClient("passthrough:///"+addr, opts...)
+}
+
+// bearerToken is the "authorization" metadata the daemon's
+// --auth-token-file asks for.
+type bearerToken string
+
+func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(t)}, nil
+}
+
+// RequireTransportSecurity is false: the harness speaks plaintext, to a
+// daemon on loopback or on a network the operator trusts.
+func (bearerToken) RequireTransportSecurity() bool { return false }
+
 // dialClients returns n clients over conns connections (0: one each), as
 // the ghz runs spread their clients.
-func dialClients(addr string, n, conns int) ([]filewritev1.FileServiceClient, func(), error) {
+func dialClients(addr, token string, n, conns int) ([]filewritev1.FileServiceClient, func(), error) {
 	var ccs []*grpc.ClientConn
 	closeAll := func() {
 		for _, c := range ccs {
@@ -145,7 +167,7 @@ func dialClients(addr string, n, conns int) ([]filewritev1.FileServiceClient, fu
 	var clients []filewritev1.FileServiceClient
 	for i := range n {
 		if i < conns {
-			cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			cc, err := dial(addr, token)
 			if err != nil {
 				closeAll()
 				return nil, nil, err
@@ -163,7 +185,7 @@ func dialClients(addr string, n, conns int) ([]filewritev1.FileServiceClient, fu
 // only), and one operation is the pair, timed together.
 func writeThenFsync(path string, fileSize int64) func(context.Context, *session) (*runResult, error) {
 	return func(ctx context.Context, s *session) (*runResult, error) {
-		clients, closeAll, err := dialClients(s.addr, s.clients, s.connections)
+		clients, closeAll, err := dialClients(s.addr, s.token, s.clients, s.connections)
 		if err != nil {
 			return nil, err
 		}
