@@ -32,6 +32,13 @@
 // leaves its lock mode (or the in-flight count) first and then joins the
 // group commit, so concurrent writers share their syncs.
 //
+// Applying a write and waiting for its sync are two steps of one path
+// (applyWrite, then waitWrites): Write takes both at once, and a Handle
+// (a file held open for a stream's life) lets its caller take them apart,
+// so that a synced write's bytes reach the file and the writes behind it
+// go on while it waits for its group commit. Under the exclusive policy
+// the sync is part of the first step, under the lock, and holds them back.
+//
 // Only unlocked writes are counted in flight: a locked writer already keeps
 // truncate out, so the count is skipped where it is not needed.
 //

@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"syscall"
-	"time"
 
 	"go.opentelemetry.io/otel/metric"
 	"golang.org/x/sys/unix"
@@ -97,19 +96,14 @@ func (s *Store) SyncAll(ctx context.Context) error {
 // SyncNone nothing is durable yet. On error, BytesWritten says how much
 // reached the file. A caller whose ctx ends while it waits for the inode
 // lock writes nothing.
+//
+// It is Handle.Write and Handle.Wait in one call, on a file looked up by
+// path for this call only.
 func (s *Store) Write(ctx context.Context, path string, off int64, data []byte, sync SyncMode) (WriteResult, error) {
-	start := time.Now()
 	if err := validatePath(path); err != nil {
 		return WriteResult{}, err
 	}
-	if err := validateSync(sync); err != nil {
-		return WriteResult{}, err
-	}
-	n := int64(len(data))
-	if err := validateIOLength(n, s.opts.MaxIOBytes); err != nil {
-		return WriteResult{}, err
-	}
-	if err := validateRange(off, n, s.opts.MaxFileSize); err != nil {
+	if err := s.validateWrite(off, data, sync); err != nil {
 		return WriteResult{}, err
 	}
 	ino, err := s.table.get(ctx, path, true)
@@ -117,15 +111,12 @@ func (s *Store) Write(ctx context.Context, path string, off int64, data []byte, 
 		return WriteResult{}, err
 	}
 	defer s.table.put(ino)
-	if n == 0 {
-		return WriteResult{Size: ino.size.Load()}, nil
-	}
-	written, size, err := s.write(ctx, ino, off, data, sync)
+	w, err := s.applyWrite(ctx, ino, off, data, sync)
 	if err != nil {
-		return WriteResult{BytesWritten: written, Size: size}, err
+		return w.WriteResult, err
 	}
-	s.recordWrite(ctx, start, sync)
-	return WriteResult{BytesWritten: written, Size: size}, nil
+	one := [1]AppliedWrite{w}
+	return w.WriteResult, s.waitWrites(ctx, ino, one[:])
 }
 
 // Read returns up to length bytes at off: short at EOF, empty past it. It

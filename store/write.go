@@ -80,15 +80,89 @@ func (s *Store) decideFor(ino *inode, off, end int64) (lockMode, string) {
 	return decide(s.opts.Policy, s.opts.IO, size, end, ino.aligned(off, end), c)
 }
 
-// write places data at off under the policy's lock mode, syncs it as asked
-// and returns the bytes written and the size after.
+// AppliedWrite is a write whose bytes reached the file: every later Read
+// sees them. The durability it asked for may still be owed; Handle.Wait
+// (or Write, which waits itself) settles it.
+type AppliedWrite struct {
+	WriteResult
+	// Owed is the sync still owed: the write's SyncMode, or SyncNone when
+	// it asked for none, wrote no bytes, or the exclusive policy synced it
+	// before dropping the lock.
+	Owed SyncMode
+	// sync is the mode the write asked for and start when it began: its
+	// latency is recorded under sync once nothing is owed.
+	sync  SyncMode
+	start time.Time
+}
+
+// validateWrite checks everything about a write but its path: the sync
+// mode, the length against MaxIOBytes, the range against MaxFileSize. A
+// write it refuses changes nothing.
+func (s *Store) validateWrite(off int64, data []byte, sync SyncMode) error {
+	if err := validateSync(sync); err != nil {
+		return err
+	}
+	n := int64(len(data))
+	if err := validateIOLength(n, s.opts.MaxIOBytes); err != nil {
+		return err
+	}
+	return validateRange(off, n, s.opts.MaxFileSize)
+}
+
+// applyWrite is the one write path of Write and Handle.Write, after
+// validation: the policy's decision, the lock, the bytes, and under
+// PolicyExclusive the sync. What it leaves owed is for waitWrites, so that
+// a caller with more writes to make (a stream) can go on writing while
+// earlier ones wait for their group commit.
+func (s *Store) applyWrite(ctx context.Context, ino *inode, off int64, data []byte, sync SyncMode) (AppliedWrite, error) {
+	w := AppliedWrite{sync: sync, start: time.Now()}
+	if len(data) == 0 {
+		w.Size = ino.size.Load()
+		return w, nil
+	}
+	var err error
+	w.BytesWritten, w.Size, w.Owed, err = s.write(ctx, ino, off, data, sync)
+	if err != nil {
+		w.Owed = SyncNone
+		return w, err
+	}
+	if w.Owed == SyncNone {
+		s.recordWrite(ctx, w.start, sync)
+	}
+	return w, nil
+}
+
+// waitWrites makes the writes ws, all applied to ino, as durable as each
+// owes, with one group-commit sync (fsync if any owes SyncFull, else
+// fdatasync) that started after the call and so covers every write applied
+// before it, and records their latency. ctx bounds only the wait.
+func (s *Store) waitWrites(ctx context.Context, ino *inode, ws []AppliedWrite) error {
+	owed := SyncNone
+	for _, w := range ws {
+		owed = max(owed, w.Owed)
+	}
+	if err := s.syncWrite(ctx, ino, owed); err != nil {
+		return err
+	}
+	for _, w := range ws {
+		if w.Owed != SyncNone {
+			s.recordWrite(ctx, w.start, w.sync)
+		}
+	}
+	return nil
+}
+
+// write places data at off under the policy's lock mode and returns the
+// bytes written, the size after and the sync still owed.
 //
-// Under PolicyExclusive the sync runs before the lock is dropped: that
-// policy is the naive baseline of the experiments, one lock around each
-// whole operation, so synced writes cannot share a sync (like a direct
-// O_DSYNC write, whose completion runs under the kernel's inode lock).
-// Every other policy leaves its lock mode first and joins the group commit.
-func (s *Store) write(ctx context.Context, ino *inode, off int64, data []byte, sync SyncMode) (int, int64, error) {
+// Under PolicyExclusive the sync runs before the lock is dropped, and
+// nothing is owed: that policy is the naive baseline of the experiments,
+// one lock around each whole operation, so synced writes cannot share a
+// sync (like a direct O_DSYNC write, whose completion runs under the
+// kernel's inode lock), and a writer behind it waits for the sync too.
+// Every other policy leaves its lock mode first and owes the sync, which
+// the caller settles through the group commit.
+func (s *Store) write(ctx context.Context, ino *inode, off int64, data []byte, sync SyncMode) (int, int64, SyncMode, error) {
 	end := off + int64(len(data))
 	span := trace.SpanContextFromContext(ctx)
 	for attempt := 0; ; attempt++ {
@@ -100,7 +174,7 @@ func (s *Store) write(ctx context.Context, ino *inode, off int64, data []byte, s
 		}
 		h, err := s.lockInode(ctx, ino, max(mode, lockShared), "write", reason)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, SyncNone, err
 		}
 		if mode != lockExclusive {
 			// The size and blocks cannot change while we hold the lock
@@ -147,10 +221,7 @@ func (s *Store) write(ctx context.Context, ino *inode, off int64, data []byte, s
 			size = ino.size.Load()
 			ino.lock.release(h)
 		}
-		if err == nil {
-			err = s.syncWrite(ctx, ino, sync)
-		}
-		return n, size, err
+		return n, size, sync, err
 	}
 }
 

@@ -1,0 +1,75 @@
+package store
+
+import (
+	"context"
+	"sync/atomic"
+)
+
+// Handle is a file held open for a caller that writes to it many times,
+// such as a WriteStream. The path is validated and looked up once, in
+// OpenHandle; the file then stays open until Close (it counts against
+// Options.MaxOpenFiles and is never closed to make room), and each write
+// skips the path's validation and the table lookup. Everything else is as
+// for Write: the same validation, limits, lock decision, tracing and
+// durability, through the same code.
+//
+// A Handle is safe for concurrent use. Close it once, after every other
+// call on it has returned.
+type Handle struct {
+	s      *Store
+	ino    *inode
+	closed atomic.Bool
+}
+
+// OpenHandle opens path for writing, creating it and its missing parent
+// directories like Write. It fails like Write would before writing:
+// ErrInvalidPath and its kin, ErrTooManyOpenFiles when every open file is
+// in use, ErrClosed.
+func (s *Store) OpenHandle(ctx context.Context, path string) (*Handle, error) {
+	if err := validatePath(path); err != nil {
+		return nil, err
+	}
+	ino, err := s.table.get(ctx, path, true)
+	if err != nil {
+		return nil, err
+	}
+	return &Handle{s: s, ino: ino}, nil
+}
+
+// Path is the path the handle was opened by.
+func (h *Handle) Path() string { return h.ino.key }
+
+// Size is the file's size now (like i_size_read(): no lock taken).
+func (h *Handle) Size() int64 { return h.ino.size.Load() }
+
+// Write writes data at off and returns once the bytes reached the file:
+// every later Read sees them. The sync the write asked for may still be
+// owed (AppliedWrite.Owed); Wait settles it. Until then another write can
+// be made: its bytes do not wait for the earlier write's sync, except under
+// PolicyExclusive, where a synced write syncs before it drops the lock and
+// Write returns with nothing owed. On error nothing is owed, BytesWritten
+// says how much reached the file and Size is the size after.
+func (h *Handle) Write(ctx context.Context, off int64, data []byte, sync SyncMode) (AppliedWrite, error) {
+	if err := h.s.validateWrite(off, data, sync); err != nil {
+		return AppliedWrite{WriteResult: WriteResult{Size: h.Size()}}, err
+	}
+	return h.s.applyWrite(ctx, h.ino, off, data, sync)
+}
+
+// Wait makes the writes ws, each returned by Write on h, as durable as
+// each asked: one group-commit sync that started after Wait was called
+// covers all of them (fsync when any asked for SyncFull, else fdatasync).
+// Writes that owe nothing cost nothing. When it returns nil, what the
+// durability contract promises for each write's SyncMode holds. ctx bounds
+// only the wait: the sync runs on for the other callers it covers.
+func (h *Handle) Wait(ctx context.Context, ws ...AppliedWrite) error {
+	return h.s.waitWrites(ctx, h.ino, ws)
+}
+
+// Close gives the file back to the store, which may then close it to make
+// room. A second Close does nothing.
+func (h *Handle) Close() {
+	if h.closed.CompareAndSwap(false, true) {
+		h.s.table.put(h.ino)
+	}
+}
