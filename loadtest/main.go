@@ -1,6 +1,6 @@
 // Command loadtest is filewrite's load harness: it replays, through the
 // service, the fio experiments of the kernel patches the store carries
-// (DESIGN.md), each as a before/after pair run in alternation, and reports
+// (docs/design.md), each as a before/after pair run in alternation, and reports
 // them in fio's terms. It drives the gRPC API with ghz's runner.
 //
 //	go run ./loadtest -scenario all

@@ -8,7 +8,7 @@ import (
 )
 
 // The comparisons, each the service's replay of one kernel patch's fio
-// experiment (DESIGN.md), plus the service's overhead.
+// experiment (docs/design.md), plus the service's overhead.
 
 // belowEOF: the btrfs unlocked buffered write. Random 4 KiB writes below
 // EOF of a fully written file, sync=data, 8 clients (the seed's 8 jobs):
