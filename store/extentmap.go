@@ -62,6 +62,31 @@ func newExtentMap(blockSize int64) *extentMap {
 	}
 }
 
+// extentMapOf builds the map of a file whose allocated extents are list
+// (File.Extents), rounding each out to whole blocks of blockSize. Where
+// rounding makes an unwritten and a written extent share a block, written
+// wins, because the block holds data. Holes in list are skipped.
+func extentMapOf(list []Extent, blockSize int64) (*extentMap, error) {
+	if blockSize <= 0 {
+		return nil, fmt.Errorf("extent map: block size %d", blockSize)
+	}
+	m := newExtentMap(blockSize)
+	for _, e := range list {
+		if e.Offset < 0 || e.Length < 0 || e.Offset > math.MaxInt64-e.Length {
+			return nil, fmt.Errorf("extent [%d, +%d) out of range", e.Offset, e.Length)
+		}
+		end := e.Offset + e.Length
+		switch e.State {
+		case ExtentWritten:
+			m.markWritten(e.Offset, end)
+		case ExtentUnwritten:
+			first, last := m.blocksTouched(e.Offset, end)
+			m.fillHoles(first, last, ExtentUnwritten)
+		}
+	}
+	return m, nil
+}
+
 // set makes blocks [start, end) st; ExtentHole deallocates them.
 func (m *extentMap) set(start, end int64, st ExtentState) {
 	m.rewrite(start, end, func(ExtentState) ExtentState { return st })

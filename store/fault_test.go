@@ -409,3 +409,35 @@ func statAndExtents(t *testing.T, fs faultStore) (store.FileStat, []store.Extent
 	}
 	return st, ext
 }
+
+// TestExtentRebuildFault: the store rebuilds a file's extent map through
+// File.Extents when it opens it, so a wrapper sees that call too. A failed
+// listing fails the open with the path named and nothing held; the next
+// open, once the listing passes, serves the file as it was.
+func TestExtentRebuildFault(t *testing.T) {
+	ctx := context.Background()
+	fs := newFaultStore(t, store.Options{MaxOpenFiles: 1})
+	data := pattern(10000, 'e')
+	if _, err := fs.Write(ctx, faultPath, 0, data, store.SyncNone); err != nil {
+		t.Fatal(err)
+	}
+	// A second file takes the only descriptor: faultPath is closed.
+	if _, err := fs.Write(ctx, "other", 0, []byte("x"), store.SyncNone); err != nil {
+		t.Fatal(err)
+	}
+	flt := fs.fsys.Inject(faultfs.Rule{Op: faultfs.OpExtents, Path: faultPath, Err: syscall.EIO, Times: 1})
+
+	_, err := fs.Read(ctx, faultPath, 0, int64(len(data)))
+	if !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), "rebuild extent map of "+faultPath) {
+		t.Errorf("Read while the listing fails: got %v, want EIO naming the rebuild of %s", err, faultPath)
+	}
+	if got, want := flt.Hits(), 1; got != want {
+		t.Errorf("extent listings failed: got %d, want %d", got, want)
+	}
+	got, err := fs.Read(ctx, faultPath, 0, int64(len(data)))
+	if err != nil {
+		t.Fatalf("Read once the listing passes: %v", err)
+	}
+	checkContent(t, "Read", got, data)
+	fs.checkTrue(t, faultPath, true)
+}

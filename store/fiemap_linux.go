@@ -62,14 +62,8 @@ var (
 )
 
 // readFiemap builds the extent map of the open file fd from FS_IOC_FIEMAP
-// with FIEMAP_FLAG_SYNC, so that dirty page-cache data is written back first
-// and delayed allocations show as real extents. Unwritten extents map to
-// ExtentUnwritten, all others (including any DELALLOC or UNKNOWN that
-// survive the sync) to ExtentWritten. Extents are rounded out to whole
-// blocks; where rounding makes an unwritten and a written extent share a
-// block, written wins, because the block holds data.
-//
-// Blocks past EOF (fallocate with FALLOC_FL_KEEP_SIZE) are included.
+// with FIEMAP_FLAG_SYNC (see fiemapExtents), rounding extents out to whole
+// blocks of blockSize (see extentMapOf).
 //
 // When the filesystem has no FIEMAP (tmpfs, some FUSE and network
 // filesystems) the error wraps both ErrUnsupported and the errno.
@@ -80,7 +74,22 @@ func readFiemap(fd uintptr, blockSize int64) (*extentMap, error) {
 // readFiemapFlags is readFiemap with the FIEMAP_FLAG_* bits given, so that
 // tests can observe what the kernel reports without a sync.
 func readFiemapFlags(fd uintptr, blockSize int64, flags uint32) (*extentMap, error) {
-	m := newExtentMap(blockSize)
+	list, err := fiemapExtents(fd, flags)
+	if err != nil {
+		return nil, err
+	}
+	return extentMapOf(list, blockSize)
+}
+
+// fiemapExtents lists the allocated extents of the open file fd from
+// FS_IOC_FIEMAP with the FIEMAP_FLAG_* bits in flags, in offset order,
+// adjacent extents of one state merged. With FIEMAP_FLAG_SYNC dirty
+// page-cache data is written back first, so that delayed allocations show
+// as real extents. Unwritten extents are ExtentUnwritten, all others
+// (including any DELALLOC or UNKNOWN that survive the sync) ExtentWritten.
+// Extents past EOF (fallocate with FALLOC_FL_KEEP_SIZE) are included.
+func fiemapExtents(fd uintptr, flags uint32) ([]Extent, error) {
+	var list []Extent
 	req := new(fiemapRequest)
 	var next uint64 // first byte not yet mapped
 	for {
@@ -95,7 +104,7 @@ func readFiemapFlags(fd uintptr, blockSize int64, flags uint32) (*extentMap, err
 		}
 		n := req.hdr.mappedExtents
 		if n == 0 {
-			return m, nil
+			return list, nil
 		}
 		if n > fiemapBatch {
 			return nil, fmt.Errorf("FS_IOC_FIEMAP: kernel mapped %d extents into room for %d", n, fiemapBatch)
@@ -108,16 +117,15 @@ func readFiemapFlags(fd uintptr, blockSize int64, flags uint32) (*extentMap, err
 			if end < e.logical || end > 1<<63-1 {
 				return nil, fmt.Errorf("FS_IOC_FIEMAP: extent [%d, +%d) out of range", e.logical, e.length)
 			}
+			st := ExtentWritten
 			if e.flags&fiemapExtentUnwritten != 0 {
-				first, last := m.blocksTouched(int64(e.logical), int64(end))
-				m.fillHoles(first, last, ExtentUnwritten)
-			} else {
-				m.markWritten(int64(e.logical), int64(end))
+				st = ExtentUnwritten
 			}
+			list = appendExtent(list, Extent{Offset: int64(e.logical), Length: int64(e.length), State: st})
 		}
 		lastExt := req.extents[n-1]
 		if lastExt.flags&fiemapExtentLast != 0 {
-			return m, nil
+			return list, nil
 		}
 		// The kernel returns extents that overlap fm_start from their own
 		// start, so progress must be checked rather than assumed.
@@ -127,6 +135,19 @@ func readFiemapFlags(fd uintptr, blockSize int64, flags uint32) (*extentMap, err
 		}
 		next = end
 	}
+}
+
+// appendExtent appends e to list, merged into the last extent when it
+// continues it in the same state.
+func appendExtent(list []Extent, e Extent) []Extent {
+	if n := len(list); n > 0 {
+		last := &list[n-1]
+		if last.State == e.State && last.Offset+last.Length == e.Offset {
+			last.Length += e.Length
+			return list
+		}
+	}
+	return append(list, e)
 }
 
 func ioctlFiemap(fd uintptr, req *fiemapRequest) error {
@@ -145,48 +166,74 @@ func ioctlFiemap(fd uintptr, req *fiemapRequest) error {
 	}
 }
 
-// loadExtentMap builds the extent map of the open file fd when the store
-// opens it: from FIEMAP where the filesystem has it, else from
-// SEEK_DATA/SEEK_HOLE, else by assuming [0, size) is written.
+// fileExtents is File.Extents of the open file fd: from FIEMAP where the
+// filesystem has it, else from SEEK_DATA/SEEK_HOLE, else all of [0, size)
+// written.
 //
 // The fallbacks cannot see unwritten extents: SEEK_DATA reports unwritten
 // blocks as holes on most filesystems (they read as zeros) and blocks past
-// EOF not at all. The map then under-reports allocation, which only costs
+// EOF not at all. The list then under-reports allocation, which only costs
 // the lock policies some shared-lock opportunities, never correctness: a
 // block believed to be a hole takes the exclusive path. The last resort
 // (all of [0, size) written) errs the other way: a hole below EOF is taken
 // for written, so a write into it may be classed as an overwrite. It is only
 // reached where lseek itself fails.
-//
-// Preconditions: no one writes, truncates or fallocates fd until it
-// returns (the caller holds the inode lock exclusively).
-func loadExtentMap(fd uintptr, blockSize int64) (*extentMap, error) {
-	if blockSize <= 0 {
-		return nil, fmt.Errorf("load extent map: block size %d", blockSize)
-	}
-	m, err := readFiemap(fd, blockSize)
+func fileExtents(fd uintptr) ([]Extent, error) {
+	list, err := fiemapExtents(fd, fiemapFlagSync)
 	if err == nil {
-		return m, nil
+		return list, nil
 	}
 	if !errors.Is(err, ErrUnsupported) {
-		return nil, fmt.Errorf("load extent map: %w", err)
+		return nil, err
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(int(fd), &st); err != nil {
-		return nil, fmt.Errorf("load extent map: fstat: %w", err)
+		return nil, fmt.Errorf("fstat: %w", err)
 	}
-	if m, err := seekDataMap(fd, st.Size, blockSize); err == nil {
-		return m, nil
+	if list, err := seekDataExtents(fd, st.Size); err == nil {
+		return list, nil
 	}
-	m = newExtentMap(blockSize)
-	m.markWritten(0, st.Size)
+	if st.Size == 0 {
+		return nil, nil
+	}
+	return []Extent{{Offset: 0, Length: st.Size, State: ExtentWritten}}, nil
+}
+
+// loadExtentMap builds the extent map of f when the store opens it, from
+// f.Extents (FIEMAP on the operating system's files, see fileExtents).
+//
+// Preconditions: no one writes, truncates or fallocates f until it returns
+// (the caller holds the inode lock exclusively, or the inode is not yet in
+// the table).
+func loadExtentMap(f File, blockSize int64) (*extentMap, error) {
+	if blockSize <= 0 {
+		return nil, fmt.Errorf("load extent map: block size %d", blockSize)
+	}
+	list, err := f.Extents()
+	if err != nil {
+		return nil, fmt.Errorf("load extent map: %w", err)
+	}
+	m, err := extentMapOf(list, blockSize)
+	if err != nil {
+		return nil, fmt.Errorf("load extent map: %w", err)
+	}
 	return m, nil
 }
 
-// seekDataMap maps the data ranges below size as written. It moves the
-// file offset of fd, which the store never uses: all its I/O is positional.
+// seekDataMap maps the data ranges below size as written (see
+// seekDataExtents).
 func seekDataMap(fd uintptr, size, blockSize int64) (*extentMap, error) {
-	m := newExtentMap(blockSize)
+	list, err := seekDataExtents(fd, size)
+	if err != nil {
+		return nil, err
+	}
+	return extentMapOf(list, blockSize)
+}
+
+// seekDataExtents lists the data ranges below size as written. It moves the
+// file offset of fd, which the store never uses: all its I/O is positional.
+func seekDataExtents(fd uintptr, size int64) ([]Extent, error) {
+	var list []Extent
 	for pos := int64(0); pos < size; {
 		data, err := unix.Seek(int(fd), pos, unix.SEEK_DATA)
 		if err == unix.ENXIO {
@@ -202,8 +249,8 @@ func seekDataMap(fd uintptr, size, blockSize int64) (*extentMap, error) {
 		if holeAt <= data {
 			return nil, fmt.Errorf("lseek: hole at %d before data at %d", holeAt, data)
 		}
-		m.markWritten(data, holeAt)
+		list = appendExtent(list, Extent{Offset: data, Length: holeAt - data, State: ExtentWritten})
 		pos = holeAt
 	}
-	return m, nil
+	return list, nil
 }

@@ -51,9 +51,15 @@ type File interface {
 	WriteBack(off, n int64) error
 	// Stat is fstat(2).
 	Stat() (FileInfo, error)
-	// Fd is the descriptor, for ioctls such as FIEMAP. It must stay valid
-	// until Close.
-	Fd() uintptr
+	// Extents lists the file's allocated ranges in offset order, written
+	// and unwritten (preallocated, never written), those past EOF included;
+	// a range not listed is a hole. Data not yet written back counts as
+	// written. The store rebuilds its extent map from it when it opens a
+	// file, so a wrapper that changes what the file holds must answer for
+	// it. The operating system's files answer with FIEMAP
+	// (FIEMAP_FLAG_SYNC), or where the filesystem has none with
+	// SEEK_DATA/SEEK_HOLE, which cannot tell unwritten blocks from holes.
+	Extents() ([]Extent, error)
 	// Close closes the descriptor.
 	Close() error
 }
@@ -194,6 +200,15 @@ func (f osFile) WriteBack(off, n int64) error {
 		return &os.PathError{Op: "sync_file_range", Path: f.Name(), Err: err}
 	}
 	return nil
+}
+
+func (f osFile) Extents() ([]Extent, error) {
+	defer runtime.KeepAlive(f.File)
+	list, err := fileExtents(f.File.Fd())
+	if err != nil {
+		return nil, &os.PathError{Op: "extents", Path: f.Name(), Err: err}
+	}
+	return list, nil
 }
 
 func (f osFile) Stat() (FileInfo, error) {

@@ -308,7 +308,7 @@ func (t *inodeTable) openInode(ino *inode, create bool) error {
 		}
 		ino.direct = df
 	}
-	m, err := loadExtentMap(f.Fd(), ino.blockSize)
+	m, err := loadExtentMap(f, ino.blockSize)
 	if err != nil {
 		ino.closeFiles()
 		return fmt.Errorf("rebuild extent map of %s: %w", ino.key, err)

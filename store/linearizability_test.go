@@ -397,7 +397,7 @@ func extentsMatchFile(t *testing.T, s *Store, name string) bool {
 		t.Fatal(err)
 	}
 	defer s.table.put(ino)
-	fromFile, err := loadExtentMap(ino.file.Fd(), ino.blockSize)
+	fromFile, err := loadExtentMap(ino.file, ino.blockSize)
 	if err != nil {
 		t.Fatal(err)
 	}

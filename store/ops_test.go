@@ -67,7 +67,12 @@ func checkFile(t *testing.T, s *Store, dir, path string, m *fileModel, step stri
 		t.Fatal(err)
 	}
 	defer s.table.put(ino)
-	real, err := readFiemap(ino.file.Fd(), ino.blockSize)
+	f, err := os.Open(filepath.Join(dir, path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	real, err := readFiemap(f.Fd(), ino.blockSize)
 	if err != nil {
 		t.Skipf("FIEMAP unsupported here: %v", err)
 	}

@@ -266,7 +266,7 @@ func (s *Store) Fallocate(ctx context.Context, path string, mode FallocateMode, 
 //
 // Preconditions: ino.lock is held exclusively.
 func (s *Store) reloadExtents(ino *inode) {
-	m, err := loadExtentMap(ino.file.Fd(), ino.blockSize)
+	m, err := loadExtentMap(ino.file, ino.blockSize)
 	if err != nil {
 		return
 	}

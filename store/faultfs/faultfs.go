@@ -44,6 +44,9 @@ const (
 	// OpWriteBack is File.WriteBack (sync_file_range). A failing one
 	// leaves the range dirty, as a failed writeback would.
 	OpWriteBack
+	// OpExtents is File.Extents (FIEMAP), which the store calls to rebuild
+	// its extent map when it opens a file.
+	OpExtents
 )
 
 func (o Op) String() string {
@@ -58,6 +61,8 @@ func (o Op) String() string {
 		return "truncate"
 	case OpWriteBack:
 		return "writeback"
+	case OpExtents:
+		return "extents"
 	}
 	return fmt.Sprintf("Op(%d)", int(o))
 }
@@ -74,7 +79,7 @@ type Rule struct {
 	// [Off, Off+Len); Len 0 means [Off, ∞). A write's range is the bytes it
 	// writes, a fallocate's the range it is given, a truncate's the single
 	// byte at the new size, a writeback's the range it writes back. Sync
-	// has no range: a rule for OpSync must leave both zero.
+	// and Extents have no range: a rule for them must leave both zero.
 	Off, Len int64
 	// Err is the errno matching calls fail with. A failing call does not
 	// reach the underlying file, except for the bytes a short write lets
@@ -100,10 +105,10 @@ type Rule struct {
 
 func (r Rule) validate() error {
 	switch {
-	case r.Op < OpWrite || r.Op > OpWriteBack:
+	case r.Op < OpWrite || r.Op > OpExtents:
 		return fmt.Errorf("faultfs: unknown op %v", r.Op)
-	case r.Op == OpSync && (r.Off != 0 || r.Len != 0):
-		return fmt.Errorf("faultfs: a sync has no byte range, but the rule gives [%d, +%d)", r.Off, r.Len)
+	case (r.Op == OpSync || r.Op == OpExtents) && (r.Off != 0 || r.Len != 0):
+		return fmt.Errorf("faultfs: %v has no byte range, but the rule gives [%d, +%d)", r.Op, r.Off, r.Len)
 	case r.After != 0 && r.Op != OpWrite:
 		return fmt.Errorf("faultfs: After applies to OpWrite only, not %v", r.Op)
 	case r.Off < 0 || r.Len < 0 || r.After < 0 || r.Times < 0:
@@ -222,7 +227,7 @@ func (f *FS) check(op Op, name string, off, n int64) verdict {
 }
 
 func (r Rule) overlaps(op Op, off, n int64) bool {
-	if op == OpSync {
+	if op == OpSync || op == OpExtents {
 		return true
 	}
 	if op == OpTruncate {
@@ -252,8 +257,10 @@ func (f *FS) SyncDir(name string) error { return f.base.SyncDir(name) }
 // Close implements store.FS by closing the underlying FS.
 func (f *FS) Close() error { return f.base.Close() }
 
-// faultFile applies its FS's rules to the five operations that can fail;
-// the rest pass straight through to the embedded File.
+// faultFile applies its FS's rules to the six operations that can fail;
+// ReadAt, Stat and Close pass straight through to the embedded File. Every
+// method that reports on the file's data or blocks is written out, so that
+// a method added to store.File is not served by the embedded File unseen.
 type faultFile struct {
 	store.File
 	fsys *FS
@@ -335,4 +342,15 @@ func (f *faultFile) WriteBack(off, n int64) error {
 		return f.fail("sync_file_range", v.err)
 	}
 	return f.File.WriteBack(off, n)
+}
+
+func (f *faultFile) Extents() ([]store.Extent, error) {
+	v := f.fsys.check(OpExtents, f.name, 0, 0)
+	if v.hold != nil {
+		<-v.hold
+	}
+	if v.err != 0 {
+		return nil, f.fail("extents", v.err)
+	}
+	return f.File.Extents()
 }

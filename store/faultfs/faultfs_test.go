@@ -68,6 +68,9 @@ func (c call) run(f store.File) (int, error) {
 		return 0, f.Truncate(c.off)
 	case faultfs.OpWriteBack:
 		return 0, f.WriteBack(c.off, c.length)
+	case faultfs.OpExtents:
+		_, err := f.Extents()
+		return 0, err
 	}
 	panic("unknown op")
 }
@@ -125,6 +128,16 @@ func TestRules(t *testing.T) {
 			rules: []faultfs.Rule{{Op: faultfs.OpWrite, Off: 4, Err: enospc}},
 			calls: []call{w(0, "abcd", 4, 0), w(100, "x", 0, enospc)},
 			wantF: "abcd", wantHit: []int{1},
+		},
+		{
+			name:  "a failed extent listing, then one that passes",
+			rules: []faultfs.Rule{{Op: faultfs.OpExtents, Err: eio, Times: 1}},
+			calls: []call{
+				{file: "f", op: faultfs.OpExtents, wantErr: eio},
+				{file: "f", op: faultfs.OpExtents},
+			},
+			wantF:   "",
+			wantHit: []int{1},
 		},
 		{
 			name:  "Times retires the rule",
@@ -274,6 +287,7 @@ func TestInjectRejectsMalformedRules(t *testing.T) {
 	for _, r := range []faultfs.Rule{
 		{},
 		{Op: faultfs.OpSync, Off: 1},
+		{Op: faultfs.OpExtents, Len: 1},
 		{Op: faultfs.OpTruncate, After: 1},
 		{Op: faultfs.OpWrite, Len: -1},
 	} {
