@@ -13,7 +13,7 @@ import (
 // The RPCs below are in the proto, and so in api/, before their handlers:
 // each answers UNIMPLEMENTED, as the generated UnimplementedFileServiceServer
 // would, until its issue lands. Whoever writes a handler deletes its stub
-// here, and this file once it is empty. They are spelled out, rather than
+// here, and this file once it is empty (with its mention in status.go). They are spelled out, rather than
 // inherited, so that fileServer embeds UnsafeFileServiceServer and the next
 // RPC added to the proto without a handler does not compile.
 
