@@ -15,16 +15,16 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
-// tokenAuth checks bearer tokens on both protocols. The gRPC interceptors
-// are the authority: the gateway forwards the caller's Authorization header
-// to the gRPC server as "authorization" metadata (runtime.AnnotateContext
+// tokenAuth checks bearer tokens on both protocols. The gRPC servers' tap
+// is the authority: the gateway forwards the caller's Authorization header
+// to its gRPC server as "authorization" metadata (runtime.AnnotateContext
 // does), so a REST call is checked where a gRPC call is, and the gateway
 // holds no credential of its own that could let a request through. The HTTP
 // middleware checks the same tokens once more in front of the gateway, so
@@ -140,40 +140,26 @@ func (a *tokenAuth) check(values []string) error {
 	return nil
 }
 
-// checkContext checks the "authorization" metadata of an incoming RPC.
-func (a *tokenAuth) checkContext(ctx context.Context, method string) error {
-	if strings.HasPrefix(method, openHealthPrefix) {
+// checkCall checks the "authorization" metadata of an incoming RPC; a nil
+// tokenAuth (authentication off) and the health service accept anything.
+// It runs in the gRPC servers' tap (see admitCall), when the call's headers
+// arrive: a refused call's message is never read, let alone decompressed.
+func (a *tokenAuth) checkCall(method string, md metadata.MD) error {
+	if a == nil || strings.HasPrefix(method, openHealthPrefix) {
 		return nil
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
 	if err := a.check(md.Get("authorization")); err != nil {
 		return status.Error(codes.Unauthenticated, err.Error())
 	}
 	return nil
 }
 
-// serverOptions are the interceptors that enforce tokens; nil when auth is
-// off. They are chained after the others, so a refused RPC is still logged.
-func (a *tokenAuth) serverOptions() []grpc.ServerOption {
-	if a == nil {
-		return nil
+// tap is checkCall as a grpc.InTapHandle.
+func (a *tokenAuth) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if err := a.checkCall(info.FullMethodName, info.Header); err != nil {
+		return nil, err
 	}
-	return []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-			if err := a.checkContext(ctx, info.FullMethod); err != nil {
-				return nil, err
-			}
-			return handler(ctx, req)
-		}),
-		// FileService has no streaming RPC, but health's Watch and
-		// reflection are streams.
-		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-			if err := a.checkContext(ss.Context(), info.FullMethod); err != nil {
-				return err
-			}
-			return handler(srv, ss)
-		}),
-	}
+	return ctx, nil
 }
 
 // httpMiddleware refuses requests without a valid token with 401 and the

@@ -250,7 +250,7 @@ func TestGatewayForwardsAuthorization(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(a.serverOptions()...)
+	srv := grpc.NewServer(grpc.InTapHandle(a.tap))
 	filewritev1.RegisterFileServiceServer(srv, fake)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)

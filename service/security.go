@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"net"
 	"strings"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 )
 
 // setupSecurity loads the tokens and the certificate that cfg names and
@@ -97,14 +94,4 @@ func isLoopbackAddr(addr string) (bool, error) {
 		}
 	}
 	return len(ips) > 0, nil
-}
-
-// securityServerOptions are the gRPC server's TLS credentials and token
-// interceptors, as configured.
-func (s *Server) securityServerOptions() []grpc.ServerOption {
-	opts := s.auth.serverOptions()
-	if s.tlsConf != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(s.tlsConf)))
-	}
-	return opts
 }

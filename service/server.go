@@ -19,6 +19,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -126,13 +127,20 @@ type Server struct {
 	health *health.Server
 	tel    *telemetry
 
+	// The public gRPC server, on Config.GRPCAddr.
 	grpcSrv *grpc.Server
 	grpcLis net.Listener
 
-	// The gateway, nil when Config.HTTPAddr is empty. It reaches the gRPC
-	// server through gatewayConn.
+	// The gateway, nil when Config.HTTPAddr is empty. It reaches a gRPC
+	// server of its own, gatewaySrv, through gatewayConn over gatewayLis, a
+	// pipe inside the process: the same FileService with the same token
+	// check and telemetry, but not the public listener's per-connection
+	// limits, which would make one connection's bound every REST caller's,
+	// and drained apart from it (see Shutdown).
 	httpSrv     *http.Server
 	httpLis     net.Listener
+	gatewaySrv  *grpc.Server
+	gatewayLis  *pipeListener
 	gatewayConn *grpc.ClientConn
 
 	// serveErr receives an error when a listener fails while serving.
@@ -196,7 +204,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{cfg: cfg, log: log, health: health.NewServer(), serveErr: make(chan error, 2)}
+	s := &Server{cfg: cfg, log: log, health: health.NewServer(), serveErr: make(chan error, 3)}
 	defer func() {
 		if err != nil {
 			s.closeAll()
@@ -231,7 +239,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("gRPC listener: %w", err)
 	}
-	s.grpcSrv = newGRPCServer(s.store, s.health, cfg.MaxRequestBytes, log, s.tel, s.securityServerOptions()...)
+	s.grpcSrv = newGRPCServer(s.store, s.health, cfg.MaxRequestBytes, log, s.tel, s.publicServerOptions()...)
 	if cfg.HTTPAddr != "" {
 		if err := s.startGateway(); err != nil {
 			return nil, err
@@ -246,6 +254,11 @@ func Start(cfg Config) (_ *Server, err error) {
 		}
 	}()
 	if s.httpSrv != nil {
+		go func() {
+			if err := s.gatewaySrv.Serve(s.gatewayLis); err != nil {
+				s.serveErr <- fmt.Errorf("gateway's gRPC server: %w", err)
+			}
+		}()
 		go func() {
 			if err := s.httpSrv.Serve(s.httpLis); !errors.Is(err, http.ErrServerClosed) {
 				s.serveErr <- fmt.Errorf("HTTP gateway: %w", err)
@@ -264,8 +277,11 @@ func Start(cfg Config) (_ *Server, err error) {
 
 func (s *Server) startGateway() (err error) {
 	limit := maxMessageBytes(s.cfg.MaxRequestBytes)
-	s.gatewayConn, err = grpc.NewClient("passthrough:///"+dialAddr(s.grpcLis.Addr()),
-		grpc.WithTransportCredentials(gatewayCredentials(s.tlsConf)),
+	s.gatewayLis = newPipeListener()
+	s.gatewaySrv = newGRPCServer(s.store, s.health, s.cfg.MaxRequestBytes, s.log, s.tel, s.gatewayServerOptions()...)
+	s.gatewayConn, err = grpc.NewClient("passthrough:///gateway",
+		grpc.WithContextDialer(s.gatewayLis.dial),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStatsHandler(s.tel.clientHandler()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limit), grpc.MaxCallSendMsgSize(limit)),
 	)
@@ -293,20 +309,6 @@ func (s *Server) startGateway() (err error) {
 	return nil
 }
 
-// dialAddr is how the gateway reaches a listener: a wildcard address
-// (":50051") is reached on loopback.
-func dialAddr(a net.Addr) string {
-	tcp, ok := a.(*net.TCPAddr)
-	if !ok || !tcp.IP.IsUnspecified() {
-		return a.String()
-	}
-	ip := net.IPv4(127, 0, 0, 1)
-	if tcp.IP.To4() == nil {
-		ip = net.IPv6loopback
-	}
-	return net.JoinHostPort(ip.String(), fmt.Sprint(tcp.Port))
-}
-
 // GRPCAddr is the address the gRPC server listens on.
 func (s *Server) GRPCAddr() net.Addr { return s.grpcLis.Addr() }
 
@@ -322,8 +324,9 @@ func (s *Server) HTTPAddr() net.Addr {
 //
 //  1. health turns NOT_SERVING, so load balancers and ghz stop sending;
 //  2. the gateway stops accepting and waits for its requests in flight,
-//     which still need the gRPC server, so it stops first;
-//  3. the gRPC server stops accepting and waits for its RPCs in flight;
+//     which still need its gRPC server, so that one stops after it;
+//  3. the public gRPC server stops accepting and waits for its RPCs in
+//     flight;
 //  4. the store syncs and closes every open file.
 //
 // Steps 2 and 3 share Config.DrainTimeout; past it, what still runs is
@@ -340,19 +343,9 @@ func (s *Server) Shutdown() error {
 			s.log.Warn("HTTP drain cut short", "error", err)
 			s.httpSrv.Close()
 		}
+		s.drainGRPC(ctx, s.gatewaySrv, "gateway's gRPC")
 	}
-	stopped := make(chan struct{})
-	go func() {
-		s.grpcSrv.GracefulStop()
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-	case <-ctx.Done():
-		s.log.Warn("gRPC drain cut short: cancelling RPCs in flight", "timeout", s.cfg.DrainTimeout)
-		s.grpcSrv.Stop()
-		<-stopped
-	}
+	s.drainGRPC(ctx, s.grpcSrv, "gRPC")
 	err := s.closeAll()
 	if err != nil {
 		s.log.Error("stopped with errors", "error", err)
@@ -360,6 +353,23 @@ func (s *Server) Shutdown() error {
 	}
 	s.log.Info("stopped: all files synced")
 	return nil
+}
+
+// drainGRPC stops srv gracefully, or, once ctx ends, cancels the RPCs it
+// still runs.
+func (s *Server) drainGRPC(ctx context.Context, srv *grpc.Server, name string) {
+	stopped := make(chan struct{})
+	go func() {
+		srv.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		s.log.Warn(name+" drain cut short: cancelling RPCs in flight", "timeout", s.cfg.DrainTimeout)
+		srv.Stop()
+		<-stopped
+	}
 }
 
 // closeAll releases whatever Start opened; Shutdown calls it after the
@@ -382,6 +392,12 @@ func (s *Server) closeAll() error {
 	}
 	if s.gatewayConn != nil {
 		s.gatewayConn.Close()
+	}
+	if s.gatewaySrv != nil {
+		s.gatewaySrv.Stop()
+	}
+	if s.gatewayLis != nil {
+		s.gatewayLis.Close()
 	}
 	if s.store != nil {
 		if err := s.store.Close(); err != nil {

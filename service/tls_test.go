@@ -1,7 +1,6 @@
 package service
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -22,7 +21,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
@@ -137,54 +135,6 @@ func TestTLS(t *testing.T) {
 	defer untrusting.Close()
 	_, err = healthpb.NewHealthClient(untrusting).Check(ctx, &healthpb.HealthCheckRequest{})
 	wantCode(t, "health from a client that does not trust the certificate", err, codes.Unavailable)
-}
-
-// TestGatewayPinsTheDaemonCertificate: the gateway's loopback connection
-// accepts only the certificate the daemon serves, so a listener that took
-// the gRPC port with another certificate gets no request from it.
-func TestGatewayPinsTheDaemonCertificate(t *testing.T) {
-	dir := testDir(t)
-	ours, theirs := newTestCert(t, dir, "ours"), newTestCert(t, dir, "theirs")
-	ourConf, err := serverTLS(ours.certFile, ours.keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name   string
-		served testCert
-		want   codes.Code
-	}{
-		{"the daemon's own certificate", ours, codes.OK},
-		{"another certificate, also valid for 127.0.0.1", theirs, codes.Unavailable},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			conf, err := serverTLS(tt.served.certFile, tt.served.keyFile)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lis, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(conf)))
-			healthpb.RegisterHealthServer(srv, health.NewServer())
-			go srv.Serve(lis)
-			defer srv.Stop()
-			conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(gatewayCredentials(ourConf)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			ctx, cancel := context.WithTimeout(testContext(t), 20*time.Second)
-			defer cancel()
-			_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
-			wantCode(t, "health through the gateway's credentials", err, tt.want)
-		})
-	}
-	if got := gatewayCredentials(nil).Info().SecurityProtocol; got != "insecure" {
-		t.Errorf("gateway credentials without TLS: %q, want insecure", got)
-	}
 }
 
 func TestStartRejectsBadTLS(t *testing.T) {

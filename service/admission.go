@@ -1,0 +1,75 @@
+package service
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/tap"
+)
+
+// What a caller must get past before the daemon spends anything on it.
+//
+// grpc-go reads and decompresses a request's whole message before any
+// interceptor runs, so a check in an interceptor comes after the cost. The
+// tap (grpc.InTapHandle) runs when a call's headers arrive, on the
+// connection's reader goroutine: it must be quick and must not block, and
+// what it refuses is answered at once and never read further.
+
+// Limits of the public gRPC listener, per connection (README: "Guarantees
+// and limits").
+const (
+	// maxConcurrentStreams bounds the calls one connection may have open
+	// at once; a client that opens more has them refused (REFUSED_STREAM,
+	// which grpc-go clients queue and retry). The load scenarios run at
+	// most 64 clients and give each its own connection. The gateway does
+	// not share this bound: it reaches its own gRPC server (gatewaySrv).
+	maxConcurrentStreams = 128
+
+	// keepaliveMinTime is the shortest interval between a client's
+	// keepalive pings, with or without calls open; pinging more often gets
+	// the connection closed (GOAWAY "too_many_pings"). grpc-go clients
+	// cannot ask for less than 10 s.
+	keepaliveMinTime = 10 * time.Second
+	// keepaliveTime is how long a connection may stay silent before the
+	// server pings it, and keepaliveTimeout how long the answer may take:
+	// a client that vanished stops holding its calls (and their memory)
+	// after about the sum.
+	keepaliveTime    = time.Minute
+	keepaliveTimeout = 20 * time.Second
+)
+
+// publicServerOptions are those of the gRPC server on --grpc-addr: TLS, the
+// tap that admits calls, and the per-connection limits.
+func (s *Server) publicServerOptions() []grpc.ServerOption {
+	opts := []grpc.ServerOption{
+		grpc.InTapHandle(s.admitCall),
+		grpc.MaxConcurrentStreams(maxConcurrentStreams),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
+	}
+	if s.tlsConf != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(s.tlsConf)))
+	}
+	return opts
+}
+
+// gatewayServerOptions are those of the gateway's own gRPC server, which
+// only the gateway reaches, over a pipe: no TLS (the bytes stay in the
+// process) and no per-connection limits (one connection carries every REST
+// request), but the same token check, on the Authorization header the
+// gateway forwards.
+func (s *Server) gatewayServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.InTapHandle(s.auth.tap)}
+}
+
+// admitCall is the public gRPC server's tap: a call without a valid token
+// is refused when its headers arrive.
+func (s *Server) admitCall(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if err := s.auth.checkCall(info.FullMethodName, info.Header); err != nil {
+		return nil, err
+	}
+	return ctx, nil
+}
