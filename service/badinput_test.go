@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -41,6 +42,10 @@ func startBadInputDaemon(t *testing.T) *daemon {
 		os.Symlink("../outside", filepath.Join(d.root, "escape-dir")),
 		os.Symlink("../outside/secret", filepath.Join(d.root, "escape-file")),
 		os.Symlink(filepath.Join(outside, "secret"), filepath.Join(d.root, "escape-abs")),
+		os.Symlink("loop", filepath.Join(d.root, "loop")),
+		os.Symlink("missingdir/f", filepath.Join(d.root, "dangling")),
+		syscall.Mkfifo(filepath.Join(d.root, "fifo"), 0o644),
+		syscall.Mknod(filepath.Join(d.root, "socket"), syscall.S_IFSOCK|0o644, 0),
 	} {
 		if err != nil {
 			t.Fatal(err)
@@ -102,6 +107,7 @@ func TestBadInputGRPC(t *testing.T) {
 		punch    = filewritev1.FallocateMode_FALLOCATE_MODE_PUNCH_HOLE
 	)
 	absolute := filepath.Join(d.dir, "outside", "secret")
+	long255 := strings.Repeat("y", 256)
 	tests := []struct {
 		name string
 		call call
@@ -154,6 +160,19 @@ func TestBadInputGRPC(t *testing.T) {
 		{"fsync: missing file", fsync("missing.bin"), codes.NotFound},
 		{"fsync: .. path", fsync(".."), codes.InvalidArgument},
 		{"fsync: 5000-byte path", fsync(strings.Repeat("b", 5000)), codes.InvalidArgument},
+		// Refused before the directories above are made, or they stay.
+		{"write: element over 255 bytes", w("leak1/leak2/"+long255, 0, "x"), codes.InvalidArgument},
+		{"truncate: element over 255 bytes", truncate("leak1/leak2/"+long255, 0), codes.InvalidArgument},
+		{"fallocate: element over 255 bytes", fallocate("dir/leak/"+long255, allocate, 0, 4096), codes.InvalidArgument},
+		{"write: a FIFO", w("fifo", 0, "x"), codes.InvalidArgument},
+		{"read: a FIFO", read("fifo", 0, 1), codes.InvalidArgument},
+		{"write: a unix socket", w("socket", 0, "x"), codes.InvalidArgument},
+		{"stat: a unix socket", stat("socket"), codes.InvalidArgument},
+		{"read: a unix socket", read("socket", 0, 1), codes.InvalidArgument},
+		{"write: a symlink loop", w("loop", 0, "x"), codes.InvalidArgument},
+		{"write: a symlink to a missing directory", w("dangling", 0, "x"), codes.InvalidArgument},
+		{"truncate: a symlink to a missing directory", truncate("dangling", 0), codes.InvalidArgument},
+		{"read: a symlink to a missing directory", read("dangling", 0, 1), codes.NotFound},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -193,6 +212,9 @@ func TestBadInputHTTP(t *testing.T) {
 		{"PUT: past --max-file-size", "PUT", fmt.Sprintf("/v1/files/existing.bin?offset=%d", testMaxFileSize-2), []byte("abcd"), octet, 429, codes.ResourceExhausted},
 		{"PUT: body over --max-request-bytes", "PUT", "/v1/files/existing.bin", make([]byte, testMaxRequestBytes+1), octet, 429, codes.ResourceExhausted},
 		{"PUT: unknown sync", "PUT", "/v1/files/existing.bin?sync=later", []byte("x"), octet, 400, codes.InvalidArgument},
+		{"PUT: element over 255 bytes", "PUT", "/v1/files/leak1/leak2/" + strings.Repeat("y", 256), []byte("x"), octet, 400, codes.InvalidArgument},
+		{"PUT: a FIFO", "PUT", "/v1/files/fifo", []byte("x"), octet, 400, codes.InvalidArgument},
+		{"GET stat: a unix socket", "GET", "/v1/files/socket", nil, nil, 400, codes.InvalidArgument},
 		{"POST :write: data over --max-request-bytes", "POST", "/v1/files/existing.bin:write",
 			[]byte(`{"data":"` + b64(make([]byte, testMaxRequestBytes+1)) + `"}`), json, 429, codes.ResourceExhausted},
 		{"POST :write: unknown sync number", "POST", "/v1/files/existing.bin:write", []byte(`{"data":"eA==","sync":99}`), json, 400, codes.InvalidArgument},

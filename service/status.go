@@ -43,6 +43,7 @@ func toStatus(err error) error {
 		errors.Is(err, store.ErrPathTooLong),
 		errors.Is(err, store.ErrPathEscapes),
 		errors.Is(err, store.ErrIsDirectory),
+		errors.Is(err, store.ErrNotRegular),
 		errors.Is(err, store.ErrInvalidOffset),
 		errors.Is(err, store.ErrInvalidMode):
 		code = codes.InvalidArgument

@@ -25,6 +25,7 @@ func TestToStatus(t *testing.T) {
 		{"path too long", wrap(store.ErrPathTooLong), codes.InvalidArgument},
 		{"path escapes", wrap(store.ErrPathEscapes), codes.InvalidArgument},
 		{"is a directory", wrap(store.ErrIsDirectory), codes.InvalidArgument},
+		{"not a regular file", wrap(store.ErrNotRegular), codes.InvalidArgument},
 		{"invalid offset", wrap(store.ErrInvalidOffset), codes.InvalidArgument},
 		{"invalid mode", wrap(store.ErrInvalidMode), codes.InvalidArgument},
 		{"not found", wrap(store.ErrNotFound), codes.NotFound},

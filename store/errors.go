@@ -8,9 +8,13 @@ import "errors"
 // has changed nothing.
 var (
 	// ErrInvalidPath is returned when a path is empty, absolute, not clean,
-	// contains "..", a NUL byte, or names the root itself.
+	// contains "..", a NUL byte or invalid UTF-8, or names the root itself;
+	// and when the filesystem cannot follow it: a parent that is not a
+	// directory, a symlink loop, or, for an operation that creates the
+	// file, a symlink to a directory that does not exist.
 	ErrInvalidPath = errors.New("invalid path")
-	// ErrPathTooLong is returned when a path is longer than MaxPathLen bytes.
+	// ErrPathTooLong is returned when a path is longer than MaxPathLen
+	// bytes, or an element of it longer than MaxNameLen.
 	ErrPathTooLong = errors.New("path too long")
 	// ErrPathEscapes is returned when a path resolves, through a symlink,
 	// outside the root.
@@ -22,6 +26,9 @@ var (
 	ErrInvalidMode = errors.New("invalid mode")
 	// ErrIsDirectory is returned when a path names a directory.
 	ErrIsDirectory = errors.New("is a directory")
+	// ErrNotRegular is returned when a path names something that is neither
+	// a regular file nor a directory: a FIFO, a socket, a device.
+	ErrNotRegular = errors.New("not a regular file")
 	// ErrNotFound is returned by Read, Stat, Extents and Fsync for a file that
 	// does not exist.
 	ErrNotFound = errors.New("file not found")
@@ -53,3 +60,7 @@ var (
 
 // MaxPathLen is the longest path accepted, in bytes (Linux's PATH_MAX).
 const MaxPathLen = 4096
+
+// MaxNameLen is the longest element of a path accepted, in bytes (Linux's
+// NAME_MAX, the limit of ext4, XFS, btrfs and tmpfs).
+const MaxNameLen = 255

@@ -395,7 +395,7 @@ func TestReadFiemapExt4(t *testing.T) {
 				t.Errorf("size: got %d, want %d", got, want)
 			}
 			// loadExtentMap must agree where FIEMAP works.
-			loaded, err := loadExtentMap(osFile{f}, b)
+			loaded, err := loadExtentMap(osFile{f, "f"}, b)
 			if err != nil {
 				t.Fatalf("loadExtentMap: %v", err)
 			}
@@ -535,7 +535,7 @@ func TestLoadExtentMapFallback(t *testing.T) {
 		if _, err := readFiemap(f.Fd(), b); !errors.Is(err, ErrUnsupported) {
 			t.Fatalf("readFiemap on tmpfs: got error %v, want ErrUnsupported", err)
 		}
-		m, err := loadExtentMap(osFile{f}, b)
+		m, err := loadExtentMap(osFile{f, "f"}, b)
 		if err != nil {
 			t.Fatalf("loadExtentMap: %v", err)
 		}
@@ -550,7 +550,7 @@ func TestLoadExtentMapFallback(t *testing.T) {
 		}
 		defer r.Close()
 		defer w.Close()
-		m, err := loadExtentMap(osFile{r}, 4096)
+		m, err := loadExtentMap(osFile{r, "r"}, 4096)
 		if err != nil {
 			t.Fatalf("loadExtentMap: %v", err)
 		}

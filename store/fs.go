@@ -26,6 +26,12 @@ type FS interface {
 	// SyncDir is fsync(2) of directory name ("." is the root): when it
 	// returns nil, the entries created in it are durable.
 	SyncDir(name string) error
+	// Mkdir is mkdir(2) of name; an error matching fs.ErrExist if name
+	// exists, whatever it is.
+	Mkdir(name string, perm fs.FileMode) error
+	// Remove is unlink(2) of a file, or rmdir(2) of an empty directory. A
+	// symlink in name's last element is removed, not followed.
+	Remove(name string) error
 	// Close releases the root.
 	Close() error
 }
@@ -86,6 +92,9 @@ type FileInfo struct {
 	BlockSize int64 // st_blksize
 	Dev, Ino  uint64
 	IsDir     bool
+	// Type is the file's type: the fs.ModeType bits of its mode (0 for a
+	// regular file).
+	Type fs.FileMode
 }
 
 // OSFS is the operating system's file layer below a directory, opened
@@ -114,12 +123,22 @@ func (f *OSFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return osFile{file}, nil
+	return osFile{file, name}, nil
 }
 
 // MkdirAll implements FS.
 func (f *OSFS) MkdirAll(name string, perm fs.FileMode) error {
 	return f.root.MkdirAll(name, perm)
+}
+
+// Mkdir implements FS.
+func (f *OSFS) Mkdir(name string, perm fs.FileMode) error {
+	return f.root.Mkdir(name, perm)
+}
+
+// Remove implements FS.
+func (f *OSFS) Remove(name string) error {
+	return f.root.Remove(name)
 }
 
 // SyncDir implements FS.
@@ -129,16 +148,39 @@ func (f *OSFS) SyncDir(name string) error {
 		return err
 	}
 	err = d.Sync()
-	return errors.Join(err, d.Close())
+	return errors.Join(relative(err, name), d.Close())
 }
 
 // Close implements FS.
 func (f *OSFS) Close() error { return f.root.Close() }
 
-// osFile adapts *os.File to File.
-type osFile struct{ *os.File }
+// osFile adapts *os.File to File. Its errors name the file by name, its
+// path below the root: the *os.File's own name starts with the root's
+// path, which is the daemon's business, not its callers'.
+type osFile struct {
+	*os.File
+	name string
+}
 
 var _ File = osFile{}
+
+// relative names the file of a *os.PathError by name.
+func relative(err error, name string) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return &os.PathError{Op: pe.Op, Path: name, Err: pe.Err}
+	}
+	return err
+}
+
+func (f osFile) ReadAt(p []byte, off int64) (int, error) {
+	n, err := f.File.ReadAt(p, off)
+	return n, relative(err, f.name)
+}
+
+func (f osFile) Truncate(size int64) error { return relative(f.File.Truncate(size), f.name) }
+
+func (f osFile) Close() error { return relative(f.File.Close(), f.name) }
 
 // WriteAt is pwrite(2), repeated until p is written. It does not use
 // os.File.WriteAt, which loses the bytes of a write cut short by an error:
@@ -155,9 +197,9 @@ func (f osFile) WriteAt(p []byte, off int64) (int, error) {
 		case err == unix.EINTR:
 			continue
 		case err != nil:
-			return written, &os.PathError{Op: "write", Path: f.Name(), Err: err}
+			return written, &os.PathError{Op: "write", Path: f.name, Err: err}
 		case n == 0:
-			return written, &os.PathError{Op: "write", Path: f.Name(), Err: io.ErrUnexpectedEOF}
+			return written, &os.PathError{Op: "write", Path: f.name, Err: io.ErrUnexpectedEOF}
 		}
 		written += n
 	}
@@ -171,7 +213,7 @@ func (f osFile) Fallocate(mode uint32, off, length int64) error {
 			continue
 		}
 		if err != nil {
-			return &os.PathError{Op: "fallocate", Path: f.Name(), Err: err}
+			return &os.PathError{Op: "fallocate", Path: f.name, Err: err}
 		}
 		return nil
 	}
@@ -179,7 +221,7 @@ func (f osFile) Fallocate(mode uint32, off, length int64) error {
 
 func (f osFile) Sync(dataOnly bool) error {
 	if !dataOnly {
-		return f.File.Sync()
+		return relative(f.File.Sync(), f.name)
 	}
 	for {
 		err := unix.Fdatasync(int(f.File.Fd()))
@@ -187,7 +229,7 @@ func (f osFile) Sync(dataOnly bool) error {
 			continue
 		}
 		if err != nil {
-			return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
+			return &os.PathError{Op: "fdatasync", Path: f.name, Err: err}
 		}
 		return nil
 	}
@@ -197,7 +239,7 @@ func (f osFile) WriteBack(off, n int64) error {
 	const flags = unix.SYNC_FILE_RANGE_WAIT_BEFORE | unix.SYNC_FILE_RANGE_WRITE | unix.SYNC_FILE_RANGE_WAIT_AFTER
 	err := unix.SyncFileRange(int(f.File.Fd()), off, n, flags)
 	if err != nil {
-		return &os.PathError{Op: "sync_file_range", Path: f.Name(), Err: err}
+		return &os.PathError{Op: "sync_file_range", Path: f.name, Err: err}
 	}
 	return nil
 }
@@ -214,8 +256,13 @@ func (f osFile) Extents() ([]Extent, error) {
 func (f osFile) Stat() (FileInfo, error) {
 	fi, err := f.File.Stat()
 	if err != nil {
-		return FileInfo{}, err
+		return FileInfo{}, relative(err, f.name)
 	}
+	return fileInfoOf(fi)
+}
+
+// fileInfoOf takes what the store uses from an os.FileInfo of Linux.
+func fileInfoOf(fi fs.FileInfo) (FileInfo, error) {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
 		return FileInfo{}, errors.New("fstat: no syscall.Stat_t")
@@ -227,5 +274,6 @@ func (f osFile) Stat() (FileInfo, error) {
 		Dev:       st.Dev,
 		Ino:       st.Ino,
 		IsDir:     fi.IsDir(),
+		Type:      fi.Mode().Type(),
 	}, nil
 }

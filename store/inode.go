@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
-	"os"
 	"path"
 	"slices"
 	"sync"
@@ -276,23 +275,44 @@ func (t *inodeTable) makeRoomLocked() error {
 }
 
 // openInode opens the descriptors and rebuilds the size and the extent map
-// from the file.
-func (t *inodeTable) openInode(ino *inode, create bool) error {
-	f, err := t.fsys.OpenFile(ino.key, os.O_RDWR, 0)
+// from the file. A file or directories it created for a file it then
+// refuses are taken back.
+func (t *inodeTable) openInode(ino *inode, create bool) (err error) {
+	f, err := t.fsys.OpenFile(ino.key, openFlags, 0)
+	var made creation
 	if create && errors.Is(err, fs.ErrNotExist) {
-		f, err = t.createFile(ino)
+		if f, made, err = createFile(t.fsys, ino.key); err == nil {
+			// Every ancestor up to the root: any of them may be new, made
+			// here or by a create running beside this one.
+			for dir := path.Dir(ino.key); ; dir = path.Dir(dir) {
+				ino.newDirs = append(ino.newDirs, dir)
+				if dir == "." {
+					break
+				}
+			}
+			ino.dirsPending.Store(true)
+		}
 	}
 	if err != nil {
 		return mapOpenErr(ino.key, err)
 	}
+	defer func() {
+		if err != nil {
+			made.undo(t.fsys) // the descriptors are closed by now
+		}
+	}()
 	fi, err := f.Stat()
 	if err != nil {
 		f.Close()
 		return fmt.Errorf("stat %s: %w", ino.key, err)
 	}
-	if fi.IsDir {
+	switch {
+	case fi.IsDir:
 		f.Close()
 		return fmt.Errorf("%w: %s", ErrIsDirectory, ino.key)
+	case fi.Type != 0:
+		f.Close()
+		return fmt.Errorf("%w: %s is a %s", ErrNotRegular, ino.key, fileKind(fi.Type))
 	}
 	ino.file = f
 	ino.dev, ino.ino = fi.Dev, fi.Ino
@@ -301,10 +321,10 @@ func (t *inodeTable) openInode(ino *inode, create bool) error {
 		ino.blockSize = 4096
 	}
 	if t.opts.IO == IODirect {
-		df, err := t.fsys.OpenFile(ino.key, os.O_RDWR|syscall.O_DIRECT, 0)
+		df, err := t.openDirect(ino)
 		if err != nil {
 			f.Close()
-			return mapOpenErr(ino.key, err)
+			return err
 		}
 		ino.direct = df
 	}
@@ -325,27 +345,37 @@ func (t *inodeTable) openInode(ino *inode, create bool) error {
 	return nil
 }
 
-// createFile creates ino's file and its missing parent directories, and
-// notes the directories whose entries are not yet durable.
-func (t *inodeTable) createFile(ino *inode) (File, error) {
-	if dir := path.Dir(ino.key); dir != "." {
-		if err := t.fsys.MkdirAll(dir, 0o755); err != nil {
-			return nil, err // mapOpenErr turns EEXIST into ErrInvalidPath
-		}
-	}
-	f, err := t.fsys.OpenFile(ino.key, os.O_RDWR|os.O_CREATE, 0o644)
+// openDirect opens ino's O_DIRECT descriptor, by name again, and checks
+// that it reached the file the buffered one did.
+func (t *inodeTable) openDirect(ino *inode) (File, error) {
+	df, err := t.fsys.OpenFile(ino.key, openFlags|syscall.O_DIRECT, 0)
 	if err != nil {
-		return nil, err
+		return nil, mapOpenErr(ino.key, err)
 	}
-	// Every ancestor up to the root: any of them may be new.
-	for dir := path.Dir(ino.key); ; dir = path.Dir(dir) {
-		ino.newDirs = append(ino.newDirs, dir)
-		if dir == "." {
-			break
-		}
+	fi, err := df.Stat()
+	if err == nil && (fi.Dev != ino.dev || fi.Ino != ino.ino) {
+		err = errors.New("the file was replaced while it was being opened")
 	}
-	ino.dirsPending.Store(true)
-	return f, nil
+	if err != nil {
+		df.Close()
+		return nil, fmt.Errorf("open %s for direct I/O: %w", ino.key, err)
+	}
+	return df, nil
+}
+
+// fileKind names a file type that is not a regular file's.
+func fileKind(t fs.FileMode) string {
+	switch {
+	case t&fs.ModeNamedPipe != 0:
+		return "FIFO"
+	case t&fs.ModeSocket != 0:
+		return "socket"
+	case t&fs.ModeCharDevice != 0:
+		return "character device"
+	case t&fs.ModeDevice != 0:
+		return "block device"
+	}
+	return "special file"
 }
 
 // syncFile is the file's fdatasync/fsync for its group commit. The first
@@ -380,21 +410,27 @@ func (ino *inode) closeFiles() {
 // mapOpenErr turns open(2)/os.Root errors into the store's sentinels.
 func mapOpenErr(name string, err error) error {
 	switch {
+	case errors.Is(err, ErrInvalidPath):
+		return err // createFile's own verdict
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("%w: %s", ErrNotFound, name)
 	case errors.Is(err, syscall.EISDIR):
 		return fmt.Errorf("%w: %s", ErrIsDirectory, name)
-	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EEXIST):
-		// os.Root's MkdirAll says EEXIST where os.MkdirAll says ENOTDIR:
-		// a parent exists and is not a directory. open(2) without O_EXCL
-		// never returns EEXIST, so it can mean nothing else here.
+	case errors.Is(err, syscall.ENOTDIR):
 		return fmt.Errorf("%w: a parent of %s is not a directory", ErrInvalidPath, name)
 	case errors.Is(err, syscall.ENAMETOOLONG):
 		// validatePath bounds the whole path; the filesystem bounds each
 		// element too (NAME_MAX, 255 bytes on ext4).
 		return fmt.Errorf("%w: an element of %s is longer than the filesystem allows", ErrPathTooLong, name)
-	case errors.Is(err, syscall.ELOOP), isEscape(err):
+	case errors.Is(err, syscall.ELOOP):
+		// os.Root says ELOOP for a chain of symlinks too long to be
+		// anything but a loop; one that leads out is isEscape.
+		return fmt.Errorf("%w: %s: too many levels of symbolic links (a symlink loop?)", ErrInvalidPath, name)
+	case isEscape(err):
 		return fmt.Errorf("%w: %s", ErrPathEscapes, name)
+	case errors.Is(err, syscall.ENXIO):
+		// open(2) of a unix socket, or of a device with no driver.
+		return fmt.Errorf("%w: %s is a socket or a device", ErrNotRegular, name)
 	case errors.Is(err, syscall.EINVAL) || errors.Is(err, unix.EOPNOTSUPP):
 		return fmt.Errorf("%w: open %s: %w", ErrUnsupported, name, err)
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"syscall"
 
 	"go.opentelemetry.io/otel/metric"
@@ -349,6 +350,10 @@ func (s *Store) Locks(limit int) []FileLocks {
 // ioError maps a failed syscall to the store's sentinels, naming the path
 // and the bytes that reached the file.
 func ioError(op, path string, err error, written int) error {
+	// The file layer's *os.PathError says op and path again: keep its errno.
+	if pe, ok := err.(*os.PathError); ok {
+		err = pe.Err
+	}
 	switch {
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		return fmt.Errorf("%w: %s %s: %d bytes written before: %w", ErrNoSpace, op, path, written, err)

@@ -5,12 +5,17 @@ import (
 	"math"
 	"path"
 	"strings"
+	"unicode/utf8"
 )
 
 // validatePath checks name before anything touches the filesystem. The
 // rules are os.Root's plus those that make a path one canonical key in the
-// inode table: relative, clean, no "..", no NUL, at most MaxPathLen bytes,
-// and not the root itself. Symlinks are os.Root's to refuse.
+// inode table: relative, clean, no "..", no NUL, valid UTF-8 (the only
+// names the API's strings can carry), at most MaxPathLen bytes and
+// MaxNameLen bytes an element, and not the root itself. An element too long
+// for the filesystem is refused here rather than by open(2), which would
+// see it only once the directories above it were made. Symlinks are
+// os.Root's to refuse.
 func validatePath(name string) error {
 	switch {
 	case name == "":
@@ -19,14 +24,19 @@ func validatePath(name string) error {
 		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrPathTooLong, len(name), MaxPathLen)
 	case strings.IndexByte(name, 0) >= 0:
 		return fmt.Errorf("%w: contains a NUL byte", ErrInvalidPath)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: %q is not valid UTF-8", ErrInvalidPath, name)
 	case strings.HasPrefix(name, "/"):
 		return fmt.Errorf("%w: %q is absolute, want a path relative to the root", ErrInvalidPath, name)
 	case name == ".":
 		return fmt.Errorf("%w: %q names the root itself, want a file below it", ErrInvalidPath, name)
 	}
-	for _, elem := range strings.Split(name, "/") {
+	for elem := range strings.SplitSeq(name, "/") {
 		if elem == ".." {
 			return fmt.Errorf("%w: %q contains \"..\"", ErrInvalidPath, name)
+		}
+		if len(elem) > MaxNameLen {
+			return fmt.Errorf("%w: an element of %d bytes (%.16q...), the limit is %d", ErrPathTooLong, len(elem), elem, MaxNameLen)
 		}
 	}
 	if clean := path.Clean(name); clean != name {

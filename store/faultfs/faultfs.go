@@ -254,6 +254,12 @@ func (f *FS) MkdirAll(name string, perm fs.FileMode) error { return f.base.Mkdir
 // SyncDir implements store.FS; no rule applies to it.
 func (f *FS) SyncDir(name string) error { return f.base.SyncDir(name) }
 
+// Mkdir implements store.FS; no rule applies to it.
+func (f *FS) Mkdir(name string, perm fs.FileMode) error { return f.base.Mkdir(name, perm) }
+
+// Remove implements store.FS; no rule applies to it.
+func (f *FS) Remove(name string) error { return f.base.Remove(name) }
+
 // Close implements store.FS by closing the underlying FS.
 func (f *FS) Close() error { return f.base.Close() }
 
