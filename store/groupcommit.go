@@ -36,6 +36,8 @@ type groupCommit struct {
 	sync func(dataOnly bool) error
 	// onBatch reports how many callers one sync covered.
 	onBatch func(callers int)
+	// wait says where the callers' waits are reported.
+	wait waitTrace
 
 	// syncs counts issued syncs, for tests and benchmarks.
 	syncs atomic.Int64
@@ -76,10 +78,11 @@ type syncBatch struct {
 	done chan struct{}
 }
 
-// do makes every write to the file made before the call durable: fdatasync
-// semantics unless full. ctx only bounds the caller's wait: a sync that
-// started runs to its end for the other callers it covers.
-func (g *groupCommit) do(ctx context.Context, full bool, wt waitTrace) error {
+// waitDurable makes every write to the file made before the call durable,
+// sharing a sync with concurrent callers, and returns once it is:
+// fdatasync semantics unless full. ctx only bounds the caller's wait: a
+// sync that started runs to its end for the other callers it covers.
+func (g *groupCommit) waitDurable(ctx context.Context, full bool) error {
 	if g.mode == FsyncPerCall {
 		b := &syncBatch{callers: 1, full: full, done: make(chan struct{})}
 		g.mu.Lock()
@@ -113,7 +116,7 @@ func (g *groupCommit) do(ctx context.Context, full bool, wt waitTrace) error {
 		g.run(b)
 		return b.err
 	}
-	ws := wt.tel.startWait(ctx, SpanFsyncWait, lockNone, g.mode.String(), wt.policy, wt.path, links)
+	ws := g.wait.tel.startWait(ctx, SpanFsyncWait, lockNone, g.mode.String(), g.wait.policy, g.wait.path, links)
 	select {
 	case <-b.done:
 		ws.end(ctx, b.err)

@@ -23,6 +23,7 @@ type inode struct {
 	direct    File   // O_DIRECT descriptor in IODirect mode, else nil
 	blockSize int64
 	dev, ino  uint64
+	wait      waitTrace // where the waits on this inode are reported
 
 	// lock is the rwsem; see the policy table in doc.go.
 	lock inodeLock
@@ -336,11 +337,14 @@ func (t *inodeTable) openInode(ino *inode, create bool) (err error) {
 	ino.extents = m
 	ino.size.Store(fi.Size)
 	ino.inflight = newInflightCounter()
+	ino.wait = waitTrace{tel: t.telemetry, policy: t.opts.Policy, path: ino.key}
+	ino.lock.wait, ino.lock.maxWaiters = ino.wait, t.opts.MaxWaitersPerFile
 	ino.commit = groupCommit{
 		mode:    t.opts.Fsync,
 		delay:   t.opts.FsyncTimerDelay,
 		sync:    func(dataOnly bool) error { return t.syncFile(ino, dataOnly) },
 		onBatch: t.telemetry.recordBatch,
+		wait:    ino.wait,
 	}
 	return nil
 }
@@ -462,8 +466,7 @@ func (t *inodeTable) closeAll() error {
 		// Through the group commit, not straight to fsync: a sync that
 		// failed before must make this one fail too (see groupCommit), or
 		// Close would call data durable that the kernel dropped.
-		wt := waitTrace{tel: t.telemetry, policy: t.opts.Policy, path: ino.key}
-		if err := ino.commit.do(context.Background(), true, wt); err != nil {
+		if err := ino.commit.waitDurable(context.Background(), true); err != nil {
 			errs = append(errs, fmt.Errorf("sync %s: %w", ino.key, err))
 		}
 		ino.closeFiles()

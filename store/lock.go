@@ -37,7 +37,7 @@ func (m lockMode) String() string {
 type holder struct {
 	mode   lockMode // lockShared or lockExclusive
 	op     string   // "write", "truncate", ...
-	reason string   // why this mode (see decide)
+	reason string   // why this mode (see writeLockMode)
 	span   trace.SpanContext
 
 	// The rest is guarded by inodeLock.mu.
@@ -63,6 +63,12 @@ type waiter struct {
 // neither side starves. Like Linux's rwsem, it is not reentrant: a holder
 // must not acquire it again.
 type inodeLock struct {
+	// wait says where the lock's waits are reported, and maxWaiters > 0
+	// bounds its queue. Both are set when the inode opens, before anyone
+	// can take the lock, and never change.
+	wait       waitTrace
+	maxWaiters int
+
 	// mu guards every field below. It is held only for queue bookkeeping,
 	// never across I/O.
 	mu       sync.Mutex
@@ -176,7 +182,9 @@ func (l *inodeLock) holderSpansLocked() []trace.SpanContext {
 	return out
 }
 
-// waitTrace says where a wait is reported.
+// waitTrace says where the waits of one inode are reported. Each inode sets
+// its own once, when it opens (inode.wait), and hands it to its lock and
+// its group commit.
 type waitTrace struct {
 	tel    *Telemetry
 	policy Policy
@@ -185,8 +193,8 @@ type waitTrace struct {
 
 // acquire takes the lock in h.mode (lockShared or lockExclusive). If it must
 // wait, the wait is traced and abandoned when ctx ends: the caller then gets
-// ctx's error and does not hold the lock. maxWaiters > 0 bounds the queue.
-func (l *inodeLock) acquire(ctx context.Context, h *holder, maxWaiters int, wt waitTrace) error {
+// ctx's error and does not hold the lock. l.maxWaiters > 0 bounds the queue.
+func (l *inodeLock) acquire(ctx context.Context, h *holder) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -195,9 +203,9 @@ func (l *inodeLock) acquire(ctx context.Context, h *holder, maxWaiters int, wt w
 		l.mu.Unlock()
 		return nil
 	}
-	if maxWaiters > 0 && l.nwaiting >= maxWaiters {
+	if l.maxWaiters > 0 && l.nwaiting >= l.maxWaiters {
 		l.mu.Unlock()
-		return errTooManyWaiters(maxWaiters)
+		return errTooManyWaiters(l.maxWaiters)
 	}
 	w := &waiter{h: h, ready: make(chan struct{})}
 	w.prev = l.tail
@@ -211,7 +219,7 @@ func (l *inodeLock) acquire(ctx context.Context, h *holder, maxWaiters int, wt w
 	links := l.holderSpansLocked()
 	l.mu.Unlock()
 
-	span := wt.tel.startWait(ctx, SpanLockWait, h.mode, h.reason, wt.policy, wt.path, links)
+	span := l.wait.tel.startWait(ctx, SpanLockWait, h.mode, h.reason, l.wait.policy, l.wait.path, links)
 	select {
 	case <-w.ready:
 		span.end(ctx, nil)

@@ -79,7 +79,7 @@ func (s *Store) SyncAll(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("sync %s: %w", key, err))
 			continue
 		}
-		if err := ino.commit.do(ctx, true, s.waitTrace(ino)); err != nil {
+		if err := ino.commit.waitDurable(ctx, true); err != nil {
 			errs = append(errs, fmt.Errorf("sync %s: %w", ino.key, err))
 		}
 		s.table.put(ino)
@@ -167,7 +167,7 @@ func (s *Store) Fsync(ctx context.Context, path string, dataOnly bool) error {
 		return err
 	}
 	defer s.table.put(ino)
-	return ino.commit.do(ctx, !dataOnly, s.waitTrace(ino))
+	return ino.commit.waitDurable(ctx, !dataOnly)
 }
 
 // Truncate sets the size of path, creating it if missing. Once it returns,

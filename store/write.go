@@ -27,10 +27,10 @@ const (
 // rangeClass says which block states a range touches.
 type rangeClass struct{ holes, unwritten, written bool }
 
-// decide is the lock-mode table of doc.go for a write of [off, end) into a
-// file of the given size whose touched blocks are c. aligned says whether
-// off and end fall on block boundaries.
-func decide(p Policy, io IOMode, size, end int64, aligned bool, c rangeClass) (lockMode, string) {
+// writeLockMode is the lock-mode table of doc.go: the mode, and its reason,
+// for a write of [off, end) into a file of the given size whose touched
+// blocks are c. aligned says whether off and end fall on block boundaries.
+func writeLockMode(p Policy, io IOMode, size, end int64, aligned bool, c rangeClass) (lockMode, string) {
 	switch {
 	case end > size:
 		return lockExclusive, ReasonExtending
@@ -64,9 +64,10 @@ func decide(p Policy, io IOMode, size, end int64, aligned bool, c rangeClass) (l
 	return lockExclusive, ReasonPolicy
 }
 
-// decideFor reads the size and the extent map without the inode lock; the
-// caller re-checks under it.
-func (s *Store) decideFor(ino *inode, off, end int64) (lockMode, string) {
+// writeLockModeOf looks up in the table the mode a write of [off, end) to
+// ino needs now, from its size and extent map. Read without the inode lock,
+// the answer is a guess the caller re-checks under the lock.
+func (s *Store) writeLockModeOf(ino *inode, off, end int64) (lockMode, string) {
 	size := ino.size.Load()
 	if end > size {
 		return lockExclusive, ReasonExtending
@@ -77,7 +78,7 @@ func (s *Store) decideFor(ino *inode, off, end int64) (lockMode, string) {
 		c.holes, c.unwritten, c.written = ino.extents.classify(ino.extents.blocksTouched(off, end))
 		ino.extentMu.Unlock()
 	}
-	return decide(s.opts.Policy, s.opts.IO, size, end, ino.aligned(off, end), c)
+	return writeLockMode(s.opts.Policy, s.opts.IO, size, end, ino.aligned(off, end), c)
 }
 
 // AppliedWrite is a write whose bytes reached the file: every later Read
@@ -166,7 +167,7 @@ func (s *Store) write(ctx context.Context, ino *inode, off int64, data []byte, s
 	end := off + int64(len(data))
 	span := trace.SpanContextFromContext(ctx)
 	for attempt := 0; ; attempt++ {
-		mode, reason := s.decideFor(ino, off, end)
+		mode, reason := s.writeLockModeOf(ino, off, end)
 		if attempt > 0 {
 			// The file changed under an optimistic decision once already:
 			// stop guessing.
@@ -179,7 +180,7 @@ func (s *Store) write(ctx context.Context, ino *inode, off int64, data []byte, s
 		if mode != lockExclusive {
 			// The size and blocks cannot change while we hold the lock
 			// in any mode: re-check the decision made without it.
-			if again, _ := s.decideFor(ino, off, end); again > mode {
+			if again, _ := s.writeLockModeOf(ino, off, end); again > mode {
 				ino.lock.release(h)
 				continue
 			}
@@ -230,7 +231,7 @@ func (s *Store) syncWrite(ctx context.Context, ino *inode, sync SyncMode) error 
 	if sync == SyncNone {
 		return nil
 	}
-	return ino.commit.do(ctx, sync == SyncFull, s.waitTrace(ino))
+	return ino.commit.waitDurable(ctx, sync == SyncFull)
 }
 
 // writeExclusive writes with the inode lock held exclusively and moves the
@@ -305,8 +306,7 @@ func (s *Store) waitInflight(ctx context.Context, ino *inode, reason string) err
 	if ino.inflight.count() == 0 {
 		return nil
 	}
-	wt := s.waitTrace(ino)
-	span := s.tel.startWait(ctx, SpanInflightWait, lockExclusive, reason, wt.policy, wt.path, ino.inflight.spans(maxLinks))
+	span := ino.wait.tel.startWait(ctx, SpanInflightWait, lockExclusive, reason, ino.wait.policy, ino.wait.path, ino.inflight.spans(maxLinks))
 	err := ino.inflight.wait(ctx)
 	span.end(ctx, err)
 	return err
@@ -317,7 +317,7 @@ func (s *Store) waitInflight(ctx context.Context, ino *inode, reason string) err
 // /debug/locks. Release it with ino.lock.release.
 func (s *Store) lockInode(ctx context.Context, ino *inode, mode lockMode, op, reason string) (*holder, error) {
 	h := &holder{mode: mode, op: op, reason: reason, span: trace.SpanContextFromContext(ctx)}
-	if err := ino.lock.acquire(ctx, h, s.opts.MaxWaitersPerFile, s.waitTrace(ino)); err != nil {
+	if err := ino.lock.acquire(ctx, h); err != nil {
 		return nil, err
 	}
 	return h, nil
@@ -326,10 +326,6 @@ func (s *Store) lockInode(ctx context.Context, ino *inode, mode lockMode, op, re
 // aligned reports whether [off, end) starts and ends on block boundaries.
 func (ino *inode) aligned(off, end int64) bool {
 	return off%ino.blockSize == 0 && end%ino.blockSize == 0
-}
-
-func (s *Store) waitTrace(ino *inode) waitTrace {
-	return waitTrace{tel: s.tel, policy: s.opts.Policy, path: ino.key}
 }
 
 // recordWrite records a write's latency by sync mode.

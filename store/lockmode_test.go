@@ -85,12 +85,12 @@ func TestDecisionTable(t *testing.T) {
 	}
 }
 
-// TestDecideDirectUnaligned: in direct mode an unaligned write below EOF
+// TestWriteLockModeDirectUnaligned: in direct mode an unaligned write below EOF
 // always goes exclusive, whatever the policy.
-func TestDecideDirectUnaligned(t *testing.T) {
+func TestWriteLockModeDirectUnaligned(t *testing.T) {
 	written := rangeClass{written: true}
 	for _, p := range Policies() {
-		mode, reason := decide(p, IODirect, 8192, 4196, false, written)
+		mode, reason := writeLockMode(p, IODirect, 8192, 4196, false, written)
 		if mode != lockExclusive || reason != ReasonUnaligned {
 			t.Errorf("%v: got %v %s, want exclusive %s", p, mode, reason, ReasonUnaligned)
 		}
