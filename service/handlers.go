@@ -36,7 +36,11 @@ func (s *fileServer) Write(ctx context.Context, req *filewritev1.WriteRequest) (
 }
 
 func (s *fileServer) Fsync(ctx context.Context, req *filewritev1.FsyncRequest) (*filewritev1.FsyncResponse, error) {
-	if err := s.store.Fsync(ctx, req.GetPath(), req.GetDataOnly()); err != nil {
+	mode := store.SyncFull
+	if req.GetDataOnly() {
+		mode = store.SyncData
+	}
+	if err := s.store.Fsync(ctx, req.GetPath(), mode); err != nil {
 		return nil, toStatus(err)
 	}
 	return &filewritev1.FsyncResponse{}, nil

@@ -334,10 +334,10 @@ type heldSyncFile struct {
 	h heldSyncFS
 }
 
-func (f heldSyncFile) Sync(dataOnly bool) error {
+func (f heldSyncFile) Sync(mode store.SyncMode) error {
 	f.h.arrived <- struct{}{}
 	<-f.h.release
-	return f.File.Sync(dataOnly)
+	return f.File.Sync(mode)
 }
 
 // TestFsyncWaitTrace: an Fsync that arrives while another's sync runs

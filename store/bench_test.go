@@ -98,7 +98,7 @@ func BenchmarkBelowEOF(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		if err := s.Fsync(ctx, "f", false); err != nil {
+		if err := s.Fsync(ctx, "f", SyncFull); err != nil {
 			b.Fatal(err)
 		}
 		stores[c.name] = s

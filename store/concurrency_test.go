@@ -411,7 +411,7 @@ func TestGroupCommit(t *testing.T) {
 				t.Error(err)
 			}
 			calls[i].asked = rec.now()
-			if err := s.Fsync(ctx, "f", true); err != nil {
+			if err := s.Fsync(ctx, "f", SyncData); err != nil {
 				t.Error(err)
 			}
 			calls[i].returned = rec.now()

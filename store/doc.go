@@ -69,7 +69,7 @@
 // # Durability
 //
 // Write with SyncNone leaves the data in the page cache (IOBuffered) or the
-// device cache (IODirect); SyncData and Fsync(dataOnly) make it durable with
+// device cache (IODirect); SyncData and Fsync(SyncData) make it durable with
 // the size (fdatasync); SyncFull and Fsync make all metadata durable too
 // (fsync). Synced writes and Fsync go through a group commit (FsyncGroup):
 // concurrent callers of one file share a sync that started after each of

@@ -16,7 +16,7 @@ import (
 type syncCall int
 
 const (
-	fsyncData syncCall = iota // Fsync(dataOnly): fdatasync
+	fsyncData syncCall = iota // Fsync(SyncData): fdatasync
 	fsyncFull                 // Fsync: fsync
 	writeData                 // Write(SyncData)
 	writeFull                 // Write(SyncFull)
@@ -30,8 +30,10 @@ func (c syncCall) String() string {
 func (c syncCall) run(s *store.Store, i int) error {
 	ctx := context.Background()
 	switch c {
-	case fsyncData, fsyncFull:
-		return s.Fsync(ctx, faultPath, c == fsyncData)
+	case fsyncData:
+		return s.Fsync(ctx, faultPath, store.SyncData)
+	case fsyncFull:
+		return s.Fsync(ctx, faultPath, store.SyncFull)
 	}
 	sync := store.SyncData
 	if c == writeFull {
@@ -288,7 +290,7 @@ func checkUsable(t *testing.T, fs faultStore) {
 		t.Fatalf("Read after the faults: %v", err)
 	}
 	checkContent(t, "Read after the faults", got, data)
-	if err := fs.Fsync(ctx, faultPath, false); err != nil {
+	if err := fs.Fsync(ctx, faultPath, store.SyncFull); err != nil {
 		t.Errorf("Fsync after the faults: %v", err)
 	}
 	fs.checkTrue(t, faultPath, true)
@@ -339,9 +341,9 @@ func TestSyncFailureRemembered(t *testing.T) {
 				if n := len(fs.Locks(10)); n != 1 {
 					t.Fatalf("%d files open, want 1: %v", n, fs.Locks(10))
 				}
-				return fs.Fsync(ctx, faultPath, true)
+				return fs.Fsync(ctx, faultPath, store.SyncData)
 			},
-			then: func(fs faultStore) error { return fs.Fsync(ctx, faultPath, true) },
+			then: func(fs faultStore) error { return fs.Fsync(ctx, faultPath, store.SyncData) },
 		},
 	}
 	for _, tt := range tests {
@@ -351,7 +353,7 @@ func TestSyncFailureRemembered(t *testing.T) {
 				t.Fatal(err)
 			}
 			fs.fsys.Inject(faultfs.Rule{Op: faultfs.OpSync, Path: faultPath, Err: syscall.EIO, Times: 1})
-			checkOutcome(t, "the failing Fsync", fs.Fsync(ctx, faultPath, true), syncEIO)
+			checkOutcome(t, "the failing Fsync", fs.Fsync(ctx, faultPath, store.SyncData), syncEIO)
 			checkOutcome(t, "the next sync", tt.next(t, fs), notBelieved)
 			if tt.then != nil {
 				checkOutcome(t, "the sync after it", tt.then(fs), durable)
@@ -417,8 +419,8 @@ func TestWriteBackFailureIsASyncFailure(t *testing.T) {
 			if _, err := fs.Write(ctx, faultPath, 100, pattern(100, 'u'), tt.sync); !errors.Is(err, syscall.EIO) {
 				t.Fatalf("unaligned Write whose writeback fails: got %v, want EIO", err)
 			}
-			checkOutcome(t, "the Fsync after the failed writeback", fs.Fsync(ctx, faultPath, true), notBelieved)
-			checkOutcome(t, "the Fsync after it", fs.Fsync(ctx, faultPath, true), durable)
+			checkOutcome(t, "the Fsync after the failed writeback", fs.Fsync(ctx, faultPath, store.SyncData), notBelieved)
+			checkOutcome(t, "the Fsync after it", fs.Fsync(ctx, faultPath, store.SyncData), durable)
 		})
 	}
 }

@@ -48,9 +48,11 @@ type File interface {
 	Truncate(size int64) error
 	// Fallocate is fallocate(2) with FALLOC_FL_* flags.
 	Fallocate(mode uint32, off, length int64) error
-	// Sync is fdatasync(2) when dataOnly, else fsync(2). When it returns nil,
-	// everything written to the file before the call is durable.
-	Sync(dataOnly bool) error
+	// Sync is fdatasync(2) for SyncData and fsync(2) for SyncFull (mode is
+	// never SyncNone). When it returns nil, everything written to the file
+	// before the call is durable, with the size (SyncData) or all metadata
+	// (SyncFull).
+	Sync(mode SyncMode) error
 	// WriteBack starts and waits for writeback of the byte range
 	// (sync_file_range), so that direct I/O issued later sees the data. It
 	// makes nothing durable.
@@ -219,8 +221,8 @@ func (f osFile) Fallocate(mode uint32, off, length int64) error {
 	}
 }
 
-func (f osFile) Sync(dataOnly bool) error {
-	if !dataOnly {
+func (f osFile) Sync(mode SyncMode) error {
+	if mode == SyncFull {
 		return relative(f.File.Sync(), f.name)
 	}
 	for {

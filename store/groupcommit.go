@@ -32,8 +32,8 @@ import (
 type groupCommit struct {
 	mode  FsyncMode
 	delay time.Duration
-	// sync is the file's fdatasync (dataOnly) or fsync.
-	sync func(dataOnly bool) error
+	// sync is the file's fdatasync (SyncData) or fsync (SyncFull).
+	sync func(mode SyncMode) error
 	// onBatch reports how many callers one sync covered.
 	onBatch func(callers int)
 	// wait says where the callers' waits are reported.
@@ -63,11 +63,11 @@ type groupCommit struct {
 
 // syncBatch is one sync and the callers it covers.
 type syncBatch struct {
-	// callers, full, ready and span are guarded by groupCommit.mu until the
+	// callers, mode, ready and span are guarded by groupCommit.mu until the
 	// batch is taken off pending; after that only the runner reads them.
 	callers int
-	full    bool // some caller asked for fsync, not fdatasync
-	ready   bool // FsyncTimer: the delay has passed
+	mode    SyncMode // the strongest mode a caller asked for
+	ready   bool     // FsyncTimer: the delay has passed
 	span    trace.SpanContext
 	// poisoned and failuresBefore are copied from groupCommit when the
 	// batch starts.
@@ -79,12 +79,13 @@ type syncBatch struct {
 }
 
 // waitDurable makes every write to the file made before the call durable,
-// sharing a sync with concurrent callers, and returns once it is:
-// fdatasync semantics unless full. ctx only bounds the caller's wait: a
-// sync that started runs to its end for the other callers it covers.
-func (g *groupCommit) waitDurable(ctx context.Context, full bool) error {
+// as mode (SyncData or SyncFull) says, sharing a sync with concurrent
+// callers, and returns once it is. A batch syncs in the strongest mode one
+// of its callers asked for. ctx only bounds the caller's wait: a sync that
+// started runs to its end for the other callers it covers.
+func (g *groupCommit) waitDurable(ctx context.Context, mode SyncMode) error {
 	if g.mode == FsyncPerCall {
-		b := &syncBatch{callers: 1, full: full, done: make(chan struct{})}
+		b := &syncBatch{callers: 1, mode: mode, done: make(chan struct{})}
 		g.mu.Lock()
 		g.startLocked(b)
 		g.mu.Unlock()
@@ -102,7 +103,7 @@ func (g *groupCommit) waitDurable(ctx context.Context, full bool) error {
 		}
 	}
 	b.callers++
-	b.full = b.full || full
+	b.mode = max(b.mode, mode)
 	lead := b.ready && !g.running
 	var links []trace.SpanContext
 	if lead {
@@ -145,7 +146,7 @@ func (g *groupCommit) startLocked(b *syncBatch) {
 func (g *groupCommit) issue(b *syncBatch) {
 	g.syncs.Add(1)
 	g.onBatch(b.callers)
-	err := g.sync(!b.full)
+	err := g.sync(b.mode)
 	g.mu.Lock()
 	overlapped := g.failures != b.failuresBefore
 	if err != nil {

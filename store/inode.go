@@ -342,7 +342,7 @@ func (t *inodeTable) openInode(ino *inode, create bool) (err error) {
 	ino.commit = groupCommit{
 		mode:    t.opts.Fsync,
 		delay:   t.opts.FsyncTimerDelay,
-		sync:    func(dataOnly bool) error { return t.syncFile(ino, dataOnly) },
+		sync:    func(mode SyncMode) error { return t.syncFile(ino, mode) },
 		onBatch: t.telemetry.recordBatch,
 		wait:    ino.wait,
 	}
@@ -386,8 +386,8 @@ func fileKind(t fs.FileMode) string {
 // sync after the store created the file also syncs the directories above
 // it, so that the name is as durable as the data (fsync(2) of a file does
 // not promise its directory entry).
-func (t *inodeTable) syncFile(ino *inode, dataOnly bool) error {
-	if err := ino.file.Sync(dataOnly); err != nil {
+func (t *inodeTable) syncFile(ino *inode, mode SyncMode) error {
+	if err := ino.file.Sync(mode); err != nil {
 		return err
 	}
 	if !ino.dirsPending.Load() {
@@ -466,7 +466,7 @@ func (t *inodeTable) closeAll() error {
 		// Through the group commit, not straight to fsync: a sync that
 		// failed before must make this one fail too (see groupCommit), or
 		// Close would call data durable that the kernel dropped.
-		if err := ino.commit.waitDurable(context.Background(), true); err != nil {
+		if err := ino.commit.waitDurable(context.Background(), SyncFull); err != nil {
 			errs = append(errs, fmt.Errorf("sync %s: %w", ino.key, err))
 		}
 		ino.closeFiles()

@@ -252,7 +252,7 @@ func TestNewFileSyncsItsDirectories(t *testing.T) {
 		wantDirs []string
 	}{
 		{"unsynced create", func() error { _, err := s.Write(ctx, "a/b/c", 0, []byte("1"), SyncNone); return err }, nil},
-		{"first sync", func() error { return s.Fsync(ctx, "a/b/c", true) }, []string{"a/b", "a", "."}},
+		{"first sync", func() error { return s.Fsync(ctx, "a/b/c", SyncData) }, []string{"a/b", "a", "."}},
 		{"synced write", func() error { _, err := s.Write(ctx, "a/b/c", 1, []byte("2"), SyncData); return err }, nil},
 		{"existing file", func() error { _, err := s.Write(ctx, "old", 0, []byte("y"), SyncFull); return err }, nil},
 		{"synced create", func() error { _, err := s.Write(ctx, "d", 0, []byte("z"), SyncData); return err }, []string{"."}},
@@ -281,7 +281,7 @@ func TestUnsyncedDirectoriesSurviveClose(t *testing.T) {
 		// a/b/c's directories.
 		sync func(s *Store) error
 	}{
-		{"Fsync after reopen", func(s *Store) error { return s.Fsync(ctx, "a/b/c", true) }},
+		{"Fsync after reopen", func(s *Store) error { return s.Fsync(ctx, "a/b/c", SyncData) }},
 		{"SyncAll", func(s *Store) error { return s.SyncAll(ctx) }},
 		{"Close", func(s *Store) error { return s.Close() }},
 	}

@@ -61,9 +61,9 @@ type recordedFile struct {
 	r *syncRecorder
 }
 
-func (f recordedFile) Sync(dataOnly bool) error {
+func (f recordedFile) Sync(mode SyncMode) error {
 	start := f.r.now()
-	err := f.File.Sync(dataOnly)
+	err := f.File.Sync(mode)
 	end := f.r.now()
 	f.r.mu.Lock()
 	f.r.log = append(f.r.log, syncSpan{start, end})

@@ -79,7 +79,7 @@ func (s *Store) SyncAll(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("sync %s: %w", key, err))
 			continue
 		}
-		if err := ino.commit.waitDurable(ctx, true); err != nil {
+		if err := ino.commit.waitDurable(ctx, SyncFull); err != nil {
 			errs = append(errs, fmt.Errorf("sync %s: %w", ino.key, err))
 		}
 		s.table.put(ino)
@@ -155,11 +155,15 @@ func (s *Store) Read(ctx context.Context, path string, off, length int64) ([]byt
 	return buf[:n], nil
 }
 
-// Fsync makes everything written to path before the call durable:
-// fdatasync (data and the size) when dataOnly, else fsync (all metadata).
-// Concurrent callers share one sync that started after each of them asked.
-func (s *Store) Fsync(ctx context.Context, path string, dataOnly bool) error {
+// Fsync makes everything written to path before the call durable: with
+// SyncData the data and the size (fdatasync), with SyncFull all metadata
+// too (fsync); SyncNone is ErrInvalidMode. Concurrent callers share one
+// sync that started after each of them asked.
+func (s *Store) Fsync(ctx context.Context, path string, mode SyncMode) error {
 	if err := validatePath(path); err != nil {
+		return err
+	}
+	if err := validateFsync(mode); err != nil {
 		return err
 	}
 	ino, err := s.table.get(ctx, path, false)
@@ -167,7 +171,7 @@ func (s *Store) Fsync(ctx context.Context, path string, dataOnly bool) error {
 		return err
 	}
 	defer s.table.put(ino)
-	return ino.commit.waitDurable(ctx, !dataOnly)
+	return ino.commit.waitDurable(ctx, mode)
 }
 
 // Truncate sets the size of path, creating it if missing. Once it returns,

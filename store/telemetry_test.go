@@ -258,10 +258,10 @@ type heldSyncFile struct {
 	h heldSyncFS
 }
 
-func (f heldSyncFile) Sync(dataOnly bool) error {
+func (f heldSyncFile) Sync(mode SyncMode) error {
 	f.h.arrived <- struct{}{}
 	<-f.h.release
-	return f.File.Sync(dataOnly)
+	return f.File.Sync(mode)
 }
 
 func TestFsyncWaitSpanLinksToRunningSync(t *testing.T) {
@@ -280,10 +280,10 @@ func TestFsyncWaitSpanLinksToRunningSync(t *testing.T) {
 	}
 	leadCtx, leadSpan := ts.op("lead")
 	done := make(chan error, 2)
-	go func() { done <- ts.Fsync(leadCtx, "f", true) }()
+	go func() { done <- ts.Fsync(leadCtx, "f", SyncData) }()
 	<-held.arrived // the lead's sync runs
 	waitCtx, waitSpan := ts.op("follower")
-	go func() { done <- ts.Fsync(waitCtx, "f", true) }()
+	go func() { done <- ts.Fsync(waitCtx, "f", SyncData) }()
 	ts.starts.awaitStart(t, SpanFsyncWait)
 	close(held.release)
 	for range 2 {

@@ -78,6 +78,13 @@ func validateSync(m SyncMode) error {
 	return nil
 }
 
+func validateFsync(m SyncMode) error {
+	if m != SyncData && m != SyncFull {
+		return fmt.Errorf("%w: fsync mode %v (want data or full)", ErrInvalidMode, m)
+	}
+	return nil
+}
+
 func validateFallocate(m FallocateMode, off, length, maxSize int64) error {
 	if m < FallocAllocate || m > FallocZeroRange {
 		return fmt.Errorf("%w: fallocate mode %d (want allocate, keep-size, punch-hole or zero-range)", ErrInvalidMode, int(m))

@@ -175,7 +175,7 @@ var pathOps = []pathOp{
 		_, err := s.Extents(ctx, p, 0, 0)
 		return err
 	}},
-	{"Fsync", func(ctx context.Context, s *Store, p string) error { return s.Fsync(ctx, p, false) }},
+	{"Fsync", func(ctx context.Context, s *Store, p string) error { return s.Fsync(ctx, p, SyncFull) }},
 }
 
 // rejectCase is one request that must fail with want and change nothing.
@@ -365,6 +365,8 @@ func TestValidateArguments(t *testing.T) {
 		{"Fallocate/overflow", falloc("f", FallocKeepSize, math.MaxInt64, 1), ErrInvalidOffset, ""},
 		{"Fallocate/past-max-file-size", falloc("f", FallocAllocate, maxFile-4096, 8192), ErrFileTooLarge, limitMsg},
 		{"Fallocate/keep-size-past-max-file-size", falloc("new", FallocKeepSize, maxFile, 4096), ErrFileTooLarge, limitMsg},
+		{"Fsync/sync-none", func(ctx context.Context, s *Store) error { return s.Fsync(ctx, "f", SyncNone) }, ErrInvalidMode, ""},
+		{"Fsync/sync-mode-3", func(ctx context.Context, s *Store) error { return s.Fsync(ctx, "f", SyncMode(3)) }, ErrInvalidMode, ""},
 		{"Fallocate/mode-0", falloc("f", FallocateMode(0), 0, 4096), ErrInvalidMode, ""},
 		{"Fallocate/mode-5", falloc("new", FallocateMode(5), 0, 4096), ErrInvalidMode, ""},
 

@@ -231,7 +231,7 @@ func (s *Store) syncWrite(ctx context.Context, ino *inode, sync SyncMode) error 
 	if sync == SyncNone {
 		return nil
 	}
-	return ino.commit.waitDurable(ctx, sync == SyncFull)
+	return ino.commit.waitDurable(ctx, sync)
 }
 
 // writeExclusive writes with the inode lock held exclusively and moves the

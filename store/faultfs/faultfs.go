@@ -302,19 +302,19 @@ func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
 	return n, f.fail("write", v.err)
 }
 
-func (f *faultFile) Sync(dataOnly bool) error {
+func (f *faultFile) Sync(mode store.SyncMode) error {
 	v := f.fsys.check(OpSync, f.name, 0, 0)
 	if v.hold != nil {
 		<-v.hold
 	}
 	if v.err != 0 {
 		op := "fsync"
-		if dataOnly {
+		if mode != store.SyncFull {
 			op = "fdatasync"
 		}
 		return f.fail(op, v.err)
 	}
-	return f.File.Sync(dataOnly)
+	return f.File.Sync(mode)
 }
 
 func (f *faultFile) Fallocate(mode uint32, off, length int64) error {

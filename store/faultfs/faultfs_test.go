@@ -61,7 +61,7 @@ func (c call) run(f store.File) (int, error) {
 	case faultfs.OpWrite:
 		return f.WriteAt([]byte(c.data), c.off)
 	case faultfs.OpSync:
-		return 0, f.Sync(true)
+		return 0, f.Sync(store.SyncData)
 	case faultfs.OpFallocate:
 		return 0, f.Fallocate(0, c.off, c.length)
 	case faultfs.OpTruncate:
@@ -247,7 +247,7 @@ func TestHoldRemoveReset(t *testing.T) {
 	hold := make(chan struct{})
 	held := fsys.Inject(faultfs.Rule{Op: faultfs.OpSync, Err: syscall.EIO, Times: 1, Hold: hold})
 	done := make(chan error)
-	go func() { done <- f.Sync(true) }()
+	go func() { done <- f.Sync(store.SyncData) }()
 	// Hits counts the call before it waits, so this ends once the sync is
 	// held; the sync cannot have returned, because hold is still open.
 	for held.Hits() == 0 {
@@ -277,7 +277,7 @@ func TestHoldRemoveReset(t *testing.T) {
 	if err := f.Truncate(0); err != nil {
 		t.Errorf("truncate after Reset: got %v, want none", err)
 	}
-	if err := f.Sync(false); err != nil {
+	if err := f.Sync(store.SyncFull); err != nil {
 		t.Errorf("sync after Reset: got %v, want none", err)
 	}
 }
