@@ -62,7 +62,7 @@
 // inode.lock held (any mode) and ended without it; its waiter holds
 // inode.lock exclusively. The same rule makes its span slots (which link a
 // waiter's trace to the writes it waits for) safe to read for the waiter.
-// The gauges of telemetry.go sum in-flight counts under inodeTable.mu, but
+// The gauges (inodeTable.gauges) sum in-flight counts under inodeTable.mu, but
 // those are atomics: no lock nests there. extentMu and groupCommit.mu are
 // never held together, and neither across a syscall.
 //

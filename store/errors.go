@@ -1,6 +1,14 @@
 package store
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
 
 // Sentinel errors. The store wraps them with %w and context (path, limit,
 // bytes written so far); callers match them with errors.Is. A request that
@@ -64,3 +72,64 @@ const MaxPathLen = 4096
 // MaxNameLen is the longest element of a path accepted, in bytes (Linux's
 // NAME_MAX, the limit of ext4, XFS, btrfs and tmpfs).
 const MaxNameLen = 255
+
+// ioError maps a failed syscall to the store's sentinels, naming the path
+// and the bytes that reached the file.
+func ioError(op, path string, err error, written int) error {
+	// The file layer's *os.PathError says op and path again: keep its errno.
+	if pe, ok := err.(*os.PathError); ok {
+		err = pe.Err
+	}
+	switch {
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return fmt.Errorf("%w: %s %s: %d bytes written before: %w", ErrNoSpace, op, path, written, err)
+	case errors.Is(err, syscall.EFBIG):
+		return fmt.Errorf("%w: %s %s: %w", ErrFileTooLarge, op, path, err)
+	case errors.Is(err, unix.EOPNOTSUPP):
+		return fmt.Errorf("%w: %s %s: %w", ErrUnsupported, op, path, err)
+	}
+	return fmt.Errorf("%s %s: %d bytes written before: %w", op, path, written, err)
+}
+
+// mapOpenErr turns open(2)/os.Root errors into the store's sentinels.
+func mapOpenErr(name string, err error) error {
+	switch {
+	case errors.Is(err, ErrInvalidPath):
+		return err // createFile's own verdict
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%w: %s", ErrNotFound, name)
+	case errors.Is(err, syscall.EISDIR):
+		return fmt.Errorf("%w: %s", ErrIsDirectory, name)
+	case errors.Is(err, syscall.ENOTDIR):
+		return fmt.Errorf("%w: a parent of %s is not a directory", ErrInvalidPath, name)
+	case errors.Is(err, syscall.ENAMETOOLONG):
+		// validatePath bounds the whole path; the filesystem bounds each
+		// element too (NAME_MAX, 255 bytes on ext4).
+		return fmt.Errorf("%w: an element of %s is longer than the filesystem allows", ErrPathTooLong, name)
+	case errors.Is(err, syscall.ELOOP):
+		// os.Root says ELOOP for a chain of symlinks too long to be
+		// anything but a loop; one that leads out is isEscape.
+		return fmt.Errorf("%w: %s: too many levels of symbolic links (a symlink loop?)", ErrInvalidPath, name)
+	case isEscape(err):
+		return fmt.Errorf("%w: %s", ErrPathEscapes, name)
+	case errors.Is(err, syscall.ENXIO):
+		// open(2) of a unix socket, or of a device with no driver.
+		return fmt.Errorf("%w: %s is a socket or a device", ErrNotRegular, name)
+	case errors.Is(err, syscall.EINVAL) || errors.Is(err, unix.EOPNOTSUPP):
+		return fmt.Errorf("%w: open %s: %w", ErrUnsupported, name, err)
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return fmt.Errorf("%w: create %s: %w", ErrNoSpace, name, err)
+	}
+	return fmt.Errorf("open %s: %w", name, err)
+}
+
+// isEscape recognises os.Root's refusal of a path that leaves the root. It
+// has no exported sentinel, and MkdirAll wraps it in several PathErrors.
+func isEscape(err error) bool {
+	for ; err != nil; err = errors.Unwrap(err) {
+		if err.Error() == "path escapes from parent" {
+			return true
+		}
+	}
+	return false
+}

@@ -154,3 +154,18 @@ func (c *inflightCounter) wait(ctx context.Context) error {
 		}
 	}
 }
+
+// waitInflight waits for writes running without the lock, traced when it
+// has to wait. reason is the waiter's own (truncate, fallocate, unaligned);
+// its span links to up to maxLinks of the traced writes it waits for.
+//
+// Preconditions: ino.lock is held exclusively.
+func waitInflight(ctx context.Context, ino *inode, reason string) error {
+	if ino.inflight.count() == 0 {
+		return nil
+	}
+	span := ino.wait.tel.startWait(ctx, SpanInflightWait, lockExclusive, reason, ino.wait.policy, ino.wait.path, ino.inflight.spans(maxLinks))
+	err := ino.inflight.wait(ctx)
+	span.end(ctx, err)
+	return err
+}

@@ -11,8 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // inode is the store's per-file state; see doc.go for the lock order.
@@ -411,49 +409,6 @@ func (ino *inode) closeFiles() {
 	}
 }
 
-// mapOpenErr turns open(2)/os.Root errors into the store's sentinels.
-func mapOpenErr(name string, err error) error {
-	switch {
-	case errors.Is(err, ErrInvalidPath):
-		return err // createFile's own verdict
-	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("%w: %s", ErrNotFound, name)
-	case errors.Is(err, syscall.EISDIR):
-		return fmt.Errorf("%w: %s", ErrIsDirectory, name)
-	case errors.Is(err, syscall.ENOTDIR):
-		return fmt.Errorf("%w: a parent of %s is not a directory", ErrInvalidPath, name)
-	case errors.Is(err, syscall.ENAMETOOLONG):
-		// validatePath bounds the whole path; the filesystem bounds each
-		// element too (NAME_MAX, 255 bytes on ext4).
-		return fmt.Errorf("%w: an element of %s is longer than the filesystem allows", ErrPathTooLong, name)
-	case errors.Is(err, syscall.ELOOP):
-		// os.Root says ELOOP for a chain of symlinks too long to be
-		// anything but a loop; one that leads out is isEscape.
-		return fmt.Errorf("%w: %s: too many levels of symbolic links (a symlink loop?)", ErrInvalidPath, name)
-	case isEscape(err):
-		return fmt.Errorf("%w: %s", ErrPathEscapes, name)
-	case errors.Is(err, syscall.ENXIO):
-		// open(2) of a unix socket, or of a device with no driver.
-		return fmt.Errorf("%w: %s is a socket or a device", ErrNotRegular, name)
-	case errors.Is(err, syscall.EINVAL) || errors.Is(err, unix.EOPNOTSUPP):
-		return fmt.Errorf("%w: open %s: %w", ErrUnsupported, name, err)
-	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return fmt.Errorf("%w: create %s: %w", ErrNoSpace, name, err)
-	}
-	return fmt.Errorf("open %s: %w", name, err)
-}
-
-// isEscape recognises os.Root's refusal of a path that leaves the root. It
-// has no exported sentinel, and MkdirAll wraps it in several PathErrors.
-func isEscape(err error) bool {
-	for ; err != nil; err = errors.Unwrap(err) {
-		if err.Error() == "path escapes from parent" {
-			return true
-		}
-	}
-	return false
-}
-
 // closeAll syncs and closes every inode once no reference is left.
 func (t *inodeTable) closeAll() error {
 	t.mu.Lock()
@@ -593,4 +548,27 @@ func (t *inodeTable) each(limit int, fn func(*inode)) {
 		fn(ino)
 		t.put(ino)
 	}
+}
+
+// gauges counts the open files and the writes in flight in all of them,
+// for the gauges. It holds t.mu while it sums, which delays opens and
+// closes (not operations on open files) by a few atomic loads per file.
+func (t *inodeTable) gauges() (open int, inflight int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, ino := range t.byPath {
+		select {
+		case <-ino.ready:
+			if ino.openErr == nil {
+				inflight += ino.inflight.count()
+			}
+		default: // still opening: nothing in flight yet
+		}
+	}
+	return t.open, inflight
+}
+
+// aligned reports whether [off, end) starts and ends on block boundaries.
+func (ino *inode) aligned(off, end int64) bool {
+	return off%ino.blockSize == 0 && end%ino.blockSize == 0
 }

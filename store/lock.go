@@ -285,3 +285,14 @@ func (l *inodeLock) snapshot(maxHolders int) lockSnapshot {
 	}
 	return s
 }
+
+// lockInode takes ino's lock in mode (lockShared or lockExclusive) on
+// behalf of op, recording reason and ctx's span for waiters and
+// /debug/locks. Release it with ino.lock.release.
+func lockInode(ctx context.Context, ino *inode, mode lockMode, op, reason string) (*holder, error) {
+	h := &holder{mode: mode, op: op, reason: reason, span: trace.SpanContextFromContext(ctx)}
+	if err := ino.lock.acquire(ctx, h); err != nil {
+		return nil, err
+	}
+	return h, nil
+}

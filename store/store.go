@@ -6,11 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"syscall"
 
 	"go.opentelemetry.io/otel/metric"
-	"golang.org/x/sys/unix"
 )
 
 // Store is the file engine: every RPC goes through it. All methods are safe
@@ -39,7 +36,7 @@ func Open(fsys FS, opts Options) (*Store, error) {
 	s := &Store{opts: opts, fsys: fsys, tel: tel}
 	s.table = newInodeTable(fsys, &s.opts, tel)
 	var err error
-	if s.gauges, err = tel.observe(s); err != nil {
+	if s.gauges, err = tel.observe(s.table.gauges); err != nil {
 		return nil, fmt.Errorf("register gauges: %w", err)
 	}
 	return s, nil
@@ -138,7 +135,7 @@ func (s *Store) Read(ctx context.Context, path string, off, length int64) ([]byt
 		return nil, err
 	}
 	defer s.table.put(ino)
-	h, err := s.lockInode(ctx, ino, lockShared, "read", ReasonRead)
+	h, err := lockInode(ctx, ino, lockShared, "read", ReasonRead)
 	if err != nil {
 		return nil, err
 	}
@@ -194,12 +191,12 @@ func (s *Store) Truncate(ctx context.Context, path string, size int64) error {
 		return err
 	}
 	defer s.table.put(ino)
-	h, err := s.lockInode(ctx, ino, lockExclusive, "truncate", ReasonTruncate)
+	h, err := lockInode(ctx, ino, lockExclusive, "truncate", ReasonTruncate)
 	if err != nil {
 		return err
 	}
 	defer ino.lock.release(h)
-	if err := s.waitInflight(ctx, ino, ReasonTruncate); err != nil {
+	if err := waitInflight(ctx, ino, ReasonTruncate); err != nil {
 		return err
 	}
 	if err := ino.file.Truncate(size); err != nil {
@@ -231,7 +228,7 @@ func (s *Store) Fallocate(ctx context.Context, path string, mode FallocateMode, 
 		return 0, err
 	}
 	defer s.table.put(ino)
-	h, err := s.lockInode(ctx, ino, lockExclusive, "fallocate", ReasonFallocate)
+	h, err := lockInode(ctx, ino, lockExclusive, "fallocate", ReasonFallocate)
 	if err != nil {
 		return 0, err
 	}
@@ -239,7 +236,7 @@ func (s *Store) Fallocate(ctx context.Context, path string, mode FallocateMode, 
 	end := off + length
 	if mode == FallocPunchHole || mode == FallocZeroRange {
 		// Like truncate: no write that started before may land after.
-		if err := s.waitInflight(ctx, ino, ReasonFallocate); err != nil {
+		if err := waitInflight(ctx, ino, ReasonFallocate); err != nil {
 			return 0, err
 		}
 	}
@@ -349,22 +346,4 @@ func (s *Store) Locks(limit int) []FileLocks {
 		})
 	})
 	return out
-}
-
-// ioError maps a failed syscall to the store's sentinels, naming the path
-// and the bytes that reached the file.
-func ioError(op, path string, err error, written int) error {
-	// The file layer's *os.PathError says op and path again: keep its errno.
-	if pe, ok := err.(*os.PathError); ok {
-		err = pe.Err
-	}
-	switch {
-	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return fmt.Errorf("%w: %s %s: %d bytes written before: %w", ErrNoSpace, op, path, written, err)
-	case errors.Is(err, syscall.EFBIG):
-		return fmt.Errorf("%w: %s %s: %w", ErrFileTooLarge, op, path, err)
-	case errors.Is(err, unix.EOPNOTSUPP):
-		return fmt.Errorf("%w: %s %s: %w", ErrUnsupported, op, path, err)
-	}
-	return fmt.Errorf("%s %s: %d bytes written before: %w", op, path, written, err)
 }

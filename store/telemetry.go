@@ -128,34 +128,17 @@ func NewTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*Telemetry,
 
 var noopTelemetry, _ = NewTelemetry(nil, nil)
 
-// observe registers s's gauges; the caller unregisters them when s closes.
-// The callback runs on the metrics reader's goroutine at each collection
-// (a Prometheus scrape), never on an operation's path.
-func (t *Telemetry) observe(s *Store) (metric.Registration, error) {
+// observe registers the gauges of one store, whose open files and writes
+// in flight counts returns; the caller unregisters them when the store
+// closes. The callback runs on the metrics reader's goroutine at each
+// collection (a Prometheus scrape), never on an operation's path.
+func (t *Telemetry) observe(counts func() (open int, inflight int64)) (metric.Registration, error) {
 	return t.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		open, inflight := s.table.gauges()
+		open, inflight := counts()
 		o.ObserveInt64(t.openFiles, int64(open))
 		o.ObserveInt64(t.inflight, inflight)
 		return nil
 	}, t.openFiles, t.inflight)
-}
-
-// gauges counts the open files and the writes in flight in all of them,
-// for the gauges. It holds t.mu while it sums, which delays opens and
-// closes (not operations on open files) by a few atomic loads per file.
-func (t *inodeTable) gauges() (open int, inflight int64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, ino := range t.byPath {
-		select {
-		case <-ino.ready:
-			if ino.openErr == nil {
-				inflight += ino.inflight.count()
-			}
-		default: // still opening: nothing in flight yet
-		}
-	}
-	return t.open, inflight
 }
 
 // waitRecordOpts returns the cached record options for k.

@@ -173,7 +173,7 @@ func (s *Store) write(ctx context.Context, ino *inode, off int64, data []byte, s
 			// stop guessing.
 			mode = lockExclusive
 		}
-		h, err := s.lockInode(ctx, ino, max(mode, lockShared), "write", reason)
+		h, err := lockInode(ctx, ino, max(mode, lockShared), "write", reason)
 		if err != nil {
 			return 0, 0, SyncNone, err
 		}
@@ -245,7 +245,7 @@ func (s *Store) writeExclusive(ctx context.Context, ino *inode, off int64, data 
 		// the edge blocks and writes them back whole: an unlocked direct
 		// write to the rest of such a block must not land in between,
 		// whether this write extends the file or not.
-		if err := s.waitInflight(ctx, ino, reason); err != nil {
+		if err := waitInflight(ctx, ino, reason); err != nil {
 			return 0, err
 		}
 	}
@@ -295,37 +295,6 @@ func (s *Store) writeData(ctx context.Context, ino *inode, off int64, data []byt
 		return n, ioError("write", ino.key, err, n)
 	}
 	return n, nil
-}
-
-// waitInflight waits for writes running without the lock, traced when it
-// has to wait. reason is the waiter's own (truncate, fallocate, unaligned);
-// its span links to up to maxLinks of the traced writes it waits for.
-//
-// Preconditions: ino.lock is held exclusively.
-func (s *Store) waitInflight(ctx context.Context, ino *inode, reason string) error {
-	if ino.inflight.count() == 0 {
-		return nil
-	}
-	span := ino.wait.tel.startWait(ctx, SpanInflightWait, lockExclusive, reason, ino.wait.policy, ino.wait.path, ino.inflight.spans(maxLinks))
-	err := ino.inflight.wait(ctx)
-	span.end(ctx, err)
-	return err
-}
-
-// lockInode takes ino's lock in mode (lockShared or lockExclusive) on
-// behalf of op, recording reason and ctx's span for waiters and
-// /debug/locks. Release it with ino.lock.release.
-func (s *Store) lockInode(ctx context.Context, ino *inode, mode lockMode, op, reason string) (*holder, error) {
-	h := &holder{mode: mode, op: op, reason: reason, span: trace.SpanContextFromContext(ctx)}
-	if err := ino.lock.acquire(ctx, h); err != nil {
-		return nil, err
-	}
-	return h, nil
-}
-
-// aligned reports whether [off, end) starts and ends on block boundaries.
-func (ino *inode) aligned(off, end int64) bool {
-	return off%ino.blockSize == 0 && end%ino.blockSize == 0
 }
 
 // recordWrite records a write's latency by sync mode.
