@@ -79,7 +79,7 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 		"how concurrent syncs of a file combine (`mode`): group, per-call or timer")
 	fs.Var(byteSize{&cfg.Store.MaxFileSize, 1}, "max-file-size",
 		"largest `size` any request may give a file (bytes, or with k, m, g or t: 4k = 4KiB)")
-	fs.Var(byteSize{&cfg.MaxRequestBytes, 1}, "max-request-bytes",
+	fs.Var(byteSize{&cfg.Store.MaxRequestBytes, 1}, "max-request-bytes",
 		"largest `size` of the data of one Write or Read (bytes, or with k, m, g or t: 4k = 4KiB)")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout,
 		"on SIGINT/SIGTERM, how long to wait for requests in flight before cancelling them")

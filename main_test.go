@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,8 +22,14 @@ func TestParseFlagsDefaults(t *testing.T) {
 	if cfg.Root != "./data" || cfg.GRPCAddr != "127.0.0.1:50051" || cfg.HTTPAddr != "127.0.0.1:8080" {
 		t.Errorf("addresses and root = %q %q %q, want ./data 127.0.0.1:50051 127.0.0.1:8080", cfg.Root, cfg.GRPCAddr, cfg.HTTPAddr)
 	}
-	if cfg.Store != want.Store || cfg.MaxRequestBytes != want.MaxRequestBytes || cfg.DrainTimeout != want.DrainTimeout {
+	if cfg.Store != want.Store || cfg.DrainTimeout != want.DrainTimeout {
 		t.Errorf("defaults = %+v, want %+v", cfg, want)
+	}
+	// The limits default to the store's own defaults: one source for each.
+	gotLimits := []int64{cfg.Store.MaxFileSize, cfg.Store.MaxRequestBytes, int64(cfg.Store.MaxOpenFiles)}
+	wantLimits := []int64{store.DefaultMaxFileSize, store.DefaultMaxRequestBytes, store.DefaultMaxOpenFiles}
+	if !slices.Equal(gotLimits, wantLimits) {
+		t.Errorf("default file size, request and open-file limits = %v, want the store's %v", gotLimits, wantLimits)
 	}
 	if cfg.Store.Policy != store.DefaultPolicy {
 		t.Errorf("default policy = %v, want store.DefaultPolicy (%v)", cfg.Store.Policy, store.DefaultPolicy)
@@ -43,7 +50,7 @@ func TestParseFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := []any{cfg.Root, cfg.GRPCAddr, cfg.HTTPAddr, cfg.Store.Policy, cfg.Store.IO, cfg.Store.Fsync,
-		cfg.Store.MaxFileSize, cfg.MaxRequestBytes, cfg.DrainTimeout}
+		cfg.Store.MaxFileSize, cfg.Store.MaxRequestBytes, cfg.DrainTimeout}
 	want := []any{"/srv/files", ":0", "", store.PolicySharedOverwrite, store.IODirect, store.FsyncPerCall,
 		int64(2 << 40), int64(4096), 5 * time.Second}
 	for i := range got {
@@ -74,7 +81,7 @@ func TestParseReliabilityFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	gotDef := []any{def.AuthTokenFile, def.TLSCert, def.InsecureListen, def.Store.MaxOpenFiles, def.Store.MaxWaitersPerFile}
-	wantDef := []any{"", "", false, service.DefaultMaxOpenFiles, service.DefaultMaxWaitersPerFile}
+	wantDef := []any{"", "", false, store.DefaultMaxOpenFiles, service.DefaultMaxWaitersPerFile}
 	for i := range gotDef {
 		if gotDef[i] != wantDef[i] {
 			t.Errorf("default %d = %v, want %v", i, gotDef[i], wantDef[i])
@@ -119,8 +126,8 @@ func TestParseFlagsSizeSpellings(t *testing.T) {
 		want int64
 	}{{"64m", 64 << 20}, {"64M", 64 << 20}, {"64MiB", 64 << 20}, {"4k", 4096}, {"4KiB", 4096}, {"1t", 1 << 40}} {
 		cfg, err := parseFlags([]string{"--max-request-bytes", tt.in}, io.Discard)
-		if err != nil || cfg.MaxRequestBytes != tt.want {
-			t.Errorf("--max-request-bytes %s: %d, %v; want %d", tt.in, cfg.MaxRequestBytes, err, tt.want)
+		if err != nil || cfg.Store.MaxRequestBytes != tt.want {
+			t.Errorf("--max-request-bytes %s: %d, %v; want %d", tt.in, cfg.Store.MaxRequestBytes, err, tt.want)
 		}
 	}
 	if _, err := parseFlags([]string{"--max-file-size", "1TB"}, io.Discard); err == nil {

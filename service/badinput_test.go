@@ -31,7 +31,7 @@ func startBadInputDaemon(t *testing.T) *daemon {
 	t.Helper()
 	d := startDaemon(t, func(c *Config) {
 		c.Store.MaxFileSize = testMaxFileSize
-		c.MaxRequestBytes = testMaxRequestBytes
+		c.Store.MaxRequestBytes = testMaxRequestBytes
 	})
 	outside := filepath.Join(d.dir, "outside")
 	for _, err := range []error{

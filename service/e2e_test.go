@@ -144,8 +144,8 @@ func TestStartRejectsBadConfig(t *testing.T) {
 		configure func(*Config)
 	}{
 		{"no root", func(c *Config) { c.Root = "" }},
-		{"zero request limit", func(c *Config) { c.MaxRequestBytes = 0 }},
-		{"request limit over 1 GiB", func(c *Config) { c.MaxRequestBytes = MaxRequestBytesLimit + 1 }},
+		{"zero request limit", func(c *Config) { c.Store.MaxRequestBytes = 0 }},
+		{"request limit over 1 GiB", func(c *Config) { c.Store.MaxRequestBytes = MaxRequestBytesLimit + 1 }},
 		{"zero file size limit", func(c *Config) { c.Store.MaxFileSize = 0 }},
 		{"zero open files", func(c *Config) { c.Store.MaxOpenFiles = 0 }},
 		{"negative waiters per file", func(c *Config) { c.Store.MaxWaitersPerFile = -1 }},

@@ -18,9 +18,9 @@ import (
 
 // Limits of the store the fuzz targets run against.
 const (
-	fuzzMaxFileSize = 1 << 20
-	fuzzMaxIOBytes  = 64 << 10
-	fuzzExisting    = "original contents"
+	fuzzMaxFileSize     = 1 << 20
+	fuzzMaxRequestBytes = 64 << 10
+	fuzzExisting        = "original contents"
 )
 
 // fuzzFixture is a fresh root for one fuzz input: a file, a directory and
@@ -56,7 +56,7 @@ func newFuzzFixture(t *testing.T, parent string) *fuzzFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(fsys, store.Options{MaxFileSize: fuzzMaxFileSize, MaxIOBytes: fuzzMaxIOBytes, MaxWaitersPerFile: 1})
+	st, err := store.Open(fsys, store.Options{MaxFileSize: fuzzMaxFileSize, MaxRequestBytes: fuzzMaxRequestBytes, MaxWaitersPerFile: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,13 +39,13 @@ func TestLimits(t *testing.T) {
 	}{
 		{
 			name:    "request size",
-			limit:   func(c *Config) { c.MaxRequestBytes = maxRequest },
+			limit:   func(c *Config) { c.Store.MaxRequestBytes = maxRequest },
 			call:    write("new.bin", 0, maxRequest+1),
 			wantMsg: []string{"request size limit exceeded", "4097 bytes", "4096"},
 		},
 		{
 			name:  "read size",
-			limit: func(c *Config) { c.MaxRequestBytes = maxRequest },
+			limit: func(c *Config) { c.Store.MaxRequestBytes = maxRequest },
 			call: func(d *daemon, ctx context.Context) error {
 				_, err := d.client.Read(ctx, &filewritev1.ReadRequest{Path: "existing.bin", Length: maxRequest + 1})
 				return err
@@ -158,7 +158,7 @@ func TestLimits(t *testing.T) {
 // named.
 func TestLimitsHTTP(t *testing.T) {
 	d := startDaemon(t, func(c *Config) {
-		c.MaxRequestBytes = 4096
+		c.Store.MaxRequestBytes = 4096
 		c.Store.MaxFileSize = 1 << 20
 	})
 	octet := map[string]string{"Content-Type": mimeOctetStream}

@@ -36,12 +36,10 @@ type Config struct {
 	GRPCAddr string
 	// HTTPAddr is the REST gateway's listen address; empty disables it.
 	HTTPAddr string
-	// MaxRequestBytes bounds the data of one Write or Read. gRPC messages
-	// and HTTP bodies may be larger by what carries that data (the path,
-	// base64 in JSON).
-	MaxRequestBytes int64
-	// Store configures the engine: policy, I/O mode, fsync mode, file size
-	// limit. Its MaxIOBytes is set from MaxRequestBytes.
+	// Store configures the engine: policy, I/O mode, fsync mode and the
+	// limits. Its MaxRequestBytes bounds the data of one Write or Read on
+	// both listeners too: gRPC messages and HTTP bodies may be larger by
+	// what carries that data (the path, base64 in JSON).
 	Store store.Options
 	// DrainTimeout bounds how long a shutdown waits for requests in flight
 	// before it cancels them.
@@ -72,7 +70,7 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 }
 
-// MaxRequestBytesLimit is the largest MaxRequestBytes accepted: a request is
+// MaxRequestBytesLimit is the largest Store.MaxRequestBytes accepted: a request is
 // held in memory more than once on its way (HTTP body, gRPC message), and
 // gRPC frames a message with a 32-bit length.
 const MaxRequestBytesLimit = 1 << 30
@@ -80,17 +78,16 @@ const MaxRequestBytesLimit = 1 << 30
 // DefaultConfig is the daemon's configuration when no flag is given.
 func DefaultConfig() Config {
 	return Config{
-		Root:            "./data",
-		GRPCAddr:        "127.0.0.1:50051",
-		HTTPAddr:        "127.0.0.1:8080",
-		MaxRequestBytes: 64 << 20,
+		Root:     "./data",
+		GRPCAddr: "127.0.0.1:50051",
+		HTTPAddr: "127.0.0.1:8080",
 		Store: store.Options{
-			Policy:      store.DefaultPolicy,
-			IO:          store.IOBuffered,
-			Fsync:       store.FsyncGroup,
-			MaxFileSize: 1 << 40,
-			// Limits: see limits.go.
-			MaxOpenFiles:      DefaultMaxOpenFiles,
+			Policy:            store.DefaultPolicy,
+			IO:                store.IOBuffered,
+			Fsync:             store.FsyncGroup,
+			MaxFileSize:       store.DefaultMaxFileSize,
+			MaxRequestBytes:   store.DefaultMaxRequestBytes,
+			MaxOpenFiles:      store.DefaultMaxOpenFiles,
 			MaxWaitersPerFile: DefaultMaxWaitersPerFile,
 		},
 		DrainTimeout: 30 * time.Second,
@@ -106,16 +103,22 @@ func (c Config) validate() error {
 	}
 	// A limit of 0 is refused, not taken as the store's default: the
 	// operator who wrote it meant something else.
-	if c.MaxRequestBytes <= 0 || c.MaxRequestBytes > MaxRequestBytesLimit {
-		return fmt.Errorf("--max-request-bytes %d: want 1 to %d", c.MaxRequestBytes, MaxRequestBytesLimit)
+	if c.Store.MaxRequestBytes <= 0 || c.Store.MaxRequestBytes > MaxRequestBytesLimit {
+		return fmt.Errorf("--max-request-bytes %d: want 1 to %d", c.Store.MaxRequestBytes, MaxRequestBytesLimit)
 	}
 	if c.Store.MaxFileSize <= 0 {
 		return fmt.Errorf("--max-file-size %d: want at least 1", c.Store.MaxFileSize)
 	}
+	if c.Store.MaxOpenFiles <= 0 {
+		return fmt.Errorf("--max-open-files %d: want at least 1", c.Store.MaxOpenFiles)
+	}
+	if c.Store.MaxWaitersPerFile < 0 {
+		return fmt.Errorf("--max-waiters-per-file %d is negative (0 means unbounded)", c.Store.MaxWaitersPerFile)
+	}
 	if c.DrainTimeout < 0 {
 		return fmt.Errorf("drain timeout %v is negative", c.DrainTimeout)
 	}
-	return c.validateLimits()
+	return nil
 }
 
 // Server is a running daemon: the store, the gRPC server and, unless
@@ -227,7 +230,6 @@ func Start(cfg Config) (_ *Server, err error) {
 		fsys = cfg.WrapFS(osfs)
 	}
 	opts := cfg.Store
-	opts.MaxIOBytes = cfg.MaxRequestBytes
 	if opts.Telemetry == nil {
 		opts.Telemetry = s.tel.store
 	}
@@ -239,7 +241,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("gRPC listener: %w", err)
 	}
-	s.grpcSrv = newGRPCServer(s.store, s.health, cfg.MaxRequestBytes, log, s.tel, s.publicServerOptions()...)
+	s.grpcSrv = newGRPCServer(s.store, s.health, cfg.Store.MaxRequestBytes, log, s.tel, s.publicServerOptions()...)
 	if cfg.HTTPAddr != "" {
 		if err := s.startGateway(); err != nil {
 			return nil, err
@@ -267,7 +269,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	}
 	st := s.store.Options()
 	log.Info("filewrite started", "root", cfg.Root, "policy", st.Policy.String(), "io", st.IO.String(),
-		"fsync", st.Fsync.String(), "max_file_size", st.MaxFileSize, "max_request_bytes", cfg.MaxRequestBytes)
+		"fsync", st.Fsync.String(), "max_file_size", st.MaxFileSize, "max_request_bytes", st.MaxRequestBytes)
 	log.Info("listening", "protocol", "grpc", "addr", s.grpcLis.Addr().String())
 	if s.httpLis != nil {
 		log.Info("listening", "protocol", "http", "addr", s.httpLis.Addr().String())
@@ -276,9 +278,9 @@ func Start(cfg Config) (_ *Server, err error) {
 }
 
 func (s *Server) startGateway() (err error) {
-	limit := maxMessageBytes(s.cfg.MaxRequestBytes)
+	limit := maxMessageBytes(s.cfg.Store.MaxRequestBytes)
 	s.gatewayLis = newPipeListener()
-	s.gatewaySrv = newGRPCServer(s.store, s.health, s.cfg.MaxRequestBytes, s.log, s.tel, s.gatewayServerOptions()...)
+	s.gatewaySrv = newGRPCServer(s.store, s.health, s.cfg.Store.MaxRequestBytes, s.log, s.tel, s.gatewayServerOptions()...)
 	s.gatewayConn, err = grpc.NewClient("passthrough:///gateway",
 		grpc.WithContextDialer(s.gatewayLis.dial),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -288,7 +290,7 @@ func (s *Server) startGateway() (err error) {
 	if err != nil {
 		return fmt.Errorf("gateway client: %w", err)
 	}
-	handler, err := newGateway(context.Background(), s.gatewayConn, s.cfg.MaxRequestBytes)
+	handler, err := newGateway(context.Background(), s.gatewayConn, s.cfg.Store.MaxRequestBytes)
 	if err != nil {
 		return err
 	}

@@ -45,7 +45,7 @@ var (
 	// request.
 	ErrFileTooLarge = errors.New("file size limit exceeded")
 	// ErrRequestTooLarge is returned when one Write or Read moves more than
-	// Options.MaxIOBytes: a limit on the request, whatever the file.
+	// Options.MaxRequestBytes: a limit on the request, whatever the file.
 	ErrRequestTooLarge = errors.New("request size limit exceeded")
 	// ErrTooManyOpenFiles is returned when Options.MaxOpenFiles files are all
 	// in use and none can be closed.

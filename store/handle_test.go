@@ -12,7 +12,7 @@ import (
 // TestHandleWrite: a write through a Handle does what the same Write does,
 // refusals included (they change nothing), and reports the same result.
 func TestHandleWrite(t *testing.T) {
-	const maxIO = 64 << 10
+	const maxRequest = 64 << 10
 	tests := []struct {
 		name    string
 		off     int64
@@ -27,12 +27,12 @@ func TestHandleWrite(t *testing.T) {
 		{name: "sync full", off: 100, data: pattern(10, 3), sync: store.SyncFull, wantOwed: store.SyncFull},
 		{name: "empty", off: 1 << 20, data: nil, sync: store.SyncData, wantOwed: store.SyncNone},
 		{name: "negative offset", off: -1, data: pattern(10, 4), wantErr: store.ErrInvalidOffset},
-		{name: "over the request limit", off: 0, data: make([]byte, maxIO+1), wantErr: store.ErrRequestTooLarge},
+		{name: "over the request limit", off: 0, data: make([]byte, maxRequest+1), wantErr: store.ErrRequestTooLarge},
 		{name: "past the file size limit", off: 1 << 30, data: pattern(1, 5), wantErr: store.ErrFileTooLarge},
 		{name: "unknown sync mode", off: 0, data: pattern(1, 6), sync: 7, wantErr: store.ErrInvalidMode},
 	}
 	ctx := context.Background()
-	opts := store.Options{MaxIOBytes: maxIO, MaxFileSize: 1 << 30}
+	opts := store.Options{MaxRequestBytes: maxRequest, MaxFileSize: 1 << 30}
 	viaWrite, viaHandle := newFaultStore(t, opts), newFaultStore(t, opts)
 	h, err := viaHandle.OpenHandle(ctx, faultPath)
 	if err != nil {

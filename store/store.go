@@ -127,7 +127,7 @@ func (s *Store) Read(ctx context.Context, path string, off, length int64) ([]byt
 	if err := validateRange(off, length, math.MaxInt64); err != nil {
 		return nil, err
 	}
-	if err := validateIOLength(length, s.opts.MaxIOBytes); err != nil {
+	if err := validateRequestLength(length, s.opts.MaxRequestBytes); err != nil {
 		return nil, err
 	}
 	ino, err := s.table.get(ctx, path, false)

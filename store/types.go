@@ -246,15 +246,17 @@ type Options struct {
 	IO IOMode
 	// Fsync is how syncs are combined; default FsyncGroup.
 	Fsync FsyncMode
-	// FsyncTimerDelay is the gathering delay of FsyncTimer; default 3ms.
+	// FsyncTimerDelay is the gathering delay of FsyncTimer; default
+	// DefaultFsyncTimerDelay.
 	FsyncTimerDelay time.Duration
 	// MaxFileSize bounds the size any operation may give a file; default
-	// 1 TiB.
+	// DefaultMaxFileSize.
 	MaxFileSize int64
-	// MaxIOBytes bounds the length of one Write or Read; default 64 MiB.
-	MaxIOBytes int64
+	// MaxRequestBytes bounds the data one Write or Read moves (the
+	// daemon's --max-request-bytes); default DefaultMaxRequestBytes.
+	MaxRequestBytes int64
 	// MaxOpenFiles bounds the open descriptors; idle files beyond it are
-	// closed and reopened on next use. Default 1024.
+	// closed and reopened on next use. Default DefaultMaxOpenFiles.
 	MaxOpenFiles int
 	// MaxWaitersPerFile bounds how many callers may queue for one file's
 	// inode lock; beyond it an operation fails with ErrTooManyWaiters.
@@ -266,11 +268,19 @@ type Options struct {
 	Hooks *Hooks
 }
 
+// Defaults of Options, filled in by Open for fields left zero: the one
+// source of these values (the daemon's flags default to them too).
 const (
-	defaultMaxFileSize  = 1 << 40
-	defaultMaxIOBytes   = 64 << 20
-	defaultMaxOpenFiles = 1024
-	defaultTimerDelay   = 3 * time.Millisecond
+	// DefaultMaxFileSize is 1 TiB.
+	DefaultMaxFileSize = 1 << 40
+	// DefaultMaxRequestBytes is 64 MiB.
+	DefaultMaxRequestBytes = 64 << 20
+	// DefaultMaxOpenFiles bounds the descriptors the store holds, well
+	// below a typical RLIMIT_NOFILE once raised for a server (a daemon's
+	// connections need descriptors too).
+	DefaultMaxOpenFiles = 1024
+	// DefaultFsyncTimerDelay is FsyncTimer's gathering delay.
+	DefaultFsyncTimerDelay = 3 * time.Millisecond
 )
 
 func (o Options) withDefaults() Options {
@@ -278,16 +288,16 @@ func (o Options) withDefaults() Options {
 		o.Policy = DefaultPolicy
 	}
 	if o.FsyncTimerDelay <= 0 {
-		o.FsyncTimerDelay = defaultTimerDelay
+		o.FsyncTimerDelay = DefaultFsyncTimerDelay
 	}
 	if o.MaxFileSize <= 0 {
-		o.MaxFileSize = defaultMaxFileSize
+		o.MaxFileSize = DefaultMaxFileSize
 	}
-	if o.MaxIOBytes <= 0 {
-		o.MaxIOBytes = defaultMaxIOBytes
+	if o.MaxRequestBytes <= 0 {
+		o.MaxRequestBytes = DefaultMaxRequestBytes
 	}
 	if o.MaxOpenFiles <= 0 {
-		o.MaxOpenFiles = defaultMaxOpenFiles
+		o.MaxOpenFiles = DefaultMaxOpenFiles
 	}
 	return o
 }

@@ -63,10 +63,10 @@ func validateRange(off, length, maxEnd int64) error {
 	return nil
 }
 
-// validateIOLength bounds the bytes moved by one Write or Read.
-func validateIOLength(length, maxIO int64) error {
-	if length > maxIO {
-		return fmt.Errorf("%w: %d bytes, the maximum per request is %d", ErrRequestTooLarge, length, maxIO)
+// validateRequestLength bounds the bytes moved by one Write or Read.
+func validateRequestLength(length, maxRequest int64) error {
+	if length > maxRequest {
+		return fmt.Errorf("%w: %d bytes, the maximum per request is %d", ErrRequestTooLarge, length, maxRequest)
 	}
 	return nil
 }

@@ -309,8 +309,8 @@ func TestValidateKinds(t *testing.T) {
 // TestValidateArguments: offsets, lengths, sizes and modes, against limits
 // small enough to reach.
 func TestValidateArguments(t *testing.T) {
-	const maxFile, maxIO = 1 << 20, 64 << 10
-	s, base := validationFixture(t, Options{MaxFileSize: maxFile, MaxIOBytes: maxIO})
+	const maxFile, maxRequest = 1 << 20, 64 << 10
+	s, base := validationFixture(t, Options{MaxFileSize: maxFile, MaxRequestBytes: maxRequest})
 	const limitMsg = "1048576"
 	write := func(p string, off int64, n int, sync SyncMode) func(ctx context.Context, s *Store) error {
 		return func(ctx context.Context, s *Store) error {
@@ -345,14 +345,14 @@ func TestValidateArguments(t *testing.T) {
 		{"Write/overflow", write("f", math.MaxInt64, 2, SyncNone), ErrInvalidOffset, ""},
 		{"Write/past-max-file-size", write("f", maxFile-1, 2, SyncNone), ErrFileTooLarge, limitMsg},
 		{"Write/new-file-past-max-file-size", write("newdir/new", maxFile, 1, SyncNone), ErrFileTooLarge, limitMsg},
-		{"Write/longer-than-max-io", write("f", 0, maxIO+1, SyncNone), ErrRequestTooLarge, "65536"},
+		{"Write/longer-than-max-io", write("f", 0, maxRequest+1, SyncNone), ErrRequestTooLarge, "65536"},
 		{"Write/sync-mode-3", write("f", 0, 1, SyncMode(3)), ErrInvalidMode, ""},
 		{"Write/sync-mode-negative", write("new", 0, 1, SyncMode(-1)), ErrInvalidMode, ""},
 
 		{"Read/negative-offset", read(-1, 1), ErrInvalidOffset, ""},
 		{"Read/negative-length", read(0, -1), ErrInvalidOffset, ""},
 		{"Read/overflow", read(math.MaxInt64-1, 10), ErrInvalidOffset, ""},
-		{"Read/longer-than-max-io", read(0, maxIO+1), ErrRequestTooLarge, "65536"},
+		{"Read/longer-than-max-io", read(0, maxRequest+1), ErrRequestTooLarge, "65536"},
 
 		{"Truncate/negative-size", truncate("f", -1), ErrInvalidOffset, ""},
 		{"Truncate/past-max-file-size", truncate("f", maxFile+1), ErrFileTooLarge, limitMsg},
@@ -380,16 +380,16 @@ func TestValidateArguments(t *testing.T) {
 	if _, err := s.Write(ctx, "f", maxFile-1, []byte{1}, SyncNone); err != nil {
 		t.Errorf("Write ending at the maximum file size: %v", err)
 	}
-	if _, err := s.Read(ctx, "f", 0, maxIO); err != nil {
-		t.Errorf("Read of MaxIOBytes: %v", err)
+	if _, err := s.Read(ctx, "f", 0, maxRequest); err != nil {
+		t.Errorf("Read of MaxRequestBytes: %v", err)
 	}
-	if _, err := s.Write(ctx, "f", 0, make([]byte, maxIO), SyncNone); err != nil {
-		t.Errorf("Write of MaxIOBytes: %v", err)
+	if _, err := s.Write(ctx, "f", 0, make([]byte, maxRequest), SyncNone); err != nil {
+		t.Errorf("Write of MaxRequestBytes: %v", err)
 	}
 	if err := s.Truncate(ctx, "f", maxFile); err != nil {
 		t.Errorf("Truncate to the maximum file size: %v", err)
 	}
-	if got := readFile(t, filepath.Join(base, "root"), "f"); int64(len(got)) != maxFile || !bytes.Equal(got[:maxIO], make([]byte, maxIO)) {
+	if got := readFile(t, filepath.Join(base, "root"), "f"); int64(len(got)) != maxFile || !bytes.Equal(got[:maxRequest], make([]byte, maxRequest)) {
 		t.Errorf("f after the accepted requests: %d bytes, want %d of zeros first", len(got), maxFile)
 	}
 }

@@ -97,14 +97,14 @@ type AppliedWrite struct {
 }
 
 // validateWrite checks everything about a write but its path: the sync
-// mode, the length against MaxIOBytes, the range against MaxFileSize. A
+// mode, the length against MaxRequestBytes, the range against MaxFileSize. A
 // write it refuses changes nothing.
 func (s *Store) validateWrite(off int64, data []byte, sync SyncMode) error {
 	if err := validateSync(sync); err != nil {
 		return err
 	}
 	n := int64(len(data))
-	if err := validateIOLength(n, s.opts.MaxIOBytes); err != nil {
+	if err := validateRequestLength(n, s.opts.MaxRequestBytes); err != nil {
 		return err
 	}
 	return validateRange(off, n, s.opts.MaxFileSize)
@@ -303,7 +303,7 @@ func (s *Store) recordWrite(ctx context.Context, start time.Time, sync SyncMode)
 }
 
 // maxDirectChunk bounds one O_DIRECT pwrite, and so the aligned buffer a
-// direct write copies its data into: a write of any length (MaxIOBytes may
+// direct write copies its data into: a write of any length (MaxRequestBytes may
 // be set past 2 GiB) holds at most this much more memory, and the buffer
 // pools need size classes only up to it (8 MiB).
 const (

@@ -90,7 +90,7 @@ func TestDirectWriteOver2GiB(t *testing.T) {
 	}
 	const size = 2<<30 + 4096
 	ctx := context.Background()
-	s, _ := newTestStore(t, Options{IO: IODirect, MaxIOBytes: size})
+	s, _ := newTestStore(t, Options{IO: IODirect, MaxRequestBytes: size})
 	data := make([]byte, size)
 	data[0], data[size-1] = 'a', 'z'
 	res, err := s.Write(ctx, "big", 0, data, SyncNone)
