@@ -1,3 +1,5 @@
+//go:build linux
+
 package store_test
 
 // Faults the disk gives rarely and at bad moments, reached through
