@@ -2,11 +2,16 @@ package service
 
 import (
 	"context"
+	"net"
+	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 )
 
@@ -66,10 +71,58 @@ func (s *Server) gatewayServerOptions() []grpc.ServerOption {
 }
 
 // admitCall is the public gRPC server's tap: a call without a valid token
-// is refused when its headers arrive.
+// is refused when its headers arrive, and once the daemon drains, so is
+// every new call but health's (which then answers NOT_SERVING).
 func (s *Server) admitCall(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if s.draining.Load() && !strings.HasPrefix(info.FullMethodName, openHealthPrefix) {
+		return nil, errShuttingDown
+	}
 	if err := s.auth.checkCall(info.FullMethodName, info.Header); err != nil {
 		return nil, err
 	}
 	return ctx, nil
+}
+
+var errShuttingDown = status.Error(codes.Unavailable, "the daemon is shutting down: it takes no new calls")
+
+// stoppableListener is a listener that can stop accepting before it is
+// closed. Shutdown stops the public gRPC listener's accepting at once but
+// closes it (through GracefulStop) only after the drain: Serve would
+// report a listener closed under it as a failure.
+type stoppableListener struct {
+	net.Listener
+	stopOnce, closeOnce sync.Once
+	stopped, closed     chan struct{}
+}
+
+func newStoppableListener(l net.Listener) *stoppableListener {
+	return &stoppableListener{Listener: l, stopped: make(chan struct{}), closed: make(chan struct{})}
+}
+
+// stopAccepting closes the socket, so that new connections are refused,
+// and holds Accept until Close.
+func (l *stoppableListener) stopAccepting() {
+	l.stopOnce.Do(func() {
+		close(l.stopped)
+		l.Listener.Close()
+	})
+}
+
+func (l *stoppableListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		select {
+		case <-l.stopped:
+			<-l.closed
+			return nil, net.ErrClosed
+		default:
+		}
+	}
+	return c, err
+}
+
+func (l *stoppableListener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	l.stopAccepting()
+	return nil
 }

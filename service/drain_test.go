@@ -1,11 +1,13 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
@@ -110,4 +113,92 @@ func refusedWhileDraining(err error) bool {
 		return true
 	}
 	return false
+}
+
+// TestShutdownRefusesNewCallsWhileRESTDrains: once Shutdown begins, the
+// gRPC listener takes no new call (UNAVAILABLE on a connection already
+// open, a refused connection for a new one) even though a REST PUT is
+// still receiving its body; that PUT then finishes through the gateway's
+// own gRPC connection, and Shutdown returns once it has.
+func TestShutdownRefusesNewCallsWhileRESTDrains(t *testing.T) {
+	d := startDaemon(t, nil)
+	ctx := testContext(t)
+	if _, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "before.bin", Data: []byte("before")}); err != nil {
+		t.Fatalf("write before the shutdown: %v", err)
+	}
+
+	// A raw PUT whose body the test holds back until the shutdown began;
+	// "Expect: 100-continue" says when the handler started reading it.
+	body := allBytes(3<<20 + 5)
+	pr, pw := io.Pipe()
+	req, err := http.NewRequestWithContext(ctx, "PUT", d.url+"/v1/files/put.bin?sync=data", pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = int64(len(body))
+	req.Header.Set("Content-Type", mimeOctetStream)
+	req.Header.Set("Expect", "100-continue")
+	reading := make(chan struct{})
+	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{Got100Continue: func() { close(reading) }}))
+	client := &http.Client{Transport: &http.Transport{ExpectContinueTimeout: time.Minute}}
+	putDone := make(chan string, 1)
+	go func() {
+		resp, err := client.Do(req)
+		if err != nil {
+			putDone <- err.Error()
+			return
+		}
+		putDone <- resp.Status + " " + readAll(t, resp)
+	}()
+	select {
+	case <-reading:
+	case <-ctx.Done():
+		t.Fatal("the PUT never reached its handler")
+	}
+
+	shutdownDone := make(chan error, 1)
+	go func() { shutdownDone <- d.srv.Shutdown() }()
+	// Health stays answerable through the drain, and says so.
+	for {
+		resp, err := healthpb.NewHealthClient(d.conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatalf("health while draining: %v", err)
+		}
+		if resp.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+
+	_, err = d.client.Write(ctx, &filewritev1.WriteRequest{Path: "after.bin", Data: []byte("after")})
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("gRPC Write on an open connection after Shutdown began: %v, want UNAVAILABLE", err)
+	}
+	fresh := plaintextConn(t, d.srv.GRPCAddr().String())
+	_, err = filewritev1.NewFileServiceClient(fresh).Write(ctx, &filewritev1.WriteRequest{Path: "after.bin", Data: []byte("after")})
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("gRPC Write on a new connection after Shutdown began: %v, want UNAVAILABLE", err)
+	}
+	select {
+	case err := <-shutdownDone:
+		t.Fatalf("Shutdown returned (%v) with a PUT still in flight", err)
+	default:
+	}
+
+	go func() {
+		pw.Write(body)
+		pw.Close()
+	}()
+	if got := <-putDone; !strings.HasPrefix(got, "200 OK") {
+		t.Errorf("PUT in flight during the drain: %s, want 200 OK", got)
+	}
+	if err := <-shutdownDone; err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if got := d.onDisk(t, "put.bin"); !bytes.Equal(got, body) {
+		t.Errorf("put.bin after the drain: %d bytes, want the %d bytes sent", len(got), len(body))
+	}
+	if _, err := os.Stat(filepath.Join(d.root, "after.bin")); !os.IsNotExist(err) {
+		t.Errorf("after.bin exists (%v): a refused Write was performed", err)
+	}
 }

@@ -14,6 +14,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -130,9 +132,12 @@ type Server struct {
 	health *health.Server
 	tel    *telemetry
 
-	// The public gRPC server, on Config.GRPCAddr.
-	grpcSrv *grpc.Server
-	grpcLis net.Listener
+	// The public gRPC server, on Config.GRPCAddr. Once draining is set
+	// (Shutdown), it admits no new call but health's (see admitCall), and
+	// grpcLis accepts no new connection.
+	grpcSrv  *grpc.Server
+	grpcLis  *stoppableListener
+	draining atomic.Bool
 
 	// The gateway, nil when Config.HTTPAddr is empty. It reaches a gRPC
 	// server of its own, gatewaySrv, through gatewayConn over gatewayLis, a
@@ -148,6 +153,9 @@ type Server struct {
 
 	// serveErr receives an error when a listener fails while serving.
 	serveErr chan error
+
+	shutdownOnce sync.Once
+	shutdownErr  error // Shutdown's result, for every call
 
 	// Security, set up by setupSecurity: nil when off.
 	auth    *tokenAuth
@@ -238,9 +246,11 @@ func Start(cfg Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("open store at %s: %w", cfg.Root, err)
 	}
 
-	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+	lis, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
 		return nil, fmt.Errorf("gRPC listener: %w", err)
 	}
+	s.grpcLis = newStoppableListener(lis)
 	s.grpcSrv = newGRPCServer(s.store, s.health, cfg.Store.MaxRequestBytes, log, s.tel, s.publicServerOptions()...)
 	if cfg.HTTPAddr != "" {
 		if err := s.startGateway(); err != nil {
@@ -325,17 +335,28 @@ func (s *Server) HTTPAddr() net.Addr {
 // Shutdown drains the daemon and closes the store. In order:
 //
 //  1. health turns NOT_SERVING, so load balancers and ghz stop sending;
-//  2. the gateway stops accepting and waits for its requests in flight,
-//     which still need its gRPC server, so that one stops after it;
-//  3. the public gRPC server stops accepting and waits for its RPCs in
-//     flight;
+//  2. both listeners stop taking new work at once: the gRPC listener
+//     accepts no connection and its server admits no call but health's,
+//     which answers NOT_SERVING (new calls get UNAVAILABLE), and the
+//     gateway accepts no request;
+//  3. the gateway waits for its requests in flight, which still reach its
+//     own gRPC server, so that one stops after it; meanwhile the public
+//     gRPC server's calls in flight finish too, and then it stops;
 //  4. the store syncs and closes every open file.
 //
-// Steps 2 and 3 share Config.DrainTimeout; past it, what still runs is
+// Step 3 is bounded by Config.DrainTimeout; past it, what still runs is
 // cancelled, and the store still waits for the operations it has begun
-// before its final sync. Shutdown returns that sync's error, if any.
+// before its final sync. Shutdown returns that sync's error, if any; a
+// second call waits for the first and returns the same.
 func (s *Server) Shutdown() error {
+	s.shutdownOnce.Do(func() { s.shutdownErr = s.shutdown() })
+	return s.shutdownErr
+}
+
+func (s *Server) shutdown() error {
 	s.health.Shutdown()
+	s.draining.Store(true)
+	s.grpcLis.stopAccepting()
 	s.log.Info("draining", "timeout", s.cfg.DrainTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
 	defer cancel()
