@@ -90,6 +90,8 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "PEM private key `file` of --tls-cert")
 	fs.BoolVar(&cfg.InsecureListen, "insecure-listen", cfg.InsecureListen,
 		"allow a listen address beyond loopback without --auth-token-file")
+	fs.DurationVar(&cfg.ConnAuthTimeout, "conn-auth-timeout", cfg.ConnAuthTimeout,
+		"how long a new connection may go without an authenticated request (without tokens: any request) before it is closed")
 	fs.Var(intFlag{&cfg.Store.MaxOpenFiles, 1}, "max-open-files",
 		"most `files` held open at once; idle ones are closed to make room, and past it a request is RESOURCE_EXHAUSTED")
 	fs.Var(intFlag{&cfg.Store.MaxWaitersPerFile, 0}, "max-waiters-per-file",

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 )
@@ -51,6 +52,10 @@ const (
 func (s *Server) publicServerOptions() []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.InTapHandle(s.admitCall),
+		grpc.StatsHandler(publicStats{guard: s.grpcGuard}),
+		// The handshake (TLS, HTTP/2 preface and settings) too must end
+		// within the time a connection has to authenticate.
+		grpc.ConnectionTimeout(s.cfg.ConnAuthTimeout),
 		grpc.MaxConcurrentStreams(maxConcurrentStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
@@ -72,16 +77,52 @@ func (s *Server) gatewayServerOptions() []grpc.ServerOption {
 
 // admitCall is the public gRPC server's tap: a call without a valid token
 // is refused when its headers arrive, and once the daemon drains, so is
-// every new call but health's (which then answers NOT_SERVING).
+// every new call but health's (which then answers NOT_SERVING). A call that
+// is let in with a valid token (or any call, without tokens) vouches for
+// its connection (see guardedListener); health needs no token, so it
+// vouches only if it carries a valid one.
 func (s *Server) admitCall(ctx context.Context, info *tap.Info) (context.Context, error) {
-	if s.draining.Load() && !strings.HasPrefix(info.FullMethodName, openHealthPrefix) {
+	health := strings.HasPrefix(info.FullMethodName, openHealthPrefix)
+	if s.draining.Load() && !health {
 		return nil, errShuttingDown
 	}
-	if err := s.auth.checkCall(info.FullMethodName, info.Header); err != nil {
-		return nil, err
+	switch {
+	case s.auth == nil:
+	case health:
+		if s.auth.check(info.Header.Get("authorization")) != nil {
+			return ctx, nil
+		}
+	default:
+		if err := s.auth.checkCall(info.FullMethodName, info.Header); err != nil {
+			return nil, err
+		}
 	}
+	trustConn(ctx)
 	return ctx, nil
 }
+
+// publicStats is the public gRPC server's own stats handler. gRPC tells a
+// stats handler of each new connection before any call on it, with a
+// context that the connection's calls inherit, down to the tap: it puts
+// the connection's guardedConn there for admitCall.
+type publicStats struct {
+	guard *guardedListener
+}
+
+var _ stats.Handler = publicStats{}
+
+func (h publicStats) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
+	if g := h.guard.connByAddr(info.RemoteAddr); g != nil {
+		return context.WithValue(ctx, guardedConnKey{}, g)
+	}
+	return ctx
+}
+
+func (publicStats) HandleConn(context.Context, stats.ConnStats) {}
+
+func (publicStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+
+func (publicStats) HandleRPC(context.Context, stats.RPCStats) {}
 
 var errShuttingDown = status.Error(codes.Unavailable, "the daemon is shutting down: it takes no new calls")
 

@@ -60,6 +60,10 @@ type Config struct {
 	// InsecureListen allows a listen address beyond loopback without
 	// AuthTokenFile.
 	InsecureListen bool
+	// ConnAuthTimeout is how long a new connection to either listener
+	// may go without an authenticated request (without AuthTokenFile: any
+	// request) before it is closed; it bounds the gRPC handshake too.
+	ConnAuthTimeout time.Duration
 
 	// WrapFS, when set, wraps the file layer under the store: tests inject
 	// faults (ENOSPC, a held sync) through it. nil in production.
@@ -92,7 +96,8 @@ func DefaultConfig() Config {
 			MaxOpenFiles:      store.DefaultMaxOpenFiles,
 			MaxWaitersPerFile: DefaultMaxWaitersPerFile,
 		},
-		DrainTimeout: 30 * time.Second,
+		DrainTimeout:    30 * time.Second,
+		ConnAuthTimeout: DefaultConnAuthTimeout,
 	}
 }
 
@@ -120,6 +125,9 @@ func (c Config) validate() error {
 	if c.DrainTimeout < 0 {
 		return fmt.Errorf("drain timeout %v is negative", c.DrainTimeout)
 	}
+	if c.ConnAuthTimeout <= 0 {
+		return fmt.Errorf("--conn-auth-timeout %v: want more than 0", c.ConnAuthTimeout)
+	}
 	return nil
 }
 
@@ -135,9 +143,10 @@ type Server struct {
 	// The public gRPC server, on Config.GRPCAddr. Once draining is set
 	// (Shutdown), it admits no new call but health's (see admitCall), and
 	// grpcLis accepts no new connection.
-	grpcSrv  *grpc.Server
-	grpcLis  *stoppableListener
-	draining atomic.Bool
+	grpcSrv   *grpc.Server
+	grpcLis   *stoppableListener
+	grpcGuard *guardedListener // under grpcLis
+	draining  atomic.Bool
 
 	// The gateway, nil when Config.HTTPAddr is empty. It reaches a gRPC
 	// server of its own, gatewaySrv, through gatewayConn over gatewayLis, a
@@ -250,7 +259,8 @@ func Start(cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("gRPC listener: %w", err)
 	}
-	s.grpcLis = newStoppableListener(lis)
+	s.grpcGuard = newGuardedListener(lis, cfg.ConnAuthTimeout)
+	s.grpcLis = newStoppableListener(s.grpcGuard)
 	s.grpcSrv = newGRPCServer(s.store, s.health, cfg.Store.MaxRequestBytes, log, s.tel, s.publicServerOptions()...)
 	if cfg.HTTPAddr != "" {
 		if err := s.startGateway(); err != nil {
@@ -304,11 +314,14 @@ func (s *Server) startGateway() (err error) {
 	if err != nil {
 		return err
 	}
-	if s.httpLis, err = net.Listen("tcp", s.cfg.HTTPAddr); err != nil {
+	lis, err := net.Listen("tcp", s.cfg.HTTPAddr)
+	if err != nil {
 		return fmt.Errorf("HTTP listener: %w", err)
 	}
+	s.httpLis = newGuardedListener(lis, s.cfg.ConnAuthTimeout)
 	s.httpSrv = &http.Server{
 		Handler:           s.httpHandler(handler),
+		ConnContext:       withGuardedConn,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),

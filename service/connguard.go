@@ -1,0 +1,117 @@
+package service
+
+import (
+	"context"
+	"crypto/tls"
+	"math"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// guardedListener closes every connection that has not carried an
+// authenticated request within a timeout of being accepted: a connection
+// that only did its handshake (the HTTP/2 preface and nothing since), that
+// stalls in its first request, or whose requests are all refused, holds a
+// file descriptor, and enough of them would leave none for the accept of a
+// legitimate client. An authenticated request stops the clock for good:
+// from then on the connection is its client's, bounded by the usual idle
+// and keepalive timeouts.
+//
+// Without --auth-token-file every request counts as authenticated; a
+// connection is then closed only if it carried no request at all. gRPC
+// health calls do not count unless they carry a valid token: they need
+// none, so they cannot vouch for the connection.
+type guardedListener struct {
+	net.Listener
+	timeout time.Duration
+
+	// byRemote maps each open connection's remote address to it: gRPC
+	// tells its stats handler a new connection's addresses, not the
+	// connection (see connByAddr).
+	byRemote sync.Map // string → *guardedConn
+}
+
+func newGuardedListener(l net.Listener, timeout time.Duration) *guardedListener {
+	return &guardedListener{Listener: l, timeout: timeout}
+}
+
+func (l *guardedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	g := &guardedConn{Conn: c, lis: l, remote: c.RemoteAddr().String()}
+	l.byRemote.Store(g.remote, g)
+	// Armed once assigned, so that expire never sees g.timer unset.
+	g.timer = time.AfterFunc(math.MaxInt64, g.expire)
+	g.timer.Reset(l.timeout)
+	return g, nil
+}
+
+// connByAddr is the open connection from remote, nil if there is none.
+func (l *guardedListener) connByAddr(remote net.Addr) *guardedConn {
+	if remote == nil {
+		return nil
+	}
+	g, _ := l.byRemote.Load(remote.String())
+	c, _ := g.(*guardedConn)
+	return c
+}
+
+// guardedConn is a connection accepted by a guardedListener.
+type guardedConn struct {
+	net.Conn
+	lis     *guardedListener
+	remote  string
+	trusted atomic.Bool
+	timer   *time.Timer // closes the connection unless trusted first
+	closed  sync.Once
+}
+
+func (g *guardedConn) expire() {
+	if !g.trusted.Load() {
+		g.Close()
+	}
+}
+
+// trust stops the clock: the connection carried an authenticated request.
+func (g *guardedConn) trust() {
+	if !g.trusted.Load() {
+		g.trusted.Store(true)
+		g.timer.Stop()
+	}
+}
+
+func (g *guardedConn) Close() error {
+	g.closed.Do(func() {
+		g.timer.Stop()
+		g.lis.byRemote.CompareAndDelete(g.remote, g)
+	})
+	return g.Conn.Close()
+}
+
+// guardedConnKey is the context key of a request's *guardedConn.
+type guardedConnKey struct{}
+
+// withGuardedConn puts the guardedConn under c, if any, into ctx, so that a
+// request can vouch for its connection (trustConn). It serves as
+// http.Server.ConnContext; gRPC's TagConn uses connByAddr.
+func withGuardedConn(ctx context.Context, c net.Conn) context.Context {
+	if t, ok := c.(*tls.Conn); ok {
+		c = t.NetConn()
+	}
+	if g, ok := c.(*guardedConn); ok {
+		return context.WithValue(ctx, guardedConnKey{}, g)
+	}
+	return ctx
+}
+
+// trustConn marks the connection that ctx's request arrived on as
+// authenticated; a no-op for connections that are not guarded.
+func trustConn(ctx context.Context) {
+	if g, ok := ctx.Value(guardedConnKey{}).(*guardedConn); ok {
+		g.trust()
+	}
+}
