@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 )
@@ -251,5 +252,28 @@ func TestBadInputHTTP(t *testing.T) {
 	}
 	if got := d.onDisk(t, "existing.bin"); string(got) != "original CONTENTS" {
 		t.Errorf("existing.bin = %q after a good PUT, want \"original CONTENTS\"", got)
+	}
+}
+
+// TestErrorMessagesNameNoRootPath: an error from the filesystem names the
+// file by its path below the root, on both protocols, never by the
+// daemon's own path to it. Offsets past what ext4 allows in a file (16 TiB)
+// get EFBIG from the kernel itself.
+func TestErrorMessagesNameNoRootPath(t *testing.T) {
+	d := startDaemon(t, func(c *Config) { c.Store.MaxFileSize = 1 << 62 })
+	ctx := testContext(t)
+	if _, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "sub/big", Data: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "sub/big", Offset: 1 << 60, Data: []byte("x")})
+	msgs := map[string]string{"gRPC Write": status.Convert(err).Message()}
+	_, err = d.client.Truncate(ctx, &filewritev1.TruncateRequest{Path: "sub/big", Size: 1 << 60})
+	msgs["gRPC Truncate"] = status.Convert(err).Message()
+	r := doHTTP(t, "PUT", d.url+fmt.Sprintf("/v1/files/sub/big?offset=%d", int64(1)<<60), strings.NewReader("x"), map[string]string{"Content-Type": mimeOctetStream})
+	msgs["REST PUT"] = parseErrorBody(t, r).Message
+	for what, msg := range msgs {
+		if !strings.Contains(msg, "sub/big") || strings.Contains(msg, d.root) || strings.Contains(msg, d.dir) {
+			t.Errorf("%s: %q, want the path below the root (sub/big) and not the root's (%s)", what, msg, d.root)
+		}
 	}
 }

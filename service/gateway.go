@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
@@ -70,6 +71,13 @@ var jsonPb = &runtime.JSONPb{
 }
 
 func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if !utf8.ValidString(r.URL.Path) {
+		// It would reach the gRPC client as a path that proto3 cannot
+		// encode, and fail there as INTERNAL.
+		_, out := runtime.MarshalerForRequest(g.mux, r)
+		runtime.HTTPError(r.Context(), g.mux, out, w, r, status.Errorf(codes.InvalidArgument, "path %q is not valid UTF-8", r.URL.Path))
+		return
+	}
 	if r.ContentLength > g.maxBodyBytes {
 		_, out := runtime.MarshalerForRequest(g.mux, r)
 		runtime.HTTPError(r.Context(), g.mux, out, w, r, g.bodyTooLarge())

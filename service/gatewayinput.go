@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
@@ -74,7 +75,12 @@ var useStrictQuery = sync.OnceValue(func() runtime.ServeMuxOption {
 
 func (q *strictQuery) Parse(msg proto.Message, values url.Values, filter *utilities.DoubleArray) error {
 	fields := msg.ProtoReflect().Descriptor().Fields()
-	for key := range values {
+	for key, vals := range values {
+		for _, v := range vals {
+			if !utf8.ValidString(v) {
+				return fmt.Errorf("query parameter %q: %q is not valid UTF-8", key, v)
+			}
+		}
 		fd := fields.ByTextName(key)
 		if fd == nil {
 			fd = fields.ByJSONName(key)

@@ -35,12 +35,18 @@ func maxMessageBytes(maxRequestBytes int64) int {
 // authentication interceptors, which chain after logUnary.
 func newGRPCServer(st *store.Store, hs *health.Server, maxRequestBytes int64, log *slog.Logger, tel *telemetry, extra ...grpc.ServerOption) *grpc.Server {
 	limit := maxMessageBytes(maxRequestBytes)
-	srv := grpc.NewServer(append([]grpc.ServerOption{
+	opts := append([]grpc.ServerOption{
 		grpc.StatsHandler(tel.serverHandler()),
 		grpc.MaxRecvMsgSize(limit),
 		grpc.MaxSendMsgSize(limit),
+		grpc.ForceServerCodecV2(newRequestCodec()),
 		grpc.ChainUnaryInterceptor(logUnary(log)),
-	}, extra...)...)
+	}, extra...)
+	// Last, after any interceptor in extra: see codec.go.
+	opts = append(opts,
+		grpc.ChainUnaryInterceptor(rejectUndecodableUnary),
+		grpc.ChainStreamInterceptor(rejectUndecodableStream))
+	srv := grpc.NewServer(opts...)
 	filewritev1.RegisterFileServiceServer(srv, &fileServer{store: st})
 	healthpb.RegisterHealthServer(srv, hs)
 	reflection.Register(srv)

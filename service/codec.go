@@ -1,0 +1,103 @@
+package service
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	protocodec "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// A request that does not decode (malformed wire data, a string field that
+// is not UTF-8) is the caller's mistake: INVALID_ARGUMENT. grpc-go reports
+// any error of its codec's Unmarshal as INTERNAL, a fault of the server,
+// before an interceptor runs, and has no option to change that. So the
+// server's codec never fails to unmarshal a message: it leaves it empty but
+// for an unknown field that carries the error (undecodable), and the
+// interceptors below answer INVALID_ARGUMENT when they meet one. They run
+// after the call was admitted (authenticated), so a stranger learns nothing
+// of how a request is parsed.
+
+// undecodableField is the field number of the marker: the largest there is,
+// which no message of the API uses and a real client has no reason to send.
+const undecodableField = protowire.MaxValidNumber
+
+// requestCodec is grpc's protobuf codec with the Unmarshal described above.
+type requestCodec struct{ encoding.CodecV2 }
+
+func newRequestCodec() requestCodec {
+	return requestCodec{encoding.GetCodecV2(protocodec.Name)}
+}
+
+func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	err := c.CodecV2.Unmarshal(data, v)
+	m, ok := v.(proto.Message)
+	if err == nil || !ok {
+		return err
+	}
+	proto.Reset(m) // what a failed Unmarshal left is no request
+	b := protowire.AppendTag(nil, undecodableField, protowire.BytesType)
+	m.ProtoReflect().SetUnknown(protowire.AppendString(b, err.Error()))
+	return nil
+}
+
+// undecodable returns the decoding error that requestCodec left in m, or "".
+func undecodable(m any) (string, bool) {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return "", false
+	}
+	b := pm.ProtoReflect().GetUnknown()
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return "", false
+		}
+		b = b[n:]
+		if num == undecodableField && typ == protowire.BytesType {
+			s, n := protowire.ConsumeString(b)
+			return s, n >= 0
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+			return "", false
+		}
+		b = b[n:]
+	}
+	return "", false
+}
+
+func malformed(msg string) error {
+	return status.Error(codes.InvalidArgument, fmt.Sprintf("malformed request: %s", msg))
+}
+
+// rejectUndecodableUnary answers a unary call whose request did not decode.
+func rejectUndecodableUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if msg, bad := undecodable(req); bad {
+		return nil, malformed(msg)
+	}
+	return handler(ctx, req)
+}
+
+// rejectUndecodableStream ends a stream at the first message that did not
+// decode.
+func rejectUndecodableStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return handler(srv, decodedStream{ss})
+}
+
+type decodedStream struct{ grpc.ServerStream }
+
+func (s decodedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if msg, bad := undecodable(m); bad {
+		return malformed(msg)
+	}
+	return nil
+}
