@@ -47,7 +47,7 @@ func newGRPCServer(st *store.Store, hs *health.Server, maxRequestBytes int64, lo
 		grpc.ChainUnaryInterceptor(rejectUndecodableUnary),
 		grpc.ChainStreamInterceptor(rejectUndecodableStream))
 	srv := grpc.NewServer(opts...)
-	filewritev1.RegisterFileServiceServer(srv, &fileServer{store: st})
+	filewritev1.RegisterFileServiceServer(srv, &fileServer{store: st, extentsPerReply: extentsPerReply(limit)})
 	healthpb.RegisterHealthServer(srv, hs)
 	reflection.Register(srv)
 	return srv

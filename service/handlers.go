@@ -19,6 +19,9 @@ import (
 type fileServer struct {
 	filewritev1.UnsafeFileServiceServer
 	store *store.Store
+	// extentsPerReply bounds an Extents page so that it fits in a reply
+	// (extentsPerReply); 0 means no bound beyond MaxExtentsPageSize.
+	extentsPerReply int
 }
 
 var _ filewritev1.FileServiceServer = (*fileServer)(nil)
@@ -82,7 +85,22 @@ func (s *fileServer) Read(ctx context.Context, req *filewritev1.ReadRequest) (*f
 }
 
 func (s *fileServer) Extents(ctx context.Context, req *filewritev1.ExtentsRequest) (*filewritev1.ExtentsResponse, error) {
-	exts, err := s.store.Extents(ctx, req.GetPath(), req.GetOffset(), req.GetLength())
+	limit, err := extentsPageSize(req, s.extentsPerReply)
+	if err != nil {
+		return nil, err
+	}
+	start, err := extentsPageStart(req)
+	if err != nil {
+		return nil, err
+	}
+	length := req.GetLength()
+	if length > 0 && start > req.GetOffset() {
+		// What is left of the range; 0 would mean "to the end of the file".
+		if length -= start - req.GetOffset(); length == 0 {
+			return &filewritev1.ExtentsResponse{Extents: []*filewritev1.Extent{}}, nil
+		}
+	}
+	exts, more, err := s.store.ExtentsPage(ctx, req.GetPath(), start, length, limit)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -90,7 +108,12 @@ func (s *fileServer) Extents(ctx context.Context, req *filewritev1.ExtentsReques
 	for i, e := range exts {
 		out[i] = &filewritev1.Extent{Offset: e.Offset, Length: e.Length, State: extentStateToProto(e.State)}
 	}
-	return &filewritev1.ExtentsResponse{Extents: out}, nil
+	resp := &filewritev1.ExtentsResponse{Extents: out}
+	if more {
+		last := exts[len(exts)-1]
+		resp.NextPageToken = nextExtentsToken(req, last.Offset+last.Length)
+	}
+	return resp, nil
 }
 
 // syncModeFromProto rejects values outside the enum: proto3 enums are open,

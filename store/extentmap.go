@@ -257,19 +257,31 @@ func (m *extentMap) truncateFrom(block int64) {
 // included, the first and last clipped to the query. Blocks past endBlock are
 // holes. length must not be negative and off+length must not overflow.
 func (m *extentMap) extents(off, length int64) []Extent {
+	out, _ := m.extentsUpTo(off, length, math.MaxInt)
+	return out
+}
+
+// extentsUpTo is extents, stopped after limit extents (limit > 0): more
+// says whether the range holds more after the last one returned. It walks
+// only the runs it returns, and one more.
+func (m *extentMap) extentsUpTo(off, length int64, limit int) (out []Extent, more bool) {
 	if length <= 0 || off < 0 {
-		return nil
+		return nil, false
 	}
 	end := off + length
 	bs := m.blockSize
-	var out []Extent
 	add := func(s, e int64, st ExtentState) {
 		s, e = max(s, off), min(e, end)
-		if s >= e {
+		if s >= e || more {
 			return
 		}
 		if n := len(out); n > 0 && out[n-1].State == st && out[n-1].Offset+out[n-1].Length == s {
 			out[n-1].Length += e - s
+			return
+		}
+		if len(out) == limit {
+			// The last one is whole: this one differs from it.
+			more = true
 			return
 		}
 		out = append(out, Extent{Offset: s, Length: e - s, State: st})
@@ -281,10 +293,10 @@ func (m *extentMap) extents(off, length int64) []Extent {
 		add(pos, s, ExtentHole)
 		add(s, e, r.state)
 		pos = max(pos, e)
-		return true
+		return !more
 	})
 	add(pos, end, ExtentHole)
-	return out
+	return out, more
 }
 
 // allocatedBlocks is the number of unwritten and written blocks.

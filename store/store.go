@@ -303,26 +303,40 @@ func (s *Store) Stat(ctx context.Context, path string) (FileStat, error) {
 // Extents lists the hole, unwritten and written ranges of path within
 // [off, off+length), in order and merged; length 0 means up to EOF.
 func (s *Store) Extents(ctx context.Context, path string, off, length int64) ([]Extent, error) {
+	exts, _, err := s.ExtentsPage(ctx, path, off, length, math.MaxInt)
+	return exts, err
+}
+
+// ExtentsPage is Extents of at most limit extents (none if limit <= 0), and whether
+// the range holds more after the last one returned: the next page starts
+// at its end. It builds only the extents it returns, however many the file
+// has. Pages read at different times may disagree where the file changed
+// in between; each is true when it is read.
+func (s *Store) ExtentsPage(ctx context.Context, path string, off, length int64, limit int) (exts []Extent, more bool, err error) {
 	if err := validatePath(path); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if err := validateRange(off, length, math.MaxInt64); err != nil {
-		return nil, err
+		return nil, false, err
+	}
+	if limit <= 0 {
+		limit = math.MaxInt
 	}
 	ino, err := s.table.get(ctx, path, false)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer s.table.put(ino)
 	if length == 0 {
 		length = max(0, ino.size.Load()-off)
 	}
 	if length == 0 {
-		return []Extent{}, nil
+		return []Extent{}, false, nil
 	}
 	ino.extentMu.Lock()
 	defer ino.extentMu.Unlock()
-	return ino.extents.extents(off, length), nil
+	exts, more = ino.extents.extentsUpTo(off, length, limit)
+	return exts, more, nil
 }
 
 // FileLocks is one open file's lock state, for /debug/locks.
