@@ -69,7 +69,7 @@ func parseFlags(args []string, out io.Writer) (service.Config, error) {
 // are the defaults shown by -help.
 func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 	fs.StringVar(&cfg.Root, "root", cfg.Root, "directory whose files are served; created if missing")
-	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC listen address (port 0 picks a free port; the log says which)")
+	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC listen address: host:port (port 0 picks a free port; the log says which) or unix:PATH")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "REST gateway listen address; empty disables the gateway")
 	fs.Var(enumFlag[store.Policy]{&cfg.Store.Policy, store.ParsePolicy}, "policy",
 		"inode lock `policy`: exclusive, unlocked-below-eof, shared-written or shared-overwrite")
@@ -81,6 +81,8 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 		"largest `size` any request may give a file (bytes, or with k, m, g or t: 4k = 4KiB)")
 	fs.Var(byteSize{&cfg.Store.MaxRequestBytes, 1}, "max-request-bytes",
 		"largest `size` of the data of one Write or Read (bytes, or with k, m, g or t: 4k = 4KiB)")
+	fs.Var(byteSize{&cfg.MaxStreamBytes, 1}, "max-stream-bytes",
+		"most `bytes` of unacknowledged writes one WriteStream holds (each write counts its data plus 256); at it the stream reads no more until acks go out")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout,
 		"on SIGINT/SIGTERM, how long to wait for requests in flight before cancelling them")
 	// Authentication, TLS and resource limits (README: "Guarantees and limits").

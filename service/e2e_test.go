@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -389,5 +390,51 @@ func TestRawRoundTrip(t *testing.T) {
 	}
 	if got := d.onDisk(t, "raw/all.bin"); !bytes.Equal(got, data) {
 		t.Errorf("on disk: %d bytes that differ from the %d written", len(got), len(data))
+	}
+}
+
+// TestGRPCOnUnixSocket: --grpc-addr unix:PATH serves gRPC on a unix socket,
+// the gateway reaches it there, a socket file left by a dead daemon is
+// replaced, and one a live daemon answers on is not.
+func TestGRPCOnUnixSocket(t *testing.T) {
+	dir := testDir(t)
+	sock := filepath.Join(dir, "grpc.sock")
+	// A dead daemon's socket: bound, then left behind.
+	stale, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.(*net.UnixListener).SetUnlinkOnClose(false)
+	stale.Close()
+
+	d := startDaemon(t, func(c *Config) { c.GRPCAddr = "unix:" + sock })
+	ctx := testContext(t)
+	conn, err := grpc.NewClient("unix:"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := filewritev1.NewFileServiceClient(conn)
+	if _, err := client.Write(ctx, &filewritev1.WriteRequest{Path: "unix/f", Data: []byte("over a unix socket")}); err != nil {
+		t.Fatalf("Write over the unix socket: %v", err)
+	}
+	resp, err := http.Get(d.url + "/v1/files/unix/f:read?offset=0&length=100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), base64.StdEncoding.EncodeToString([]byte("over a unix socket"))) {
+		t.Errorf("Read through the gateway: %s %s", resp.Status, body)
+	}
+
+	cfg := DefaultConfig()
+	cfg.Root = filepath.Join(dir, "root2")
+	cfg.GRPCAddr = "unix:" + sock
+	cfg.HTTPAddr = ""
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if srv, err := Start(cfg); err == nil {
+		srv.Shutdown()
+		t.Fatal("a second daemon started on the socket of a live one")
 	}
 }

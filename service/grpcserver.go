@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
-	"github.com/filewrite/filewrite/store"
 )
 
 // messageOverhead is what a message carries besides its data: a path of up
@@ -23,9 +22,22 @@ import (
 // message that names it.
 const messageOverhead = 64 << 10
 
-// maxMessageBytes is the gRPC message limit, both ways, for a data limit.
+// maxMessageBytes is the message limit, both ways, for a data limit: what
+// a unary call may carry, and a WriteStream message.
 func maxMessageBytes(maxRequestBytes int64) int {
 	return int(maxRequestBytes) + messageOverhead
+}
+
+// transportRecvBytes is the limit gRPC itself enforces on a message it
+// receives: twice the data limit, above maxMessageBytes. gRPC refuses a
+// message over its limit by ending the RPC at once, which would lose the
+// acks a WriteStream still owes for the writes it read before; between
+// the two limits the stream's handler refuses the message itself, after
+// those acks (writestream.go). Unary calls up to this size reach their
+// handler, and the store refuses the data past --max-request-bytes with a
+// message that names it.
+func transportRecvBytes(maxRequestBytes int64) int {
+	return maxMessageBytes(maxRequestBytes) + int(maxRequestBytes)
 }
 
 // newGRPCServer builds the whole gRPC server: interceptors, the otel stats
@@ -33,24 +45,35 @@ func maxMessageBytes(maxRequestBytes int64) int {
 // grpcurl and ghz need no .proto files). Its stats handler and metrics use
 // tel's providers. extra adds options after these: TLS and the
 // authentication interceptors, which chain after logUnary.
-func newGRPCServer(st *store.Store, hs *health.Server, maxRequestBytes int64, log *slog.Logger, tel *telemetry, extra ...grpc.ServerOption) *grpc.Server {
+func newGRPCServer(files *fileServer, hs *health.Server, maxRequestBytes int64, log *slog.Logger, tel *telemetry, extra ...grpc.ServerOption) *grpc.Server {
 	limit := maxMessageBytes(maxRequestBytes)
 	opts := append([]grpc.ServerOption{
 		grpc.StatsHandler(tel.serverHandler()),
-		grpc.MaxRecvMsgSize(limit),
+		grpc.MaxRecvMsgSize(transportRecvBytes(maxRequestBytes)),
 		grpc.MaxSendMsgSize(limit),
 		grpc.ForceServerCodecV2(newRequestCodec()),
 		grpc.ChainUnaryInterceptor(logUnary(log)),
+		grpc.ChainStreamInterceptor(logStream(log)),
 	}, extra...)
 	// Last, after any interceptor in extra: see codec.go.
 	opts = append(opts,
 		grpc.ChainUnaryInterceptor(rejectUndecodableUnary),
 		grpc.ChainStreamInterceptor(rejectUndecodableStream))
 	srv := grpc.NewServer(opts...)
-	filewritev1.RegisterFileServiceServer(srv, &fileServer{store: st, extentsPerReply: extentsPerReply(limit)})
+	filewritev1.RegisterFileServiceServer(srv, files)
 	healthpb.RegisterHealthServer(srv, hs)
 	reflection.Register(srv)
 	return srv
+}
+
+// logStream logs every stream when it ends, as logUnary logs a call.
+func logStream(log *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		start := time.Now()
+		err := handler(srv, ss)
+		logRPC(ss.Context(), log, info.FullMethod, start, err)
+		return err
+	}
 }
 
 // logUnary logs every RPC at debug level, and at error level those whose
@@ -60,26 +83,40 @@ func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
 		resp, err := handler(ctx, req)
-		code := status.Code(err)
-		level := slog.LevelDebug
-		switch code {
-		case codes.Internal, codes.DataLoss, codes.Unknown:
-			level = slog.LevelError
-		}
-		if log.Enabled(ctx, level) {
-			attrs := []slog.Attr{
-				slog.String("method", info.FullMethod),
-				slog.String("code", code.String()),
-				slog.Duration("elapsed", time.Since(start)),
-			}
-			if err != nil {
-				attrs = append(attrs, slog.String("error", status.Convert(err).Message()))
-			}
-			// The stats handler put the RPC's span in ctx: its id finds
-			// the trace of a failed call.
-			attrs = append(attrs, traceAttrs(ctx)...)
-			log.LogAttrs(ctx, level, "rpc", attrs...)
-		}
+		logRPC(ctx, log, info.FullMethod, start, err)
 		return resp, err
 	}
+}
+
+// logRPC logs the end of an RPC: at error level when its code says the
+// server or the disk failed (failureLevel), else at debug level.
+func logRPC(ctx context.Context, log *slog.Logger, method string, start time.Time, err error) {
+	code := status.Code(err)
+	level := failureLevel(code)
+	if !log.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("method", method),
+		slog.String("code", code.String()),
+		slog.Duration("elapsed", time.Since(start)),
+	}
+	if err != nil {
+		attrs = append(attrs, slog.String("error", status.Convert(err).Message()))
+	}
+	// The stats handler put the RPC's span in ctx: its id finds the trace
+	// of a failed call.
+	attrs = append(attrs, traceAttrs(ctx)...)
+	log.LogAttrs(ctx, level, "rpc", attrs...)
+}
+
+// failureLevel is slog.LevelError for the codes that mean the server or
+// the disk failed, so that an operator sees I/O errors without debug logs,
+// and slog.LevelDebug for the rest.
+func failureLevel(code codes.Code) slog.Level {
+	switch code {
+	case codes.Internal, codes.DataLoss, codes.Unknown:
+		return slog.LevelError
+	}
+	return slog.LevelDebug
 }

@@ -3,6 +3,12 @@ package service
 import (
 	"context"
 	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/metric"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/store"
@@ -19,9 +25,46 @@ import (
 type fileServer struct {
 	filewritev1.UnsafeFileServiceServer
 	store *store.Store
+	log   *slog.Logger
 	// extentsPerReply bounds an Extents page so that it fits in a reply
 	// (extentsPerReply); 0 means no bound beyond MaxExtentsPageSize.
 	extentsPerReply int
+
+	// The WriteStream side (writestream.go).
+
+	// maxStreamBytes bounds the unacknowledged writes of one stream;
+	// maxMessageBytes one message (maxMessageBytes()).
+	maxStreamBytes, maxMessageBytes int64
+	// streamHeld is what all streams hold (streamBudget).
+	streamHeld    atomic.Int64
+	streamMetrics *streamMetrics
+	// draining is closed when the daemon begins to shut down: streams
+	// stop reading, ack what they read, and end with UNAVAILABLE.
+	draining  chan struct{}
+	drainOnce sync.Once
+}
+
+// newFileServer is the FileService over st; its stream metrics go to mp.
+func newFileServer(st *store.Store, maxRequestBytes, maxStreamBytes int64, mp metric.MeterProvider, log *slog.Logger) (*fileServer, error) {
+	s := &fileServer{
+		store:           st,
+		log:             log,
+		maxStreamBytes:  maxStreamBytes,
+		maxMessageBytes: int64(maxMessageBytes(maxRequestBytes)),
+		extentsPerReply: extentsPerReply(maxMessageBytes(maxRequestBytes)),
+		draining:        make(chan struct{}),
+	}
+	var err error
+	if s.streamMetrics, err = newStreamMetrics(mp, &s.streamHeld); err != nil {
+		return nil, fmt.Errorf("stream metrics: %w", err)
+	}
+	return s, nil
+}
+
+// drain tells every stream, open or to come, that the daemon is shutting
+// down.
+func (s *fileServer) drain() {
+	s.drainOnce.Do(func() { close(s.draining) })
 }
 
 var _ filewritev1.FileServiceServer = (*fileServer)(nil)
@@ -81,7 +124,8 @@ func (s *fileServer) Read(ctx context.Context, req *filewritev1.ReadRequest) (*f
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &filewritev1.ReadResponse{Data: data}, nil
+	sum := crc32.Checksum(data, castagnoli)
+	return &filewritev1.ReadResponse{Data: data, Crc32C: &sum}, nil
 }
 
 func (s *fileServer) Extents(ctx context.Context, req *filewritev1.ExtentsRequest) (*filewritev1.ExtentsResponse, error) {

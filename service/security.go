@@ -65,11 +65,15 @@ func exposedAddrs(cfg Config) ([]string, error) {
 	return out, nil
 }
 
-// isLoopbackAddr reports whether a listen address ("host:port") binds to
+// isLoopbackAddr reports whether a listen address ("host:port", or
+// "unix:PATH", which is local) binds to
 // loopback only. An empty host binds every interface. A host name counts as
 // loopback only when every address it resolves to is one ("localhost" is
 // taken as loopback without asking, as RFC 6761 allows).
 func isLoopbackAddr(addr string) (bool, error) {
+	if strings.HasPrefix(addr, "unix:") {
+		return true, nil // a unix socket: this machine only
+	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false, fmt.Errorf("listen address %q: %w", addr, err)

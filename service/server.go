@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -34,7 +35,8 @@ import (
 type Config struct {
 	// Root is the directory whose files are served; created if missing.
 	Root string
-	// GRPCAddr is the gRPC listen address; port 0 picks a free port.
+	// GRPCAddr is the gRPC listen address, host:port (port 0 picks a free
+	// port) or unix:PATH for a unix socket.
 	GRPCAddr string
 	// HTTPAddr is the REST gateway's listen address; empty disables it.
 	HTTPAddr string
@@ -43,6 +45,10 @@ type Config struct {
 	// both listeners too: gRPC messages and HTTP bodies may be larger by
 	// what carries that data (the path, base64 in JSON).
 	Store store.Options
+	// MaxStreamBytes bounds the unacknowledged writes one WriteStream
+	// holds, each counted as its data plus a fixed overhead; at the bound
+	// the stream reads no further message until acks go out.
+	MaxStreamBytes int64
 	// DrainTimeout bounds how long a shutdown waits for requests in flight
 	// before it cancels them.
 	DrainTimeout time.Duration
@@ -96,6 +102,7 @@ func DefaultConfig() Config {
 			MaxOpenFiles:      store.DefaultMaxOpenFiles,
 			MaxWaitersPerFile: DefaultMaxWaitersPerFile,
 		},
+		MaxStreamBytes:  DefaultMaxStreamBytes,
 		DrainTimeout:    30 * time.Second,
 		ConnAuthTimeout: DefaultConnAuthTimeout,
 	}
@@ -122,6 +129,9 @@ func (c Config) validate() error {
 	if c.Store.MaxWaitersPerFile < 0 {
 		return fmt.Errorf("--max-waiters-per-file %d is negative (0 means unbounded)", c.Store.MaxWaitersPerFile)
 	}
+	if c.MaxStreamBytes <= 0 {
+		return fmt.Errorf("--max-stream-bytes %d: want at least 1", c.MaxStreamBytes)
+	}
 	if c.DrainTimeout < 0 {
 		return fmt.Errorf("drain timeout %v is negative", c.DrainTimeout)
 	}
@@ -146,6 +156,8 @@ type Server struct {
 	grpcSrv   *grpc.Server
 	grpcLis   *stoppableListener
 	grpcGuard *guardedListener // under grpcLis
+	// files is the FileService of both gRPC servers.
+	files *fileServer
 	draining  atomic.Bool
 
 	// The gateway, nil when Config.HTTPAddr is empty. It reaches a gRPC
@@ -255,13 +267,17 @@ func Start(cfg Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("open store at %s: %w", cfg.Root, err)
 	}
 
-	lis, err := net.Listen("tcp", cfg.GRPCAddr)
+	lis, err := listenGRPC(cfg.GRPCAddr)
 	if err != nil {
 		return nil, fmt.Errorf("gRPC listener: %w", err)
 	}
+	if s.files, err = newFileServer(s.store, cfg.Store.MaxRequestBytes, cfg.MaxStreamBytes, s.tel.meterProvider, log); err != nil {
+		lis.Close()
+		return nil, err
+	}
 	s.grpcGuard = newGuardedListener(lis, cfg.ConnAuthTimeout)
 	s.grpcLis = newStoppableListener(s.grpcGuard)
-	s.grpcSrv = newGRPCServer(s.store, s.health, cfg.Store.MaxRequestBytes, log, s.tel, s.publicServerOptions()...)
+	s.grpcSrv = newGRPCServer(s.files, s.health, cfg.Store.MaxRequestBytes, log, s.tel, s.publicServerOptions()...)
 	if cfg.HTTPAddr != "" {
 		if err := s.startGateway(); err != nil {
 			return nil, err
@@ -300,7 +316,7 @@ func Start(cfg Config) (_ *Server, err error) {
 func (s *Server) startGateway() (err error) {
 	limit := maxMessageBytes(s.cfg.Store.MaxRequestBytes)
 	s.gatewayLis = newPipeListener()
-	s.gatewaySrv = newGRPCServer(s.store, s.health, s.cfg.Store.MaxRequestBytes, s.log, s.tel, s.gatewayServerOptions()...)
+	s.gatewaySrv = newGRPCServer(s.files, s.health, s.cfg.Store.MaxRequestBytes, s.log, s.tel, s.gatewayServerOptions()...)
 	s.gatewayConn, err = grpc.NewClient("passthrough:///gateway",
 		grpc.WithContextDialer(s.gatewayLis.dial),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -337,6 +353,31 @@ func (s *Server) startGateway() (err error) {
 // GRPCAddr is the address the gRPC server listens on.
 func (s *Server) GRPCAddr() net.Addr { return s.grpcLis.Addr() }
 
+// listenGRPC listens on addr: host:port, or unix:PATH for a unix socket.
+// A socket file left by a daemon that died is replaced; one that a live
+// daemon answers on is not.
+func listenGRPC(addr string) (net.Listener, error) {
+	path, ok := strings.CutPrefix(addr, "unix:")
+	if !ok {
+		return net.Listen("tcp", addr)
+	}
+	lis, err := net.Listen("unix", path)
+	if err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+		return lis, err
+	}
+	if fi, serr := os.Lstat(path); serr != nil || fi.Mode().Type() != os.ModeSocket {
+		return nil, err
+	}
+	if c, derr := net.Dial("unix", path); derr == nil {
+		c.Close()
+		return nil, err // someone answers there
+	}
+	if rerr := os.Remove(path); rerr != nil {
+		return nil, err
+	}
+	return net.Listen("unix", path)
+}
+
 // HTTPAddr is the address the REST gateway listens on, nil when disabled.
 func (s *Server) HTTPAddr() net.Addr {
 	if s.httpLis == nil {
@@ -347,7 +388,9 @@ func (s *Server) HTTPAddr() net.Addr {
 
 // Shutdown drains the daemon and closes the store. In order:
 //
-//  1. health turns NOT_SERVING, so load balancers and ghz stop sending;
+//  1. health turns NOT_SERVING, so load balancers and ghz stop sending,
+//     and WriteStreams stop reading: each acks what it read and ends
+//     with UNAVAILABLE;
 //  2. both listeners stop taking new work at once: the gRPC listener
 //     accepts no connection and its server admits no call but health's,
 //     which answers NOT_SERVING (new calls get UNAVAILABLE), and the
@@ -368,6 +411,7 @@ func (s *Server) Shutdown() error {
 
 func (s *Server) shutdown() error {
 	s.health.Shutdown()
+	s.files.drain()
 	s.draining.Store(true)
 	s.grpcLis.stopAccepting()
 	s.log.Info("draining", "timeout", s.cfg.DrainTimeout)

@@ -3,7 +3,6 @@ package service
 import (
 	"context"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -16,11 +15,6 @@ import (
 // here, and this file once it is empty (with its mention in status.go). They are spelled out, rather than
 // inherited, so that fileServer embeds UnsafeFileServiceServer and the next
 // RPC added to the proto without a handler does not compile.
-
-// WriteStream lands with issue 9 (streaming writes and the Go client).
-func (s *fileServer) WriteStream(grpc.BidiStreamingServer[filewritev1.WriteStreamRequest, filewritev1.WriteStreamResponse]) error {
-	return notImplemented("WriteStream")
-}
 
 // Delete lands with issue 15 (Delete, Rename, List).
 func (s *fileServer) Delete(context.Context, *filewritev1.DeleteRequest) (*filewritev1.DeleteResponse, error) {

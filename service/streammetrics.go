@@ -1,0 +1,76 @@
+package service
+
+import (
+	"context"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+)
+
+// Metric names of the stream path (Prometheus: dots become underscores,
+// the unit is appended).
+const (
+	MetricStreamsOpen      = "filewrite.streams.open"
+	MetricStreamWrites     = "filewrite.stream.message.writes"
+	MetricStreamHeld       = "filewrite.stream.held"
+	MetricStreamsHeldTotal = "filewrite.streams.held"
+)
+
+// streamMetrics are the WriteStream instruments: how many streams are
+// open, how many writes each message carries, and how many bytes of
+// unacknowledged writes a stream holds (each time it reads a message, and
+// over all streams now: the number a daemon-wide budget would bound).
+type streamMetrics struct {
+	open   metric.Int64UpDownCounter
+	writes metric.Int64Histogram
+	held   metric.Int64Histogram
+}
+
+// newStreamMetrics registers the instruments with mp (nil: no-op), the
+// total held bytes read from daemonHeld at each collection.
+func newStreamMetrics(mp metric.MeterProvider, daemonHeld *atomic.Int64) (*streamMetrics, error) {
+	if mp == nil {
+		mp = metricnoop.NewMeterProvider()
+	}
+	meter := mp.Meter("github.com/filewrite/filewrite/service")
+	m := &streamMetrics{}
+	var err error
+	if m.open, err = meter.Int64UpDownCounter(MetricStreamsOpen,
+		metric.WithUnit("{stream}"),
+		metric.WithDescription("WriteStreams open.")); err != nil {
+		return nil, err
+	}
+	if m.writes, err = meter.Int64Histogram(MetricStreamWrites,
+		metric.WithUnit("{write}"),
+		metric.WithDescription("Writes carried by one WriteStream message."),
+		metric.WithExplicitBucketBoundaries(0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 1024)); err != nil {
+		return nil, err
+	}
+	if m.held, err = meter.Int64Histogram(MetricStreamHeld,
+		metric.WithUnit("By"),
+		metric.WithDescription("Bytes of unacknowledged writes (data plus a fixed overhead each) a WriteStream holds when it reads a message; it reads none at --max-stream-bytes."),
+		metric.WithExplicitBucketBoundaries(0, 4<<10, 16<<10, 64<<10, 256<<10, 1<<20, 4<<20, 16<<20, 64<<20)); err != nil {
+		return nil, err
+	}
+	if _, err = meter.Int64ObservableGauge(MetricStreamsHeldTotal,
+		metric.WithUnit("By"),
+		metric.WithDescription("Bytes of unacknowledged writes held by all WriteStreams now."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(daemonHeld.Load())
+			return nil
+		})); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *streamMetrics) opened(ctx context.Context) { m.open.Add(ctx, 1) }
+func (m *streamMetrics) closed(ctx context.Context) { m.open.Add(ctx, -1) }
+
+// message records a message read: its writes and what the stream held
+// before it.
+func (m *streamMetrics) message(ctx context.Context, writes int, held int64) {
+	m.writes.Record(ctx, int64(writes))
+	m.held.Record(ctx, held)
+}

@@ -1,0 +1,464 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/store"
+)
+
+// WriteStream carries many writes to one file (see the RPC's contract in
+// the proto). The handler only checks what the stream carries and calls
+// the store; writeStream runs it.
+func (s *fileServer) WriteStream(ss grpc.BidiStreamingServer[filewritev1.WriteStreamRequest, filewritev1.WriteStreamResponse]) error {
+	return newWriteStream(s, ss).serve()
+}
+
+// castagnoli is the CRC-32C table (SSE 4.2 on amd64, the ARMv8 CRC
+// instructions on arm64).
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// maxAcksPerResponse bounds one response (an ack is at most ~40 bytes on
+// the wire): acks ready beyond it go in the next one.
+const maxAcksPerResponse = 8192
+
+// streamWorkers is how many writes of one stream may be applied at once:
+// more than the CPUs only helps writes that wait for a lock.
+var streamWorkers = max(2, runtime.GOMAXPROCS(0))
+
+// streamWrite is one write of a stream, from the message that carried it
+// to its ack.
+type streamWrite struct {
+	id   uint64
+	off  int64
+	data []byte
+	sync store.SyncMode
+	cost int64 // against the budgets, given back once acked
+	// blocked is guarded by writeStream.mu: it waits for an overlapping
+	// write ahead of it (writeOrder).
+	blocked bool
+	// res and err are written by the goroutine that applies the write (or
+	// waits for its sync), then read by the sender once it is in acks.
+	res store.AppliedWrite
+	err error
+}
+
+// writeStream is one WriteStream. Four kinds of goroutine share it:
+//
+//   - the handler's (serve) sends the acks and decides when the stream
+//     ends: it alone calls Send;
+//   - the reader (read) alone calls Recv: it opens the file, checks each
+//     message and hands its writes to writeOrder;
+//   - up to streamWorkers workers (work) apply the writes that writeOrder
+//     frees;
+//   - a syncer (syncLoop), started at the first write that owes a sync,
+//     waits for the group commit of every write applied and owing one
+//     since its last wait, so that such a write's ack waits for its sync
+//     while the writes behind it go on.
+//
+// The handle is closed by whichever of the handler and the reader is done
+// last (users); the reader waits for the workers and the syncer first.
+type writeStream struct {
+	files  *fileServer
+	ss     grpc.BidiStreamingServer[filewritev1.WriteStreamRequest, filewritev1.WriteStreamResponse]
+	ctx    context.Context
+	budget *streamBudget
+
+	// h is the file, set by the reader once it opened it and before it
+	// hands out a write; immutable after.
+	h *store.Handle
+	// users counts the handler and the reader: the last to finish closes
+	// h and the budget.
+	users atomic.Int32
+	// stopped is closed by stop: the reader reads no further message.
+	stopped chan struct{}
+	// wake has one slot: something for the sender (an ack, the answer to
+	// the first message, the end).
+	wake chan struct{}
+	// helpers counts the workers and the syncer, for the reader to wait.
+	helpers sync.WaitGroup
+
+	// mu guards the fields below, and every streamWrite's blocked field.
+	// It is never held across a store call, a Send or a Recv.
+	mu sync.Mutex
+	// workCond wakes workers (ready grew, or the reader is done); syncCond
+	// wakes the syncer (owing grew, or everything is applied).
+	workCond, syncCond sync.Cond
+	// opened: the file is open; answered: the reply to it went out.
+	opened, answered bool
+	// stopping is set by stop; end is then the stream's outcome.
+	stopping bool
+	end      error
+	// readerDone: the reader returned and hands out no more writes.
+	readerDone bool
+	// unacked holds the ids read whose ack has not been taken to be sent.
+	unacked map[uint64]struct{}
+	// pending counts the writes read and not yet taken to be sent.
+	pending int
+	order   writeOrder
+	ready   []*streamWrite // free to apply, in arrival order
+	owing   []*streamWrite // applied, waiting for their sync
+	acks    []*streamWrite // to be sent
+	// workers started, and those of them waiting for work.
+	workers, idle int
+	syncer        bool
+}
+
+func newWriteStream(files *fileServer, ss grpc.BidiStreamingServer[filewritev1.WriteStreamRequest, filewritev1.WriteStreamResponse]) *writeStream {
+	ws := &writeStream{
+		files:   files,
+		ss:      ss,
+		ctx:     ss.Context(),
+		budget:  newStreamBudget(files.maxStreamBytes, &files.streamHeld),
+		stopped: make(chan struct{}),
+		wake:    make(chan struct{}, 1),
+		unacked: make(map[uint64]struct{}),
+	}
+	ws.workCond.L = &ws.mu
+	ws.syncCond.L = &ws.mu
+	return ws
+}
+
+// serve runs the stream until it ends, on the handler's goroutine: it
+// sends acks as they become ready, several per response, and returns once
+// every write read has been acked after the stream was told to stop (by
+// the client's half-close, a stream error, or the daemon's shutdown).
+func (ws *writeStream) serve() error {
+	ws.files.streamMetrics.opened(ws.ctx)
+	ws.users.Store(2)
+	defer ws.release()
+	go ws.read()
+	draining := ws.files.draining
+	resp := &filewritev1.WriteStreamResponse{}
+	for {
+		select {
+		case <-ws.wake:
+		case <-draining:
+			draining = nil
+			ws.stop(status.Error(codes.Unavailable, "the daemon is shutting down: writes read before are acked, resend the others"))
+		case <-ws.ctx.Done():
+			ws.stop(ws.ctx.Err())
+			return toStatus(ws.ctx.Err())
+		}
+		for {
+			send, cost, done, end := ws.collect(resp)
+			if send {
+				if err := ws.ss.Send(resp); err != nil {
+					ws.stop(err)
+					return err
+				}
+				ws.budget.give(cost)
+				ws.logFailures(resp)
+			}
+			if done {
+				return end
+			}
+			if !send {
+				break
+			}
+		}
+	}
+}
+
+// collect fills resp with up to maxAcksPerResponse acks ready to be sent
+// and reports whether to send it (also when it is the empty answer to the
+// first message), the budget those acks give back, and whether the stream
+// is over, with its outcome.
+func (ws *writeStream) collect(resp *filewritev1.WriteStreamResponse) (send bool, cost int64, done bool, end error) {
+	clear(resp.Acks)
+	resp.Acks = resp.Acks[:0]
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	n := min(len(ws.acks), maxAcksPerResponse)
+	for _, w := range ws.acks[:n] {
+		resp.Acks = append(resp.Acks, &filewritev1.StreamAck{
+			Id:           w.id,
+			BytesWritten: int64(w.res.BytesWritten),
+			Size:         w.res.Size,
+			Status:       ackStatus(w.err),
+		})
+		cost += w.cost
+		delete(ws.unacked, w.id)
+	}
+	clear(ws.acks[:n])
+	ws.acks = ws.acks[n:]
+	ws.pending -= n
+	send = n > 0 || (ws.opened && !ws.answered)
+	if send {
+		ws.answered = true
+	}
+	done = ws.stopping && ws.pending == 0 && len(ws.acks) == 0
+	return send, cost, done, ws.end
+}
+
+// logFailures logs the writes acked with a code that means the server or
+// the disk failed, as logRPC logs such a unary Write.
+func (ws *writeStream) logFailures(resp *filewritev1.WriteStreamResponse) {
+	for _, a := range resp.Acks {
+		if a.Status == nil || failureLevel(codes.Code(a.Status.Code)) != slog.LevelError {
+			continue
+		}
+		ws.files.log.LogAttrs(ws.ctx, slog.LevelError, "stream write",
+			slog.String("path", ws.h.Path()),
+			slog.Uint64("id", a.Id),
+			slog.String("code", codes.Code(a.Status.Code).String()),
+			slog.String("error", a.Status.Message))
+	}
+}
+
+// ackStatus is a write's outcome as its ack carries it: nil on success.
+func ackStatus(err error) *spb.Status {
+	if err == nil {
+		return nil
+	}
+	return status.Convert(toStatus(err)).Proto()
+}
+
+// stop ends the stream once every write read has been acked; the first
+// cause given is its outcome (nil: OK). The reader reads nothing more.
+func (ws *writeStream) stop(end error) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.stopping {
+		return
+	}
+	ws.stopping = true
+	ws.end = end
+	close(ws.stopped)
+	ws.wakeSenderLocked()
+}
+
+// wakeSenderLocked tells the sender to look again.
+//
+// Preconditions: ws.mu is held (or the caller owns what it signals).
+func (ws *writeStream) wakeSenderLocked() {
+	select {
+	case ws.wake <- struct{}{}:
+	default:
+	}
+}
+
+// release is called once by the handler and once by the reader; the
+// last closes the file and gives back what is still held.
+func (ws *writeStream) release() {
+	if ws.users.Add(-1) > 0 {
+		return
+	}
+	if ws.h != nil {
+		ws.h.Close()
+	}
+	ws.budget.close()
+	ws.files.streamMetrics.closed(context.Background())
+}
+
+// read is the reader: it reads messages while the stream is below its
+// byte bound and not stopping, and hands their writes out.
+func (ws *writeStream) read() {
+	defer ws.release()
+	defer ws.readerExit()
+	for ws.budget.wait(ws.ctx, ws.stopped) {
+		req := new(filewritev1.WriteStreamRequest)
+		err := ws.ss.RecvMsg(req)
+		if errors.Is(err, io.EOF) {
+			ws.stop(nil) // half-closed: ack what was read, then OK
+			return
+		}
+		if err == nil {
+			err = ws.accept(req)
+		}
+		if err != nil {
+			ws.stop(err)
+			return
+		}
+	}
+}
+
+// readerExit tells the workers and the syncer that no write comes any
+// more, and waits for them.
+func (ws *writeStream) readerExit() {
+	ws.mu.Lock()
+	ws.readerDone = true
+	ws.workCond.Broadcast()
+	ws.syncCond.Broadcast()
+	ws.mu.Unlock()
+	ws.helpers.Wait()
+}
+
+// accept checks one message, opening the file on the first, and hands its
+// writes out. An error ends the stream; the message's writes are then
+// refused, all of them, and the writes of earlier messages are still
+// applied and acked.
+func (ws *writeStream) accept(req *filewritev1.WriteStreamRequest) error {
+	ws.files.streamMetrics.message(ws.ctx, len(req.GetWrites()), ws.budget.held.Load())
+	if size := int64(proto.Size(req)); size > ws.files.maxMessageBytes {
+		return status.Errorf(codes.ResourceExhausted, "a message of %d bytes: the limit is %d (--max-request-bytes plus %d)", size, ws.files.maxMessageBytes, messageOverhead)
+	}
+	if ws.h == nil {
+		h, err := ws.files.store.OpenHandle(ws.ctx, req.GetPath())
+		if err != nil {
+			return toStatus(err)
+		}
+		ws.mu.Lock()
+		ws.h = h
+		ws.opened = true
+		ws.wakeSenderLocked()
+		ws.mu.Unlock()
+	} else if p := req.GetPath(); p != "" && p != ws.h.Path() {
+		return status.Errorf(codes.InvalidArgument, "the message names %q but the stream writes %q: a stream writes one file, named in its first message", p, ws.h.Path())
+	}
+	writes := req.GetWrites()
+	if len(writes) == 0 {
+		return nil
+	}
+	batch := make([]*streamWrite, len(writes))
+	var cost int64
+	for i, pw := range writes {
+		w := &streamWrite{id: pw.GetId(), off: pw.GetOffset(), data: pw.GetData(), cost: writeCost(len(pw.GetData()))}
+		var err error
+		if w.sync, err = syncModeFromProto(pw.GetSync()); err == nil && pw.Crc32C != nil {
+			if sum := crc32.Checksum(w.data, castagnoli); sum != pw.GetCrc32C() {
+				err = status.Errorf(codes.InvalidArgument, "the CRC-32C of the data is %#08x, the write says %#08x: nothing written", sum, pw.GetCrc32C())
+			}
+		}
+		w.err = err
+		batch[i] = w
+		cost += w.cost
+	}
+
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.stopping {
+		return nil // shutting down: read, but neither applied nor acked
+	}
+	for i, w := range batch {
+		if _, dup := ws.unacked[w.id]; dup {
+			for _, v := range batch[:i] {
+				delete(ws.unacked, v.id)
+			}
+			return status.Errorf(codes.InvalidArgument, "write id %d is already in use by a write not yet acknowledged", w.id)
+		}
+		ws.unacked[w.id] = struct{}{}
+	}
+	ws.budget.take(cost)
+	ws.pending += len(batch)
+	for _, w := range batch {
+		switch {
+		case w.err != nil:
+			// Refused before anything was written.
+			w.res.Size = ws.h.Size()
+			ws.doneLocked(w)
+		case ws.order.add(w):
+			ws.readyLocked(w)
+		}
+	}
+	return nil
+}
+
+// readyLocked queues w for a worker, starting one if none is idle.
+//
+// Preconditions: ws.mu is held.
+func (ws *writeStream) readyLocked(w *streamWrite) {
+	ws.ready = append(ws.ready, w)
+	if ws.idle == 0 && ws.workers < streamWorkers {
+		ws.workers++
+		ws.helpers.Add(1)
+		go ws.work()
+		return
+	}
+	ws.workCond.Signal()
+}
+
+// doneLocked queues w's ack.
+//
+// Preconditions: ws.mu is held.
+func (ws *writeStream) doneLocked(w *streamWrite) {
+	ws.acks = append(ws.acks, w)
+	ws.wakeSenderLocked()
+}
+
+// work is a worker: it applies the writes that writeOrder frees until the
+// reader is done and every write read has been applied.
+func (ws *writeStream) work() {
+	defer ws.helpers.Done()
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for {
+		for len(ws.ready) == 0 && !(ws.readerDone && ws.order.empty()) {
+			ws.idle++
+			ws.workCond.Wait()
+			ws.idle--
+		}
+		if len(ws.ready) == 0 {
+			return
+		}
+		w := ws.ready[0]
+		ws.ready[0] = nil
+		ws.ready = ws.ready[1:]
+		ws.mu.Unlock()
+		w.res, w.err = ws.h.Write(ws.ctx, w.off, w.data, w.sync)
+		ws.mu.Lock()
+		ws.order.remove(w, ws.readyLocked)
+		if w.res.Owed != store.SyncNone {
+			ws.owing = append(ws.owing, w)
+			if !ws.syncer {
+				ws.syncer = true
+				ws.helpers.Add(1)
+				go ws.syncLoop()
+			}
+			ws.syncCond.Signal()
+		} else {
+			ws.doneLocked(w)
+		}
+		if ws.readerDone && ws.order.empty() {
+			ws.workCond.Broadcast()
+			ws.syncCond.Broadcast()
+		}
+	}
+}
+
+// syncLoop is the syncer: each round waits, with one group-commit sync,
+// for every write that was applied and owed a sync when the round began,
+// then queues their acks. Writes applied meanwhile join the next round.
+func (ws *writeStream) syncLoop() {
+	defer ws.helpers.Done()
+	var batch []*streamWrite
+	var applied []store.AppliedWrite
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for {
+		for len(ws.owing) == 0 && !(ws.readerDone && ws.order.empty()) {
+			ws.syncCond.Wait()
+		}
+		if len(ws.owing) == 0 {
+			return
+		}
+		batch = append(batch[:0], ws.owing...)
+		clear(ws.owing)
+		ws.owing = ws.owing[:0]
+		ws.mu.Unlock()
+		applied = applied[:0]
+		for _, w := range batch {
+			applied = append(applied, w.res)
+		}
+		err := ws.h.Wait(ws.ctx, applied...)
+		ws.mu.Lock()
+		for _, w := range batch {
+			w.err = err
+			ws.doneLocked(w)
+		}
+		clear(batch)
+	}
+}
