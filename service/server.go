@@ -157,8 +157,8 @@ type Server struct {
 	grpcLis   *stoppableListener
 	grpcGuard *guardedListener // under grpcLis
 	// files is the FileService of both gRPC servers.
-	files *fileServer
-	draining  atomic.Bool
+	files    *fileServer
+	draining atomic.Bool
 
 	// The gateway, nil when Config.HTTPAddr is empty. It reaches a gRPC
 	// server of its own, gatewaySrv, through gatewayConn over gatewayLis, a
