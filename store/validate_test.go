@@ -395,3 +395,28 @@ func TestValidateArguments(t *testing.T) {
 		t.Errorf("f after the accepted requests: %d bytes, want %d of zeros first", len(got), maxFile)
 	}
 }
+
+// TestHardLinkOutOfTheRootIsServed pins a documented limit (README, "What
+// it does not promise"): a hard link in the root to a file outside it is
+// that file, not a pointer to it, and the store serves it like any other
+// name. Symlinks out of the root are refused (TestValidateEscapes) because
+// a symlink can be read; a hard link cannot be told from the file's first
+// name, and the store supports hard links inside the root
+// (TestInodeTableAliases), so refusing every file with several links
+// would refuse those too.
+func TestHardLinkOutOfTheRootIsServed(t *testing.T) {
+	s, base := validationFixture(t, Options{})
+	if err := os.Link(filepath.Join(base, "outside", "secret"), filepath.Join(base, "root", "hard")); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if got, err := s.Read(ctx, "hard", 0, 64); err != nil || string(got) != "must not change" {
+		t.Errorf("Read through the hard link = %q, %v; want the outside file's contents", got, err)
+	}
+	if _, err := s.Write(ctx, "hard", 0, []byte("MUST"), SyncData); err != nil {
+		t.Fatalf("Write through the hard link: %v", err)
+	}
+	if got := readFile(t, filepath.Join(base, "outside"), "secret"); string(got) != "MUST not change" {
+		t.Errorf("the outside file after a Write through the hard link = %q, want \"MUST not change\"", got)
+	}
+}
