@@ -49,7 +49,7 @@ func toStatus(err error) error {
 		code = codes.InvalidArgument
 	case errors.Is(err, store.ErrNotFound):
 		code = codes.NotFound
-	case errors.Is(err, store.ErrSyncFailed):
+	case errors.Is(err, store.ErrSyncFailed), errors.Is(err, store.ErrFileRemoved):
 		code = codes.DataLoss
 	case errors.Is(err, store.ErrFileTooLarge),
 		errors.Is(err, store.ErrRequestTooLarge),

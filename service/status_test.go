@@ -37,6 +37,7 @@ func TestToStatus(t *testing.T) {
 		{"unsupported", wrap(store.ErrUnsupported), codes.FailedPrecondition},
 		{"closed", wrap(store.ErrClosed), codes.Unavailable},
 		{"sync failed", wrap(store.ErrSyncFailed), codes.DataLoss},
+		{"file removed from outside", wrap(store.ErrFileRemoved), codes.DataLoss},
 		{"sync failed for lack of space", errors.Join(store.ErrSyncFailed, store.ErrNoSpace), codes.DataLoss},
 		{"canceled", wrap(context.Canceled), codes.Canceled},
 		{"deadline", wrap(context.DeadlineExceeded), codes.DeadlineExceeded},

@@ -64,6 +64,12 @@ var (
 	// ErrSyncFailed is returned when fdatasync/fsync failed. The file is not
 	// reported durable again until a later sync of it succeeds.
 	ErrSyncFailed = errors.New("sync failed")
+	// ErrFileRemoved is returned by a sync (Fsync, a synced Write) of a
+	// file that was removed, or replaced by another, from outside the store
+	// while the store held it open: what was written to it since its last
+	// sync is in a file that no name reaches. The next request for the path
+	// opens what it names then.
+	ErrFileRemoved = errors.New("file removed or replaced from outside")
 	// ErrClosed is returned once Close has begun.
 	ErrClosed = errors.New("store closed")
 )

@@ -99,6 +99,9 @@ type FileInfo struct {
 	// Type is the file's type: the fs.ModeType bits of its mode (0 for a
 	// regular file).
 	Type fs.FileMode
+	// Nlink is the number of names the file has (st_nlink): 0 once the
+	// last was removed while a descriptor keeps the file.
+	Nlink uint64
 }
 
 // OSFS is the operating system's file layer below a directory, opened
@@ -279,5 +282,6 @@ func fileInfoOf(fi fs.FileInfo) (FileInfo, error) {
 		Ino:       st.Ino,
 		IsDir:     fi.IsDir(),
 		Type:      fi.Mode().Type(),
+		Nlink:     uint64(st.Nlink),
 	}, nil
 }

@@ -40,6 +40,13 @@ type inode struct {
 
 	// commit merges syncs of this file.
 	commit groupCommit
+	// unlinked is set when an fstat(2) of the descriptor, made by a sync or
+	// a Stat, found that the file has no name left (st_nlink 0): it was
+	// removed, or replaced by another, from outside the store. From then
+	// on a sync of it fails with ErrFileRemoved, and the table forgets it at
+	// the next lookup of its name or when its last reference is put
+	// (forgetLocked), so that the name reaches whatever it names now.
+	unlinked atomic.Bool
 	// newDirs (immutable after open) are the directories to sync once for a
 	// file this store created; dirsPending is true until that succeeded.
 	newDirs     []string
@@ -113,6 +120,9 @@ func (t *inodeTable) get(ctx context.Context, name string, create bool) (*inode,
 		if t.closed {
 			t.mu.Unlock()
 			return nil, ErrClosed
+		}
+		if ino := t.byPath[name]; ino != nil && ino.unlinked.Load() {
+			t.forgetLocked(ino)
 		}
 		if ino := t.byPath[name]; ino != nil {
 			t.refLocked(ino)
@@ -214,6 +224,20 @@ func (t *inodeTable) putLocked(ino *inode) {
 		}
 		return
 	}
+	if ino.unlinked.Load() {
+		// Its file has no name: close it now, so that the kernel can free
+		// it, unless a sync that every caller gave up on still runs (then
+		// it waits on the idle list like any file).
+		t.forgetLocked(ino)
+		if idle, _ := ino.commit.idle(); idle {
+			t.open--
+			ino.closeFiles()
+			if t.closed {
+				t.drained.Broadcast()
+			}
+			return
+		}
+	}
 	// Most recently used first.
 	ino.idlePrev = nil
 	ino.idleNext = t.idleHead
@@ -225,6 +249,20 @@ func (t *inodeTable) putLocked(ino *inode) {
 	t.idleHead = ino
 	if t.closed {
 		t.drained.Broadcast()
+	}
+}
+
+// forgetLocked takes ino out of the table, so that the next request for
+// its name opens what the name reaches then. References still held keep
+// ino, and the last put closes it.
+//
+// Preconditions: t.mu is held.
+func (t *inodeTable) forgetLocked(ino *inode) {
+	if t.byPath[ino.key] == ino {
+		delete(t.byPath, ino.key)
+	}
+	if id := (fileID{ino.dev, ino.ino}); t.byID[id] == ino {
+		delete(t.byID, id)
 	}
 }
 
@@ -256,12 +294,12 @@ func (t *inodeTable) makeRoomLocked() error {
 		prev := ino.idlePrev
 		if idle, poisoned := ino.commit.idle(); idle {
 			t.unlinkIdleLocked(ino)
-			delete(t.byPath, ino.key)
-			delete(t.byID, fileID{ino.dev, ino.ino})
-			if poisoned {
+			t.forgetLocked(ino)
+			// A file without a name has nothing left to report or sync.
+			if poisoned && !ino.unlinked.Load() {
 				t.failedSync[fileID{ino.dev, ino.ino}] = ino.key
 			}
-			if ino.dirsPending.Load() {
+			if ino.dirsPending.Load() && !ino.unlinked.Load() {
 				t.unsyncedDirs[fileID{ino.dev, ino.ino}] = ino.newDirs
 			}
 			t.open--
@@ -386,9 +424,16 @@ func fileKind(t fs.FileMode) string {
 // sync after the store created the file also syncs the directories above
 // it, so that the name is as durable as the data (fsync(2) of a file does
 // not promise its directory entry).
+//
+// It then checks, with one fstat(2) for the whole batch, that the file
+// still has a name (inode.unlinked): a sync of a file removed from outside
+// makes its data durable in a file that nobody can reach.
 func (t *inodeTable) syncFile(ino *inode, mode SyncMode) error {
 	if err := ino.file.Sync(mode); err != nil {
 		return err
+	}
+	if fi, err := ino.file.Stat(); err == nil && fi.Nlink == 0 {
+		ino.unlinked.Store(true)
 	}
 	if !ino.dirsPending.Load() {
 		return nil
@@ -400,6 +445,15 @@ func (t *inodeTable) syncFile(ino *inode, mode SyncMode) error {
 	}
 	ino.dirsPending.Store(false)
 	return nil
+}
+
+// removedError is ErrFileRemoved if a sync found that ino's file has no
+// name left, else nil.
+func removedError(ino *inode) error {
+	if !ino.unlinked.Load() {
+		return nil
+	}
+	return fmt.Errorf("%w: %s: what was written to it since its last sync is in a file that no name reaches; the next request opens what the path names now", ErrFileRemoved, ino.key)
 }
 
 func (ino *inode) closeFiles() {

@@ -170,7 +170,10 @@ func (s *Store) Fsync(ctx context.Context, path string, mode SyncMode) error {
 		return err
 	}
 	defer s.table.put(ino)
-	return ino.commit.waitDurable(ctx, mode)
+	if err := ino.commit.waitDurable(ctx, mode); err != nil {
+		return err
+	}
+	return removedError(ino)
 }
 
 // Truncate sets the size of path, creating it if missing. Once it returns,
@@ -283,21 +286,30 @@ func (s *Store) reloadExtents(ino *inode) {
 }
 
 // Stat describes path: its size, the bytes allocated to it and the block
-// size the extent map uses.
+// size the extent map uses. An open file that was removed or replaced from
+// outside since is looked up again: Stat describes what the path names.
 func (s *Store) Stat(ctx context.Context, path string) (FileStat, error) {
 	if err := validatePath(path); err != nil {
 		return FileStat{}, err
 	}
-	ino, err := s.table.get(ctx, path, false)
-	if err != nil {
-		return FileStat{}, err
+	for {
+		ino, err := s.table.get(ctx, path, false)
+		if err != nil {
+			return FileStat{}, err
+		}
+		fi, err := ino.file.Stat()
+		if err == nil && fi.Nlink == 0 {
+			// Its fstat is the news: the next get opens the path afresh.
+			ino.unlinked.Store(true)
+			s.table.put(ino)
+			continue
+		}
+		s.table.put(ino)
+		if err != nil {
+			return FileStat{}, ioError("stat", path, err, 0)
+		}
+		return FileStat{Size: ino.size.Load(), AllocatedBytes: fi.Blocks512 * 512, BlockSize: int32(ino.blockSize)}, nil
 	}
-	defer s.table.put(ino)
-	fi, err := ino.file.Stat()
-	if err != nil {
-		return FileStat{}, ioError("stat", path, err, 0)
-	}
-	return FileStat{Size: ino.size.Load(), AllocatedBytes: fi.Blocks512 * 512, BlockSize: int32(ino.blockSize)}, nil
 }
 
 // Extents lists the hole, unwritten and written ranges of path within

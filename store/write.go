@@ -233,7 +233,10 @@ func (s *Store) syncWrite(ctx context.Context, ino *inode, sync SyncMode) error 
 	if sync == SyncNone {
 		return nil
 	}
-	return ino.commit.waitDurable(ctx, sync)
+	if err := ino.commit.waitDurable(ctx, sync); err != nil {
+		return err
+	}
+	return removedError(ino)
 }
 
 // writeExclusive writes with the inode lock held exclusively and moves the
