@@ -40,6 +40,8 @@ type groupCommit struct {
 	onBatch func(callers int)
 	// wait says where the callers' waits are reported.
 	wait waitTrace
+	// ackFromRunning is the deliberate break Hooks.AckFromRunningSync.
+	ackFromRunning bool
 
 	// syncs counts issued syncs, for tests and benchmarks.
 	syncs atomic.Int64
@@ -50,6 +52,8 @@ type groupCommit struct {
 	mu sync.Mutex
 	// running is true while a batch's sync is being issued.
 	running bool
+	// runningBatch is that batch, for ackFromRunning only.
+	runningBatch *syncBatch
 	// pending is the batch gathering callers; nil when none waits.
 	pending *syncBatch
 	// poisoned is set by a failed sync and cleared by the next batch.
@@ -96,6 +100,18 @@ func (g *groupCommit) waitDurable(ctx context.Context, mode SyncMode) error {
 	}
 	span := trace.SpanContextFromContext(ctx)
 	g.mu.Lock()
+	if g.ackFromRunning && g.runningBatch != nil {
+		// The deliberate break: released by a sync that started before
+		// this caller asked.
+		b := g.runningBatch
+		g.mu.Unlock()
+		select {
+		case <-b.done:
+			return b.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	b := g.pending
 	if b == nil {
 		b = &syncBatch{done: make(chan struct{}), ready: g.mode == FsyncGroup, span: span}
@@ -138,6 +154,9 @@ func (g *groupCommit) startLocked(b *syncBatch) {
 		g.pending = nil
 	}
 	g.running = g.mode != FsyncPerCall
+	if g.running {
+		g.runningBatch = b
+	}
 	g.runningSpan = b.span
 	b.poisoned = g.poisoned
 	b.failuresBefore = g.failures
@@ -195,6 +214,7 @@ func (g *groupCommit) run(b *syncBatch) {
 		go g.run(next)
 	} else {
 		g.running = false
+		g.runningBatch = nil
 		g.runningSpan = trace.SpanContext{}
 	}
 	g.mu.Unlock()

@@ -10,4 +10,26 @@ type Hooks struct {
 	// InsideWrite runs after a write took its lock (or registered in flight,
 	// mode "none") and before its data reaches the file.
 	InsideWrite func(ctx context.Context, path, mode, reason string)
+
+	// The fields below break the durability contract on purpose, each in
+	// one way, so that the power-loss test can show that its checker
+	// catches the break. Never set outside that test.
+
+	// AckFromRunningSync releases a caller of the group commit who arrives
+	// while a sync of its file runs with that sync, which started before
+	// the caller's write completed and so need not cover it (the caller
+	// belongs in the next batch).
+	AckFromRunningSync bool
+	// SkipNewFileDirSync leaves out the directory syncs of a new file's
+	// first sync, so that its name is not durable when the sync returns.
+	SkipNewFileDirSync bool
+	// AckUnalignedDirectWriteBack acknowledges an unaligned direct-mode
+	// write that asked for a sync once its range is written back
+	// (sync_file_range, which makes nothing durable), without a sync.
+	AckUnalignedDirectWriteBack bool
+}
+
+// set reports whether the break pick chooses is on. h may be nil.
+func (h *Hooks) set(pick func(*Hooks) bool) bool {
+	return h != nil && pick(h)
 }

@@ -383,6 +383,8 @@ func (t *inodeTable) openInode(ino *inode, create bool) (err error) {
 		sync:    func(mode SyncMode) error { return t.syncFile(ino, mode) },
 		onBatch: t.telemetry.recordBatch,
 		wait:    ino.wait,
+
+		ackFromRunning: t.opts.Hooks.set(func(h *Hooks) bool { return h.AckFromRunningSync }),
 	}
 	return nil
 }
@@ -436,6 +438,10 @@ func (t *inodeTable) syncFile(ino *inode, mode SyncMode) error {
 		ino.unlinked.Store(true)
 	}
 	if !ino.dirsPending.Load() {
+		return nil
+	}
+	if t.opts.Hooks.set(func(h *Hooks) bool { return h.SkipNewFileDirSync }) {
+		ino.dirsPending.Store(false) // the deliberate break
 		return nil
 	}
 	for _, dir := range ino.newDirs {

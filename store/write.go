@@ -217,6 +217,9 @@ func (s *Store) write(ctx context.Context, ino *inode, off int64, data []byte, s
 			ino.lock.release(h)
 		default:
 			n, err = s.writeExclusive(ctx, ino, off, data, reason)
+			if ino.direct != nil && !ino.aligned(off, end) && s.opts.Hooks.set(func(h *Hooks) bool { return h.AckUnalignedDirectWriteBack }) {
+				sync = SyncNone // the deliberate break: written back, never synced
+			}
 			if err == nil && s.opts.Policy == PolicyExclusive {
 				err = s.syncWrite(ctx, ino, sync)
 				sync = SyncNone
