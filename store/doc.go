@@ -77,4 +77,9 @@
 // makes the next one fail too (Linux reports a writeback error once per
 // descriptor), and so does a failed sync_file_range of a direct-mode
 // unaligned write, which consumes the error on the descriptor fsync uses.
+//
+// store/crashfs simulates a power cut below the FS seam, and the
+// power-loss test (powerloss_test.go) holds the store to these rules on
+// the images it leaves. Hooks holds three deliberate breaks of them, off
+// in production, that the test must catch.
 package store
