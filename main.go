@@ -58,6 +58,7 @@ func parseFlags(args []string, out io.Writer) (service.Config, error) {
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q: filewrite takes flags only", fs.Args())
 	}
+	deriveDefaults(fs, &cfg)
 	var err error
 	if cfg.Logger, err = logs.logger(out); err != nil {
 		return cfg, err
@@ -95,13 +96,25 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 	fs.DurationVar(&cfg.ConnAuthTimeout, "conn-auth-timeout", cfg.ConnAuthTimeout,
 		"how long a new connection may go without an authenticated request (without tokens: any request) before it is closed")
 	fs.Var(intFlag{&cfg.Store.MaxOpenFiles, 1}, "max-open-files",
-		"most `files` held open at once; idle ones are closed to make room, and past it a request is RESOURCE_EXHAUSTED")
+		"most `files` held open at once; idle ones are closed to make room, and past it a request is RESOURCE_EXHAUSTED (the default is derived from RLIMIT_NOFILE: a quarter kept for connections, halved with --io=direct, at most 16384)")
 	fs.Var(intFlag{&cfg.Store.MaxWaitersPerFile, 0}, "max-waiters-per-file",
 		"most `requests` that may queue for one file's lock; past it a request is RESOURCE_EXHAUSTED (0: unbounded)")
 	logs := &logFlags{level: "info", format: "text"}
 	fs.StringVar(&logs.level, "log-level", logs.level, "debug (every RPC), info, warn or error")
 	fs.StringVar(&logs.format, "log-format", logs.format, "text or json, on standard error")
 	return logs
+}
+
+// deriveDefaults redoes, after parsing, the defaults that depend on
+// another flag: the bound on open files (from RLIMIT_NOFILE in
+// service.DefaultConfig) halves with --io=direct, where each file holds
+// two descriptors. A flag given explicitly is left as given.
+func deriveDefaults(fs *flag.FlagSet, cfg *service.Config) {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if !given["max-open-files"] {
+		cfg.Store.MaxOpenFiles = store.MaxOpenFilesFor(store.NoFileLimit(), cfg.Store.IO)
+	}
 }
 
 type logFlags struct{ level, format string }

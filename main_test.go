@@ -25,9 +25,10 @@ func TestParseFlagsDefaults(t *testing.T) {
 	if cfg.Store != want.Store || cfg.DrainTimeout != want.DrainTimeout {
 		t.Errorf("defaults = %+v, want %+v", cfg, want)
 	}
-	// The limits default to the store's own defaults: one source for each.
+	// The limits default to the store's own defaults, or its derivation
+	// from the descriptor limit: one source for each.
 	gotLimits := []int64{cfg.Store.MaxFileSize, cfg.Store.MaxRequestBytes, int64(cfg.Store.MaxOpenFiles)}
-	wantLimits := []int64{store.DefaultMaxFileSize, store.DefaultMaxRequestBytes, store.DefaultMaxOpenFiles}
+	wantLimits := []int64{store.DefaultMaxFileSize, store.DefaultMaxRequestBytes, int64(store.MaxOpenFilesFor(store.NoFileLimit(), store.IOBuffered))}
 	if !slices.Equal(gotLimits, wantLimits) {
 		t.Errorf("default file size, request and open-file limits = %v, want the store's %v", gotLimits, wantLimits)
 	}
@@ -81,7 +82,7 @@ func TestParseReliabilityFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	gotDef := []any{def.AuthTokenFile, def.TLSCert, def.InsecureListen, def.Store.MaxOpenFiles, def.Store.MaxWaitersPerFile}
-	wantDef := []any{"", "", false, store.DefaultMaxOpenFiles, service.DefaultMaxWaitersPerFile}
+	wantDef := []any{"", "", false, store.MaxOpenFilesFor(store.NoFileLimit(), store.IOBuffered), service.DefaultMaxWaitersPerFile}
 	for i := range gotDef {
 		if gotDef[i] != wantDef[i] {
 			t.Errorf("default %d = %v, want %v", i, gotDef[i], wantDef[i])
@@ -90,6 +91,29 @@ func TestParseReliabilityFlags(t *testing.T) {
 	for _, args := range [][]string{{"--max-open-files", "many"}, {"--max-waiters-per-file", "-"}} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
 			t.Errorf("parseFlags(%q) succeeded, want an error", args)
+		}
+	}
+}
+
+// TestMaxOpenFilesDefault: without --max-open-files the bound comes from
+// RLIMIT_NOFILE, for the --io mode given; with it, it is what was given.
+func TestMaxOpenFilesDefault(t *testing.T) {
+	nofile := store.NoFileLimit()
+	for _, tt := range []struct {
+		args []string
+		want int
+	}{
+		{nil, store.MaxOpenFilesFor(nofile, store.IOBuffered)},
+		{[]string{"--io", "direct"}, store.MaxOpenFilesFor(nofile, store.IODirect)},
+		{[]string{"--io", "direct", "--max-open-files", "100"}, 100},
+		{[]string{"--max-open-files", "100", "--io", "direct"}, 100},
+	} {
+		cfg, err := parseFlags(tt.args, io.Discard)
+		if err != nil {
+			t.Fatalf("parseFlags(%q): %v", tt.args, err)
+		}
+		if got := cfg.Store.MaxOpenFiles; got != tt.want {
+			t.Errorf("parseFlags(%q): max open files %d, want %d", tt.args, got, tt.want)
 		}
 	}
 }

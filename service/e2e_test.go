@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/store"
 )
 
 // daemon is a Server started in-process on loopback ports picked by the
@@ -149,6 +150,10 @@ func TestStartRejectsBadConfig(t *testing.T) {
 		{"request limit over 1 GiB", func(c *Config) { c.Store.MaxRequestBytes = MaxRequestBytesLimit + 1 }},
 		{"zero file size limit", func(c *Config) { c.Store.MaxFileSize = 0 }},
 		{"zero open files", func(c *Config) { c.Store.MaxOpenFiles = 0 }},
+		{"more open files than descriptors", func(c *Config) { c.Store.MaxOpenFiles = int(store.NoFileLimit()) }},
+		{"direct open files past the descriptors", func(c *Config) {
+			c.Store.IO, c.Store.MaxOpenFiles = store.IODirect, int(store.NoFileLimit())/2
+		}},
 		{"negative waiters per file", func(c *Config) { c.Store.MaxWaitersPerFile = -1 }},
 		{"unusable gRPC address", func(c *Config) { c.GRPCAddr = "256.0.0.1:0" }},
 	} {

@@ -99,7 +99,7 @@ func DefaultConfig() Config {
 			Fsync:             store.FsyncGroup,
 			MaxFileSize:       store.DefaultMaxFileSize,
 			MaxRequestBytes:   store.DefaultMaxRequestBytes,
-			MaxOpenFiles:      store.DefaultMaxOpenFiles,
+			MaxOpenFiles:      store.MaxOpenFilesFor(store.NoFileLimit(), store.IOBuffered),
 			MaxWaitersPerFile: DefaultMaxWaitersPerFile,
 		},
 		MaxStreamBytes:  DefaultMaxStreamBytes,
@@ -125,6 +125,9 @@ func (c Config) validate() error {
 	}
 	if c.Store.MaxOpenFiles <= 0 {
 		return fmt.Errorf("--max-open-files %d: want at least 1", c.Store.MaxOpenFiles)
+	}
+	if err := store.CheckMaxOpenFiles(c.Store.MaxOpenFiles, c.Store.IO, store.NoFileLimit()); err != nil {
+		return err
 	}
 	if c.Store.MaxWaitersPerFile < 0 {
 		return fmt.Errorf("--max-waiters-per-file %d is negative (0 means unbounded)", c.Store.MaxWaitersPerFile)
@@ -305,7 +308,8 @@ func Start(cfg Config) (_ *Server, err error) {
 	}
 	st := s.store.Options()
 	log.Info("filewrite started", "root", cfg.Root, "policy", st.Policy.String(), "io", st.IO.String(),
-		"fsync", st.Fsync.String(), "max_file_size", st.MaxFileSize, "max_request_bytes", st.MaxRequestBytes)
+		"fsync", st.Fsync.String(), "max_file_size", st.MaxFileSize, "max_request_bytes", st.MaxRequestBytes,
+		"max_open_files", st.MaxOpenFiles, "rlimit_nofile", store.NoFileLimit())
 	log.Info("listening", "protocol", "grpc", "addr", s.grpcLis.Addr().String())
 	if s.httpLis != nil {
 		log.Info("listening", "protocol", "http", "addr", s.httpLis.Addr().String())

@@ -341,3 +341,54 @@ func TestInodeTableLookIsNotUse(t *testing.T) {
 		})
 	}
 }
+
+// TestMaxOpenFilesFor: the daemon's default bound on open files leaves a
+// quarter of the descriptors (at least 256) to the rest, halves with
+// direct I/O, and is capped.
+func TestMaxOpenFilesFor(t *testing.T) {
+	for _, tt := range []struct {
+		nofile uint64
+		io     IOMode
+		want   int
+	}{
+		{1024, IOBuffered, 768},
+		{1024, IODirect, 384},
+		{20000, IOBuffered, 15000},
+		{20000, IODirect, 7500},
+		{1 << 20, IOBuffered, MaxOpenFilesCap},
+		{^uint64(0), IODirect, MaxOpenFilesCap}, // RLIM_INFINITY
+		{256, IOBuffered, 1},
+		{300, IOBuffered, 44},
+	} {
+		if got := MaxOpenFilesFor(tt.nofile, tt.io); got != tt.want {
+			t.Errorf("MaxOpenFilesFor(%d, %v) = %d, want %d", tt.nofile, tt.io, got, tt.want)
+		}
+	}
+}
+
+// TestCheckMaxOpenFiles: an explicit bound must fit in the descriptor
+// limit, two descriptors a file with direct I/O, with a few to spare, and
+// the error says what to do.
+func TestCheckMaxOpenFiles(t *testing.T) {
+	for _, tt := range []struct {
+		files  int
+		io     IOMode
+		nofile uint64
+		ok     bool
+	}{
+		{1024, IOBuffered, 20000, true},
+		{20000 - MinSpareDescriptors, IOBuffered, 20000, true},
+		{20000 - MinSpareDescriptors + 1, IOBuffered, 20000, false},
+		{10000, IODirect, 20000, false},
+		{9000, IODirect, 20000, true},
+		{0, IOBuffered, 20000, false},
+	} {
+		err := CheckMaxOpenFiles(tt.files, tt.io, tt.nofile)
+		if got := err == nil; got != tt.ok {
+			t.Errorf("CheckMaxOpenFiles(%d, %v, %d) = %v, want ok %v", tt.files, tt.io, tt.nofile, err, tt.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "RLIMIT_NOFILE") {
+			t.Errorf("error %q does not name RLIMIT_NOFILE", err)
+		}
+	}
+}
