@@ -97,6 +97,8 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 		"how long a new connection may go without an authenticated request (without tokens: any request) before it is closed")
 	fs.Var(intFlag{&cfg.Store.MaxOpenFiles, 1}, "max-open-files",
 		"most `files` held open at once; idle ones are closed to make room, and past it a request is RESOURCE_EXHAUSTED (the default is derived from RLIMIT_NOFILE: a quarter kept for connections, halved with --io=direct, at most 16384)")
+	fs.Var(extentCacheSize{&cfg.Store.ExtentCacheBytes}, "extent-cache-size",
+		"memory (`size`) for the extent maps of files closed to make room, reused when one reopens unchanged; past it the oldest are dropped, and rebuilt with FIEMAP on reopen (0: none)")
 	fs.Var(intFlag{&cfg.Store.MaxWaitersPerFile, 0}, "max-waiters-per-file",
 		"most `requests` that may queue for one file's lock; past it a request is RESOURCE_EXHAUSTED (0: unbounded)")
 	logs := &logFlags{level: "info", format: "text"}
@@ -181,6 +183,33 @@ func (b byteSize) Set(s string) error {
 		return fmt.Errorf("%s is below the minimum of %d bytes", s, b.min)
 	}
 	*b.dst = n
+	return nil
+}
+
+// extentCacheSize is --extent-cache-size: a size where 0 turns the cache
+// off, which store.Options says with a negative value (its zero means the
+// default).
+type extentCacheSize struct{ dst *int64 }
+
+func (f extentCacheSize) String() string {
+	switch {
+	case f.dst == nil:
+		return ""
+	case *f.dst < 0:
+		return "0"
+	}
+	return bytesize.Format(*f.dst)
+}
+
+func (f extentCacheSize) Set(s string) error {
+	n, err := bytesize.Parse(s)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		n = -1
+	}
+	*f.dst = n
 	return nil
 }
 

@@ -118,6 +118,28 @@ func TestMaxOpenFilesDefault(t *testing.T) {
 	}
 }
 
+// TestExtentCacheSizeFlag: --extent-cache-size takes a size, and 0 turns
+// the cache off (a negative ExtentCacheBytes, as the store's zero means its
+// default).
+func TestExtentCacheSizeFlag(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want int64
+	}{
+		{nil, store.DefaultExtentCacheBytes},
+		{[]string{"--extent-cache-size", "64m"}, 64 << 20},
+		{[]string{"--extent-cache-size", "0"}, -1},
+	} {
+		cfg, err := parseFlags(tt.args, io.Discard)
+		if err != nil {
+			t.Fatalf("parseFlags(%q): %v", tt.args, err)
+		}
+		if got := cfg.Store.ExtentCacheBytes; got != tt.want {
+			t.Errorf("parseFlags(%q): extent cache %d bytes, want %d", tt.args, got, tt.want)
+		}
+	}
+}
+
 func TestParseFlagsRejects(t *testing.T) {
 	for _, args := range [][]string{
 		{"--policy", "fastest"},
@@ -127,6 +149,7 @@ func TestParseFlagsRejects(t *testing.T) {
 		{"--max-file-size", "1PiB"},
 		{"--max-request-bytes", "64MB"},
 		{"--max-file-size", "9000000TiB"},
+		{"--extent-cache-size", "-1"},
 		{"--log-level", "chatty"},
 		{"--log-format", "xml"},
 		{"--no-such-flag"},

@@ -139,4 +139,14 @@ func TestMetricsAfterContendedRun(t *testing.T) {
 	if m := series(fams, "filewrite_inflight_writes", nil); m.GetGauge().GetValue() != 0 {
 		t.Errorf("filewrite_inflight_writes = %v after, want 0", m)
 	}
+	// One file, opened once, with its extent map from the file; nothing
+	// was closed for room, so the extent cache is empty.
+	if m := series(fams, "filewrite_file_opens_total", map[string]string{"filewrite_extents_source": "file"}); m.GetCounter().GetValue() != 1 {
+		t.Errorf("filewrite_file_opens_total{filewrite_extents_source=file} = %v, want 1", m)
+	}
+	for _, gauge := range []string{"filewrite_extent_cache_entries", "filewrite_extent_cache_size_bytes"} {
+		if m := series(fams, gauge, nil); m == nil || m.GetGauge().GetValue() != 0 {
+			t.Errorf("%s = %v, want 0", gauge, m)
+		}
+	}
 }

@@ -101,6 +101,7 @@ func DefaultConfig() Config {
 			MaxRequestBytes:   store.DefaultMaxRequestBytes,
 			MaxOpenFiles:      store.MaxOpenFilesFor(store.NoFileLimit(), store.IOBuffered),
 			MaxWaitersPerFile: DefaultMaxWaitersPerFile,
+			ExtentCacheBytes:  store.DefaultExtentCacheBytes,
 		},
 		MaxStreamBytes:  DefaultMaxStreamBytes,
 		DrainTimeout:    30 * time.Second,
@@ -309,7 +310,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	st := s.store.Options()
 	log.Info("filewrite started", "root", cfg.Root, "policy", st.Policy.String(), "io", st.IO.String(),
 		"fsync", st.Fsync.String(), "max_file_size", st.MaxFileSize, "max_request_bytes", st.MaxRequestBytes,
-		"max_open_files", st.MaxOpenFiles, "rlimit_nofile", store.NoFileLimit())
+		"max_open_files", st.MaxOpenFiles, "rlimit_nofile", store.NoFileLimit(), "extent_cache_bytes", max(st.ExtentCacheBytes, 0))
 	log.Info("listening", "protocol", "grpc", "addr", s.grpcLis.Addr().String())
 	if s.httpLis != nil {
 		log.Info("listening", "protocol", "http", "addr", s.httpLis.Addr().String())

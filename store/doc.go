@@ -53,14 +53,18 @@
 //	inodeTable.mu          (the path → inode table and reference counts)
 //	  groupCommit.mu       (fsync batching state, to evict, reopen or close
 //	                        a file)
+//	  extentCache.mu       (the extent maps of files closed for room; a
+//	                        leaf, also taken alone when a file opens)
 //
 // The two trees never nest: get and put take and drop inodeTable.mu before
 // the caller touches inode.lock, and /debug/locks snapshots each lock after
-// dropping it. inodeTable.mu is never held across I/O but the close(2) of
-// an evicted idle file and the final syncs of Close. inodeLock.mu guards only
-// the lock's queue and is a leaf. The in-flight counter is begun with
-// inode.lock held (any mode) and ended without it; its waiter holds
-// inode.lock exclusively. The same rule makes its span slots (which link a
+// dropping it. inodeTable.mu is never held across I/O but the fstat(2) and
+// close(2) of an evicted idle file and the final syncs of Close. The
+// evicted file's extent map is copied for the extent cache then without
+// extentMu: with no reference left, nothing can change it. inodeLock.mu
+// guards only the lock's queue and is a leaf. The in-flight counter is
+// begun with inode.lock held (any mode) and ended without it; its waiter
+// holds inode.lock exclusively. The same rule makes its span slots (which link a
 // waiter's trace to the writes it waits for) safe to read for the waiter.
 // The gauges (inodeTable.gauges) sum in-flight counts under inodeTable.mu, but
 // those are atomics: no lock nests there. extentMu and groupCommit.mu are

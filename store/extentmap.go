@@ -435,3 +435,27 @@ func satSub(a, b int64) int64 {
 	}
 	return a - b
 }
+
+// snapshot lists the runs in order, in a slice of exactly their number:
+// what the extent cache keeps of a closed file, at 24 bytes a run rather
+// than a B-tree's nodes.
+func (m *extentMap) snapshot() []extentRun {
+	runs := make([]extentRun, 0, m.tree.Len())
+	m.tree.Ascend(func(r extentRun) bool {
+		runs = append(runs, r)
+		return true
+	})
+	return runs
+}
+
+// extentMapOfRuns rebuilds the map that snapshot listed.
+//
+// Preconditions: runs came from snapshot of a map of blockSize blocks.
+func extentMapOfRuns(runs []extentRun, blockSize int64) *extentMap {
+	m := newExtentMap(blockSize)
+	for _, r := range runs {
+		m.tree.ReplaceOrInsert(r)
+		m.allocated += r.end - r.start
+	}
+	return m
+}

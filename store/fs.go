@@ -102,6 +102,11 @@ type FileInfo struct {
 	// Nlink is the number of names the file has (st_nlink): 0 once the
 	// last was removed while a descriptor keeps the file.
 	Nlink uint64
+	// Ctime is st_ctim in nanoseconds since the epoch: the last change of
+	// the file's data or metadata, which no caller can set (utimes sets
+	// mtime). 0 means the FS cannot say, and then the store trusts
+	// nothing it remembered of the file since it closed it (extentCache).
+	Ctime int64
 }
 
 // OSFS is the operating system's file layer below a directory, opened
@@ -283,5 +288,6 @@ func fileInfoOf(fi fs.FileInfo) (FileInfo, error) {
 		IsDir:     fi.IsDir(),
 		Type:      fi.Mode().Type(),
 		Nlink:     uint64(st.Nlink),
+		Ctime:     st.Ctim.Nano(),
 	}, nil
 }

@@ -37,6 +37,11 @@ type inode struct {
 	// (in any mode, or none for unlocked writes), never held across I/O.
 	extentMu sync.Mutex
 	extents  *extentMap
+	// extentsInDoubt is set once an I/O error may have left extents
+	// unlike the file (a short write, a failed truncate or fallocate): the
+	// map is still the store's best guess, but it is not kept for the next
+	// open (extentCache).
+	extentsInDoubt atomic.Bool
 
 	// commit merges syncs of this file.
 	commit groupCommit
@@ -88,6 +93,11 @@ type inodeTable struct {
 	// path they were closed under. A new descriptor never sees the old
 	// writeback error, so the inode that reopens one starts poisoned.
 	failedSync map[fileID]string
+	// closedExtents keeps the extent maps of files closed while idle, to be
+	// reused when they reopen unchanged. Unlike failedSync and
+	// unsyncedDirs it may forget anything for room: it saves work, it
+	// guards nothing. It has its own lock, taken under mu or alone.
+	closedExtents *extentCache
 	// unsyncedDirs holds, by ID, the new directories (inode.newDirs) of the
 	// files this store created and closed while idle before a sync made
 	// their names durable. It is kept apart from the inodes, like
@@ -107,6 +117,7 @@ func newInodeTable(fsys FS, opts *Options, tel *Telemetry) *inodeTable {
 		byID:      make(map[fileID]*inode),
 	}
 	t.failedSync = make(map[fileID]string)
+	t.closedExtents = newExtentCache(opts.ExtentCacheBytes)
 	t.unsyncedDirs = make(map[fileID][]string)
 	t.drained = sync.NewCond(&t.mu)
 	return t
@@ -170,6 +181,9 @@ func (t *inodeTable) get(ctx context.Context, name string, create bool) (*inode,
 				return other, nil
 			}
 			t.byID[id] = ino
+			// A close of another name of the file may have kept its map
+			// while this open ran: the open inode is the truth now.
+			t.closedExtents.forget(id)
 			if _, ok := t.failedSync[id]; ok {
 				delete(t.failedSync, id)
 				ino.commit.poison()
@@ -284,27 +298,17 @@ func (t *inodeTable) unlinkIdleLocked(ino *inode) {
 // makeRoomLocked closes least recently used idle files until one more may
 // open. An idle file has no reference, so no operation holds its lock, and
 // one whose group commit still runs (for callers who gave up waiting) is
-// skipped. Its state is rebuilt from the file on the next open, except
-// what the file cannot tell: a failed sync not yet reported (failedSync)
-// and directories not yet synced (unsyncedDirs).
+// skipped. Its state is rebuilt on the next open, from the extent cache
+// (closedExtents) if the file is unchanged by then, else from the file;
+// except what the file cannot tell, which is kept apart and never dropped:
+// a failed sync not yet reported (failedSync) and directories not yet
+// synced (unsyncedDirs).
 //
 // Preconditions: t.mu is held.
 func (t *inodeTable) makeRoomLocked() error {
 	for ino := t.idleTail; t.open >= t.opts.MaxOpenFiles && ino != nil; {
 		prev := ino.idlePrev
-		if idle, poisoned := ino.commit.idle(); idle {
-			t.unlinkIdleLocked(ino)
-			t.forgetLocked(ino)
-			// A file without a name has nothing left to report or sync.
-			if poisoned && !ino.unlinked.Load() {
-				t.failedSync[fileID{ino.dev, ino.ino}] = ino.key
-			}
-			if ino.dirsPending.Load() && !ino.unlinked.Load() {
-				t.unsyncedDirs[fileID{ino.dev, ino.ino}] = ino.newDirs
-			}
-			t.open--
-			ino.closeFiles()
-		}
+		t.closeIdleLocked(ino)
 		ino = prev
 	}
 	if t.open >= t.opts.MaxOpenFiles {
@@ -367,10 +371,13 @@ func (t *inodeTable) openInode(ino *inode, create bool) (err error) {
 		}
 		ino.direct = df
 	}
-	m, err := loadExtentMap(f, ino.blockSize)
-	if err != nil {
-		ino.closeFiles()
-		return fmt.Errorf("rebuild extent map of %s: %w", ino.key, err)
+	m := t.closedExtents.take(fi, ino.blockSize)
+	t.telemetry.recordOpen(m != nil)
+	if m == nil {
+		if m, err = loadExtentMap(f, ino.blockSize); err != nil {
+			ino.closeFiles()
+			return fmt.Errorf("rebuild extent map of %s: %w", ino.key, err)
+		}
 	}
 	ino.extents = m
 	ino.size.Store(fi.Size)
@@ -387,6 +394,51 @@ func (t *inodeTable) openInode(ino *inode, create bool) (err error) {
 		ackFromRunning: t.opts.Hooks.set(func(h *Hooks) bool { return h.AckFromRunningSync }),
 	}
 	return nil
+}
+
+// closeIdleLocked closes ino for room, unless a sync of it still runs,
+// and reports whether it did.
+//
+// Preconditions: t.mu is held and ino is on the idle list.
+func (t *inodeTable) closeIdleLocked(ino *inode) bool {
+	idle, poisoned := ino.commit.idle()
+	if !idle {
+		return false
+	}
+	t.unlinkIdleLocked(ino)
+	t.forgetLocked(ino)
+	// A file without a name has nothing left to report, sync or reuse.
+	if !ino.unlinked.Load() {
+		if poisoned {
+			t.failedSync[fileID{ino.dev, ino.ino}] = ino.key
+		}
+		if ino.dirsPending.Load() {
+			t.unsyncedDirs[fileID{ino.dev, ino.ino}] = ino.newDirs
+		}
+		if !poisoned && !ino.extentsInDoubt.Load() {
+			t.keepExtentsLocked(ino)
+		}
+	}
+	t.open--
+	ino.closeFiles()
+	t.telemetry.recordClose()
+	return true
+}
+
+// keepExtentsLocked offers the extent map of ino, which is being closed,
+// to the extent cache, with the fstat that dates it. A file whose size is
+// not the one the store knows changed behind its back, and one removed
+// from outside will never be reopened: neither is kept.
+//
+// Preconditions: t.mu is held, and ino is idle and leaving the table: no
+// operation holds a reference, so nothing changes its map or its file
+// (ino.extentMu is not needed, and not taken, being below no table lock).
+func (t *inodeTable) keepExtentsLocked(ino *inode) {
+	fi, err := ino.file.Stat()
+	if err != nil || fi.Dev != ino.dev || fi.Ino != ino.ino || fi.Size != ino.size.Load() || fi.Nlink == 0 {
+		return
+	}
+	t.closedExtents.put(fi, ino.extents)
 }
 
 // openDirect opens ino's O_DIRECT descriptor, by name again, and checks
@@ -612,22 +664,34 @@ func (t *inodeTable) each(limit int, fn func(*inode)) {
 	}
 }
 
+// tableGauges are the figures the store's gauges observe.
+type tableGauges struct {
+	open     int   // files open or being opened
+	inflight int64 // writes in flight in all of them
+	// cached and cachedBytes are the extent cache's entries and size.
+	cached      int
+	cachedBytes int64
+}
+
 // gauges counts the open files and the writes in flight in all of them,
-// for the gauges. It holds t.mu while it sums, which delays opens and
-// closes (not operations on open files) by a few atomic loads per file.
-func (t *inodeTable) gauges() (open int, inflight int64) {
+// and reads the extent cache's size, for the gauges. It holds t.mu while
+// it sums, which delays opens and closes (not operations on open files) by
+// a few atomic loads per file.
+func (t *inodeTable) gauges() tableGauges {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	g := tableGauges{open: t.open}
 	for _, ino := range t.byPath {
 		select {
 		case <-ino.ready:
 			if ino.openErr == nil {
-				inflight += ino.inflight.count()
+				g.inflight += ino.inflight.count()
 			}
 		default: // still opening: nothing in flight yet
 		}
 	}
-	return t.open, inflight
+	g.cached, g.cachedBytes = t.closedExtents.size()
+	return g
 }
 
 // aligned reports whether [off, end) starts and ends on block boundaries.

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"golang.org/x/sys/unix"
 )
 
 // The linearizability test drives one small file with several concurrent
@@ -73,11 +74,30 @@ const (
 	linTruncate
 	linStat
 	linFallocate // one whole block
+	// linClose closes the file as the table does to make room, if it is
+	// idle, once its last change is old enough for the close to keep its
+	// extent map: the next operation reopens it, from the extent cache.
+	linClose
+	// linOutside closes the file likewise (if idle; else it does nothing)
+	// and, with the table locked so that no operation can reopen it
+	// meanwhile, changes it from outside the store: a byte at block i's
+	// head (outHead), block i punched (outPunch) or blocks preallocated
+	// past the end (outKeepSize, which no read can see).
+	linOutside
 	// linFinal runs alone after all clients finished: it compares the
 	// store's size with the file's real size and reads every probe from
 	// the file itself, so that a write that landed past a truncate (which
 	// the store's own Read would hide behind its size) is seen.
 	linFinal
+)
+
+// outsideChange is what linOutside does to the file.
+type outsideChange int
+
+const (
+	outHead outsideChange = iota
+	outPunch
+	outKeepSize
 )
 
 type linInput struct {
@@ -87,6 +107,7 @@ type linInput struct {
 	val   byte          // writes
 	size  int64         // truncate
 	mode  FallocateMode // fallocate
+	out   outsideChange // outside
 }
 
 type linOutput struct {
@@ -94,6 +115,8 @@ type linOutput struct {
 	n    int   // read: bytes returned
 	b    byte  // read: the probe's byte, if n > 0
 	size int64 // write (the size it returned), stat, final
+	// applied says whether linOutside found the file idle and changed it.
+	applied bool
 	// final only: the size and probes of the file as the kernel has it.
 	diskSize   int64
 	diskProbes [linProbes]byte
@@ -147,6 +170,21 @@ func (s linState) step(in linInput, out linOutput) (bool, linState) {
 		return out.size == s.size, s
 	case linFinal:
 		return out.size == s.size && out.diskSize == s.size && out.diskProbes == s.probes, s
+	case linClose:
+		return true, s
+	case linOutside:
+		if !out.applied {
+			return true, s
+		}
+		switch in.out {
+		case outHead:
+			off := int64(in.block) * linBlock
+			s.probes[2*in.block] = in.val
+			s.size = max(s.size, off+1)
+		case outPunch:
+			s.probes[2*in.block], s.probes[2*in.block+1] = 0, 0
+		}
+		return true, s
 	case linFallocate:
 		base := int64(in.block) * linBlock
 		switch in.mode {
@@ -176,6 +214,16 @@ func (in linInput) String() string {
 		return "stat"
 	case linFallocate:
 		return fmt.Sprintf("fallocate %v block %d", in.mode, in.block)
+	case linClose:
+		return "close"
+	case linOutside:
+		switch in.out {
+		case outHead:
+			return fmt.Sprintf("outside: write head %d = %d", in.block, in.val)
+		case outPunch:
+			return fmt.Sprintf("outside: punch block %d", in.block)
+		}
+		return "outside: preallocate past the end"
 	case linFinal:
 		return "final check"
 	}
@@ -208,6 +256,8 @@ var linModel = porcupine.Model{
 			return fmt.Sprintf("%v -> size %d", in, out.size)
 		case in.kind == linFinal:
 			return fmt.Sprintf("%v -> size %d, file size %d, file probes %v", in, out.size, out.diskSize, out.diskProbes)
+		case in.kind == linOutside && !out.applied:
+			return fmt.Sprintf("%v -> not done: the file was busy", in)
 		}
 		return in.String()
 	},
@@ -238,6 +288,10 @@ func randomLinInput(rng *rand.Rand, val byte) linInput {
 		return linInput{kind: linTruncate, size: size}
 	case r < 86:
 		return linInput{kind: linStat}
+	case r < 90:
+		return linInput{kind: linClose}
+	case r < 94:
+		return linInput{kind: linOutside, out: outsideChange(rng.IntN(3)), block: rng.IntN(linBlocks), val: val}
 	}
 	modes := []FallocateMode{FallocAllocate, FallocKeepSize, FallocPunchHole, FallocZeroRange}
 	return linInput{kind: linFallocate, block: rng.IntN(linBlocks), mode: modes[rng.IntN(len(modes))]}
@@ -272,6 +326,26 @@ func (in linInput) apply(ctx context.Context, s *Store, dir, name string) linOut
 	case linFallocate:
 		_, err := s.Fallocate(ctx, name, in.mode, int64(in.block)*linBlock, linBlock)
 		return linOutput{err: err}
+	case linClose:
+		// Wait, a few ticks at most, for the last change to settle, so
+		// that the close keeps the map; others may change the file
+		// meanwhile, and then it closes without.
+		p := filepath.Join(dir, name)
+		for range 20 {
+			var st unix.Stat_t
+			if err := unix.Stat(p, &st); err != nil {
+				return linOutput{err: err}
+			}
+			if s.table.closedExtents.settled(st.Ctim.Nano(), coarseNow()) {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		closeIfIdle(s, name)
+		return linOutput{}
+	case linOutside:
+		applied, err := changeOutside(s, dir, name, in)
+		return linOutput{err: err, applied: applied}
 	case linFinal:
 		st, err := s.Stat(ctx, name)
 		if err != nil {
@@ -287,6 +361,60 @@ func (in linInput) apply(ctx context.Context, s *Store, dir, name string) linOut
 		return out
 	}
 	return linOutput{err: fmt.Errorf("unknown operation %v", in)}
+}
+
+// changeOutside makes in's change to the file from outside the store,
+// with the table locked and the file closed, so that no operation of the
+// store can run on it meanwhile; it does nothing if the file is busy.
+func changeOutside(s *Store, dir, name string, in linInput) (bool, error) {
+	t := s.table
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if ino := t.byPath[name]; ino != nil {
+		if ino.refs > 0 || ino.openErr != nil || !t.closeIdleLocked(ino) {
+			return false, nil
+		}
+	}
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR, 0)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	base := int64(in.block) * linBlock
+	switch in.out {
+	case outHead:
+		_, err = f.WriteAt([]byte{in.val}, base)
+	case outPunch:
+		err = unix.Fallocate(int(f.Fd()), punchHole, base, linBlock)
+	case outKeepSize:
+		err = unix.Fallocate(int(f.Fd()), keepSize, linBlocks*linBlock, 2*linBlock)
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, reopenMatchesFile(t, name)
+}
+
+// reopenMatchesFile opens name as the table would (its extent map from the
+// extent cache if the file is unchanged since its close), compares the map
+// with FIEMAP's, and closes it again as if for room.
+//
+// Preconditions: t.mu is held and name is closed.
+func reopenMatchesFile(t *inodeTable, name string) error {
+	ino := &inode{key: name, ready: make(chan struct{})}
+	if err := t.openInode(ino, false); err != nil {
+		return err
+	}
+	defer ino.closeFiles()
+	fromFile, err := loadExtentMap(ino.file, ino.blockSize)
+	if err != nil {
+		return err
+	}
+	if !ino.extents.equal(fromFile) {
+		return fmt.Errorf("reopened after a change from outside, the extent map is %v, FIEMAP says %v", ino.extents, fromFile)
+	}
+	t.keepExtentsLocked(ino)
+	return nil
 }
 
 // runLinHistory runs clients goroutines, each doing ops random operations
@@ -346,7 +474,10 @@ func runLinHistory(t *testing.T, s *Store, dir, name string, seed uint64, client
 
 // TestLinearizability checks concurrent histories of Write (and the size it
 // returns), Read, Truncate, Stat and Fallocate against the sequential file
-// model, under every policy in buffered mode and in direct mode. The seed is logged; set
+// model, under every policy in buffered mode and in direct mode. The file
+// is closed as if for room now and then, and changed from outside the
+// store while closed, so that it is reopened with its extent map from the
+// extent cache or, where it changed, from FIEMAP. The seed is logged; set
 // FILEWRITE_LIN_SEED to replay one.
 func TestLinearizability(t *testing.T) {
 	const histories, clients, opsPerClient = 8, 5, 40

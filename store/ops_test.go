@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -86,22 +87,64 @@ func checkFile(t *testing.T, s *Store, dir, path string, m *fileModel, step stri
 }
 
 type fileOp struct {
-	kind   string // write, truncate, or a fallocate mode
+	// kind is write, truncate or fallocate through the store; close,
+	// which closes the file as the table does for room (the next step
+	// reopens it); or outside-write, outside-punch, outside-keep-size or
+	// outside-truncate, which close it and then change it from outside
+	// the store.
+	kind   string
 	mode   FallocateMode
 	off    int64
 	length int64
 }
 
 func (o fileOp) String() string {
-	if o.kind == "fallocate" {
+	switch o.kind {
+	case "fallocate":
 		return fmt.Sprintf("%s(%d,%d)", o.mode, o.off, o.length)
+	case "close":
+		return "close"
 	}
 	return fmt.Sprintf("%s(%d,%d)", o.kind, o.off, o.length)
 }
 
-func applyOp(t *testing.T, s *Store, m *fileModel, path string, o fileOp, fill byte) {
+func applyOp(t *testing.T, s *Store, m *fileModel, dir, path string, o fileOp, fill byte) {
 	t.Helper()
 	ctx := context.Background()
+	if strings.HasPrefix(o.kind, "outside-") || o.kind == "close" {
+		// Settled, so that the close keeps the map: the next step's
+		// reopen then takes it from the extent cache unless the change
+		// from outside shows.
+		waitSettled(t, s, filepath.Join(dir, path))
+		if !closeIfIdle(s, path) {
+			t.Fatalf("%v: %s is busy; nothing else runs", o, path)
+		}
+	}
+	if strings.HasPrefix(o.kind, "outside-") {
+		f, err := os.OpenFile(filepath.Join(dir, path), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		fo := fileOps{t, f}
+		switch o.kind {
+		case "outside-write":
+			p := bytes.Repeat([]byte{fill}, int(o.length))
+			if _, err := f.WriteAt(p, o.off); err != nil {
+				t.Fatalf("%v: %v", o, err)
+			}
+			m.write(o.off, p)
+		case "outside-punch":
+			fo.fallocate(punchHole, o.off, o.length)
+			m.fallocate(FallocPunchHole, o.off, o.length)
+		case "outside-keep-size":
+			fo.fallocate(keepSize, o.off, o.length)
+		case "outside-truncate":
+			fo.truncate(o.off)
+			m.truncate(o.off)
+		}
+		return
+	}
 	switch o.kind {
 	case "write":
 		p := bytes.Repeat([]byte{fill}, int(o.length))
@@ -134,13 +177,18 @@ const kb = 1024
 
 // TestOperationsAgainstFIEMAP runs fixed and random sequences of writes,
 // fallocates, punches, zero-ranges and truncates on real files and checks
-// content, size and the extent map against FIEMAP after every step.
+// content, size and the extent map against FIEMAP after every step. Some
+// steps close the file as the table does for room, and some then change
+// it from outside the store: the check after them reopens it, from the
+// extent cache where the file is unchanged.
 func TestOperationsAgainstFIEMAP(t *testing.T) {
 	w := func(off, n int64) fileOp { return fileOp{kind: "write", off: off, length: n} }
 	tr := func(size int64) fileOp { return fileOp{kind: "truncate", off: size} }
 	fa := func(m FallocateMode, off, n int64) fileOp {
 		return fileOp{kind: "fallocate", mode: m, off: off, length: n}
 	}
+	cl := fileOp{kind: "close"}
+	out := func(kind string, off, n int64) fileOp { return fileOp{kind: "outside-" + kind, off: off, length: n} }
 	sequences := map[string][]fileOp{
 		"sparse writes":           {w(0, 100), w(40*kb, 4*kb), w(13*kb, 5000), w(100*kb, 1)},
 		"prealloc then overwrite": {fa(FallocAllocate, 0, 64*kb), w(4*kb, 4*kb), w(10*kb+7, 3), w(60*kb, 8*kb)},
@@ -149,6 +197,11 @@ func TestOperationsAgainstFIEMAP(t *testing.T) {
 			fa(FallocZeroRange, 32*kb, 8*kb), fa(FallocZeroRange, 45*kb+100, 6*kb)},
 		"zero over holes": {tr(64 * kb), fa(FallocZeroRange, 5*kb, 10*kb), w(0, 1), fa(FallocZeroRange, 30*kb+10, 100)},
 		"truncates":       {w(0, 40*kb), tr(10*kb + 5), tr(10*kb + 5), tr(64 * kb), w(50*kb, 10), tr(0), w(3*kb, 3)},
+		"closed and reopened": {w(0, 100), cl, w(40*kb, 4*kb), cl, fa(FallocPunchHole, 0, 4*kb), cl,
+			fa(FallocKeepSize, 64*kb, 16*kb), cl, w(42*kb, 10), tr(20*kb + 3), cl, fa(FallocZeroRange, 8*kb, 8*kb), cl},
+		"changed outside while closed": {w(0, 64*kb), out("punch", 4*kb, 8*kb), w(6*kb, 100),
+			out("keep-size", 64*kb, 32*kb), w(60*kb, 8*kb), out("write", 20*kb, 4*kb), out("truncate", 72*kb, 0),
+			fa(FallocKeepSize, 80*kb, 8*kb), out("truncate", 72*kb, 0), cl, w(1, 1)},
 	}
 	for _, io := range []IOMode{IOBuffered, IODirect} {
 		for name, seq := range sequences {
@@ -156,7 +209,7 @@ func TestOperationsAgainstFIEMAP(t *testing.T) {
 				s, dir := newTestStore(t, Options{IO: io, Policy: PolicySharedOverwrite})
 				m := &fileModel{}
 				for i, o := range seq {
-					applyOp(t, s, m, "f", o, byte(i+1))
+					applyOp(t, s, m, dir, "f", o, byte(i+1))
 					checkFile(t, s, dir, "f", m, fmt.Sprintf("step %d %v", i, o))
 				}
 			})
@@ -175,15 +228,19 @@ func TestOperationsAgainstFIEMAP(t *testing.T) {
 				}
 				n := 1 + rng.Int64N(16*kb)
 				var o fileOp
-				switch r := rng.IntN(10); {
-				case r < 5:
+				switch r := rng.IntN(20); {
+				case r < 9:
 					o = w(off, n)
-				case r < 6:
+				case r < 11:
 					o = tr(off)
+				case r < 12 && i > 0: // the file exists from step 0 on
+					o = cl
+				case r < 13 && i > 0:
+					o = out([]string{"write", "punch", "keep-size"}[rng.IntN(3)], off, n)
 				default:
 					o = fa(modes[rng.IntN(len(modes))], off, n)
 				}
-				applyOp(t, s, m, "f", o, byte(i+1))
+				applyOp(t, s, m, dir, "f", o, byte(i+1))
 				checkFile(t, s, dir, "f", m, fmt.Sprintf("step %d %v", i, o))
 			}
 		})

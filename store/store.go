@@ -205,6 +205,7 @@ func (s *Store) Truncate(ctx context.Context, path string, size int64) error {
 		return err
 	}
 	if err := ino.file.Truncate(size); err != nil {
+		ino.extentsInDoubt.Store(true)
 		return ioError("truncate", path, err, 0)
 	}
 	if size <= ino.size.Load() {
@@ -248,6 +249,7 @@ func (s *Store) Fallocate(ctx context.Context, path string, mode FallocateMode, 
 	if err := ino.file.Fallocate(fallocateFlags(mode), off, length); err != nil {
 		// A failed fallocate may have allocated part of the range; the
 		// map is rebuilt from the file rather than guessed.
+		ino.extentsInDoubt.Store(true)
 		s.reloadExtents(ino)
 		return ino.size.Load(), ioError("fallocate", path, err, 0)
 	}

@@ -29,6 +29,9 @@ const (
 	AttrPolicy     = attribute.Key("filewrite.policy")
 	AttrPath       = attribute.Key("filewrite.path")
 	AttrSyncMode   = attribute.Key("filewrite.sync")
+	// AttrExtentsSource says where an opened file's extent map came from:
+	// "cache" (the extent cache of closed files) or "file" (FIEMAP).
+	AttrExtentsSource = attribute.Key("filewrite.extents.source")
 	// AttrWait tells the three kinds of wait apart in the wait histogram:
 	// "lock", "inflight" or "fsync" (the span name says it on spans).
 	AttrWait = attribute.Key("filewrite.wait")
@@ -42,6 +45,18 @@ const (
 	MetricFsyncBatchSize = "filewrite.fsync.batch.size"
 	MetricInflightWrites = "filewrite.inflight.writes"
 	MetricOpenFiles      = "filewrite.open.files"
+	// MetricFileOpens counts files opened, first opens and reopens of
+	// files closed to make room alike, by AttrExtentsSource: the opens
+	// from "cache" are the extent cache's hits.
+	MetricFileOpens = "filewrite.file.opens"
+	// MetricFileCloses counts files closed to make room for others
+	// (--max-open-files): each is a reopen if the file is used again.
+	MetricFileCloses = "filewrite.file.closes"
+	// MetricExtentCacheEntries and MetricExtentCacheBytes are the closed
+	// files whose extent maps the cache holds, and the memory it counts
+	// them as (bounded by --extent-cache-size).
+	MetricExtentCacheEntries = "filewrite.extent.cache.entries"
+	MetricExtentCacheBytes   = "filewrite.extent.cache.size"
 )
 
 // maxLinks bounds the links from a wait span to the spans that held the
@@ -68,6 +83,11 @@ type Telemetry struct {
 	batchSize metric.Int64Histogram
 	inflight  metric.Int64ObservableGauge
 	openFiles metric.Int64ObservableGauge
+	opens     metric.Int64Counter
+	closes    metric.Int64Counter
+	// cacheEntries and cacheBytes observe the extent cache.
+	cacheEntries metric.Int64ObservableGauge
+	cacheBytes   metric.Int64ObservableGauge
 
 	// waitOpts caches, for each (kind, mode, reason, policy), the option
 	// the wait histogram records with, so that a wait with tracing off
@@ -125,22 +145,65 @@ func NewTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*Telemetry,
 		metric.WithDescription("Files the store holds open (or is opening), idle ones included.")); err != nil {
 		return nil, err
 	}
+	if t.opens, err = meter.Int64Counter(MetricFileOpens,
+		metric.WithUnit("{file}"),
+		metric.WithDescription("Files opened, first opens and reopens alike, by where the extent map came from: cache (a file closed to make room, reopened unchanged) or file (FIEMAP).")); err != nil {
+		return nil, err
+	}
+	if t.closes, err = meter.Int64Counter(MetricFileCloses,
+		metric.WithUnit("{file}"),
+		metric.WithDescription("Idle files closed to make room for others (--max-open-files).")); err != nil {
+		return nil, err
+	}
+	if t.cacheEntries, err = meter.Int64ObservableGauge(MetricExtentCacheEntries,
+		metric.WithUnit("{file}"),
+		metric.WithDescription("Closed files whose extent maps the extent cache holds.")); err != nil {
+		return nil, err
+	}
+	if t.cacheBytes, err = meter.Int64ObservableGauge(MetricExtentCacheBytes,
+		metric.WithUnit("By"),
+		metric.WithDescription("Memory the extent cache counts its entries as (bounded by --extent-cache-size).")); err != nil {
+		return nil, err
+	}
 	return t, nil
 }
 
 var noopTelemetry, _ = NewTelemetry(nil, nil)
 
-// observe registers the gauges of one store, whose open files and writes
-// in flight counts returns; the caller unregisters them when the store
-// closes. The callback runs on the metrics reader's goroutine at each
-// collection (a Prometheus scrape), never on an operation's path.
-func (t *Telemetry) observe(counts func() (open int, inflight int64)) (metric.Registration, error) {
+// observe registers the gauges of one store, whose figures counts
+// returns; the caller unregisters them when the store closes. The callback
+// runs on the metrics reader's goroutine at each collection (a Prometheus
+// scrape), never on an operation's path.
+func (t *Telemetry) observe(counts func() tableGauges) (metric.Registration, error) {
 	return t.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		open, inflight := counts()
-		o.ObserveInt64(t.openFiles, int64(open))
-		o.ObserveInt64(t.inflight, inflight)
+		g := counts()
+		o.ObserveInt64(t.openFiles, int64(g.open))
+		o.ObserveInt64(t.inflight, g.inflight)
+		o.ObserveInt64(t.cacheEntries, int64(g.cached))
+		o.ObserveInt64(t.cacheBytes, g.cachedBytes)
 		return nil
-	}, t.openFiles, t.inflight)
+	}, t.openFiles, t.inflight, t.cacheEntries, t.cacheBytes)
+}
+
+// extentsSourceOpts are the record options of MetricFileOpens, built once.
+var extentsSourceOpts = [2][]metric.AddOption{
+	{metric.WithAttributeSet(attribute.NewSet(AttrExtentsSource.String("file")))},
+	{metric.WithAttributeSet(attribute.NewSet(AttrExtentsSource.String("cache")))},
+}
+
+// recordOpen counts an opened file; fromCache says its extent map came
+// from the extent cache.
+func (t *Telemetry) recordOpen(fromCache bool) {
+	i := 0
+	if fromCache {
+		i = 1
+	}
+	t.opens.Add(context.Background(), 1, extentsSourceOpts[i]...)
+}
+
+// recordClose counts a file closed to make room.
+func (t *Telemetry) recordClose() {
+	t.closes.Add(context.Background(), 1)
 }
 
 // waitRecordOpts returns the cached record options for k.

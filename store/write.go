@@ -300,6 +300,7 @@ func (s *Store) writeData(ctx context.Context, ino *inode, off int64, data []byt
 		ino.extentMu.Unlock()
 	}
 	if err != nil {
+		ino.extentsInDoubt.Store(true)
 		return n, ioError("write", ino.key, err, n)
 	}
 	return n, nil
