@@ -1,0 +1,262 @@
+// Package deploy holds the deployment files (docker-compose's configs,
+// haproxy.cfg) and the tests that run them: three real daemons, each on its
+// own root, behind the real HAProxy with deploy/haproxy.cfg, or behind
+// grpc-go's ring_hash balancer.
+package deploy
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// daemonBin is the filewrite daemon built once for the package by TestMain.
+var daemonBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		dir, err := os.MkdirTemp("", "filewrite-deploy-test-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		// Not built with -race: these tests check where requests go, the
+		// daemon's own races are the service package's tests'.
+		daemonBin = filepath.Join(dir, "filewrite")
+		build := exec.Command("go", "build", "-o", daemonBin, ".")
+		build.Dir = ".."
+		if out, err := build.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "go build of the daemon: %v\n%s", err, out)
+			return 1
+		}
+		return m.Run()
+	}())
+}
+
+// clusterDaemon is one filewrite process on loopback ports the kernel
+// picked, serving its own root.
+type clusterDaemon struct {
+	root     string
+	grpcAddr string
+	httpAddr string
+	cmd      *exec.Cmd
+	exited   chan struct{} // closed once cmd has been waited for
+}
+
+var listeningLine = regexp.MustCompile(`msg=listening protocol=(grpc|http) addr=(\S+)`)
+
+// startDaemons starts n daemons, each on a fresh root, and stops them when
+// the test ends.
+func startDaemons(t *testing.T, n int) []*clusterDaemon {
+	t.Helper()
+	ds := make([]*clusterDaemon, n)
+	for i := range ds {
+		ds[i] = startDaemon(t)
+	}
+	return ds
+}
+
+func startDaemon(t *testing.T) *clusterDaemon {
+	t.Helper()
+	d := &clusterDaemon{root: t.TempDir(), exited: make(chan struct{})}
+	d.cmd = exec.Command(daemonBin, "--root", d.root, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0")
+	stderr, err := d.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.stop)
+	var logMu sync.Mutex
+	var log strings.Builder
+	addrs := make(chan [2]string, 2)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			logMu.Lock()
+			log.WriteString(sc.Text() + "\n")
+			logMu.Unlock()
+			if m := listeningLine.FindStringSubmatch(sc.Text()); m != nil {
+				addrs <- [2]string{m[1], m[2]}
+			}
+		}
+		d.cmd.Wait()
+		close(d.exited)
+	}()
+	timeout := time.After(30 * time.Second)
+	for d.grpcAddr == "" || d.httpAddr == "" {
+		select {
+		case a := <-addrs:
+			if a[0] == "grpc" {
+				d.grpcAddr = a[1]
+			} else {
+				d.httpAddr = a[1]
+			}
+		case <-d.exited:
+			logMu.Lock()
+			defer logMu.Unlock()
+			t.Fatalf("the daemon exited before logging its addresses:\n%s", log.String())
+		case <-timeout:
+			logMu.Lock()
+			defer logMu.Unlock()
+			t.Fatalf("the daemon logged no addresses within 30s:\n%s", log.String())
+		}
+	}
+	return d
+}
+
+// stop drains the daemon with SIGTERM, as an operator would, and kills it
+// if it is still running after a while.
+func (d *clusterDaemon) stop() {
+	select {
+	case <-d.exited:
+		return
+	default:
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.exited:
+	case <-time.After(30 * time.Second):
+		d.cmd.Process.Kill()
+		<-d.exited
+	}
+}
+
+// owners lists the daemons whose root holds rel.
+func owners(ds []*clusterDaemon, rel string) []int {
+	var got []int
+	for i, d := range ds {
+		if _, err := os.Lstat(filepath.Join(d.root, rel)); err == nil {
+			got = append(got, i)
+		}
+	}
+	return got
+}
+
+// freeAddr is a loopback address with a port nobody listened on a moment
+// ago, for a process that cannot be told to pick its own and log it.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startHAProxy runs HAProxy with deploy/haproxy.cfg in front of ds (three
+// daemons, the config's three servers) and returns its REST and gRPC
+// addresses. It skips the test when haproxy is not installed.
+func startHAProxy(t *testing.T, ds []*clusterDaemon) (restAddr, grpcAddr string) {
+	t.Helper()
+	bin, err := exec.LookPath("haproxy")
+	if err != nil {
+		t.Skip("haproxy is not installed (Debian: apt-get install haproxy; .ci/run installs it), so the proxy's routing is not tested")
+	}
+	if len(ds) != 3 {
+		t.Fatalf("haproxy.cfg has three servers, not %d", len(ds))
+	}
+	restAddr, grpcAddr = freeAddr(t), freeAddr(t)
+	cmd := exec.Command(bin, "-f", "haproxy.cfg", "-db")
+	cmd.Env = append(os.Environ(),
+		"FILEWRITE_REST_BIND="+restAddr,
+		"FILEWRITE_GRPC_BIND="+grpcAddr,
+	)
+	for i, d := range ds {
+		cmd.Env = append(cmd.Env,
+			fmt.Sprintf("FILEWRITE_%d_HTTP=%s", i+1, d.httpAddr),
+			fmt.Sprintf("FILEWRITE_%d_GRPC=%s", i+1, d.grpcAddr))
+	}
+	var log lockedLog
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		<-exited
+		if t.Failed() {
+			t.Logf("haproxy's log:\n%s", log.String())
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, a := range []string{restAddr, grpcAddr} {
+		for {
+			c, err := net.Dial("tcp", a)
+			if err == nil {
+				c.Close()
+				break
+			}
+			select {
+			case <-exited:
+				t.Fatalf("haproxy exited before it listened on %s:\n%s", a, log.String())
+			case <-ctx.Done():
+				t.Fatalf("haproxy did not listen on %s within 20s:\n%s", a, log.String())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	return restAddr, grpcAddr
+}
+
+type lockedLog struct {
+	mu sync.Mutex
+	sb strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sb.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sb.String()
+}
+
+// forEach runs f(i) for i in [0, n) on workers goroutines.
+func forEach(n, workers int, f func(i int)) {
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				f(i)
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
+
+// content is file i's bytes: distinct per file and per offset.
+func content(i, n int) []byte {
+	b := make([]byte, n)
+	for k := range b {
+		b[k] = byte(i*7 + k*13 + k/251)
+	}
+	return b
+}
