@@ -1,0 +1,164 @@
+package client_test
+
+import (
+	"context"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/filewrite/filewrite/service"
+	"github.com/filewrite/filewrite/store"
+	"github.com/filewrite/filewrite/store/faultfs"
+)
+
+// testDir is a directory for one test on the project's filesystem (not
+// /tmp, which may be tmpfs).
+func testDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp(".", "testdata-tmp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(abs) })
+	return abs
+}
+
+// daemon is a real filewrite daemon in this process, on a loopback port,
+// with a faultfs under its store.
+type daemon struct {
+	srv  *service.Server
+	root string
+	addr string
+	ffs  *faultfs.FS
+}
+
+func startDaemon(t *testing.T, configure func(*service.Config)) *daemon {
+	t.Helper()
+	dir := testDir(t)
+	d := &daemon{root: filepath.Join(dir, "root")}
+	cfg := service.DefaultConfig()
+	cfg.Root = d.root
+	cfg.GRPCAddr = "127.0.0.1:0"
+	cfg.HTTPAddr = ""
+	cfg.DrainTimeout = 10 * time.Second
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.WrapFS = func(base store.FS) store.FS {
+		d.ffs = faultfs.New(base)
+		return d.ffs
+	}
+	if configure != nil {
+		configure(&cfg)
+	}
+	srv, err := service.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown() })
+	d.srv, d.addr = srv, srv.GRPCAddr().String()
+	return d
+}
+
+func (d *daemon) onDisk(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(d.root, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitUntil polls cond; it fails only if cond stays false for a minute.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// gate holds faultfs calls until opened (at the end of the test at the
+// latest).
+type gate struct {
+	c    chan struct{}
+	once sync.Once
+}
+
+func newGate(t *testing.T) *gate {
+	g := &gate{c: make(chan struct{})}
+	t.Cleanup(g.open)
+	return g
+}
+
+func (g *gate) open() { g.once.Do(func() { close(g.c) }) }
+
+// proxy forwards TCP connections to a daemon and can cut them all, as a
+// network failure would.
+type proxy struct {
+	lis    net.Listener
+	target string
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{lis: lis, target: target}
+	t.Cleanup(func() { lis.Close(); p.cut() })
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, u)
+			p.mu.Unlock()
+			go func() { io.Copy(u, c); u.Close() }()
+			go func() { io.Copy(c, u); c.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *proxy) addr() string { return p.lis.Addr().String() }
+
+// cut closes every connection through the proxy; new ones still work.
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+func writeFile(name, content string) error { return os.WriteFile(name, []byte(content), 0o600) }
+
+func crc32c(b []byte) uint32 { return crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)) }

@@ -1,0 +1,440 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"hash/crc32"
+	"io"
+	"slices"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// writeOverhead is what a write adds to a message besides its data: its
+// tag, id, offset, length, sync mode and CRC, rounded up.
+const writeOverhead = 48
+
+// maxWritesPerMessage bounds the writes of one message, so that their acks
+// fit in one response too.
+const maxWritesPerMessage = 4096
+
+// write is one write on its way: queued, then in flight on a stream, then
+// done.
+type write struct {
+	f    *File
+	off  int64
+	data []byte
+	sync SyncMode
+	crc  uint32
+
+	// The fields below are guarded by fileStream.mu.
+	state    writeState
+	attempts int  // resends after a stream broke
+	gaveUp   bool // the caller returned before done: report an error to Close
+	// n, size and err are the outcome, set before done is closed.
+	n, size int64
+	err     error
+	done    chan struct{}
+}
+
+type writeState int8
+
+const (
+	queued       writeState = iota
+	beingEncoded            // the sender reads its bytes: its caller must wait
+	inFlight
+	finished
+)
+
+// fileStream is the WriteStream of one path, shared by the Files of one
+// Client open on it. Callers queue their writes; one sender goroutine
+// sends whatever queued while it was busy as the next message, so that
+// concurrent callers share messages without waiting on a timer; each
+// stream (a new one after each break) has a receiver goroutine that
+// matches acks to writes by id.
+type fileStream struct {
+	c    *Client
+	path string
+	// refs counts the Files open on it; guarded by Client.mu.
+	refs int
+
+	// openMu serialises opening a stream (the handshake of the first
+	// message); it is taken before mu.
+	openMu sync.Mutex
+
+	// mu guards the fields below and every write's guarded fields.
+	mu sync.Mutex
+	// conn is the stream writes go on; nil before the first and after a
+	// break, until the next write opens one.
+	conn *streamConn
+	// queue holds the writes waiting to be sent, in the order they came.
+	queue []*write
+	// pending counts the writes queued or in flight; idle is signalled
+	// when a write finishes.
+	pending int
+	idle    sync.Cond
+	// sending: the sender goroutine runs; closed: no File is left, the
+	// sender exits once the queue is empty.
+	sending, closed bool
+	// wake has one slot: the sender has work.
+	wake chan struct{}
+	// batch is the sender's own: the writes of the message it builds.
+	batch []*write
+	// senderDone is closed when the sender goroutine exits.
+	senderDone chan struct{}
+}
+
+// streamConn is one WriteStream of a fileStream.
+type streamConn struct {
+	stream grpc.BidiStreamingClient[filewritev1.WriteStreamRequest, filewritev1.WriteStreamResponse]
+	cancel context.CancelFunc
+	// inflight, nextID and broken are guarded by fileStream.mu.
+	inflight map[uint64]*write
+	nextID   uint64
+	broken   bool
+	// done is closed when its receiver has returned; err says why.
+	done chan struct{}
+	err  error
+}
+
+func newFileStream(c *Client, path string) *fileStream {
+	s := &fileStream{c: c, path: path, wake: make(chan struct{}, 1), senderDone: make(chan struct{})}
+	s.idle.L = &s.mu
+	return s
+}
+
+// ensureOpen opens a stream unless one is open, waiting for the daemon's
+// answer to the first message (bounded by ctx): the file is open.
+func (s *fileStream) ensureOpen(ctx context.Context) error {
+	_, err := s.connect(ctx)
+	return err
+}
+
+// connect returns the stream to send on, opening one if there is none.
+func (s *fileStream) connect(ctx context.Context) (*streamConn, error) {
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	s.mu.Lock()
+	conn := s.conn
+	s.mu.Unlock()
+	if conn != nil {
+		return conn, nil
+	}
+	sctx, cancel := context.WithCancel(s.c.outgoing(s.c.ctx, s.path))
+	// ctx bounds the handshake only; the stream lives until the last
+	// File is closed.
+	stop := context.AfterFunc(ctx, cancel)
+	conn, err := s.handshake(sctx, cancel)
+	if !stop() && err != nil {
+		err = asStatus(ctx.Err())
+	}
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	s.mu.Lock()
+	s.conn = conn
+	s.mu.Unlock()
+	go s.receive(conn)
+	return conn, nil
+}
+
+func (s *fileStream) handshake(ctx context.Context, cancel context.CancelFunc) (*streamConn, error) {
+	stream, err := s.c.api.WriteStream(ctx, grpc.ForceCodecV2(newStreamCodec()))
+	if err != nil {
+		return nil, asStatus(err)
+	}
+	if err := stream.Send(&filewritev1.WriteStreamRequest{Path: s.path}); err != nil && !errors.Is(err, io.EOF) {
+		return nil, asStatus(err)
+	}
+	// io.EOF from Send means the daemon ended the stream: Recv says why.
+	if _, err := stream.Recv(); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = status.Error(codes.Unavailable, "the daemon ended the stream before it opened the file")
+		}
+		return nil, asStatus(err)
+	}
+	return &streamConn{stream: stream, cancel: cancel, inflight: make(map[uint64]*write), done: make(chan struct{})}, nil
+}
+
+// enqueue queues ws, in order, and wakes the sender.
+func (s *fileStream) enqueue(ws []*write) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || ws[0].f.closed {
+		return status.Errorf(codes.FailedPrecondition, "filewrite client: %s is closed", s.path)
+	}
+	for _, w := range ws {
+		w.state = queued
+		w.f.outstanding++
+	}
+	s.queue = append(s.queue, ws...)
+	s.pending += len(ws)
+	if !s.sending {
+		s.sending = true
+		go s.send()
+	}
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// send is the sender: while writes are queued it sends them, as many to a
+// message as fit, on the current stream (opening one if needed).
+func (s *fileStream) send() {
+	defer close(s.senderDone)
+	for {
+		select {
+		case <-s.wake:
+		case <-s.c.ctx.Done():
+			s.mu.Lock()
+			s.failQueuedLocked(errClientClosed)
+			s.mu.Unlock()
+			return
+		}
+		for s.sendOne() {
+		}
+		s.mu.Lock()
+		exit := s.closed && len(s.queue) == 0
+		s.mu.Unlock()
+		if exit {
+			return
+		}
+	}
+}
+
+// sendOne sends one message of queued writes and reports whether it sent
+// anything.
+func (s *fileStream) sendOne() bool {
+	s.mu.Lock()
+	empty := len(s.queue) == 0
+	s.mu.Unlock()
+	if empty {
+		return false
+	}
+	conn, err := s.connect(s.c.ctx)
+	s.mu.Lock()
+	if err != nil {
+		// No stream to send on: the queued writes fail with why.
+		s.failQueuedLocked(err)
+		s.mu.Unlock()
+		return false
+	}
+	if conn.broken {
+		s.mu.Unlock()
+		return true // its receiver has requeued what it held; go again
+	}
+	size := 0
+	batch := s.batch[:0]
+	for _, w := range s.queue {
+		if len(batch) > 0 && (size+len(w.data)+writeOverhead > s.c.opts.maxMessageBytes || len(batch) == maxWritesPerMessage) {
+			break
+		}
+		conn.inflight[conn.nextID+uint64(len(batch))] = w
+		w.state = beingEncoded
+		batch = append(batch, w)
+		size += len(w.data) + writeOverhead
+	}
+	firstID := conn.nextID
+	conn.nextID += uint64(len(batch))
+	clear(s.queue[:len(batch)])
+	s.queue = s.queue[len(batch):]
+	s.mu.Unlock()
+	req := encodeWrites(batch, firstID)
+	s.mu.Lock()
+	for _, w := range batch {
+		if w.state == beingEncoded {
+			w.state = inFlight
+		}
+	}
+	s.idle.Broadcast() // callers giving up wait for encoding to end
+	s.mu.Unlock()
+	clear(batch)
+	s.batch = batch[:0]
+	if err := conn.stream.SendMsg(req); err != nil {
+		// The stream is broken; its receiver fails (or requeues) what
+		// it held once Recv returns, which cancelling makes sure of.
+		conn.cancel()
+	}
+	return true
+}
+
+// receive matches the acks of conn to their writes until conn ends.
+func (s *fileStream) receive(conn *streamConn) {
+	for {
+		resp, err := conn.stream.Recv()
+		if err != nil {
+			s.ended(conn, err)
+			return
+		}
+		s.mu.Lock()
+		for _, a := range resp.GetAcks() {
+			w := conn.inflight[a.GetId()]
+			if w == nil {
+				continue // not ours: ignore rather than guess
+			}
+			delete(conn.inflight, a.GetId())
+			w.n, w.size = a.GetBytesWritten(), a.GetSize()
+			if st := a.GetStatus(); st != nil {
+				w.err = status.ErrorProto(st)
+			}
+			s.finishLocked(w)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// ended handles the end of conn: its writes still in flight are resent
+// (WithRetry) or fail with the stream's error, and the next write opens a
+// new stream.
+func (s *fileStream) ended(conn *streamConn, err error) {
+	if errors.Is(err, io.EOF) {
+		err = status.Error(codes.Unavailable, "the daemon ended the stream before acknowledging the write")
+	}
+	err = asStatus(err)
+	conn.cancel()
+	s.mu.Lock()
+	conn.broken = true
+	conn.err = err
+	if s.conn == conn {
+		s.conn = nil
+	}
+	ids := make([]uint64, 0, len(conn.inflight))
+	for id := range conn.inflight {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids) // the order they were sent in
+	var resend []*write
+	for _, id := range ids {
+		w := conn.inflight[id]
+		if w.attempts < s.c.opts.retries && !w.gaveUp && !s.closedClient() {
+			w.attempts++
+			w.state = queued
+			resend = append(resend, w)
+			continue
+		}
+		w.err = err
+		s.finishLocked(w)
+	}
+	conn.inflight = nil
+	if len(resend) > 0 {
+		s.queue = append(resend, s.queue...)
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+	s.mu.Unlock()
+	close(conn.done)
+}
+
+func (s *fileStream) closedClient() bool { return s.c.ctx.Err() != nil }
+
+// finishLocked ends w: its caller, if still waiting, gets the outcome;
+// if it gave up, a failure is kept for its File's Close.
+//
+// Preconditions: s.mu is held and w is not finished.
+func (s *fileStream) finishLocked(w *write) {
+	w.state = finished
+	close(w.done)
+	s.pending--
+	w.f.outstanding--
+	if w.gaveUp && w.err != nil && w.f.unreported == nil {
+		w.f.unreported = w.err
+	}
+	s.idle.Broadcast()
+}
+
+// failQueuedLocked fails every queued write with err.
+//
+// Preconditions: s.mu is held.
+func (s *fileStream) failQueuedLocked(err error) {
+	for _, w := range s.queue {
+		w.err = err
+		s.finishLocked(w)
+	}
+	clear(s.queue)
+	s.queue = s.queue[:0]
+}
+
+// giveUp is called for writes whose caller's context ended before they
+// finished. Those still queued are taken out: never sent, never written.
+// Those being encoded are waited for (briefly: encoding does not block),
+// so that the caller may reuse its buffer once giveUp returns; those in
+// flight will report a failure to their File's Close, and are not resent.
+func (s *fileStream) giveUp(ws []*write) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range ws {
+		for w.state == beingEncoded {
+			s.idle.Wait()
+		}
+		switch w.state {
+		case queued:
+			if i := slices.Index(s.queue, w); i >= 0 {
+				s.queue = slices.Delete(s.queue, i, i+1)
+			}
+			w.err = context.Canceled
+			s.finishLocked(w)
+		case inFlight:
+			w.gaveUp = true
+		}
+	}
+}
+
+// waitIdle waits until f has no write queued or in flight, or ctx ends.
+func (s *fileStream) waitIdle(ctx context.Context, f *File) error {
+	stop := context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		s.idle.Broadcast()
+		s.mu.Unlock()
+	})
+	defer stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for f.outstanding > 0 {
+		if err := ctx.Err(); err != nil {
+			return asStatus(err)
+		}
+		s.idle.Wait()
+	}
+	return nil
+}
+
+// close ends the stream once its last File is closed and nothing is
+// pending: it half-closes, and the daemon ends the stream once it has
+// acked everything.
+func (s *fileStream) close() error {
+	s.mu.Lock()
+	s.closed = true
+	sending := s.sending
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	s.mu.Unlock()
+	if sending {
+		<-s.senderDone
+	}
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	s.mu.Lock()
+	conn := s.conn
+	s.conn = nil
+	s.mu.Unlock()
+	if conn == nil {
+		return nil
+	}
+	conn.stream.CloseSend()
+	<-conn.done // the receiver saw the stream's end
+	return nil
+}

@@ -1,0 +1,99 @@
+package client
+
+import (
+	"fmt"
+
+	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+)
+
+// SyncMode is the durability a write asks for, as in the daemon's
+// durability contract.
+type SyncMode int32
+
+const (
+	// SyncNone: nothing is durable when the write's ack arrives; every
+	// later read sees the bytes.
+	SyncNone SyncMode = iota
+	// SyncData: the bytes and the size needed to read them are durable
+	// when the ack arrives (fdatasync, like O_DSYNC or FUA).
+	SyncData
+	// SyncFull: the bytes and all of the file's metadata are durable when
+	// the ack arrives (fsync, like O_SYNC).
+	SyncFull
+)
+
+func (m SyncMode) String() string {
+	switch m {
+	case SyncNone:
+		return "none"
+	case SyncData:
+		return "data"
+	case SyncFull:
+		return "full"
+	}
+	return fmt.Sprintf("SyncMode(%d)", int32(m))
+}
+
+func (m SyncMode) proto() filewritev1.SyncMode {
+	switch m {
+	case SyncData:
+		return filewritev1.SyncMode_SYNC_MODE_DATA
+	case SyncFull:
+		return filewritev1.SyncMode_SYNC_MODE_FULL
+	case SyncNone:
+		return filewritev1.SyncMode_SYNC_MODE_UNSPECIFIED
+	}
+	return filewritev1.SyncMode(m) // unknown: the daemon refuses it
+}
+
+// Stat describes a file.
+type Stat struct {
+	// Size is the file's size in bytes.
+	Size int64
+	// AllocatedBytes is the storage the file uses.
+	AllocatedBytes int64
+	// BlockSize is the block size of the daemon's extent map.
+	BlockSize int32
+}
+
+// ExtentState is what backs a range of a file.
+type ExtentState int
+
+const (
+	// ExtentHole: no storage; reads as zeros.
+	ExtentHole ExtentState = iota + 1
+	// ExtentUnwritten: storage allocated but never written; reads as zeros.
+	ExtentUnwritten
+	// ExtentWritten: storage that holds data.
+	ExtentWritten
+)
+
+func (s ExtentState) String() string {
+	switch s {
+	case ExtentHole:
+		return "hole"
+	case ExtentUnwritten:
+		return "unwritten"
+	case ExtentWritten:
+		return "written"
+	}
+	return fmt.Sprintf("ExtentState(%d)", int(s))
+}
+
+func extentStateFromProto(s filewritev1.ExtentState) ExtentState {
+	switch s {
+	case filewritev1.ExtentState_EXTENT_STATE_HOLE:
+		return ExtentHole
+	case filewritev1.ExtentState_EXTENT_STATE_UNWRITTEN:
+		return ExtentUnwritten
+	case filewritev1.ExtentState_EXTENT_STATE_WRITTEN:
+		return ExtentWritten
+	}
+	return 0
+}
+
+// Extent is a byte range of one state.
+type Extent struct {
+	Offset, Length int64
+	State          ExtentState
+}
