@@ -32,6 +32,9 @@ type comparison struct {
 	columns []column
 	// ratios are the figures the scenario is judged by, numerator first.
 	ratios [][2]string
+	// preparation says how the columns' files are prepared, the same for
+	// every column: a ratio means nothing otherwise.
+	preparation string
 	// byServer says the columns differ only in the daemon's flags. With
 	// -target there is one server whose flags the harness cannot change,
 	// so such a comparison runs one column, named "target".
@@ -51,13 +54,23 @@ type column struct {
 	before func(ctx context.Context, s *session) error
 	after  func(ctx context.Context, s *session) error
 	run    func(ctx context.Context, s *session) (*runResult, error)
+	// stream is run's workload through WriteStream (the client package),
+	// nil where there is none; -transport decides which run (see
+	// transports).
+	stream func(ctx context.Context, s *session) (*runResult, error)
+	// transport is "unary" or "stream" once transports has chosen; ""
+	// for a column that does not reach the daemon (raw pwrite).
+	transport string
 }
 
 // session is what a column's functions work with.
 type session struct {
-	addr    string // the gRPC address; "" for a column without a server
-	token   string // the bearer token every call sends (-token-file); "" for none
-	pid     int    // the daemon's process, 0 if the harness did not start it
+	addr  string // the gRPC address; "" for a column without a server
+	token string // the bearer token every call sends (-token-file); "" for none
+	pid   int    // the daemon's process, 0 if the harness did not start it
+	// daemon is the daemon the harness started for the column, nil for
+	// none; its /metrics, if it serves HTTP, counts its allocations.
+	daemon  *daemon
 	client  filewritev1.FileServiceClient
 	dir     string // a directory of the column's own on the project filesystem
 	clients int
@@ -72,9 +85,11 @@ type session struct {
 
 // comparisonResult is a comparison's outcome, as summary.json holds it.
 type comparisonResult struct {
-	Name    string `json:"name"`
-	Title   string `json:"title"`
-	Clients int    `json:"clients"`
+	Name  string `json:"name"`
+	Title string `json:"title"`
+	// Preparation is how each column's file was prepared before its runs.
+	Preparation string `json:"preparation,omitempty"`
+	Clients     int    `json:"clients"`
 	// Connections is how many gRPC connections the clients shared; 0: one
 	// each.
 	Connections int             `json:"connections"`
@@ -92,7 +107,11 @@ type comparisonResult struct {
 }
 
 type columnSummary struct {
-	Name        string         `json:"name"`
+	Name string `json:"name"`
+	// Transport is "unary" (one RPC per operation) or "stream" (through
+	// WriteStream and the client package); empty for a column that does
+	// not call the daemon.
+	Transport   string         `json:"transport,omitempty"`
 	DaemonFlags []string       `json:"daemon_flags,omitempty"`
 	Rounds      []roundSummary `json:"rounds"`
 	IOPS        float64        `json:"median_iops"`
@@ -100,6 +119,9 @@ type columnSummary struct {
 	Clat        []percentileUS `json:"median_clat_usec"`
 	CPU         cpuPerOp       `json:"median_cpu"`
 	Errors      int            `json:"errors"`
+	// SyncsPerOp is the median over rounds of the syncs the daemon
+	// issued per operation, for the scenarios that count them.
+	SyncsPerOp  float64        `json:"median_syncs_per_op,omitempty"`
 	errorsByMsg map[string]int // summed over rounds
 	clatByPct   map[float64]float64
 }
@@ -114,6 +136,11 @@ type roundSummary struct {
 	CPU        cpuPerOp       `json:"cpu"`
 	ReportJSON string         `json:"ghz_json"`
 	ReportHTML string         `json:"ghz_html"`
+	// Syncs is the fdatasync/fsync calls the daemon issued during the
+	// round (its filewrite_fsync_batch_size count), SyncsPerOp per
+	// operation; absent where not counted.
+	Syncs      float64 `json:"syncs,omitempty"`
+	SyncsPerOp float64 `json:"syncs_per_op,omitempty"`
 }
 
 // cpuPerOp is the CPU time one operation cost the daemon (ServerUS, 0
@@ -164,11 +191,14 @@ func (e *env) runComparison(ctx context.Context, c *comparison) (_ *comparisonRe
 		cols = []column{only}
 	}
 	res := &comparisonResult{
-		Name: c.name, Title: c.title, Clients: c.clients, Connections: e.opts.connections, BS: c.bs,
+		Name: c.name, Title: c.title, Preparation: c.preparation, Clients: c.clients, Connections: e.opts.connections, BS: c.bs,
 		Duration: e.duration(false).String(), Rounds: e.opts.rounds,
 		runs: map[string][]*runResult{},
 	}
 	fmt.Fprintf(e.log, "\n== %s: %s\n", c.name, c.title)
+	if c.preparation != "" {
+		fmt.Fprintf(e.log, "   files: %s\n", c.preparation)
+	}
 
 	sessions := make([]*session, len(cols))
 	daemons := map[string]*daemon{}
@@ -212,7 +242,7 @@ func (e *env) runComparison(ctx context.Context, c *comparison) (_ *comparisonRe
 				}
 				fmt.Fprintf(e.log, "   daemon %-20s %s at %s\n", col.name, flags, d.addr)
 			}
-			s.addr, s.pid = d.addr, d.cmd.Process.Pid
+			s.addr, s.pid, s.daemon = d.addr, d.cmd.Process.Pid, d
 		}
 		if s.addr != "" {
 			cc, err := dial(s.addr, s.token)
@@ -337,16 +367,19 @@ func (e *env) saveReport(cmp string, r *runResult) error {
 // summarize fills res's columns and ratios from its runs.
 func (e *env) summarize(res *comparisonResult, c *comparison, cols []column) {
 	for _, col := range cols {
-		cs := columnSummary{Name: col.name, DaemonFlags: col.daemon, errorsByMsg: map[string]int{}, clatByPct: map[float64]float64{}}
+		cs := columnSummary{Name: col.name, Transport: col.transport, DaemonFlags: col.daemon, errorsByMsg: map[string]int{}, clatByPct: map[float64]float64{}}
 		if e.opts.target != "" && col.daemon != nil {
 			cs.DaemonFlags = nil
 		}
 		var iops, server, client, others, busy []float64
+		var syncs []float64
 		pcts := map[float64][]float64{}
 		for _, r := range res.runs[col.name] {
 			jp, hp := reportPaths(c.name, r)
 			rs := roundSummary{Round: r.Round, Count: r.Count, Errors: r.Errors, ElapsedSec: r.Elapsed.Seconds(),
 				IOPS: r.IOPS(), CPU: perOp(r), ReportJSON: jp, ReportHTML: hp}
+			rs.Syncs, rs.SyncsPerOp = r.Syncs, r.syncsPerOp()
+			syncs = append(syncs, rs.SyncsPerOp)
 			server = append(server, rs.CPU.ServerUS)
 			client = append(client, rs.CPU.ClientUS)
 			others = append(others, rs.CPU.OtherCores)
@@ -364,6 +397,7 @@ func (e *env) summarize(res *comparisonResult, c *comparison, cols []column) {
 			cs.Rounds = append(cs.Rounds, rs)
 		}
 		cs.IOPS = median(iops)
+		cs.SyncsPerOp = median(syncs)
 		cs.CPU = cpuPerOp{ServerUS: median(server), ClientUS: median(client), OtherCores: median(others), BusyCores: median(busy)}
 		cs.Bandwidth = cs.IOPS * float64(c.bs)
 		for _, p := range fioPercentiles {

@@ -47,7 +47,10 @@ type daemon struct {
 	args []string
 	root string // its --root
 	addr string // the gRPC address it logged
-	cmd  *exec.Cmd
+	// httpAddr is the HTTP address it logged, "" unless its flags ask for
+	// one (--http-addr): its /metrics gives the daemon's allocations.
+	httpAddr string
+	cmd      *exec.Cmd
 	// exited is closed once the process has been waited for; err is then
 	// what Wait returned.
 	exited chan struct{}
@@ -83,21 +86,22 @@ func startDaemon(ctx context.Context, name, bin, dataDir, logPath string, args [
 		return nil, fmt.Errorf("start daemon %s: %w", name, err)
 	}
 	addrc := make(chan string, 1)
+	httpc := make(chan string, 1)
 	go func() {
-		// The log is copied whole to logPath; the first gRPC "listening"
-		// record gives the address, since port 0 was asked for.
+		// The log is copied whole to logPath; the "listening" records
+		// give the addresses, since port 0 was asked for.
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		found := false
 		for sc.Scan() {
 			logf.Write(append(sc.Bytes(), '\n'))
-			if found {
-				continue
-			}
 			var rec struct{ Msg, Protocol, Addr string }
-			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "listening" && rec.Protocol == "grpc" {
-				found = true
-				addrc <- rec.Addr
+			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "listening" {
+				switch rec.Protocol {
+				case "grpc":
+					addrc <- rec.Addr
+				case "http":
+					httpc <- rec.Addr
+				}
 			}
 		}
 		io.Copy(io.Discard, stderr)
@@ -106,6 +110,14 @@ func startDaemon(ctx context.Context, name, bin, dataDir, logPath string, args [
 	}()
 	select {
 	case d.addr = <-addrc:
+		if wantsHTTP(full) {
+			// Logged right after the gRPC address.
+			select {
+			case d.httpAddr = <-httpc:
+			case <-d.exited:
+				return nil, fmt.Errorf("daemon %s exited (%v); its log is %s", name, d.err, logPath)
+			}
+		}
 		return d, nil
 	case <-d.exited:
 		logf.Close()
@@ -117,6 +129,21 @@ func startDaemon(ctx context.Context, name, bin, dataDir, logPath string, args [
 		d.stop()
 		return nil, ctx.Err()
 	}
+}
+
+// wantsHTTP reports whether args, a daemon's flags, give it an HTTP
+// address: the last --http-addr wins.
+func wantsHTTP(args []string) bool {
+	want := true // the daemon's default
+	for i, a := range args {
+		switch {
+		case a == "--http-addr" && i+1 < len(args):
+			want = args[i+1] != ""
+		case strings.HasPrefix(a, "--http-addr="):
+			want = a != "--http-addr="
+		}
+	}
+	return want
 }
 
 // stop asks the daemon to drain (SIGTERM), and kills it if it has not

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"encoding/xml"
@@ -132,19 +133,31 @@ func checkReports(t *testing.T, out, jsonPath, htmlPath string, wantCount uint64
 // be there and parse. It checks nothing about speed.
 func TestScenarios(t *testing.T) {
 	for _, tt := range []struct {
-		scenario string
-		names    []string // comparisons
-		columns  []string
-		ratios   []string
+		scenario  string
+		transport string
+		names     []string // comparisons
+		columns   []string
+		ratios    []string
+		// ratiosOf overrides ratios for the comparisons it names.
+		ratiosOf map[string][]string
 	}{
-		{"below-eof", []string{"below-eof"}, []string{"exclusive", "unlocked-below-eof"}, []string{"unlocked-below-eof/exclusive"}},
-		{"prealloc-overwrite", []string{"prealloc-overwrite-4k", "prealloc-overwrite-16k", "prealloc-overwrite-64k"},
-			[]string{"shared-written", "shared-overwrite"}, []string{"shared-overwrite/shared-written"}},
-		{"fsync", []string{"fsync"}, []string{"timer", "per-call", "group"}, []string{"group/per-call", "timer/group"}},
-		{"throughput", []string{"throughput"}, []string{"noop", "write", "raw-pwrite"}, []string{"write/noop", "write/raw-pwrite"}},
+		{"below-eof", "", []string{"below-eof"}, []string{"exclusive", "unlocked-below-eof"}, []string{"unlocked-below-eof/exclusive"}, nil},
+		{"below-eof", "stream", []string{"below-eof"}, []string{"exclusive-stream", "unlocked-below-eof-stream"},
+			[]string{"unlocked-below-eof-stream/exclusive-stream"}, nil},
+		{"fsync", "both", []string{"fsync-1", "fsync"},
+			[]string{"timer", "timer-stream", "per-call", "per-call-stream", "group", "group-stream"},
+			[]string{"group/per-call", "group-stream/per-call-stream", "timer/group", "timer-stream/group-stream"},
+			map[string][]string{"fsync-1": {"group/timer", "group-stream/timer-stream", "group/per-call", "group-stream/per-call-stream"}}},
+		{"throughput", "both", []string{"throughput"}, []string{"noop", "write", "write-stream", "raw-pwrite"},
+			[]string{"write/noop", "write-stream/noop", "write/raw-pwrite", "write-stream/raw-pwrite"}, nil},
+		{"prealloc-overwrite", "", []string{"prealloc-overwrite-4k", "prealloc-overwrite-16k", "prealloc-overwrite-64k"},
+			[]string{"shared-written", "shared-overwrite"}, []string{"shared-overwrite/shared-written"}, nil},
+		{"fsync", "", []string{"fsync-1", "fsync"}, []string{"timer", "per-call", "group"}, []string{"group/per-call", "timer/group"},
+			map[string][]string{"fsync-1": {"group/timer", "group/per-call"}}},
+		{"throughput", "", []string{"throughput"}, []string{"noop", "write", "raw-pwrite"}, []string{"write/noop", "write/raw-pwrite"}, nil},
 	} {
-		t.Run(tt.scenario, func(t *testing.T) {
-			sum, out, table := shortRun(t, tt.scenario, nil)
+		t.Run(tt.scenario+"/"+cmp.Or(tt.transport, "default"), func(t *testing.T) {
+			sum, out, table := shortRun(t, tt.scenario, func(o *options) { o.transport = tt.transport })
 			var names []string
 			for _, c := range sum.Comparisons {
 				names = append(names, c.Name)
@@ -153,7 +166,29 @@ func TestScenarios(t *testing.T) {
 				t.Fatalf("comparisons %q, want %q", names, tt.names)
 			}
 			for _, c := range sum.Comparisons {
-				checkComparison(t, out, table, c, tt.columns, tt.ratios, 2)
+				ratios := tt.ratios
+				if r, ok := tt.ratiosOf[c.Name]; ok {
+					ratios = r
+				}
+				checkComparison(t, out, table, c, tt.columns, ratios, 2)
+				for _, col := range c.Columns {
+					want := transportUnary
+					switch {
+					case col.Name == "raw-pwrite":
+						want = ""
+					case strings.HasSuffix(col.Name, streamSuffix):
+						want = transportStream
+					}
+					if col.Transport != want {
+						t.Errorf("%s/%s: transport %q, want %q", c.Name, col.Name, col.Transport, want)
+					}
+					if strings.HasPrefix(c.Name, "fsync") && col.SyncsPerOp <= 0 {
+						t.Errorf("%s/%s: the daemon's syncs per op were not counted", c.Name, col.Name)
+					}
+				}
+			}
+			if st := sum.Host.Storage; st == nil || st.FS == "" || st.FdatasyncLoops == 0 || st.FdatasyncP50US <= 0 {
+				t.Errorf("summary names no storage, or no fdatasync timing: %+v", st)
 			}
 			var fromFile summary
 			data, err := os.ReadFile(filepath.Join(out, "summary.json"))
@@ -508,7 +543,10 @@ func TestParseOptions(t *testing.T) {
 	if o, err := parseOptions([]string{"-scenario", "all", "-file-size", "1GiB"}, io.Discard); err != nil || o.fileSize != 1<<30 {
 		t.Errorf("-file-size 1GiB: %d, %v; want %d", o.fileSize, err, 1<<30)
 	}
-	for _, args := range [][]string{{}, {"-scenario", "nope"}, {"-scenario", "all", "-rounds", "0"}, {"-scenario", "all", "-bs", "0"},
+	if o, err := parseOptions([]string{"-scenario", "all", "-transport", "stream"}, io.Discard); err != nil || o.transport != transportStream {
+		t.Errorf("-transport stream: %q, %v", o.transport, err)
+	}
+	for _, args := range [][]string{{}, {"-scenario", "nope"}, {"-scenario", "all", "-transport", "rest"}, {"-scenario", "all", "-rounds", "0"}, {"-scenario", "all", "-bs", "0"},
 		{"-scenario", "all", "-bs", "16kb"}, {"-scenario", "all", "-bs", "65m"}, {"-scenario", "all", "x"}} {
 		if _, err := parseOptions(args, io.Discard); err == nil {
 			t.Errorf("parseOptions(%q) succeeded", args)

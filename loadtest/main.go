@@ -16,6 +16,13 @@
 // once per round, as one column named "target". -token-file gives the
 // bearer token such a server may ask for.
 //
+// -transport chooses how the clients reach the daemon: unary (one RPC per
+// operation, ghz's runner where ghz can drive it) or stream (WriteStream
+// through the client package, one *client.File, and so one stream, per
+// client); both runs the two side by side, alternated, and is what "all"
+// does. Before anything runs the harness names the machine and times
+// pwrite+fdatasync on the file system below -out.
+//
 // In -out it writes ghz's JSON and HTML report of every run, one SVG chart
 // per comparison and summary.json with every figure.
 package main
@@ -51,6 +58,9 @@ type options struct {
 	token       string // from -token-file; "" sends none
 	daemon      string // a prebuilt daemon binary; "" builds one
 	keepData    bool
+	// transport is unary, stream or both; "": both for "all", unary
+	// otherwise.
+	transport string
 }
 
 // scenarioNames in the order "all" runs them; soak is separate.
@@ -97,6 +107,7 @@ func parseOptions(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&o.target, "target", "", "gRPC address of a running filewrite daemon to load instead of starting daemons")
 	tokenFile := fs.String("token-file", "", "with -target: a `file` whose first token (one per line, # comments) is sent as the bearer token")
 	fs.StringVar(&o.daemon, "daemon", "", "a filewrite binary to start instead of building one from this checkout")
+	fs.StringVar(&o.transport, "transport", "", "how the clients reach the daemon: unary (one RPC per write), stream (WriteStream through the client package, a File per client) or both, alternated (default: both for all, unary otherwise)")
 	fs.BoolVar(&o.keepData, "keep-data", false, "keep the daemons' data directories and logs after each scenario")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -116,6 +127,11 @@ func parseOptions(args []string, out io.Writer) (options, error) {
 		if !found {
 			return o, fmt.Errorf("unknown -scenario %q (want %s, all or soak)", o.scenario, strings.Join(scenarioNames, ", "))
 		}
+	}
+	switch o.transport {
+	case "", transportUnary, transportStream, transportBoth:
+	default:
+		return o, fmt.Errorf("unknown -transport %q (want unary, stream or both)", o.transport)
 	}
 	if o.rounds < 1 || o.duration < 0 || o.concurrency < 0 || o.connections < 0 {
 		return o, errors.New("-rounds must be at least 1; -duration, -concurrency and -connections not negative")
@@ -198,6 +214,18 @@ type hostInfo struct {
 	CPUModel  string `json:"cpu_model,omitempty"`
 	Kernel    string `json:"kernel,omitempty"`
 	GoVersion string `json:"go_version"`
+	// Storage is the file system below -out, where every run's files
+	// live; nil with -target (the daemon's files are elsewhere).
+	Storage *storageInfo `json:"storage,omitempty"`
+}
+
+// String is the machine line the output and the README's tables carry.
+func (h hostInfo) String() string {
+	s := fmt.Sprintf("%d CPUs (%s), Linux %s, %s", h.CPUs, h.CPUModel, h.Kernel, h.GoVersion)
+	if h.Storage != nil {
+		s += "; " + h.Storage.String()
+	}
+	return s
 }
 
 func readHost() hostInfo {
@@ -275,6 +303,14 @@ func run(ctx context.Context, opts options, stdout, progressOut io.Writer) (*sum
 			os.RemoveAll(e.work)
 		}
 	}()
+	if opts.target == "" && opts.scenario != "soak" {
+		st, err := readStorage(out)
+		if err != nil {
+			return nil, fmt.Errorf("timing fdatasync in %s: %w", out, err)
+		}
+		e.summary.Host.Storage = &st
+	}
+	fmt.Fprintf(stdout, "machine: %s\n", e.summary.Host)
 	if opts.target == "" {
 		e.bin = opts.daemon
 		if e.bin == "" {
@@ -299,7 +335,7 @@ func run(ctx context.Context, opts options, stdout, progressOut io.Writer) (*sum
 				comparisons = append(comparisons, func() *comparison { return e.preallocOverwrite(bs) })
 			}
 		case "fsync":
-			comparisons = append(comparisons, e.fsyncModes)
+			comparisons = append(comparisons, e.fsyncLone, e.fsyncModes)
 		case "throughput":
 			comparisons = append(comparisons, e.throughput)
 		}
@@ -314,7 +350,7 @@ func run(ctx context.Context, opts options, stdout, progressOut io.Writer) (*sum
 		add(opts.scenario)
 	}
 	for _, mk := range comparisons {
-		res, err := e.runComparison(ctx, mk())
+		res, err := e.runComparison(ctx, e.transports(mk()))
 		if err != nil {
 			return e.summary, err
 		}

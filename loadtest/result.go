@@ -32,6 +32,19 @@ type runResult struct {
 	// report is ghz's report of the run: ghz's own for the runs ghz
 	// drives, one built from the same figures for the harness's own loops.
 	report *runner.Report
+	// Syncs is how many fdatasync/fsync calls the daemon issued during
+	// the run, SyncCallers how many callers they covered, as the daemon's
+	// filewrite_fsync_batch_size counts them; 0 when not counted.
+	Syncs, SyncCallers float64
+}
+
+// syncsPerOp is the daemon's syncs per operation of the run, 0 when not
+// counted.
+func (r *runResult) syncsPerOp() float64 {
+	if r.Count == 0 {
+		return 0
+	}
+	return r.Syncs / float64(r.Count)
 }
 
 // IOPS is completed operations per second, as fio counts them.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/client"
 )
 
 // The comparisons, each the service's replay of one kernel patch's fio
@@ -19,13 +20,15 @@ func (e *env) belowEOF() *comparison {
 	size := e.fileSize(256<<20, bs)
 	setup := func(ctx context.Context, s *session) error { return writeFile(ctx, s.client, path, size) }
 	run := ghzWrites(path, size, filewritev1.SyncMode_SYNC_MODE_DATA)
+	stream := streamWrites(path, size, client.SyncData)
 	return &comparison{
-		name:    "below-eof",
-		title:   fmt.Sprintf("random %s writes below EOF of a written %s file, sync=data, buffered", sizeName(bs), sizeName(size)),
-		clients: e.clients(8), bs: bs, byServer: true,
+		name:        "below-eof",
+		preparation: writtenPreparation(size),
+		title:       fmt.Sprintf("random %s writes below EOF of a written %s file, sync=data, buffered", sizeName(bs), sizeName(size)),
+		clients:     e.clients(8), bs: bs, byServer: true,
 		columns: []column{
-			{name: "exclusive", daemon: []string{"--policy", "exclusive"}, setup: setup, run: run},
-			{name: "unlocked-below-eof", daemon: []string{"--policy", "unlocked-below-eof"}, setup: setup, run: run},
+			{name: "exclusive", daemon: []string{"--policy", "exclusive"}, setup: setup, run: run, stream: stream},
+			{name: "unlocked-below-eof", daemon: []string{"--policy", "unlocked-below-eof"}, setup: setup, run: run, stream: stream},
 		},
 		ratios: [][2]string{{"unlocked-below-eof", "exclusive"}},
 	}
@@ -48,13 +51,15 @@ func (e *env) preallocOverwrite(bs int) *comparison {
 		return err
 	}
 	run := ghzWrites(path, size, filewritev1.SyncMode_SYNC_MODE_UNSPECIFIED)
+	stream := streamWrites(path, size, client.SyncNone)
 	return &comparison{
-		name:    "prealloc-overwrite-" + sizeName(bs),
-		title:   fmt.Sprintf("random %s O_DIRECT writes into a freshly fallocated %s file", sizeName(bs), sizeName(size)),
-		clients: e.clients(10), bs: bs, byServer: true,
+		name:        "prealloc-overwrite-" + sizeName(bs),
+		preparation: fmt.Sprintf("truncated to 0 and fallocated to %s (all blocks unwritten) before every run", sizeName(size)),
+		title:       fmt.Sprintf("random %s O_DIRECT writes into a freshly fallocated %s file", sizeName(bs), sizeName(size)),
+		clients:     e.clients(10), bs: bs, byServer: true,
 		columns: []column{
-			{name: "shared-written", daemon: []string{"--policy", "shared-written", "--io", "direct"}, before: fresh, after: free, run: run},
-			{name: "shared-overwrite", daemon: []string{"--policy", "shared-overwrite", "--io", "direct"}, before: fresh, after: free, run: run},
+			{name: "shared-written", daemon: []string{"--policy", "shared-written", "--io", "direct"}, before: fresh, after: free, run: run, stream: stream},
+			{name: "shared-overwrite", daemon: []string{"--policy", "shared-overwrite", "--io", "direct"}, before: fresh, after: free, run: run, stream: stream},
 		},
 		ratios: [][2]string{{"shared-overwrite", "shared-written"}},
 	}
@@ -62,24 +67,64 @@ func (e *env) preallocOverwrite(bs int) *comparison {
 
 // fsyncModes: the btrfs fsync unplug. 32 clients, each writing 4 KiB at a
 // random block below EOF and then calling Fsync (data only): the 3 ms
-// gathering timer vs one sync per call vs group commit.
+// gathering timer vs one sync per call vs group commit. Each column counts
+// the syncs its daemon issued (its filewrite_fsync_batch_size histogram),
+// so the table says how many syncs a call cost.
 func (e *env) fsyncModes() *comparison {
 	const path = "loadtest/fsync.dat"
 	bs := e.bs(4 << 10)
 	size := e.fileSize(16<<20, bs)
 	setup := func(ctx context.Context, s *session) error { return writeFile(ctx, s.client, path, size) }
-	run := writeThenFsync(path, size)
+	run := countSyncs(writeThenFsync(path, size))
+	stream := countSyncs(streamWriteThenFsync(path, size))
 	return &comparison{
-		name:    "fsync",
-		title:   fmt.Sprintf("each client: Write %s below EOF of a %s file, then Fsync(data_only); one op is the pair", sizeName(bs), sizeName(size)),
-		clients: e.clients(32), bs: bs, byServer: true,
+		name:        "fsync",
+		preparation: writtenPreparation(size),
+		title:       fmt.Sprintf("each client: Write %s below EOF of a %s file, then Fsync(data_only); one op is the pair", sizeName(bs), sizeName(size)),
+		clients:     e.clients(32), bs: bs, byServer: true,
 		columns: []column{
-			{name: "timer", daemon: []string{"--fsync", "timer"}, setup: setup, run: run},
-			{name: "per-call", daemon: []string{"--fsync", "per-call"}, setup: setup, run: run},
-			{name: "group", daemon: []string{"--fsync", "group"}, setup: setup, run: run},
+			{name: "timer", daemon: fsyncFlags("timer"), setup: setup, run: run, stream: stream},
+			{name: "per-call", daemon: fsyncFlags("per-call"), setup: setup, run: run, stream: stream},
+			{name: "group", daemon: fsyncFlags("group"), setup: setup, run: run, stream: stream},
 		},
 		ratios: [][2]string{{"group", "per-call"}, {"timer", "group"}},
 	}
+}
+
+// fsyncLone: the btrfs fsync unplug as its patch measured it, a lone
+// synced writer: one client writing 4 KiB with SYNC_MODE_DATA in a loop,
+// which under the timer waits out the 3 ms gathering delay on every write
+// with nobody to gather.
+func (e *env) fsyncLone() *comparison {
+	const path = "loadtest/fsync-1.dat"
+	bs := e.bs(4 << 10)
+	size := e.fileSize(16<<20, bs)
+	setup := func(ctx context.Context, s *session) error { return writeFile(ctx, s.client, path, size) }
+	run := countSyncs(ghzWrites(path, size, filewritev1.SyncMode_SYNC_MODE_DATA))
+	stream := countSyncs(streamWrites(path, size, client.SyncData))
+	return &comparison{
+		name:        "fsync-1",
+		preparation: writtenPreparation(size),
+		title:       fmt.Sprintf("one client: Write %s with sync=data at a random block below EOF of a %s file, in a loop", sizeName(bs), sizeName(size)),
+		clients:     1, bs: bs, byServer: true,
+		columns: []column{
+			{name: "timer", daemon: fsyncFlags("timer"), setup: setup, run: run, stream: stream},
+			{name: "per-call", daemon: fsyncFlags("per-call"), setup: setup, run: run, stream: stream},
+			{name: "group", daemon: fsyncFlags("group"), setup: setup, run: run, stream: stream},
+		},
+		ratios: [][2]string{{"group", "timer"}, {"group", "per-call"}},
+	}
+}
+
+// fsyncFlags are the fsync scenarios' daemon flags: the mode, and an HTTP
+// address on loopback for the /metrics that count its syncs.
+func fsyncFlags(mode string) []string {
+	return []string{"--fsync", mode, "--http-addr", "127.0.0.1:0"}
+}
+
+// writtenPreparation says how writeFile prepares a file of size bytes.
+func writtenPreparation(size int64) string {
+	return fmt.Sprintf("written in full to %s in %s chunks (prepareChunk) through Write, then Fsync", sizeName(size), sizeName(prepareChunk))
 }
 
 // throughput: the service's overhead. Buffered 4 KiB writes below EOF at
@@ -92,15 +137,17 @@ func (e *env) throughput() *comparison {
 	size := e.fileSize(256<<20, bs)
 	defaults := []string{} // the daemon's defaults: unlocked-below-eof, buffered, group
 	return &comparison{
-		name:    "throughput",
-		title:   fmt.Sprintf("buffered %s writes below EOF of a written %s file vs a no-op RPC vs raw pwrite", sizeName(bs), sizeName(size)),
-		clients: e.clients(32), bs: bs,
+		name:        "throughput",
+		preparation: writtenPreparation(size) + "; raw-pwrite's the same with pwrite(2) and fsync",
+		title:       fmt.Sprintf("buffered %s writes below EOF of a written %s file vs a no-op RPC vs raw pwrite", sizeName(bs), sizeName(size)),
+		clients:     e.clients(32), bs: bs,
 		columns: []column{
 			{name: "noop", daemon: defaults, run: ghzHealthChecks},
 			{name: "write", daemon: defaults,
-				setup: func(ctx context.Context, s *session) error { return writeFile(ctx, s.client, path, size) },
-				run:   ghzWrites(path, size, filewritev1.SyncMode_SYNC_MODE_UNSPECIFIED),
-				after: func(ctx context.Context, s *session) error { return fsyncFile(ctx, s.client, path) }},
+				setup:  func(ctx context.Context, s *session) error { return writeFile(ctx, s.client, path, size) },
+				run:    ghzWrites(path, size, filewritev1.SyncMode_SYNC_MODE_UNSPECIFIED),
+				stream: streamWrites(path, size, client.SyncNone),
+				after:  func(ctx context.Context, s *session) error { return fsyncFile(ctx, s.client, path) }},
 			{name: "raw-pwrite", setup: setupRawFile(size), run: rawPwrites(size), after: syncRawFile},
 		},
 		ratios: [][2]string{{"write", "noop"}, {"write", "raw-pwrite"}},

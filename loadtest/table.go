@@ -60,6 +60,12 @@ func printTable(w io.Writer, res *comparisonResult, columns []string) {
 		}
 		return strconv.FormatFloat(v, 'f', 1, 64)
 	}
+	for _, c := range res.Columns {
+		if c.SyncsPerOp > 0 {
+			row("syncs/op (daemon's count)", func(c *columnSummary) string { return strconv.FormatFloat(c.SyncsPerOp, 'f', 3, 64) }, nil)
+			break
+		}
+	}
 	row("cpu/op daemon (usec)", func(c *columnSummary) string { return usec(c.CPU.ServerUS) }, nil)
 	row("cpu/op harness (usec)", func(c *columnSummary) string { return usec(c.CPU.ClientUS) }, nil)
 	row("other load (cpus)", func(c *columnSummary) string { return strconv.FormatFloat(c.CPU.OtherCores, 'f', 2, 64) }, nil)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -137,7 +138,19 @@ func dial(addr, token string) (*grpc.ClientConn, error) {
 	if token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearerToken(token)))
 	}
-	return grpc.NewClient("passthrough:///"+addr, opts...)
+	return grpc.NewClient(dialTarget(addr), opts...)
+}
+
+// dialTarget is the gRPC target for a daemon's address as it logs it:
+// host:port, or the path of a unix socket (--grpc-addr unix:PATH).
+func dialTarget(addr string) string {
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		addr = path
+	}
+	if strings.HasPrefix(addr, "/") {
+		return "unix://" + addr
+	}
+	return "passthrough:///" + addr
 }
 
 // bearerToken is the "authorization" metadata the daemon's
