@@ -39,6 +39,9 @@ type comparison struct {
 	// -target there is one server whose flags the harness cannot change,
 	// so such a comparison runs one column, named "target".
 	byServer bool
+	// cleanup stops what the columns' setups started themselves (the
+	// cluster scenario's daemons and proxy); nil: nothing.
+	cleanup func() error
 }
 
 // column is one configuration of a comparison.
@@ -210,6 +213,11 @@ func (e *env) runComparison(ctx context.Context, c *comparison) (_ *comparisonRe
 		for _, d := range daemons {
 			if serr := d.stop(); serr != nil && err == nil {
 				err = serr
+			}
+		}
+		if c.cleanup != nil {
+			if cerr := c.cleanup(); cerr != nil && err == nil {
+				err = cerr
 			}
 		}
 		if !e.opts.keepData {

@@ -7,6 +7,8 @@
 //	go run ./loadtest -scenario below-eof -duration 15s -rounds 3
 //	go run ./loadtest -scenario soak
 //	go run ./loadtest -scenario throughput -target 127.0.0.1:50051
+//	go run ./loadtest -scenario cluster
+//	go run ./loadtest -scenario cluster -targets 10.0.0.1:50051,10.0.0.2:50051
 //
 // By default it builds the daemon from this checkout and starts one daemon
 // per configuration on a loopback port the kernel picks, with its data
@@ -14,7 +16,8 @@
 // -target instead runs against a server that is already up: the harness
 // cannot change that server's flags, so each comparison runs its workload
 // once per round, as one column named "target". -token-file gives the
-// bearer token such a server may ask for.
+// bearer token such a server may ask for. -targets does the same for the
+// cluster scenario with several running daemons, routed by ring hash.
 //
 // -transport chooses how the clients reach the daemon: unary (one RPC per
 // operation, ghz's runner where ghz can drive it) or stream (WriteStream
@@ -55,8 +58,9 @@ type options struct {
 	fileSize    int64 // 0: the scenario's default
 	out         string
 	target      string
-	token       string // from -token-file; "" sends none
-	daemon      string // a prebuilt daemon binary; "" builds one
+	targets     []string // -targets: running daemons the cluster scenario routes over
+	token       string   // from -token-file; "" sends none
+	daemon      string   // a prebuilt daemon binary; "" builds one
 	keepData    bool
 	// transport is unary, stream or both; "": both for "all", unary
 	// otherwise.
@@ -96,7 +100,7 @@ func parseOptions(args []string, out io.Writer) (options, error) {
 	o := options{rounds: 3, out: "loadtest-out"}
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&o.scenario, "scenario", "", "what to run: "+strings.Join(scenarioNames, ", ")+", all (those four) or soak")
+	fs.StringVar(&o.scenario, "scenario", "", "what to run: "+strings.Join(scenarioNames, ", ")+", all (those four), soak or cluster")
 	fs.DurationVar(&o.duration, "duration", 0, "length of each timed run (default 15s; 2m for soak)")
 	fs.IntVar(&o.rounds, "rounds", o.rounds, "rounds per comparison; every configuration runs once per round, in alternation")
 	fs.IntVar(&o.concurrency, "concurrency", 0, "concurrent clients (default: the scenario's: 8 below-eof, 10 prealloc-overwrite, 32 fsync and throughput, 64 soak)")
@@ -105,6 +109,7 @@ func parseOptions(args []string, out io.Writer) (options, error) {
 	fileSize := fs.String("file-size", "", "size of each scenario's file (default: the scenario's, 16m to 4g)")
 	fs.StringVar(&o.out, "out", o.out, "directory for reports, charts, summary.json and the daemons' data while they run")
 	fs.StringVar(&o.target, "target", "", "gRPC address of a running filewrite daemon to load instead of starting daemons")
+	targets := fs.String("targets", "", "with -scenario cluster: comma-separated gRPC addresses of running daemons, routed by ring hash of the path")
 	tokenFile := fs.String("token-file", "", "with -target: a `file` whose first token (one per line, # comments) is sent as the bearer token")
 	fs.StringVar(&o.daemon, "daemon", "", "a filewrite binary to start instead of building one from this checkout")
 	fs.StringVar(&o.transport, "transport", "", "how the clients reach the daemon: unary (one RPC per write), stream (WriteStream through the client package, a File per client) or both, alternated (default: both for all, unary otherwise)")
@@ -118,7 +123,7 @@ func parseOptions(args []string, out io.Writer) (options, error) {
 	switch o.scenario {
 	case "":
 		return o, errors.New("-scenario is required (" + strings.Join(scenarioNames, ", ") + ", all or soak)")
-	case "all", "soak":
+	case "all", "soak", "cluster":
 	default:
 		found := false
 		for _, n := range scenarioNames {
@@ -136,8 +141,16 @@ func parseOptions(args []string, out io.Writer) (options, error) {
 	if o.rounds < 1 || o.duration < 0 || o.concurrency < 0 || o.connections < 0 {
 		return o, errors.New("-rounds must be at least 1; -duration, -concurrency and -connections not negative")
 	}
+	for _, t := range strings.Split(*targets, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			o.targets = append(o.targets, t)
+		}
+	}
+	if len(o.targets) > 0 && (o.scenario != "cluster" || o.target != "") {
+		return o, errors.New("-targets is for -scenario cluster, without -target")
+	}
 	if *tokenFile != "" {
-		if o.target == "" {
+		if o.target == "" && len(o.targets) == 0 {
 			return o, errors.New("-token-file is for -target: the daemons the harness starts ask for no token")
 		}
 		tok, err := readToken(*tokenFile)
@@ -311,7 +324,7 @@ func run(ctx context.Context, opts options, stdout, progressOut io.Writer) (*sum
 		e.summary.Host.Storage = &st
 	}
 	fmt.Fprintf(stdout, "machine: %s\n", e.summary.Host)
-	if opts.target == "" {
+	if opts.target == "" && len(opts.targets) == 0 {
 		e.bin = opts.daemon
 		if e.bin == "" {
 			fmt.Fprintln(stdout, "building the daemon ...")
@@ -338,6 +351,8 @@ func run(ctx context.Context, opts options, stdout, progressOut io.Writer) (*sum
 			comparisons = append(comparisons, e.fsyncLone, e.fsyncModes)
 		case "throughput":
 			comparisons = append(comparisons, e.throughput)
+		case "cluster":
+			comparisons = append(comparisons, e.cluster)
 		}
 	}
 	switch opts.scenario {
