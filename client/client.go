@@ -36,6 +36,8 @@ type options struct {
 	tls             *tls.Config
 	retries         int
 	maxMessageBytes int
+	targets         []string // WithTargets (targets.go)
+	ringHash        bool     // WithRingHash
 }
 
 // WithToken sends tok as a bearer token ("authorization: Bearer tok") on
@@ -67,13 +69,13 @@ func WithMaxMessageBytes(n int) Option {
 	}
 }
 
-// Client talks to one filewrite daemon over one gRPC connection. It is
-// safe for concurrent use. Close it once every File is closed.
+// Client talks to one filewrite daemon over one gRPC connection, or to
+// several, each file's calls to the daemon that owns it (WithTargets). It
+// is safe for concurrent use. Close it once every File is closed.
 //
-// It is built to take several daemons later: every call carries the file's
-// path in PathHeader, and Files of one path share one stream, so a
-// connection that routes by that header (grpc-go's ring_hash with
-// requestHashHeader) keeps each file on one daemon.
+// Every call carries the file's path in PathHeader, and Files of one path
+// share one stream, so a connection that routes by that header keeps each
+// file on one daemon.
 type Client struct {
 	cc    grpc.ClientConnInterface
 	owned *grpc.ClientConn // made by Dial, closed by Close; nil for New
@@ -116,7 +118,11 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	cc, err := grpc.NewClient(target, dialOptions(o)...)
+	target, routing, err := routedTarget(target, o)
+	if err != nil {
+		return nil, err
+	}
+	cc, err := grpc.NewClient(target, append(dialOptions(o), routing...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -125,8 +131,8 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// dialOptions are the connection's options, in one place: a later
-// WithTargets adds its resolver and ring-hash service config here.
+// dialOptions are the connection's options, in one place, but for the
+// routing of WithTargets and WithRingHash (routedTarget, targets.go).
 func dialOptions(o options) []grpc.DialOption {
 	creds := insecure.NewCredentials()
 	if o.tls != nil {

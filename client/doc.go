@@ -40,7 +40,14 @@
 // # Routing
 //
 // Every call and every stream carries the file's path in the
-// "filewrite-path" metadata header, so that a load balancer (or grpc-go's
-// ring_hash policy with requestHashHeader) can send each file to one
-// daemon of several.
+// "filewrite-path" metadata header, so that a load balancer (HAProxy with
+// deploy/haproxy.cfg) or grpc-go's ring hash can send each file to one
+// daemon of several. WithTargets dials several daemons and routes by that
+// ring hash itself:
+//
+//	c, err := client.Dial("", client.WithTargets("10.0.0.1:50051", "10.0.0.2:50051", "10.0.0.3:50051"))
+//
+// A daemon that is down fails its own files with UNAVAILABLE; they are
+// not sent elsewhere. The README's "More than one machine" gives the
+// service config and header for gRPC clients in other languages.
 package client
