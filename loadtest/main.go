@@ -316,7 +316,7 @@ func run(ctx context.Context, opts options, stdout, progressOut io.Writer) (*sum
 			os.RemoveAll(e.work)
 		}
 	}()
-	if opts.target == "" && opts.scenario != "soak" {
+	if opts.target == "" && len(opts.targets) == 0 && opts.scenario != "soak" {
 		st, err := readStorage(out)
 		if err != nil {
 			return nil, fmt.Errorf("timing fdatasync in %s: %w", out, err)
