@@ -148,6 +148,8 @@ func TestScenarios(t *testing.T) {
 			[]string{"timer", "timer-stream", "per-call", "per-call-stream", "group", "group-stream"},
 			[]string{"group/per-call", "group-stream/per-call-stream", "timer/group", "timer-stream/group-stream"},
 			map[string][]string{"fsync-1": {"group/timer", "group-stream/timer-stream", "group/per-call", "group-stream/per-call-stream"}}},
+		{"peer", "", []string{"peer", "peer-durable"}, []string{"nbdkit-fio", "filewrite-stream"},
+			[]string{"filewrite-stream/nbdkit-fio"}, nil},
 		{"throughput", "both", []string{"throughput"}, []string{"noop", "write", "write-stream", "raw-pwrite"},
 			[]string{"write/noop", "write-stream/noop", "write/raw-pwrite", "write-stream/raw-pwrite"}, nil},
 		{"prealloc-overwrite", "", []string{"prealloc-overwrite-4k", "prealloc-overwrite-16k", "prealloc-overwrite-64k"},
@@ -157,6 +159,9 @@ func TestScenarios(t *testing.T) {
 		{"throughput", "", []string{"throughput"}, []string{"noop", "write", "raw-pwrite"}, []string{"write/noop", "write/raw-pwrite"}, nil},
 	} {
 		t.Run(tt.scenario+"/"+cmp.Or(tt.transport, "default"), func(t *testing.T) {
+			if tool := peerMissing(); tt.scenario == "peer" && tool != "" {
+				t.Skipf("%s is not installed", tool)
+			}
 			sum, out, table := shortRun(t, tt.scenario, func(o *options) { o.transport = tt.transport })
 			var names []string
 			for _, c := range sum.Comparisons {
@@ -174,7 +179,7 @@ func TestScenarios(t *testing.T) {
 				for _, col := range c.Columns {
 					want := transportUnary
 					switch {
-					case col.Name == "raw-pwrite":
+					case col.Name == "raw-pwrite", col.Name == "nbdkit-fio":
 						want = ""
 					case strings.HasSuffix(col.Name, streamSuffix):
 						want = transportStream

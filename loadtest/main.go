@@ -68,7 +68,7 @@ type options struct {
 }
 
 // scenarioNames in the order "all" runs them; soak is separate.
-var scenarioNames = []string{"below-eof", "prealloc-overwrite", "fsync", "throughput"}
+var scenarioNames = []string{"below-eof", "prealloc-overwrite", "fsync", "throughput", "peer"}
 
 func main() {
 	opts, err := parseOptions(os.Args[1:], os.Stderr)
@@ -100,7 +100,7 @@ func parseOptions(args []string, out io.Writer) (options, error) {
 	o := options{rounds: 3, out: "loadtest-out"}
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&o.scenario, "scenario", "", "what to run: "+strings.Join(scenarioNames, ", ")+", all (those four), soak or cluster")
+	fs.StringVar(&o.scenario, "scenario", "", "what to run: "+strings.Join(scenarioNames, ", ")+", all (those, with both transports), soak or cluster")
 	fs.DurationVar(&o.duration, "duration", 0, "length of each timed run (default 15s; 2m for soak)")
 	fs.IntVar(&o.rounds, "rounds", o.rounds, "rounds per comparison; every configuration runs once per round, in alternation")
 	fs.IntVar(&o.concurrency, "concurrency", 0, "concurrent clients (default: the scenario's: 8 below-eof, 10 prealloc-overwrite, 32 fsync and throughput, 64 soak)")
@@ -353,6 +353,12 @@ func run(ctx context.Context, opts options, stdout, progressOut io.Writer) (*sum
 			comparisons = append(comparisons, e.throughput)
 		case "cluster":
 			comparisons = append(comparisons, e.cluster)
+		case "peer":
+			if tool := peerMissing(); tool != "" {
+				fmt.Fprintf(stdout, "\n== peer: skipped: %s is not installed (apt-get install nbdkit fio)\n", tool)
+				break
+			}
+			comparisons = append(comparisons, func() *comparison { return e.peer(false) }, func() *comparison { return e.peer(true) })
 		}
 	}
 	switch opts.scenario {

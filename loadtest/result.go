@@ -36,6 +36,9 @@ type runResult struct {
 	// the run, SyncCallers how many callers they covered, as the daemon's
 	// filewrite_fsync_batch_size counts them; 0 when not counted.
 	Syncs, SyncCallers float64
+	// pcts are the run's latency percentiles when another tool (fio)
+	// measured them and the latencies themselves are not at hand.
+	pcts map[float64]time.Duration
 }
 
 // syncsPerOp is the daemon's syncs per operation of the run, 0 when not
@@ -66,6 +69,9 @@ func (r *runResult) ErrorCount() int {
 
 // percentile is the nearest-rank percentile p of the run's latencies.
 func (r *runResult) percentile(p float64) time.Duration {
+	if r.pcts != nil {
+		return r.pcts[p]
+	}
 	return percentileOf(r.latencies, p)
 }
 

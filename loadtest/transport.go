@@ -44,7 +44,7 @@ func (e *env) transports(c *comparison) *comparison {
 		if t != transportStream || col.stream == nil {
 			u := col
 			u.stream = nil
-			if col.stream != nil || col.daemon != nil {
+			if u.transport == "" && (col.stream != nil || col.daemon != nil) {
 				u.transport = transportUnary
 			}
 			cols = append(cols, u)
