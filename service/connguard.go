@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"math"
 	"net"
 	"sync"
@@ -31,6 +32,9 @@ type guardedListener struct {
 	// tells its stats handler a new connection's addresses, not the
 	// connection (see connByAddr).
 	byRemote sync.Map // string → *guardedConn
+	// seq numbers connections whose remote addresses are not unique
+	// (unix sockets: all empty), to make them so.
+	seq atomic.Uint64
 }
 
 func newGuardedListener(l net.Listener, timeout time.Duration) *guardedListener {
@@ -42,7 +46,13 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &guardedConn{Conn: c, lis: l, remote: c.RemoteAddr().String()}
+	g := &guardedConn{Conn: c, lis: l}
+	if _, tcp := c.RemoteAddr().(*net.TCPAddr); tcp {
+		g.remote = c.RemoteAddr().String()
+	} else {
+		g.remote = fmt.Sprintf("%s#%d", c.RemoteAddr(), l.seq.Add(1))
+		g.addr = connAddr{network: c.RemoteAddr().Network(), name: g.remote}
+	}
 	l.byRemote.Store(g.remote, g)
 	// Armed once assigned, so that expire never sees g.timer unset.
 	g.timer = time.AfterFunc(math.MaxInt64, g.expire)
@@ -64,11 +74,25 @@ func (l *guardedListener) connByAddr(remote net.Addr) *guardedConn {
 type guardedConn struct {
 	net.Conn
 	lis     *guardedListener
-	remote  string
+	remote  string   // the key in lis.byRemote
+	addr    net.Addr // RemoteAddr, when the connection's own is not unique
 	trusted atomic.Bool
 	timer   *time.Timer // closes the connection unless trusted first
 	closed  sync.Once
 }
+
+func (g *guardedConn) RemoteAddr() net.Addr {
+	if g.addr != nil {
+		return g.addr
+	}
+	return g.Conn.RemoteAddr()
+}
+
+// connAddr is a connection's remote address made unique.
+type connAddr struct{ network, name string }
+
+func (a connAddr) Network() string { return a.network }
+func (a connAddr) String() string  { return a.name }
 
 func (g *guardedConn) expire() {
 	if !g.trusted.Load() {
