@@ -95,6 +95,10 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 		"allow a listen address beyond loopback without --auth-token-file")
 	fs.DurationVar(&cfg.ConnAuthTimeout, "conn-auth-timeout", cfg.ConnAuthTimeout,
 		"how long a new connection may go without an authenticated request (without tokens: any request) before it is closed")
+	fs.DurationVar(&cfg.BodyTimeout, "body-timeout", cfg.BodyTimeout,
+		"a REST request body must deliver 64 KiB (or its end) within each such period, or the request fails with 408")
+	fs.Var(byteSize{&cfg.MaxInflightBytes, 1}, "max-inflight-bytes",
+		"bound on the memory held by requests in flight, daemon-wide; past it requests wait (bytes, or with k, m, g or t)")
 	fs.Var(intFlag{&cfg.Store.MaxOpenFiles, 1}, "max-open-files",
 		"most `files` held open at once; idle ones are closed to make room, and past it a request is RESOURCE_EXHAUSTED (the default is derived from RLIMIT_NOFILE: a quarter kept for connections, halved with --io=direct, at most 16384)")
 	fs.Var(extentCacheSize{&cfg.Store.ExtentCacheBytes}, "extent-cache-size",

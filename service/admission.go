@@ -50,9 +50,15 @@ const (
 // publicServerOptions are those of the gRPC server on --grpc-addr: TLS, the
 // tap that admits calls, and the per-connection limits.
 func (s *Server) publicServerOptions() []grpc.ServerOption {
+	maxRequest := s.cfg.Store.MaxRequestBytes
+	calls := &grpcBudget{budget: s.budget, receiving: receiveHold(maxRequest), maxRequest: maxRequest}
 	opts := []grpc.ServerOption{
 		grpc.InTapHandle(s.admitCall),
-		grpc.StatsHandler(publicStats{guard: s.grpcGuard}),
+		grpc.StatsHandler(publicStats{guard: s.grpcGuard, calls: calls}),
+		// Replaces newGRPCServer's requestCodec with one that extends it.
+		grpc.ForceServerCodecV2(replyCodec{newRequestCodec(), calls}),
+		grpc.ChainUnaryInterceptor(calls.unary),
+		grpc.ChainStreamInterceptor(budgetStream(s.budget)),
 		// The handshake (TLS, HTTP/2 preface and settings) too must end
 		// within the time a connection has to authenticate.
 		grpc.ConnectionTimeout(s.cfg.ConnAuthTimeout),
@@ -101,29 +107,6 @@ func (s *Server) admitCall(ctx context.Context, info *tap.Info) (context.Context
 	return ctx, nil
 }
 
-// publicStats is the public gRPC server's own stats handler. gRPC tells a
-// stats handler of each new connection before any call on it, with a
-// context that the connection's calls inherit, down to the tap: it puts
-// the connection's guardedConn there for admitCall.
-type publicStats struct {
-	guard *guardedListener
-}
-
-var _ stats.Handler = publicStats{}
-
-func (h publicStats) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
-	if g := h.guard.connByAddr(info.RemoteAddr); g != nil {
-		return context.WithValue(ctx, guardedConnKey{}, g)
-	}
-	return ctx
-}
-
-func (publicStats) HandleConn(context.Context, stats.ConnStats) {}
-
-func (publicStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
-
-func (publicStats) HandleRPC(context.Context, stats.RPCStats) {}
-
 var errShuttingDown = status.Error(codes.Unavailable, "the daemon is shutting down: it takes no new calls")
 
 // stoppableListener is a listener that can stop accepting before it is
@@ -166,4 +149,33 @@ func (l *stoppableListener) Close() error {
 	l.closeOnce.Do(func() { close(l.closed) })
 	l.stopAccepting()
 	return nil
+}
+
+// publicStats is the public gRPC server's own stats handler. gRPC tells a
+// stats handler of each new connection before any call on it, with a
+// context that the connection's calls inherit, down to the tap: it puts
+// the connection's guardedConn there for admitCall. It also takes each
+// unary call's share of the budget (budget.go).
+type publicStats struct {
+	guard *guardedListener
+	calls *grpcBudget
+}
+
+var _ stats.Handler = publicStats{}
+
+func (h publicStats) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
+	if g := h.guard.connByAddr(info.RemoteAddr); g != nil {
+		return context.WithValue(ctx, guardedConnKey{}, g)
+	}
+	return ctx
+}
+
+func (publicStats) HandleConn(context.Context, stats.ConnStats) {}
+
+func (h publicStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
+	return h.calls.tagCall(ctx)
+}
+
+func (h publicStats) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	h.calls.event(ctx, s)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -254,7 +255,7 @@ func TestGatewayForwardsAuthorization(t *testing.T) {
 	filewritev1.RegisterFileServiceServer(srv, fake)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
-	h, err := newGateway(context.Background(), plaintextConn(t, lis.Addr().String()), 1<<20)
+	h, err := newGateway(context.Background(), plaintextConn(t, lis.Addr().String()), gatewayConfig{maxRequestBytes: 1 << 20, maxFileSize: math.MaxInt64})
 	if err != nil {
 		t.Fatal(err)
 	}

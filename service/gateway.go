@@ -1,13 +1,14 @@
 package service
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
+	"os"
+	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -29,13 +30,14 @@ const mimeOctetStream = "application/octet-stream"
 //
 // The gateway calls the gRPC server rather than the store directly, so that
 // a REST call gets the same interceptors, limits, telemetry and draining as
-// a gRPC one.
-func newGateway(ctx context.Context, conn grpc.ClientConnInterface, maxRequestBytes int64) (http.Handler, error) {
+// a gRPC one. The raw PUT and :read stream their data in chunks, so that
+// what they hold does not grow with what they move (gatewaystream.go).
+func newGateway(ctx context.Context, conn grpc.ClientConnInterface, cfg gatewayConfig) (http.Handler, error) {
 	g := &gateway{
-		client:          filewritev1.NewFileServiceClient(conn),
-		maxRequestBytes: maxRequestBytes,
+		client:        filewritev1.NewFileServiceClient(conn),
+		gatewayConfig: cfg,
 		// A JSON body carries data as base64: 4 bytes for every 3.
-		maxBodyBytes: 4*((maxRequestBytes+2)/3) + messageOverhead,
+		maxBodyBytes: 4*((cfg.maxRequestBytes+2)/3) + messageOverhead,
 	}
 	g.mux = runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, strictJSON{jsonMarshaler}),
@@ -47,17 +49,34 @@ func newGateway(ctx context.Context, conn grpc.ClientConnInterface, maxRequestBy
 	if err := filewritev1.RegisterFileServiceHandlerClient(ctx, g.mux, g.client); err != nil {
 		return nil, fmt.Errorf("register REST routes: %w", err)
 	}
+	// Registered after the generated routes, so they win (grpc-gateway
+	// tries the latest registration first).
 	if err := g.mux.HandlePath(http.MethodPut, "/v1/files/{path=**}", g.putRaw); err != nil {
 		return nil, fmt.Errorf("register raw PUT route: %w", err)
+	}
+	if err := g.mux.HandlePath(http.MethodGet, readPattern, g.readStreamed); err != nil {
+		return nil, fmt.Errorf("register streamed read route: %w", err)
 	}
 	return http.HandlerFunc(g.serveHTTP), nil
 }
 
+// gatewayConfig is what the gateway needs of the daemon's configuration.
+type gatewayConfig struct {
+	maxRequestBytes int64 // --max-request-bytes: the data of one Write or Read
+	maxFileSize     int64 // --max-file-size, checked before a raw PUT writes anything
+	// bodyTimeout is --body-timeout: each bodyProgressBytes of a request
+	// body must arrive within it. 0: no deadline.
+	bodyTimeout time.Duration
+	// budget is --max-inflight-bytes, shared with the gRPC server; nil:
+	// unbounded.
+	budget *inflightBudget
+}
+
 type gateway struct {
-	mux             *runtime.ServeMux
-	client          filewritev1.FileServiceClient
-	maxRequestBytes int64 // --max-request-bytes: the data of one Write
-	maxBodyBytes    int64 // the HTTP body that can carry that much data
+	gatewayConfig
+	mux          *runtime.ServeMux
+	client       filewritev1.FileServiceClient
+	maxBodyBytes int64 // the HTTP body that can carry maxRequestBytes of data
 }
 
 // jsonMarshaler is grpc-gateway's default JSON codec except that it rejects
@@ -83,11 +102,42 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		runtime.HTTPError(r.Context(), g.mux, out, w, r, g.bodyTooLarge())
 		return
 	}
+	// The budget is taken before the body is read: the body is what it
+	// bounds.
+	hold := g.holds(r)
+	if err := g.budget.acquire(r.Context(), hold); err != nil {
+		_, out := runtime.MarshalerForRequest(g.mux, r)
+		runtime.HTTPError(r.Context(), g.mux, out, w, r, toStatus(err))
+		return
+	}
+	defer g.budget.release(hold)
 	if r.Body != nil && r.Body != http.NoBody {
 		// A chunked body has no length to check up front.
-		r.Body = &limitedBody{ReadCloser: r.Body, remaining: g.maxBodyBytes}
+		r.Body = newRequestBody(w, r.Body, g.maxBodyBytes, g.bodyTimeout)
 	}
 	g.mux.ServeHTTP(w, r)
+}
+
+// What a REST request holds of the budget (see inflightBudget). A JSON
+// body is held many times over: read whole, copied out as the one JSON
+// value, decoded from base64, encoded as a gRPC message, then received and
+// decoded by the gRPC server in the same process. The streaming routes
+// hold one chunk on each of those steps, whatever they move.
+const (
+	jsonBodyCopies = 6
+	chunkCopies    = 6
+)
+
+func (g *gateway) holds(r *http.Request) int64 {
+	switch {
+	case r.Method == http.MethodPut:
+		return chunkCopies * rawPutChunkBytes
+	case r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, ":read"):
+		return chunkCopies * readChunkBytes
+	case r.ContentLength >= 0:
+		return jsonBodyCopies * r.ContentLength
+	}
+	return jsonBodyCopies * g.maxBodyBytes
 }
 
 func (g *gateway) bodyTooLarge() error {
@@ -96,27 +146,77 @@ func (g *gateway) bodyTooLarge() error {
 		g.maxBodyBytes, g.maxRequestBytes)
 }
 
-// handleError reports an over-long chunked body as RESOURCE_EXHAUSTED: the
-// generated handlers turn every body-decoding error into INVALID_ARGUMENT.
+// handleError reports an over-long chunked body as RESOURCE_EXHAUSTED and
+// a stalled one as 408: the generated handlers turn every body-decoding
+// error into INVALID_ARGUMENT.
 func (g *gateway) handleError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
-	if b, ok := r.Body.(*limitedBody); ok && b.exceeded {
-		err = g.bodyTooLarge()
+	if b, ok := r.Body.(*requestBody); ok {
+		if berr := g.bodyError(b, nil); berr != nil {
+			err = berr
+		}
 	}
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 }
 
-// limitedBody fails a read once more than remaining bytes arrive, and
-// remembers that it did. It is read only by the goroutine serving the
+// bodyError is the error to answer for a body that failed to arrive: too
+// large, too slow, or err as it came.
+func (g *gateway) bodyError(b *requestBody, err error) error {
+	switch {
+	case b.exceeded:
+		return g.bodyTooLarge()
+	case b.timedOut:
+		return &runtime.HTTPStatusError{
+			HTTPStatus: http.StatusRequestTimeout,
+			Err: status.Errorf(codes.DeadlineExceeded,
+				"request body: less than %d bytes arrived in %v (--body-timeout)", bodyProgressBytes, g.bodyTimeout),
+		}
+	case err != nil:
+		return status.Errorf(codes.InvalidArgument, "read request body: %v", err)
+	}
+	return nil
+}
+
+// bodyProgressBytes is how much of a request body must arrive within each
+// --body-timeout: a body that trickles in a byte at a time holds its
+// connection and its share of the budget as surely as one that stops.
+const bodyProgressBytes = 64 << 10
+
+// requestBody is a request body that fails once more than remaining bytes
+// arrive, or once bodyProgressBytes take longer than timeout to arrive,
+// and remembers which. It is read only by the goroutine serving the
 // request.
-type limitedBody struct {
+type requestBody struct {
 	io.ReadCloser
 	remaining int64
 	exceeded  bool
+
+	rc       *http.ResponseController
+	timeout  time.Duration
+	progress int64 // bytes since the deadline was last pushed back
+	timedOut bool
 }
 
 var errBodyTooLarge = errors.New("request body too large")
 
-func (b *limitedBody) Read(p []byte) (int, error) {
+func newRequestBody(w http.ResponseWriter, body io.ReadCloser, limit int64, timeout time.Duration) *requestBody {
+	b := &requestBody{ReadCloser: body, remaining: limit, timeout: timeout}
+	if timeout > 0 {
+		b.rc = http.NewResponseController(w)
+		b.extend()
+	}
+	return b
+}
+
+// extend pushes the read deadline back by timeout. A server that cannot
+// set deadlines (none of net/http's) leaves the body without one.
+func (b *requestBody) extend() {
+	if b.rc.SetReadDeadline(time.Now().Add(b.timeout)) != nil {
+		b.rc = nil
+	}
+	b.progress = 0
+}
+
+func (b *requestBody) Read(p []byte) (int, error) {
 	if b.exceeded {
 		return 0, errBodyTooLarge
 	}
@@ -126,6 +226,21 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 		p = p[:b.remaining+1]
 	}
 	n, err := b.ReadCloser.Read(p)
+	if b.rc != nil {
+		b.progress += int64(n)
+		switch {
+		case err == io.EOF:
+			// The server reads on in the background once the body is
+			// done, and a deadline passing there would cancel the
+			// request.
+			b.rc.SetReadDeadline(time.Time{})
+			b.rc = nil
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			b.timedOut = true
+		case b.progress >= bodyProgressBytes:
+			b.extend()
+		}
+	}
 	if int64(n) > b.remaining {
 		b.exceeded = true
 		n = int(b.remaining)
@@ -134,83 +249,6 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	}
 	b.remaining -= int64(n)
 	return n, err
-}
-
-// putRaw is PUT /v1/files/{path}?offset=N&sync=none|data|full: a Write of
-// the application/octet-stream body, for clients (curl) that should not
-// have to base64 their data. It answers like POST :write.
-func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[string]string) {
-	ctx := r.Context()
-	_, out := runtime.MarshalerForRequest(g.mux, r)
-	fail := func(err error) { runtime.HTTPError(ctx, g.mux, out, w, r, err) }
-
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != mimeOctetStream {
-			fail(&runtime.HTTPStatusError{
-				HTTPStatus: http.StatusUnsupportedMediaType,
-				Err: status.Errorf(codes.InvalidArgument,
-					"PUT takes an %s body, not %q; JSON writes go to POST /v1/files/{path}:write", mimeOctetStream, ct),
-			})
-			return
-		}
-	}
-	req := &filewritev1.WriteRequest{Path: pathParams["path"]}
-	var err error
-	if req.Offset, req.Sync, err = rawWriteQuery(r.URL.RawQuery); err != nil {
-		fail(err)
-		return
-	}
-
-	if r.ContentLength > g.maxRequestBytes {
-		fail(g.dataTooLarge(r.ContentLength))
-		return
-	}
-	data, err := readBody(r, g.maxRequestBytes)
-	if err != nil {
-		fail(err)
-		return
-	}
-	if int64(len(data)) > g.maxRequestBytes {
-		fail(g.dataTooLarge(-1))
-		return
-	}
-	req.Data = data
-
-	ctx, err = runtime.AnnotateContext(ctx, g.mux, r, filewritev1.FileService_Write_FullMethodName,
-		runtime.WithHTTPPathPattern("/v1/files/{path=**}"))
-	if err != nil {
-		fail(err)
-		return
-	}
-	var md runtime.ServerMetadata
-	resp, err := g.client.Write(ctx, req, grpc.Header(&md.HeaderMD), grpc.Trailer(&md.TrailerMD))
-	ctx = runtime.NewServerMetadataContext(ctx, md)
-	if err != nil {
-		runtime.HTTPError(ctx, g.mux, out, w, r, err)
-		return
-	}
-	runtime.ForwardResponseMessage(ctx, g.mux, out, w, r, resp)
-}
-
-func (g *gateway) dataTooLarge(n int64) error {
-	if n < 0 {
-		return status.Errorf(codes.ResourceExhausted, "body exceeds --max-request-bytes (%d bytes)", g.maxRequestBytes)
-	}
-	return status.Errorf(codes.ResourceExhausted, "body of %d bytes exceeds --max-request-bytes (%d bytes)", n, g.maxRequestBytes)
-}
-
-// readBody reads at most limit+1 bytes, so that the caller can tell a body
-// over the limit without holding all of it. A known Content-Length (already
-// checked against limit) sizes the buffer once.
-func readBody(r *http.Request, limit int64) ([]byte, error) {
-	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength) + bytes.MinRead)
-	}
-	if _, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1)); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "read request body: %v", err)
-	}
-	return buf.Bytes(), nil
 }
 
 // parseRawSync accepts the short names of the raw route (none, data, full)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -21,7 +22,7 @@ import (
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 )
 
-// fakeFiles is an in-memory FileService that records the last request, so
+// fakeFiles is an in-memory FileService that records its requests, so
 // that the gateway's routing and codecs are tested on their own; the real
 // store is tested end to end in e2e_test.go.
 type fakeFiles struct {
@@ -30,6 +31,7 @@ type fakeFiles struct {
 	mu    sync.Mutex
 	files map[string][]byte // guarded by mu
 	last  proto.Message     // the last request; guarded by mu
+	all   []proto.Message   // every request, in order; guarded by mu
 	fail  error             // if set, every RPC returns it; guarded by mu
 }
 
@@ -37,7 +39,17 @@ func (f *fakeFiles) record(req proto.Message) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.last = proto.Clone(req)
+	f.all = append(f.all, f.last)
 	return f.fail
+}
+
+// requests returns the requests recorded since the last call, in order.
+func (f *fakeFiles) requests() []proto.Message {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	all := f.all
+	f.all = nil
+	return all
 }
 
 func (f *fakeFiles) lastRequest() proto.Message {
@@ -118,7 +130,7 @@ func startFakeGateway(t *testing.T, maxRequestBytes int64) (*fakeFiles, string) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	h, err := newGateway(context.Background(), conn, maxRequestBytes)
+	h, err := newGateway(context.Background(), conn, gatewayConfig{maxRequestBytes: maxRequestBytes, maxFileSize: math.MaxInt64})
 	if err != nil {
 		t.Fatal(err)
 	}

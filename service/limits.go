@@ -16,3 +16,21 @@ const DefaultMaxWaitersPerFile = 1024
 // handshake and a first call over a slow link, short enough that a
 // stranger must keep opening connections to keep descriptors.
 const DefaultConnAuthTimeout = 10 * time.Second
+
+// DefaultBodyTimeout is how long a REST request body may take to deliver
+// each bodyProgressBytes: generous for a slow link, short enough that a
+// body sent a byte at a time does not hold its connection for long.
+const DefaultBodyTimeout = 30 * time.Second
+
+// DefaultMaxInflightBytes bounds the memory of requests in flight: room
+// for five gRPC messages at the default --max-request-bytes being received
+// at once, or eight decoded 64 MiB Writes, and for very many small
+// requests.
+const DefaultMaxInflightBytes = 1 << 30
+
+// minInflightBytes is the least --max-inflight-bytes accepted: what one
+// unary gRPC call holds while its message, which may be at the data limit,
+// is received. A smaller budget could never admit one.
+func minInflightBytes(maxRequestBytes int64) int64 {
+	return receiveHold(maxRequestBytes)
+}

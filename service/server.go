@@ -70,6 +70,12 @@ type Config struct {
 	// may go without an authenticated request (without AuthTokenFile: any
 	// request) before it is closed; it bounds the gRPC handshake too.
 	ConnAuthTimeout time.Duration
+	// BodyTimeout is how long a REST request body may take to deliver each
+	// 64 KiB (or its end) before the request fails with 408.
+	BodyTimeout time.Duration
+	// MaxInflightBytes bounds the memory that requests in flight hold,
+	// daemon-wide (see inflightBudget); past it requests wait.
+	MaxInflightBytes int64
 
 	// WrapFS, when set, wraps the file layer under the store: tests inject
 	// faults (ENOSPC, a held sync) through it. nil in production.
@@ -103,9 +109,11 @@ func DefaultConfig() Config {
 			MaxWaitersPerFile: DefaultMaxWaitersPerFile,
 			ExtentCacheBytes:  store.DefaultExtentCacheBytes,
 		},
-		MaxStreamBytes:  DefaultMaxStreamBytes,
-		DrainTimeout:    30 * time.Second,
-		ConnAuthTimeout: DefaultConnAuthTimeout,
+		MaxStreamBytes:   DefaultMaxStreamBytes,
+		DrainTimeout:     30 * time.Second,
+		ConnAuthTimeout:  DefaultConnAuthTimeout,
+		BodyTimeout:      DefaultBodyTimeout,
+		MaxInflightBytes: DefaultMaxInflightBytes,
 	}
 }
 
@@ -142,6 +150,13 @@ func (c Config) validate() error {
 	if c.ConnAuthTimeout <= 0 {
 		return fmt.Errorf("--conn-auth-timeout %v: want more than 0", c.ConnAuthTimeout)
 	}
+	if c.BodyTimeout <= 0 {
+		return fmt.Errorf("--body-timeout %v: want more than 0", c.BodyTimeout)
+	}
+	if least := minInflightBytes(c.Store.MaxRequestBytes); c.MaxInflightBytes < least {
+		return fmt.Errorf("--max-inflight-bytes %d: want at least %d, what a gRPC message at --max-request-bytes "+
+			"holds while it is received", c.MaxInflightBytes, least)
+	}
 	return nil
 }
 
@@ -163,6 +178,11 @@ type Server struct {
 	// files is the FileService of both gRPC servers.
 	files    *fileServer
 	draining atomic.Bool
+
+	// budget is --max-inflight-bytes, taken by the public gRPC server and
+	// the gateway (the gateway's own gRPC server takes none: the gateway
+	// took it for the whole request).
+	budget *inflightBudget
 
 	// The gateway, nil when Config.HTTPAddr is empty. It reaches a gRPC
 	// server of its own, gatewaySrv, through gatewayConn over gatewayLis, a
@@ -206,6 +226,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	s.limitMemory()
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
@@ -275,6 +296,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("gRPC listener: %w", err)
 	}
+	s.budget = newInflightBudget(cfg.MaxInflightBytes)
 	if s.files, err = newFileServer(s.store, cfg.Store.MaxRequestBytes, cfg.MaxStreamBytes, s.tel.meterProvider, log); err != nil {
 		lis.Close()
 		return nil, err
@@ -310,7 +332,8 @@ func Start(cfg Config) (_ *Server, err error) {
 	st := s.store.Options()
 	log.Info("filewrite started", "root", cfg.Root, "policy", st.Policy.String(), "io", st.IO.String(),
 		"fsync", st.Fsync.String(), "max_file_size", st.MaxFileSize, "max_request_bytes", st.MaxRequestBytes,
-		"max_open_files", st.MaxOpenFiles, "rlimit_nofile", store.NoFileLimit(), "extent_cache_bytes", max(st.ExtentCacheBytes, 0))
+		"max_open_files", st.MaxOpenFiles, "rlimit_nofile", store.NoFileLimit(), "extent_cache_bytes", max(st.ExtentCacheBytes, 0),
+		"max_inflight_bytes", cfg.MaxInflightBytes)
 	log.Info("listening", "protocol", "grpc", "addr", s.grpcLis.Addr().String())
 	if s.httpLis != nil {
 		log.Info("listening", "protocol", "http", "addr", s.httpLis.Addr().String())
@@ -331,7 +354,12 @@ func (s *Server) startGateway() (err error) {
 	if err != nil {
 		return fmt.Errorf("gateway client: %w", err)
 	}
-	handler, err := newGateway(context.Background(), s.gatewayConn, s.cfg.Store.MaxRequestBytes)
+	handler, err := newGateway(context.Background(), s.gatewayConn, gatewayConfig{
+		maxRequestBytes: s.cfg.Store.MaxRequestBytes,
+		maxFileSize:     s.cfg.Store.MaxFileSize,
+		bodyTimeout:     s.cfg.BodyTimeout,
+		budget:          s.budget,
+	})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,352 @@
+package service
+
+import (
+	"context"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sync/semaphore"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/protobuf/proto"
+
+	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+)
+
+// inflightBudget bounds the bytes that requests in flight hold across the
+// whole daemon (--max-inflight-bytes): gRPC messages, REST bodies, Reads'
+// data, and what streams hold. A request that would pass the bound waits,
+// first come first served, until others release enough or its context
+// ends; it does not fail for the bound alone.
+//
+// What a request holds is an estimate, in bytes, of the memory it keeps
+// alive: the copies of its data that the path it takes makes (see
+// grpcCopies and the gateway's reservations), not just its data. That is
+// what lets the daemon's resident memory stay under the bound plus a fixed
+// overhead (README: "Guarantees and limits").
+//
+// Who may call what: acquire and release are safe for concurrent use.
+// Every acquire(ctx, n) that returns nil must be matched by releases that
+// add up to n, from the same caller; a caller may release part of what it
+// holds early (a message turned out smaller than its reservation).
+type inflightBudget struct {
+	sem      *semaphore.Weighted
+	capacity int64
+
+	// held and waiting are for metrics and tests only: held counts what
+	// acquire granted and release has not taken back, waiting the callers
+	// inside acquire.
+	held, waiting atomic.Int64
+}
+
+func newInflightBudget(capacity int64) *inflightBudget {
+	return &inflightBudget{sem: semaphore.NewWeighted(capacity), capacity: capacity}
+}
+
+// clamp: a request that needs more than the whole budget gets all of it,
+// once nobody else holds any, rather than waiting forever.
+func (b *inflightBudget) clamp(n int64) int64 {
+	return max(0, min(n, b.capacity))
+}
+
+// acquire waits until n bytes are free or ctx ends, and takes them. On
+// error (ctx's) it holds nothing. A nil budget is unbounded.
+func (b *inflightBudget) acquire(ctx context.Context, n int64) error {
+	if b == nil {
+		return nil
+	}
+	n = b.clamp(n)
+	if n == 0 {
+		return ctx.Err()
+	}
+	b.waiting.Add(1)
+	err := b.sem.Acquire(ctx, n)
+	b.waiting.Add(-1)
+	if err == nil {
+		b.held.Add(n)
+	}
+	return err
+}
+
+// release gives back n bytes taken by acquire.
+func (b *inflightBudget) release(n int64) {
+	if b == nil {
+		return
+	}
+	n = b.clamp(n)
+	if n == 0 {
+		return
+	}
+	b.held.Add(-n)
+	b.sem.Release(n)
+}
+
+// memoryLimitHeadroom is what the Go runtime's memory limit adds to
+// --max-inflight-bytes (see limitMemory): the daemon's own memory besides
+// requests, and garbage between collections.
+const memoryLimitHeadroom = 256 << 20
+
+// limitMemory sets the Go runtime's memory limit to the budget plus
+// memoryLimitHeadroom, unless GOMEMLIMIT says otherwise. Without it the
+// collector lets the heap grow to twice what was live after the last
+// collection: with the budget's worth of requests live, resident memory
+// would reach about twice the bound. With it, the collector runs sooner as
+// the heap nears the limit. The limit is soft: past it the daemon slows
+// (the collector takes up to half the CPU) rather than fail. Run calls it:
+// the limit is the process's, not one Server's.
+func (s *Server) limitMemory() {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	limit := s.cfg.MaxInflightBytes + memoryLimitHeadroom
+	debug.SetMemoryLimit(limit)
+	s.log.Info("memory limit", "bytes", limit, "from", "--max-inflight-bytes")
+}
+
+// grpcBudget takes the public gRPC server's calls' shares of the budget.
+// grpc-go reads and decodes a unary call's message before any interceptor
+// runs, and queues its reply to be written after the call has ended, so
+// the shares are taken and given back around those two points:
+//
+//  1. At the call's start (stats.Begin, on the call's goroutine, before the
+//     message is read: unread, it waits in the transport's flow-control
+//     window and its sender waits too), the call takes what a message at
+//     the data limit holds while it is received and decoded, since its own
+//     size is not known yet: receiveCopies of it. The tap cannot: it runs
+//     on the connection's reader goroutine, which must not wait.
+//  2. Once the message is decoded (stats.InPayload), the call gives back
+//     all but grpcCopies of it.
+//  3. A Read gives back what its request held and takes grpcCopies of what
+//     its reply will hold before the store is asked (unary).
+//  4. Its reply keeps what it holds until grpc-go has written it and freed
+//     its buffer (Marshal): the call ends when the reply is queued, which
+//     for a slow reader can be long before it is sent.
+//  5. The call gives back the rest when it ends (stats.End).
+//
+// Between 1 and 2 a call holds more than it needs, for as long as its
+// message takes to arrive: the price of bounding messages that are still
+// on their way, paid in how many large messages may be received at once,
+// not in memory. Streams take their share per message (budgetStream).
+type grpcBudget struct {
+	budget *inflightBudget
+	// receiving is what a call takes at its start (receiveHold);
+	// maxRequest is --max-request-bytes.
+	receiving, maxRequest int64
+	// replies holds what a Read's reply owes the budget, from the end of
+	// its handler until Marshal hands it to the reply's buffer:
+	// *filewritev1.ReadResponse → int64.
+	replies sync.Map
+}
+
+// receiveCopies is how many copies of its message a unary call holds at
+// the peak of its decoding: the buffers grpc-go received it into, the one
+// buffer it joins them into, and the decoded message, which copies the
+// data once more.
+const receiveCopies = 3
+
+// receiveHold is what a unary call takes before its message is read: a
+// message at the data limit, received and decoded. A message up to gRPC's
+// own, larger limit (for WriteStream) is refused by the store after it
+// was decoded, and may hold more meanwhile.
+func receiveHold(maxRequestBytes int64) int64 {
+	return receiveCopies * int64(maxMessageBytes(maxRequestBytes))
+}
+
+// grpcCopies is how many copies of a message's bytes a unary call holds
+// once its message is decoded: the decoded message, and the buffers it was
+// received into, garbage not yet collected; for a Read, the data the store
+// read and the reply encoded from it.
+const grpcCopies = 2
+
+// callBudget is what one unary call holds. Its stats events and
+// interceptor all run on the call's own goroutine, one after the other, so
+// it needs no lock.
+type callBudget struct {
+	held  int64
+	reply *filewritev1.ReadResponse // whose share is in grpcBudget.replies
+}
+
+type callBudgetKey struct{}
+
+func (g *grpcBudget) tagCall(ctx context.Context) context.Context {
+	return context.WithValue(ctx, callBudgetKey{}, &callBudget{})
+}
+
+// event is the budget's part of the stats handler.
+func (g *grpcBudget) event(ctx context.Context, s stats.RPCStats) {
+	cb, _ := ctx.Value(callBudgetKey{}).(*callBudget)
+	if cb == nil {
+		return
+	}
+	switch s := s.(type) {
+	case *stats.Begin:
+		if s.IsClientStream || s.IsServerStream {
+			return
+		}
+		if g.budget.acquire(ctx, g.receiving) == nil {
+			cb.held = g.receiving
+		}
+		// Otherwise ctx ended: the call fails as it reads its message.
+	case *stats.InPayload:
+		if keep := grpcCopies * int64(s.Length); keep < cb.held {
+			g.budget.release(cb.held - keep)
+			cb.held = keep
+		}
+	case *stats.End:
+		if cb.reply != nil {
+			if owed, ok := g.replies.LoadAndDelete(cb.reply); ok {
+				g.budget.release(owed.(int64)) // never marshaled
+			}
+			// The call's context lives on until its reply is written:
+			// through it, the reply's data would too.
+			cb.reply = nil
+		}
+		g.budget.release(cb.held)
+		cb.held = 0
+	}
+}
+
+// unary takes what a Read's reply will hold before the store reads it. The
+// request's own share is given back first, so that no call waits while
+// holding any: calls that held while waiting could leave every byte held
+// by waiters.
+func (g *grpcBudget) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	cb, _ := ctx.Value(callBudgetKey{}).(*callBudget)
+	r, ok := req.(*filewritev1.ReadRequest)
+	if cb == nil || !ok {
+		return handler(ctx, req)
+	}
+	// The decoder keeps unknown fields; a Read needs none, and dropped
+	// they hold no memory that nothing counts while it waits.
+	r.ProtoReflect().SetUnknown(nil)
+	g.budget.release(cb.held)
+	cb.held = 0
+	want := grpcCopies * min(max(r.GetLength(), 0), g.maxRequest)
+	if err := g.budget.acquire(ctx, want); err != nil {
+		return nil, toStatus(err)
+	}
+	cb.held = want
+	resp, err := handler(ctx, req)
+	if reply, ok := resp.(*filewritev1.ReadResponse); ok && err == nil {
+		owed := min(cb.held, int64(proto.Size(reply)))
+		cb.held -= owed
+		cb.reply = reply
+		g.replies.Store(reply, owed)
+	}
+	return resp, err
+}
+
+// replyCodec is the public server's codec: requestCodec, whose Marshal
+// gives a Read's reply a buffer that hands its share of the budget back
+// when grpc-go frees it, once written.
+type replyCodec struct {
+	requestCodec
+	g *grpcBudget
+}
+
+func (c replyCodec) Marshal(v any) (mem.BufferSlice, error) {
+	r, ok := v.(*filewritev1.ReadResponse)
+	if !ok {
+		return c.requestCodec.Marshal(v)
+	}
+	owed, ok := c.g.replies.LoadAndDelete(r)
+	if !ok {
+		return c.requestCodec.Marshal(v)
+	}
+	buf, err := proto.MarshalOptions{}.MarshalAppend(make([]byte, 0, proto.Size(r)), r)
+	if err != nil || mem.IsBelowBufferPoolingThreshold(cap(buf)) {
+		// A small buffer is never handed back (mem.NewBuffer).
+		c.g.budget.release(owed.(int64))
+		if err != nil {
+			return nil, err
+		}
+		return mem.BufferSlice{mem.SliceBuffer(buf)}, nil
+	}
+	return mem.BufferSlice{mem.NewBuffer(&buf, &owedBytes{budget: c.g.budget, n: owed.(int64)})}, nil
+}
+
+// owedBytes is the "pool" of one reply's buffer: grpc-go puts the buffer
+// back once, when it no longer needs it, and the reply's share of the
+// budget goes back with it.
+type owedBytes struct {
+	budget *inflightBudget
+	n      int64
+}
+
+func (o *owedBytes) Get(n int) *[]byte { b := make([]byte, n); return &b } // unused by grpc-go
+func (o *owedBytes) Put(*[]byte)       { o.budget.release(o.n) }
+
+// budgetStream makes a stream take the budget for each message it
+// receives, once it has it: a stream may wait for hours for its next
+// message, and could not hold the largest message's worth all that time.
+// Each message is held until the next RecvMsg or the stream's end; while
+// the budget is short, RecvMsg waits before it returns the message, so the
+// stream reads no further and flow control holds its client back. A
+// handler that keeps a message's bytes longer (queued writes waiting for
+// their acks) takes them itself, with acquire and release.
+//
+// What this does not bound: the one message each stream may be receiving
+// beyond the budget (at most the largest message, per stream).
+func budgetStream(b *inflightBudget) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		bs := &budgetedStream{ServerStream: ss, budget: b}
+		defer bs.end()
+		return handler(srv, bs)
+	}
+}
+
+type budgetedStream struct {
+	grpc.ServerStream
+	budget *inflightBudget
+
+	// mu guards held and ended: RecvMsg may run on a goroutine of the
+	// handler's own (WriteStream reads on one) while the handler returns.
+	mu    sync.Mutex
+	held  int64
+	ended bool // the handler returned: hold nothing more
+}
+
+func (s *budgetedStream) setHeld(n int64) {
+	s.mu.Lock()
+	if s.ended {
+		n = 0
+	}
+	old := s.held
+	s.held = n
+	s.mu.Unlock()
+	s.budget.release(old)
+}
+
+func (s *budgetedStream) end() {
+	s.mu.Lock()
+	s.ended = true
+	s.mu.Unlock()
+	s.setHeld(0)
+}
+
+func (s *budgetedStream) RecvMsg(m any) error {
+	s.setHeld(0)
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	msg, ok := m.(proto.Message)
+	if !ok {
+		return nil
+	}
+	n := int64(proto.Size(msg))
+	if err := s.budget.acquire(s.Context(), n); err != nil {
+		return toStatus(err)
+	}
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		s.budget.release(n)
+		return nil
+	}
+	s.held = n
+	s.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,145 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+)
+
+// TestInflightBudget: acquire waits, first come first served, until
+// enough is released; a request larger than the whole budget gets all of
+// it; a context that ends leaves nothing taken.
+func TestInflightBudget(t *testing.T) {
+	b := newInflightBudget(100)
+	ctx := testContext(t)
+	if err := b.acquire(ctx, 60); err != nil {
+		t.Fatal(err)
+	}
+	// 50 does not fit, so it waits; 30 would fit, but comes after it, so
+	// it waits too (a stream of small requests cannot starve a large one).
+	granted := make(chan int64, 2)
+	for i, n := range []int64{50, 30} {
+		go func() {
+			if err := b.acquire(ctx, n); err == nil {
+				granted <- n
+			}
+		}()
+		for b.waiting.Load() < int64(i+1) {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if got := b.held.Load(); got != 60 {
+		t.Fatalf("held %d with two waiting, want 60", got)
+	}
+	b.release(60)
+	if got := <-granted + <-granted; got != 80 {
+		t.Errorf("granted %d after the release, want 50 and 30", got)
+	}
+	if got, want := b.held.Load(), int64(80); got != want {
+		t.Errorf("held %d, want %d", got, want)
+	}
+
+	// An ended context: an error, and nothing taken.
+	short, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := b.acquire(short, 30); !errors.Is(err, context.Canceled) {
+		t.Errorf("acquire with a cancelled context: %v, want context.Canceled", err)
+	}
+	b.release(80)
+	if got := b.held.Load(); got != 0 {
+		t.Errorf("held %d after releasing everything, want 0", got)
+	}
+
+	// More than the whole budget waits for all of it, then gets it.
+	if err := b.acquire(ctx, 1000); err != nil {
+		t.Fatalf("acquire over the budget: %v", err)
+	}
+	if got := b.held.Load(); got != 100 {
+		t.Errorf("held %d after a request over the budget, want all 100", got)
+	}
+	b.release(1000)
+
+	var none *inflightBudget // no bound
+	if err := none.acquire(ctx, 1<<40); err != nil {
+		t.Errorf("a nil budget: %v", err)
+	}
+	none.release(1 << 40)
+}
+
+// TestBudgetMakesRequestsWait: past --max-inflight-bytes, a gRPC Write and
+// a REST PUT wait rather than fail: one whose deadline passes while it
+// waits is DEADLINE_EXCEEDED and never performed, the others go through
+// once the request that holds the budget is done.
+func TestBudgetMakesRequestsWait(t *testing.T) {
+	const maxRequest = 64 << 10
+	gate := newWriteGate("held.bin")
+	d := startDaemon(t, func(c *Config) {
+		c.Store.MaxRequestBytes = maxRequest
+		c.MaxInflightBytes = minInflightBytes(maxRequest) // one message being received at most
+		c.Store.Hooks = gate.hooks()
+	})
+	ctx := testContext(t)
+	budget := d.srv.budget
+	write := func(ctx context.Context, path string) error {
+		_, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: path, Data: allBytes(maxRequest)})
+		return err
+	}
+	held := make(chan error, 1)
+	go func() { held <- write(ctx, "held.bin") }()
+	gate.waitEntered(t, ctx)
+
+	// A Write whose deadline passes in the queue for the budget.
+	err := expireWhile(t, func(int) bool { return budget.waiting.Load() > 0 }, func(ctx context.Context, attempt int) error {
+		return write(ctx, "expired.bin")
+	})
+	wantCode(t, "Write whose deadline passed while it waited for the budget", err, codes.DeadlineExceeded)
+
+	// A Write and a PUT with time to wait.
+	waited := make(chan error, 2)
+	go func() { waited <- write(ctx, "waited.bin") }()
+	for budget.waiting.Load() < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	go func() {
+		req, err := http.NewRequestWithContext(ctx, "PUT", d.url+"/v1/files/put.bin", strings.NewReader("put"))
+		if err == nil {
+			var resp *http.Response
+			if resp, err = http.DefaultClient.Do(req); err == nil {
+				readAll(t, resp)
+				if resp.StatusCode != http.StatusOK {
+					err = errors.New(resp.Status)
+				}
+			}
+		}
+		waited <- err
+	}()
+	for budget.waiting.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	gate.open()
+	if err := <-held; err != nil {
+		t.Errorf("the Write that held the budget: %v", err)
+	}
+	for range 2 {
+		if err := <-waited; err != nil {
+			t.Errorf("a request that waited for the budget: %v", err)
+		}
+	}
+	for name, want := range map[string]bool{"held.bin": true, "waited.bin": true, "put.bin": true, "expired.bin": false} {
+		if _, err := os.Stat(filepath.Join(d.root, name)); (err == nil) != want {
+			t.Errorf("%s exists: %v, want %v", name, err == nil, want)
+		}
+	}
+	if got := budget.held.Load(); got != 0 {
+		t.Errorf("%d bytes still held with nothing in flight", got)
+	}
+}

@@ -1,0 +1,278 @@
+package service
+
+import (
+	"encoding/base64"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math"
+	"mime"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/store"
+)
+
+// The gateway's streaming routes: the raw PUT and :read move their data in
+// chunks, each one gRPC call, so that a request holds a chunk or two at a
+// time however much it moves.
+const (
+	// rawPutChunkBytes is the data of each Write a raw PUT makes.
+	rawPutChunkBytes = 1 << 20
+	// readChunkBytes is the length of each Read a REST :read makes: a
+	// multiple of 3, so that the base64 of the chunks, joined, is the
+	// base64 of the whole.
+	readChunkBytes = 3 << 18
+)
+
+// rawPutChunks recycles the chunk buffers of raw PUTs.
+var rawPutChunks = sync.Pool{New: func() any { return new([rawPutChunkBytes]byte) }}
+
+// putRaw is PUT /v1/files/{path}?offset=N&sync=none|data|full: a Write of
+// the application/octet-stream body, for clients (curl) that should not
+// have to base64 their data. It answers like POST :write.
+//
+// The body goes into the file as it arrives, in Writes of rawPutChunkBytes
+// at successive offsets. Only the last carries the sync asked for, which
+// makes durable every chunk before it too (a sync covers everything
+// written to the file before it). A body that breaks midway (the client
+// goes, --body-timeout passes, a Write fails) leaves the chunks already
+// written, as a Write that fails while writing may leave part of its data.
+// Limits that the body's declared length is known to pass are refused
+// before anything is written.
+func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[string]string) {
+	ctx := r.Context()
+	_, out := runtime.MarshalerForRequest(g.mux, r)
+	fail := func(err error) { runtime.HTTPError(ctx, g.mux, out, w, r, err) }
+
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != mimeOctetStream {
+			fail(&runtime.HTTPStatusError{
+				HTTPStatus: http.StatusUnsupportedMediaType,
+				Err: status.Errorf(codes.InvalidArgument,
+					"PUT takes an %s body, not %q; JSON writes go to POST /v1/files/{path}:write", mimeOctetStream, ct),
+			})
+			return
+		}
+	}
+	path := pathParams["path"]
+	offset, sync, err := rawWriteQuery(r.URL.RawQuery)
+	if err != nil {
+		fail(err)
+		return
+	}
+	if n := r.ContentLength; n > g.maxRequestBytes {
+		fail(g.dataTooLarge(n))
+		return
+	} else if n > 0 && offset >= 0 && offset <= math.MaxInt64-n && offset+n > g.maxFileSize {
+		fail(toStatus(fmt.Errorf("%w: a PUT of %d bytes at offset %d ends at %d, the maximum file size is %d bytes",
+			store.ErrFileTooLarge, n, offset, offset+n, g.maxFileSize)))
+		return
+	}
+	ctx, err = runtime.AnnotateContext(ctx, g.mux, r, filewritev1.FileService_Write_FullMethodName,
+		runtime.WithHTTPPathPattern("/v1/files/{path=**}"))
+	if err != nil {
+		fail(err)
+		return
+	}
+
+	chunk := rawPutChunks.Get().(*[rawPutChunkBytes]byte)
+	defer rawPutChunks.Put(chunk)
+	body := &lookahead{r: r.Body, left: r.ContentLength}
+	var md runtime.ServerMetadata
+	var written int64
+	var resp *filewritev1.WriteResponse
+	for last := false; !last; {
+		n, err := body.fill(chunk[:])
+		if err != nil {
+			b, _ := r.Body.(*requestBody)
+			if b == nil {
+				b = &requestBody{}
+			}
+			fail(g.bodyError(b, err))
+			return
+		}
+		last = body.done
+		if written+int64(n) > g.maxRequestBytes {
+			fail(g.dataTooLarge(-1))
+			return
+		}
+		req := &filewritev1.WriteRequest{Path: path, Offset: offset + written, Data: chunk[:n]}
+		if last {
+			req.Sync = sync
+		}
+		resp, err = g.client.Write(ctx, req, grpc.Header(&md.HeaderMD), grpc.Trailer(&md.TrailerMD))
+		if err != nil {
+			runtime.HTTPError(runtime.NewServerMetadataContext(ctx, md), g.mux, out, w, r, err)
+			return
+		}
+		written += resp.GetBytesWritten()
+	}
+	ctx = runtime.NewServerMetadataContext(ctx, md)
+	runtime.ForwardResponseMessage(ctx, g.mux, out, w, r, &filewritev1.WriteResponse{BytesWritten: written, Size: resp.GetSize()})
+}
+
+// lookahead reads a body in chunks and tells, with the chunk that holds
+// its last byte, that it is the last: the raw PUT's last Write is the one
+// that syncs. With the body's length declared, the count says so; without,
+// a full chunk is the last only if not one more byte follows, so it is
+// written only once that byte (or the end) has arrived.
+type lookahead struct {
+	r     io.Reader
+	left  int64   // bytes still to come, -1 if the length is not declared
+	next  [1]byte // a byte read past the previous chunk
+	ahead bool    // whether next holds one
+	done  bool    // the chunk just filled is the last
+}
+
+// fill reads into p until it is full or the body ends.
+func (l *lookahead) fill(p []byte) (int, error) {
+	if l.left >= 0 && int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n := 0
+	if l.ahead {
+		p[0] = l.next[0]
+		n, l.ahead = 1, false
+	}
+	m, err := io.ReadFull(l.r, p[n:])
+	n += m
+	if l.left >= 0 {
+		l.left -= int64(m)
+		if err == nil && l.left == 0 {
+			l.done = true
+		}
+		return n, err // a body shorter than declared is an error
+	}
+	switch err {
+	case nil:
+		// Full: the body ends here only if nothing follows.
+		if _, err := io.ReadFull(l.r, l.next[:]); err == io.EOF {
+			l.done = true
+		} else if err != nil {
+			return n, err
+		} else {
+			l.ahead = true
+		}
+	case io.EOF, io.ErrUnexpectedEOF:
+		l.done = true
+	default:
+		return n, err
+	}
+	return n, nil
+}
+
+func (g *gateway) dataTooLarge(n int64) error {
+	if n < 0 {
+		return status.Errorf(codes.ResourceExhausted, "body exceeds --max-request-bytes (%d bytes)", g.maxRequestBytes)
+	}
+	return status.Errorf(codes.ResourceExhausted, "body of %d bytes exceeds --max-request-bytes (%d bytes)", n, g.maxRequestBytes)
+}
+
+// readPattern is the REST route of Read.
+const readPattern = "/v1/files/{path=**}:read"
+
+// readQuery is the fields of ReadRequest that the route's path binds, as
+// runtime.PopulateQueryParameters wants them.
+var readQuery = utilities.NewDoubleArray([][]string{{"path"}})
+
+// readStreamed is GET /v1/files/{path}:read?offset=N&length=N, which
+// grpc-gateway would answer with one Read whose data it holds several
+// times over (the reply, its decoding, its JSON). It reads in Reads of
+// readChunkBytes instead and writes each out before the next: as raw bytes
+// when asked with "Accept: application/octet-stream", else as the JSON of
+// one ReadResponse. Each Read sees the file as of its own moment, so a
+// read longer than a chunk is not one snapshot (nor is one gRPC Read under
+// writes below EOF that take no lock).
+//
+// An error before the first byte is answered as usual. After it, the
+// status is sent already: the response is cut short (the connection
+// reset), so that a client cannot take what it got for the whole.
+func (g *gateway) readStreamed(w http.ResponseWriter, r *http.Request, pathParams map[string]string) {
+	ctx := r.Context()
+	_, out := runtime.MarshalerForRequest(g.mux, r)
+	fail := func(err error) { runtime.HTTPError(ctx, g.mux, out, w, r, err) }
+
+	req := &filewritev1.ReadRequest{Path: pathParams["path"]}
+	if err := r.ParseForm(); err != nil {
+		fail(status.Error(codes.InvalidArgument, err.Error()))
+		return
+	}
+	if err := runtime.PopulateQueryParameters(req, r.Form, readQuery); err != nil {
+		fail(status.Error(codes.InvalidArgument, err.Error()))
+		return
+	}
+	ctx, err := runtime.AnnotateContext(ctx, g.mux, r, filewritev1.FileService_Read_FullMethodName,
+		runtime.WithHTTPPathPattern(readPattern))
+	if err != nil {
+		fail(err)
+		return
+	}
+	_, raw := out.(rawMarshaler)
+	enc := base64.StdEncoding
+	var text []byte // the base64 of a chunk
+	off, left := req.GetOffset(), req.GetLength()
+	crc, withCRC := uint32(0), true
+	for first := true; ; first = false {
+		n := min(left, readChunkBytes)
+		if first && left > g.maxRequestBytes {
+			// The server refuses this length as it refuses one Read.
+			n = left
+		}
+		resp, err := g.client.Read(ctx, &filewritev1.ReadRequest{Path: req.GetPath(), Offset: off, Length: n})
+		if err != nil {
+			if first {
+				fail(err)
+				return
+			}
+			panic(http.ErrAbortHandler)
+		}
+		data := resp.GetData()
+		if resp.Crc32C == nil {
+			withCRC = false
+		} else if resp.GetCrc32C() != crc32.Checksum(data, castagnoli) {
+			panic(http.ErrAbortHandler)
+		}
+		crc = crc32.Update(crc, castagnoli, data)
+		if first {
+			w.Header().Set("Content-Type", out.ContentType(resp))
+			w.WriteHeader(http.StatusOK)
+			if !raw {
+				io.WriteString(w, `{"data":"`)
+			}
+		}
+		if raw {
+			_, err = w.Write(data)
+		} else {
+			if need := enc.EncodedLen(len(data)); cap(text) < need {
+				text = make([]byte, need)
+			}
+			text = text[:enc.EncodedLen(len(data))]
+			enc.Encode(text, data)
+			_, err = w.Write(text)
+		}
+		if err != nil {
+			return // the client went away
+		}
+		off += int64(len(data))
+		left -= int64(len(data))
+		if int64(len(data)) < n || left <= 0 {
+			break
+		}
+	}
+	if !raw {
+		tail := `"}`
+		if withCRC {
+			tail = `","crc32c":` + strconv.FormatUint(uint64(crc), 10) + `}`
+		}
+		io.WriteString(w, tail)
+	}
+}
