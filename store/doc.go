@@ -56,6 +56,9 @@
 //	  extentCache.mu       (the extent maps of files closed for room; a
 //	                        leaf, also taken alone when a file opens)
 //
+//	dirSyncs.mu            (the directories being synced; a leaf)
+//	dirSync.mu             (one directory's fsyncs; a leaf, taken alone)
+//
 // The two trees never nest: get and put take and drop inodeTable.mu before
 // the caller touches inode.lock, and /debug/locks snapshots each lock after
 // dropping it. inodeTable.mu is never held across I/O but the fstat(2) and

@@ -12,12 +12,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// groupCommit merges concurrent syncs of one file, like bbolt's DB.Batch
-// merges transactions: callers that arrive while a sync runs join the next
-// batch, and that batch starts the moment the running one ends, never
-// sleeping to gather more (the btrfs fsync unplug patch). A caller is only
-// released by a sync that started after it asked, so every write it made
-// before asking is covered.
+// groupCommit merges concurrent syncs of one file (and, for dirSyncs, of
+// one directory), like bbolt's DB.Batch merges transactions: callers that
+// arrive while a sync runs join the next batch, and that batch starts the
+// moment the running one ends, never sleeping to gather more (the btrfs
+// fsync unplug patch). A caller is only released by a sync that started
+// after it asked, so every write it made before asking is covered.
 //
 // A failed sync poisons the file: Linux reports a writeback error once per
 // descriptor and then forgets it, so the next fdatasync may succeed although

@@ -54,8 +54,11 @@ type inode struct {
 	unlinked atomic.Bool
 	// newDirs (immutable after open) are the directories to sync once for a
 	// file this store created; dirsPending is true until that succeeded.
+	// dirsSince (immutable after open) is when their entries were made, a
+	// stamp of dirSyncs.now: an fsync of them that started later covers it.
 	newDirs     []string
 	dirsPending atomic.Bool
+	dirsSince   int64
 
 	// The fields below are guarded by inodeTable.mu.
 	refs     int
@@ -98,6 +101,9 @@ type inodeTable struct {
 	// unsyncedDirs it may forget anything for room: it saves work, it
 	// guards nothing. It has its own lock, taken under mu or alone.
 	closedExtents *extentCache
+	// dirs merges the syncs of directories (created files' newDirs, and
+	// the closed ones' unsyncedDirs). It has its own lock.
+	dirs *dirSyncs
 	// unsyncedDirs holds, by ID, the new directories (inode.newDirs) of the
 	// files this store created and closed while idle before a sync made
 	// their names durable. It is kept apart from the inodes, like
@@ -118,6 +124,7 @@ func newInodeTable(fsys FS, opts *Options, tel *Telemetry) *inodeTable {
 	}
 	t.failedSync = make(map[fileID]string)
 	t.closedExtents = newExtentCache(opts.ExtentCacheBytes)
+	t.dirs = newDirSyncs(fsys, opts, tel)
 	t.unsyncedDirs = make(map[fileID][]string)
 	t.drained = sync.NewCond(&t.mu)
 	return t
@@ -192,6 +199,8 @@ func (t *inodeTable) get(ctx context.Context, name string, create bool) (*inode,
 				delete(t.unsyncedDirs, id)
 				ino.newDirs = append(ino.newDirs, dirs...)
 				ino.dirsPending.Store(true)
+				// Made before now, whenever that was.
+				ino.dirsSince = t.dirs.now()
 			}
 		} else {
 			ino.openErr = err
@@ -334,6 +343,7 @@ func (t *inodeTable) openInode(ino *inode, create bool) (err error) {
 				}
 			}
 			ino.dirsPending.Store(true)
+			ino.dirsSince = t.dirs.now()
 		}
 	}
 	if err != nil {
@@ -496,10 +506,16 @@ func (t *inodeTable) syncFile(ino *inode, mode SyncMode) error {
 		ino.dirsPending.Store(false) // the deliberate break
 		return nil
 	}
-	for _, dir := range ino.newDirs {
-		if err := t.fsys.SyncDir(dir); err != nil {
-			return err
-		}
+	// All at once, each shared with the first syncs of other new files in
+	// the same directory (dirSyncs).
+	errs := make([]error, len(ino.newDirs))
+	var wg sync.WaitGroup
+	for i, dir := range ino.newDirs {
+		wg.Go(func() { errs[i] = t.dirs.sync(dir, ino.dirsSince) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	ino.dirsPending.Store(false)
 	return nil
@@ -579,6 +595,7 @@ func (t *inodeTable) syncClosedDirs() error {
 
 // syncDirs syncs each directory named in records once.
 func (t *inodeTable) syncDirs(records map[fileID][]string) error {
+	since := t.dirs.now() // the entries were made before
 	synced := make(map[string]bool)
 	var errs []error
 	for _, dirs := range records {
@@ -587,7 +604,7 @@ func (t *inodeTable) syncDirs(records map[fileID][]string) error {
 				continue
 			}
 			synced[dir] = true
-			if err := t.fsys.SyncDir(dir); err != nil {
+			if err := t.dirs.sync(dir, since); err != nil {
 				errs = append(errs, fmt.Errorf("%w: sync directory %s: %w", ErrSyncFailed, dir, err))
 			}
 		}

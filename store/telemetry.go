@@ -43,8 +43,11 @@ const (
 	MetricLockWait       = "filewrite.lock.wait.duration"
 	MetricWriteDuration  = "filewrite.write.duration"
 	MetricFsyncBatchSize = "filewrite.fsync.batch.size"
-	MetricInflightWrites = "filewrite.inflight.writes"
-	MetricOpenFiles      = "filewrite.open.files"
+	// MetricDirFsyncBatchSize is how many callers, files synced for the
+	// first time, one fsync of a directory covered.
+	MetricDirFsyncBatchSize = "filewrite.dir.fsync.batch.size"
+	MetricInflightWrites    = "filewrite.inflight.writes"
+	MetricOpenFiles         = "filewrite.open.files"
 	// MetricFileOpens counts files opened, first opens and reopens of
 	// files closed to make room alike, by AttrExtentsSource: the opens
 	// from "cache" are the extent cache's hits.
@@ -81,6 +84,7 @@ type Telemetry struct {
 	lockWait  metric.Float64Histogram
 	writeTime metric.Float64Histogram
 	batchSize metric.Int64Histogram
+	dirBatch  metric.Int64Histogram
 	inflight  metric.Int64ObservableGauge
 	openFiles metric.Int64ObservableGauge
 	opens     metric.Int64Counter
@@ -132,6 +136,12 @@ func NewTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*Telemetry,
 	if t.batchSize, err = meter.Int64Histogram(MetricFsyncBatchSize,
 		metric.WithUnit("{caller}"),
 		metric.WithDescription("Callers covered by one fdatasync/fsync."),
+		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256)); err != nil {
+		return nil, err
+	}
+	if t.dirBatch, err = meter.Int64Histogram(MetricDirFsyncBatchSize,
+		metric.WithUnit("{caller}"),
+		metric.WithDescription("Callers (files synced for the first time) covered by one fsync of a directory."),
 		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256)); err != nil {
 		return nil, err
 	}
@@ -275,6 +285,11 @@ func (w waitSpan) end(ctx context.Context, err error) {
 // recordBatch records how many callers one sync covered.
 func (t *Telemetry) recordBatch(callers int) {
 	t.batchSize.Record(context.Background(), int64(callers))
+}
+
+// recordDirBatch records how many callers one sync of a directory covered.
+func (t *Telemetry) recordDirBatch(callers int) {
+	t.dirBatch.Record(context.Background(), int64(callers))
 }
 
 // syncRecordOpts are the write-latency record options by sync mode, built
