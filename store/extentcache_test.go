@@ -69,7 +69,11 @@ func closeIfIdle(s *Store, name string) bool {
 	if ino.refs > 0 || ino.openErr != nil {
 		return false
 	}
-	return t.closeIdleLocked(ino)
+	if !t.closeIdleLocked(ino) {
+		return false
+	}
+	ino.closeFiles()
+	return true
 }
 
 // waitSettled waits until the file at osPath has had no change for longer

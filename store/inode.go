@@ -161,16 +161,19 @@ func (t *inodeTable) get(ctx context.Context, name string, create bool) (*inode,
 			}
 			return ino, nil
 		}
-		if err := t.makeRoomLocked(); err != nil {
+		evicted, err := t.makeRoomLocked()
+		if err != nil {
 			t.mu.Unlock()
+			closeAllFiles(evicted)
 			return nil, err
 		}
 		ino := &inode{key: name, refs: 1, ready: make(chan struct{})}
 		t.byPath[name] = ino
 		t.open++
 		t.mu.Unlock()
+		closeAllFiles(evicted)
 
-		err := t.openInode(ino, create)
+		err = t.openInode(ino, create)
 
 		t.mu.Lock()
 		if err == nil {
@@ -304,9 +307,13 @@ func (t *inodeTable) unlinkIdleLocked(ino *inode) {
 	ino.idlePrev, ino.idleNext = nil, nil
 }
 
-// makeRoomLocked closes least recently used idle files until one more may
-// open. An idle file has no reference, so no operation holds its lock, and
-// one whose group commit still runs (for callers who gave up waiting) is
+// makeRoomLocked takes least recently used idle files out of the table
+// until one more may open, and returns them for the caller to close once
+// it has dropped t.mu (closeAllFiles): close(2) need not hold up every
+// other lookup, and until it runs the table counts one descriptor fewer
+// than are open, by at most one file per caller doing this at once. An
+// idle file has no reference, so no operation holds its lock, and one
+// whose group commit still runs (for callers who gave up waiting) is
 // skipped. Its state is rebuilt on the next open, from the extent cache
 // (closedExtents) if the file is unchanged by then, else from the file;
 // except what the file cannot tell, which is kept apart and never dropped:
@@ -314,16 +321,26 @@ func (t *inodeTable) unlinkIdleLocked(ino *inode) {
 // synced (unsyncedDirs).
 //
 // Preconditions: t.mu is held.
-func (t *inodeTable) makeRoomLocked() error {
+func (t *inodeTable) makeRoomLocked() ([]*inode, error) {
+	var evicted []*inode
 	for ino := t.idleTail; t.open >= t.opts.MaxOpenFiles && ino != nil; {
 		prev := ino.idlePrev
-		t.closeIdleLocked(ino)
+		if t.closeIdleLocked(ino) {
+			evicted = append(evicted, ino)
+		}
 		ino = prev
 	}
 	if t.open >= t.opts.MaxOpenFiles {
-		return fmt.Errorf("%w: %d files are in use (--max-open-files=%d)", ErrTooManyOpenFiles, t.open, t.opts.MaxOpenFiles)
+		return evicted, fmt.Errorf("%w: %d files are in use (--max-open-files=%d)", ErrTooManyOpenFiles, t.open, t.opts.MaxOpenFiles)
 	}
-	return nil
+	return evicted, nil
+}
+
+// closeAllFiles closes the descriptors of inodes taken out of the table.
+func closeAllFiles(inos []*inode) {
+	for _, ino := range inos {
+		ino.closeFiles()
+	}
 }
 
 // openInode opens the descriptors and rebuilds the size and the extent map
@@ -406,8 +423,9 @@ func (t *inodeTable) openInode(ino *inode, create bool) (err error) {
 	return nil
 }
 
-// closeIdleLocked closes ino for room, unless a sync of it still runs,
-// and reports whether it did.
+// closeIdleLocked takes ino out of the table for room, unless a sync of it
+// still runs, and reports whether it did; the caller then closes its
+// descriptors (closeFiles), after dropping t.mu if it likes.
 //
 // Preconditions: t.mu is held and ino is on the idle list.
 func (t *inodeTable) closeIdleLocked(ino *inode) bool {
@@ -430,7 +448,6 @@ func (t *inodeTable) closeIdleLocked(ino *inode) bool {
 		}
 	}
 	t.open--
-	ino.closeFiles()
 	t.telemetry.recordClose()
 	return true
 }

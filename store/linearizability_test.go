@@ -374,6 +374,7 @@ func changeOutside(s *Store, dir, name string, in linInput) (bool, error) {
 		if ino.refs > 0 || ino.openErr != nil || !t.closeIdleLocked(ino) {
 			return false, nil
 		}
+		ino.closeFiles()
 	}
 	f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR, 0)
 	if err != nil {
