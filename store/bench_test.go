@@ -6,12 +6,15 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // A benchmark here compares configurations side by side in one run: each
@@ -245,4 +248,81 @@ func BenchmarkInflightCounter(b *testing.B) {
 	}
 	// Rates are in units of 100 begin/end pairs.
 	reportPair(b, "single", "striped", rounds)
+}
+
+// BenchmarkManyFiles: 8 writers, 4 KiB at a random block of a random file:
+// one 64 MiB file against 10,000 files of 16 KiB, all held open, with 1024
+// open (the rest reopened as they are written, their extent maps from the
+// extent cache), and with 1024 open and no cache (every reopen a FIEMAP
+// with FIEMAP_FLAG_SYNC). Every file is written in 16 KiB pieces and
+// flushed before the rounds. The ratios are to the one file.
+func BenchmarkManyFiles(b *testing.B) {
+	const bs, workers, perRound, many = 4096, 8, 20000, 10000
+	ctx := context.Background()
+	type config struct {
+		name  string
+		files int
+		size  int64
+		opts  Options
+	}
+	configs := []config{
+		{"1-file", 1, 64 << 20, Options{}},
+		{"10k-open", many, 16 << 10, Options{MaxOpenFiles: 2 * many}},
+		{"10k-1024", many, 16 << 10, Options{MaxOpenFiles: 1024}},
+		{"10k-1024-nocache", many, 16 << 10, Options{MaxOpenFiles: 1024, ExtentCacheBytes: -1}},
+	}
+	path := func(i int) string { return fmt.Sprintf("d%03d/f%06d", i/1000, i) }
+	stores := map[string]*Store{}
+	piece := make([]byte, 16<<10)
+	for _, c := range configs {
+		s, dir := newTestStore(b, c.opts)
+		for i := range c.files {
+			for off := int64(0); off < c.size; off += int64(len(piece)) {
+				if _, err := s.Write(ctx, path(i), off, piece, SyncNone); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		if err := syncfs(dir); err != nil {
+			b.Fatal(err)
+		}
+		stores[c.name] = s
+	}
+	data := make([]byte, bs)
+	rounds := map[string][]benchRound{}
+	b.ResetTimer()
+	for range b.N {
+		for _, c := range configs {
+			s, blocks := stores[c.name], c.size/bs
+			rounds[c.name] = append(rounds[c.name], runWorkers(b, workers, perRound, func(_ int, rng *rand.Rand) error {
+				n := rng.Int64N(int64(c.files) * blocks)
+				_, err := s.Write(ctx, path(int(n/blocks)), n%blocks*bs, data, SyncNone)
+				return err
+			}))
+		}
+	}
+	b.ReportMetric(0, "ns/op")
+	for _, c := range configs {
+		var rates, ratios []float64
+		for i, r := range rounds[c.name] {
+			rates = append(rates, r.rate())
+			ratios = append(ratios, r.rate()/rounds["1-file"][i].rate())
+		}
+		slices.Sort(rates)
+		slices.Sort(ratios)
+		b.ReportMetric(rates[len(rates)/2], c.name+"-ops/s")
+		if c.name != "1-file" {
+			b.ReportMetric(ratios[len(ratios)/2], "x-"+c.name+"/1-file")
+		}
+	}
+}
+
+// syncfs flushes the filesystem that holds dir.
+func syncfs(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return unix.Syncfs(int(f.Fd()))
 }
