@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -42,15 +43,24 @@ type comparison struct {
 	// cleanup stops what the columns' setups started themselves (the
 	// cluster scenario's daemons and proxy); nil: nothing.
 	cleanup func() error
+	// daemonStats reads, after each run, the daemon's memory, descriptors
+	// and metrics (its HTTP address is opened for /metrics).
+	daemonStats bool
+	// print prints the comparison's table; nil prints printTable's.
+	print func(w io.Writer, res *comparisonResult)
 }
 
 // column is one configuration of a comparison.
 type column struct {
 	name string
 	// daemon is the flags of the daemon this column runs against; columns
-	// with the same flags share one daemon. nil: the column runs in the
-	// harness alone (raw pwrite).
+	// with the same flags share one daemon, unless daemonKey says
+	// otherwise. nil: the column runs in the harness alone (raw pwrite).
 	daemon []string
+	// daemonKey, if set, names the daemon instead of its flags: columns
+	// with one key share a daemon, and columns with different keys do
+	// not, whatever their flags.
+	daemonKey string
 	// setup prepares the column's server or directory once; before and
 	// after run around each timed run, untimed. Any may be nil.
 	setup  func(ctx context.Context, s *session) error
@@ -84,6 +94,7 @@ type session struct {
 	duration    time.Duration
 	round       int
 	done        *atomic.Int64 // completed operations, for the progress line
+	column      string        // the column's name
 }
 
 // comparisonResult is a comparison's outcome, as summary.json holds it.
@@ -144,6 +155,8 @@ type roundSummary struct {
 	// operation; absent where not counted.
 	Syncs      float64 `json:"syncs,omitempty"`
 	SyncsPerOp float64 `json:"syncs_per_op,omitempty"`
+	// Daemon is what the run cost the daemon beyond CPU (daemonStats).
+	Daemon *daemonStats `json:"daemon,omitempty"`
 }
 
 // cpuPerOp is the CPU time one operation cost the daemon (ServerUS, 0
@@ -226,7 +239,7 @@ func (e *env) runComparison(ctx context.Context, c *comparison) (_ *comparisonRe
 	}()
 	for i, col := range cols {
 		s := &session{clients: c.clients, connections: e.opts.connections, bs: c.bs, duration: e.duration(false),
-			dir: filepath.Join(e.work, c.name, col.name), done: new(atomic.Int64)}
+			dir: filepath.Join(e.work, c.name, col.name), done: new(atomic.Int64), column: col.name}
 		if err := os.MkdirAll(s.dir, 0o755); err != nil {
 			return nil, err
 		}
@@ -236,10 +249,21 @@ func (e *env) runComparison(ctx context.Context, c *comparison) (_ *comparisonRe
 			s.addr, s.token = e.opts.target, e.opts.token
 		default:
 			key := strings.Join(col.daemon, " ")
+			if col.daemonKey != "" {
+				key = "key " + col.daemonKey
+			}
 			d := daemons[key]
 			if d == nil {
-				d, err = startDaemon(ctx, c.name+"/"+col.name, e.bin, filepath.Join(s.dir, "data"),
-					filepath.Join(s.dir, "daemon.log"), col.daemon)
+				args := col.daemon
+				if c.daemonStats {
+					args = append([]string{"--http-addr", "127.0.0.1:0"}, args...)
+				}
+				name := col.name
+				if col.daemonKey != "" {
+					name = col.daemonKey
+				}
+				d, err = startDaemon(ctx, c.name+"/"+col.name, e.bin, filepath.Join(e.work, c.name, name, "data"),
+					filepath.Join(e.work, c.name, name, "daemon.log"), args)
 				if err != nil {
 					return nil, err
 				}
@@ -300,7 +324,11 @@ func (e *env) runComparison(ctx context.Context, c *comparison) (_ *comparisonRe
 	if err != nil {
 		return nil, err
 	}
-	printTable(e.log, res, colNames)
+	if c.print != nil {
+		c.print(e.log, res)
+	} else {
+		printTable(e.log, res, colNames)
+	}
 	return res, nil
 }
 
@@ -315,6 +343,14 @@ func (e *env) runColumn(ctx context.Context, c *comparison, col column, s *sessi
 	s.done.Store(0)
 	label := fmt.Sprintf("[%s] %s round %d/%d", c.name, col.name, s.round, e.opts.rounds)
 	end := e.progress.start(label, s.duration, s.done)
+	var before daemonCounters
+	if c.daemonStats && s.daemon != nil && s.daemon.httpAddr != "" {
+		var err error
+		if before, err = scrapeCounters(ctx, s.daemon.httpAddr); err != nil {
+			end()
+			return nil, err
+		}
+	}
 	cpu0 := sampleCPU(s.pid)
 	r, err := col.run(ctx, s)
 	cpu := sampleCPU(s.pid).since(cpu0)
@@ -328,6 +364,12 @@ func (e *env) runColumn(ctx context.Context, c *comparison, col column, s *sessi
 		return nil, err
 	}
 	r.Column, r.Round, r.CPU = col.name, s.round, cpu
+	if c.daemonStats && s.daemon != nil && s.daemon.httpAddr != "" {
+		// Before after: what the run left, not what a flush made of it.
+		if r.Daemon, err = statsSince(ctx, s.pid, s.daemon.httpAddr, before); err != nil {
+			return nil, err
+		}
+	}
 	if col.after != nil {
 		if err := col.after(ctx, s); err != nil {
 			return nil, fmt.Errorf("after: %w", err)
@@ -385,7 +427,7 @@ func (e *env) summarize(res *comparisonResult, c *comparison, cols []column) {
 		for _, r := range res.runs[col.name] {
 			jp, hp := reportPaths(c.name, r)
 			rs := roundSummary{Round: r.Round, Count: r.Count, Errors: r.Errors, ElapsedSec: r.Elapsed.Seconds(),
-				IOPS: r.IOPS(), CPU: perOp(r), ReportJSON: jp, ReportHTML: hp}
+				IOPS: r.IOPS(), CPU: perOp(r), Daemon: r.Daemon, ReportJSON: jp, ReportHTML: hp}
 			rs.Syncs, rs.SyncsPerOp = r.Syncs, r.syncsPerOp()
 			syncs = append(syncs, rs.SyncsPerOp)
 			server = append(server, rs.CPU.ServerUS)

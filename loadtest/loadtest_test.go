@@ -292,6 +292,86 @@ func checkComparison(t *testing.T, out, table string, c *comparisonResult, colum
 	}
 }
 
+// TestFilesScenario runs the files scenario at toy sizes: every row over
+// both transports and files-create, no errors, the daemon's memory,
+// descriptors and metrics read after every run, reopens where the bound
+// is below the files, and the tables printed. It checks nothing about
+// speed.
+func TestFilesScenario(t *testing.T) {
+	sum, _, text := shortRun(t, "files", func(o *options) {
+		o.fileSize = 256 << 10
+		o.concurrency = 4
+		o.files = []int{8, 24}
+		o.maxOpenFiles = 8
+		o.transport = transportBoth
+		o.streams = 2 // plus one per client: below --max-open-files 8
+		o.createFiles = 60
+	})
+	var names []string
+	for _, c := range sum.Comparisons {
+		names = append(names, c.Name)
+	}
+	if want := []string{"files", "files-create"}; !slices.Equal(names, want) {
+		t.Fatalf("comparisons %q, want %q", names, want)
+	}
+	files, create := sum.Comparisons[0], sum.Comparisons[1]
+	var cols []string
+	for _, row := range []string{"1-file", "8", "8-open8", "24", "24-open8"} {
+		cols = append(cols, row, row+streamSuffix)
+	}
+	var got []string
+	for _, c := range files.Columns {
+		got = append(got, c.Name)
+		for _, r := range c.Rounds {
+			if r.Count == 0 || len(r.Errors) != 0 {
+				t.Errorf("%s round %d: %d requests, errors %v", c.Name, r.Round, r.Count, r.Errors)
+			}
+			d := r.Daemon
+			if d == nil || d.RSS == 0 || d.FDs == 0 {
+				t.Errorf("%s round %d: daemon stats %+v, want memory and descriptors", c.Name, r.Round, d)
+				continue
+			}
+			if c.Name == "24-open8" && d.Opens == 0 {
+				t.Errorf("%s round %d: no file reopened with 24 files and 8 open", c.Name, r.Round)
+			}
+			if d.OpenFiles > 8 && strings.Contains(c.Name, "open8") {
+				t.Errorf("%s round %d: %d files open past --max-open-files 8", c.Name, r.Round, d.OpenFiles)
+			}
+		}
+	}
+	if !slices.Equal(got, cols) {
+		t.Errorf("files columns %q, want %q", got, cols)
+	}
+	if len(files.Ratios) != len(cols)-2 {
+		t.Errorf("%d ratios, want one per many-file column: %v", len(files.Ratios), files.Ratios)
+	}
+	for _, c := range create.Columns {
+		for _, r := range c.Rounds {
+			d := r.Daemon
+			if r.Count != 60 || len(r.Errors) != 0 || d == nil {
+				t.Errorf("files-create %s round %d: %d files, errors %v, stats %v; want 60, none, some", c.Name, r.Round, r.Count, r.Errors, d)
+				continue
+			}
+			// Each new file's first sync asks for the four directories
+			// above it (d, r, create-COLUMN and the root): per-call, one
+			// fsync each; shared, at most that, with the callers that an
+			// fsync done already covered not counted.
+			want := int64(4 * 60)
+			if c.Name == "per-call" && (d.DirSyncs != want || d.DirSyncCallers != want) {
+				t.Errorf("files-create per-call round %d: %d directory fsyncs for %d callers, want %d for %d", r.Round, d.DirSyncs, d.DirSyncCallers, want, want)
+			}
+			if d.DirSyncs < 1 || d.DirSyncs > d.DirSyncCallers || d.DirSyncCallers > want {
+				t.Errorf("files-create %s round %d: %d directory fsyncs for %d callers, want 1 to %d for at most %d", c.Name, r.Round, d.DirSyncs, d.DirSyncCallers, d.DirSyncCallers, want)
+			}
+		}
+	}
+	for _, want := range []string{"== files:", "rss/file (B)", "24-open8-stream", "== files-create:", "dir fsyncs/file"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+}
+
 // TestSoak runs the soak briefly: no unexpected error, every file equal to
 // the model, the daemon's memory read at start and end, and a clean exit.
 func TestSoak(t *testing.T) {

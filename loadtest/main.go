@@ -6,6 +6,7 @@
 //	go run ./loadtest -scenario all
 //	go run ./loadtest -scenario below-eof -duration 15s -rounds 3
 //	go run ./loadtest -scenario soak
+//	go run ./loadtest -scenario files -duration 10s
 //	go run ./loadtest -scenario throughput -target 127.0.0.1:50051
 //	go run ./loadtest -scenario cluster
 //	go run ./loadtest -scenario cluster -targets 10.0.0.1:50051,10.0.0.2:50051
@@ -40,6 +41,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -62,9 +64,17 @@ type options struct {
 	token       string   // from -token-file; "" sends none
 	daemon      string   // a prebuilt daemon binary; "" builds one
 	keepData    bool
-	// transport is unary, stream or both; "": both for "all", unary
-	// otherwise.
+	// transport is unary, stream or both; "": both for "all" and
+	// "files", unary otherwise.
 	transport string
+	// The files scenario's: the file counts of its rows, the
+	// --max-open-files of each row's second run, how many idle
+	// WriteStreams its stream transport keeps open, and how many files
+	// files-create makes.
+	files        []int
+	maxOpenFiles int
+	streams      int
+	createFiles  int
 }
 
 // scenarioNames in the order "all" runs them; soak is separate.
@@ -97,10 +107,10 @@ func main() {
 }
 
 func parseOptions(args []string, out io.Writer) (options, error) {
-	o := options{rounds: 3, out: "loadtest-out"}
+	o := options{rounds: 3, out: "loadtest-out", maxOpenFiles: 1024, streams: 512, createFiles: 10000}
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&o.scenario, "scenario", "", "what to run: "+strings.Join(scenarioNames, ", ")+", all (those, with both transports), soak or cluster")
+	fs.StringVar(&o.scenario, "scenario", "", "what to run: "+strings.Join(scenarioNames, ", ")+", all (those, with both transports), soak, cluster or files")
 	fs.DurationVar(&o.duration, "duration", 0, "length of each timed run (default 15s; 2m for soak)")
 	fs.IntVar(&o.rounds, "rounds", o.rounds, "rounds per comparison; every configuration runs once per round, in alternation")
 	fs.IntVar(&o.concurrency, "concurrency", 0, "concurrent clients (default: the scenario's: 8 below-eof, 10 prealloc-overwrite, 32 fsync and throughput, 64 soak)")
@@ -112,8 +122,12 @@ func parseOptions(args []string, out io.Writer) (options, error) {
 	targets := fs.String("targets", "", "with -scenario cluster: comma-separated gRPC addresses of running daemons, routed by ring hash of the path")
 	tokenFile := fs.String("token-file", "", "with -target: a `file` whose first token (one per line, # comments) is sent as the bearer token")
 	fs.StringVar(&o.daemon, "daemon", "", "a filewrite binary to start instead of building one from this checkout")
-	fs.StringVar(&o.transport, "transport", "", "how the clients reach the daemon: unary (one RPC per write), stream (WriteStream through the client package, a File per client) or both, alternated (default: both for all, unary otherwise)")
+	fs.StringVar(&o.transport, "transport", "", "how the clients reach the daemon: unary (one RPC per write), stream (WriteStream through the client package, a File per client) or both, alternated (default: both for all and files, unary otherwise)")
 	fs.BoolVar(&o.keepData, "keep-data", false, "keep the daemons' data directories and logs after each scenario")
+	files := fs.String("files", "1000,10000,100000", "files: the file counts of the many-file rows, comma-separated")
+	fs.IntVar(&o.maxOpenFiles, "max-open-files", o.maxOpenFiles, "files: the daemon's --max-open-files in the second run of each many-file row")
+	fs.IntVar(&o.streams, "streams", o.streams, "files: most idle WriteStreams (one per file) the stream transport keeps open; with one per client in use, keep the sum below -max-open-files")
+	fs.IntVar(&o.createFiles, "create", o.createFiles, "files: how many files files-create makes, ten to a new directory")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -123,7 +137,7 @@ func parseOptions(args []string, out io.Writer) (options, error) {
 	switch o.scenario {
 	case "":
 		return o, errors.New("-scenario is required (" + strings.Join(scenarioNames, ", ") + ", all or soak)")
-	case "all", "soak", "cluster":
+	case "all", "soak", "cluster", "files":
 	default:
 		found := false
 		for _, n := range scenarioNames {
@@ -140,6 +154,16 @@ func parseOptions(args []string, out io.Writer) (options, error) {
 	}
 	if o.rounds < 1 || o.duration < 0 || o.concurrency < 0 || o.connections < 0 {
 		return o, errors.New("-rounds must be at least 1; -duration, -concurrency and -connections not negative")
+	}
+	for _, f := range strings.Split(*files, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return o, fmt.Errorf("-files %q: want positive counts, like 1000,10000", *files)
+		}
+		o.files = append(o.files, n)
+	}
+	if o.maxOpenFiles < 1 || o.streams < 1 || o.createFiles < 1 {
+		return o, errors.New("-max-open-files, -streams and -create must be at least 1")
 	}
 	for _, t := range strings.Split(*targets, ",") {
 		if t = strings.TrimSpace(t); t != "" {
@@ -353,6 +377,8 @@ func run(ctx context.Context, opts options, stdout, progressOut io.Writer) (*sum
 			comparisons = append(comparisons, e.throughput)
 		case "cluster":
 			comparisons = append(comparisons, e.cluster)
+		case "files":
+			comparisons = append(comparisons, e.files, e.filesCreate)
 		case "peer":
 			if tool := peerMissing(); tool != "" {
 				fmt.Fprintf(stdout, "\n== peer: skipped: %s is not installed (apt-get install nbdkit fio)\n", tool)

@@ -27,6 +27,9 @@ type runResult struct {
 	// CPU is what the run cost the daemon, the harness and the rest of
 	// the machine.
 	CPU cpuUsage
+	// Daemon is the daemon's memory, descriptors and metrics after the
+	// run, for comparisons that read them (daemonStats).
+	Daemon *daemonStats
 	// latencies of the successful operations, sorted.
 	latencies []time.Duration
 	// report is ghz's report of the run: ghz's own for the runs ghz

@@ -1,13 +1,6 @@
 package main
 
-import (
-	"bufio"
-	"context"
-	"fmt"
-	"net/http"
-	"strconv"
-	"strings"
-)
+import "context"
 
 // syncCounts are a daemon's filewrite_fsync_batch_size histogram totals:
 // every sync the store issued (any --fsync mode) is one observation of the
@@ -20,45 +13,14 @@ type syncCounts struct {
 // readSyncCounts reads the histogram's _count and _sum from the daemon's
 // /metrics, summed over label sets.
 func readSyncCounts(ctx context.Context, httpAddr string) (syncCounts, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/metrics", nil)
+	m, err := readMetrics(ctx, httpAddr)
 	if err != nil {
 		return syncCounts{}, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return syncCounts{}, err
-	}
-	defer resp.Body.Close()
-	var c syncCounts
-	found := false
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		var dst *float64
-		switch {
-		case strings.HasPrefix(line, "filewrite_fsync_batch_size_count"):
-			dst = &c.syncs
-		case strings.HasPrefix(line, "filewrite_fsync_batch_size_sum"):
-			dst = &c.callers
-		default:
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			return syncCounts{}, fmt.Errorf("/metrics: %q: %w", line, err)
-		}
-		*dst += v
-		found = true
-	}
-	if err := sc.Err(); err != nil {
-		return syncCounts{}, err
-	}
-	if !found && resp.StatusCode != http.StatusOK {
-		return syncCounts{}, fmt.Errorf("/metrics: %s", resp.Status)
-	}
-	return c, nil
+	return syncCounts{
+		syncs:   m.sum("filewrite_fsync_batch_size_count", ""),
+		callers: m.sum("filewrite_fsync_batch_size_sum", ""),
+	}, nil
 }
 
 // countSyncs wraps run so that its result says how many syncs the daemon

@@ -84,18 +84,169 @@ func printTable(w io.Writer, res *comparisonResult, columns []string) {
 			})
 	}
 
-	widths := make([]int, len(header))
-	for _, cells := range rows {
-		for i, c := range cells {
-			widths[i] = max(widths[i], len(c))
-		}
-	}
 	conns := "one connection each"
 	if res.Connections > 0 && res.Connections < res.Clients {
 		conns = fmt.Sprintf("%d connections", res.Connections)
 	}
 	fmt.Fprintf(w, "   %d clients (%s), %s per run, %d rounds alternating; medians over rounds\n",
 		res.Clients, conns, res.Duration, res.Rounds)
+	printRows(w, rows)
+	printErrors(w, res)
+}
+
+// printFilesTable prints the files comparison one row per configuration:
+// throughput and p99 (medians over rounds), the ratio to the one-file row
+// of the same transport (median of the per-round ratios), and what the
+// daemon held when the runs ended (the largest over rounds): resident
+// memory, the memory per file above the one-file row's, descriptors, open
+// files and extent-cache entries; then reopens per second and the share of
+// them that took their extent map from the cache.
+func printFilesTable(w io.Writer, res *comparisonResult) {
+	ratios := map[string]float64{}
+	for _, r := range res.Ratios {
+		ratios[r.Name] = r.IOPS
+	}
+	type stats struct {
+		rss, peak     int64
+		fds           int
+		open, entries int64
+		opens, hits   int64
+		elapsed       float64
+	}
+	collect := func(c *columnSummary) stats {
+		var st stats
+		for _, r := range c.Rounds {
+			d := r.Daemon
+			if d == nil {
+				continue
+			}
+			st.rss, st.peak, st.fds = max(st.rss, d.RSS), max(st.peak, d.PeakRSS), max(st.fds, d.FDs)
+			st.open, st.entries = d.OpenFiles, d.CacheEntries
+			st.opens += d.Opens
+			st.hits += d.CacheHits
+			st.elapsed += r.ElapsedSec
+		}
+		return st
+	}
+	base := map[string]int64{} // the one-file row's RSS, by transport
+	for i := range res.Columns {
+		if strings.TrimSuffix(res.Columns[i].Name, streamSuffix) == oneFileRow {
+			base[res.Columns[i].Transport] = collect(&res.Columns[i]).rss
+		}
+	}
+	rows := [][]string{{"files", "iops", "vs 1-file", "p99 (usec)", "rss (MiB)", "peak (MiB)", "rss/file (B)",
+		"fds", "open", "cached", "reopens/s", "cache hits", "errors", "other load"}}
+	mib := func(b int64) string { return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64) }
+	for i := range res.Columns {
+		c := &res.Columns[i]
+		row, transport := strings.TrimSuffix(c.Name, streamSuffix), c.Transport
+		st := collect(c)
+		vs, perFile, reopens, hits := "1.00x", "-", "-", "-"
+		if row != oneFileRow {
+			one := oneFileRow
+			if transport == transportStream {
+				one += streamSuffix
+			}
+			vs = fmt.Sprintf("%.2fx", ratios[c.Name+"/"+one])
+			if n := rowFiles(row); n > 1 && st.rss > 0 && base[transport] > 0 {
+				perFile = strconv.FormatInt((st.rss-base[transport])/int64(n-1), 10)
+			}
+		}
+		if st.elapsed > 0 {
+			reopens = strconv.FormatFloat(float64(st.opens)/st.elapsed, 'f', 0, 64)
+		}
+		if st.opens > 0 {
+			hits = fmt.Sprintf("%.0f%%", 100*float64(st.hits)/float64(st.opens))
+		}
+		p99 := "-"
+		for _, p := range c.Clat {
+			if p.Percentile == 99 {
+				p99 = strconv.FormatFloat(p.Usec, 'f', 0, 64)
+			}
+		}
+		rows = append(rows, []string{c.Name, strconv.FormatFloat(c.IOPS, 'f', 0, 64), vs, p99, mib(st.rss), mib(st.peak), perFile,
+			strconv.Itoa(st.fds), strconv.FormatInt(st.open, 10), strconv.FormatInt(st.entries, 10), reopens, hits,
+			strconv.Itoa(c.Errors), strconv.FormatFloat(c.CPU.OtherCores, 'f', 2, 64)})
+	}
+	fmt.Fprintf(w, "   %d clients, %s per run, %d rounds alternating; iops and p99 are medians over rounds, memory and descriptors the most after any run\n",
+		res.Clients, res.Duration, res.Rounds)
+	printRows(w, rows)
+	printErrors(w, res)
+}
+
+// rowFiles is the file count a files row's name starts with (1k-open1024
+// is 1000), 1 for the one-file row.
+func rowFiles(row string) int {
+	if row == oneFileRow {
+		return 1
+	}
+	name, _, _ := strings.Cut(row, "-")
+	mult := 1
+	if strings.HasSuffix(name, "k") {
+		name, mult = strings.TrimSuffix(name, "k"), 1000
+	}
+	n, _ := strconv.Atoi(name)
+	return n * mult
+}
+
+// printCreateTable prints files-create: files made per second and p99
+// (medians over rounds), the fsyncs of directories and of files per file
+// made, and how many first syncs one fsync of a directory covered (each
+// summed over rounds).
+func printCreateTable(w io.Writer, res *comparisonResult) {
+	ratios := map[string]float64{}
+	for _, r := range res.Ratios {
+		ratios[strings.SplitN(r.Name, "/", 2)[0]] = r.IOPS
+	}
+	rows := [][]string{{"fsync", "files/s", "p99 (usec)", "dir fsyncs/file", "callers/dir fsync", "file syncs/file", "vs per-call", "errors", "other load"}}
+	for i := range res.Columns {
+		c := &res.Columns[i]
+		var made, dirSyncs, callers, fileSyncs int64
+		for _, r := range c.Rounds {
+			made += int64(r.Count)
+			if d := r.Daemon; d != nil {
+				dirSyncs += d.DirSyncs
+				callers += d.DirSyncCallers
+				fileSyncs += d.FileSyncs
+			}
+		}
+		per := func(n, of int64) string {
+			if of == 0 {
+				return "-"
+			}
+			return strconv.FormatFloat(float64(n)/float64(of), 'f', 2, 64)
+		}
+		p99 := "-"
+		for _, p := range c.Clat {
+			if p.Percentile == 99 {
+				p99 = strconv.FormatFloat(p.Usec, 'f', 0, 64)
+			}
+		}
+		vs := "-"
+		if r, ok := ratios[c.Name]; ok {
+			vs = fmt.Sprintf("%.2fx", r)
+		}
+		rows = append(rows, []string{c.Name, strconv.FormatFloat(c.IOPS, 'f', 0, 64), p99, per(dirSyncs, made), per(callers, dirSyncs),
+			per(fileSyncs, made), vs, strconv.Itoa(c.Errors), strconv.FormatFloat(c.CPU.OtherCores, 'f', 2, 64)})
+	}
+	fmt.Fprintf(w, "   %d clients, %d rounds alternating, each making its files in new directories; files/s and p99 are medians over rounds\n",
+		res.Clients, res.Rounds)
+	printRows(w, rows)
+	printErrors(w, res)
+}
+
+// printRows prints rows as columns padded to their widest cell, the first
+// left-aligned and the rest right-aligned.
+func printRows(w io.Writer, rows [][]string) {
+	var widths []int
+	for _, cells := range rows {
+		for i, c := range cells {
+			if i == len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[i] = max(widths[i], len(c))
+		}
+	}
 	for _, cells := range rows {
 		var b strings.Builder
 		b.WriteString("   ")
@@ -108,6 +259,10 @@ func printTable(w io.Writer, res *comparisonResult, columns []string) {
 		}
 		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
 	}
+}
+
+// printErrors lists the errors of every column, summed over rounds.
+func printErrors(w io.Writer, res *comparisonResult) {
 	for _, c := range res.Columns {
 		for msg, n := range c.errorsByMsg {
 			fmt.Fprintf(w, "   ERROR %s: %d× %s\n", c.Name, n, msg)

@@ -33,7 +33,7 @@ func (e *env) transports(c *comparison) *comparison {
 	t := e.opts.transport
 	if t == "" {
 		t = transportUnary
-		if e.opts.scenario == "all" {
+		if e.opts.scenario == "all" || e.opts.scenario == "files" {
 			t = transportBoth
 		}
 	}

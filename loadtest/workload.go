@@ -95,6 +95,13 @@ func ghzHealthChecks(ctx context.Context, s *session) (*runResult, error) {
 // ghz cannot drive: several RPCs per operation, or no RPC at all. n numbers
 // the operations across clients from 0, as ghz numbers its requests.
 func loop(ctx context.Context, s *session, call string, op func(ctx context.Context, client int, n int64) error) *runResult {
+	return loopN(ctx, s, call, -1, op)
+}
+
+// loopN is loop, but with limit >= 0 the run ends once operations 0 to
+// limit-1 are done, however long that takes, rather than after
+// s.duration.
+func loopN(ctx context.Context, s *session, call string, limit int64, op func(ctx context.Context, client int, n int64) error) *runResult {
 	var next atomic.Int64
 	var mu sync.Mutex
 	var all []time.Duration
@@ -108,8 +115,11 @@ func loop(ctx context.Context, s *session, call string, op func(ctx context.Cont
 			defer wg.Done()
 			lats := make([]time.Duration, 0, 1024)
 			myErrs := map[string]int{}
-			for ctx.Err() == nil && time.Now().Before(deadline) {
+			for ctx.Err() == nil && (limit >= 0 || time.Now().Before(deadline)) {
 				n := next.Add(1) - 1
+				if limit >= 0 && n >= limit {
+					break
+				}
 				t0 := time.Now()
 				err := op(ctx, c, n)
 				if err != nil {
