@@ -291,10 +291,29 @@ func (l *inodeLock) snapshot(maxHolders int) lockSnapshot {
 // lockInode takes ino's lock in mode (lockShared or lockExclusive) on
 // behalf of op, recording reason and ctx's span for waiters and
 // /debug/locks. Release it with ino.lock.release.
+//
+// The holder comes from holderPool: a caller that knows nothing refers to
+// it any more gives it back with putHolder, as write does, so that a write
+// allocates nothing on its way through the lock. Others leave it to the
+// garbage collector.
 func lockInode(ctx context.Context, ino *inode, mode lockMode, op, reason string) (*holder, error) {
-	h := &holder{mode: mode, op: op, reason: reason, span: trace.SpanContextFromContext(ctx)}
+	h := holderPool.Get().(*holder)
+	*h = holder{mode: mode, op: op, reason: reason, span: trace.SpanContextFromContext(ctx)}
 	if err := ino.lock.acquire(ctx, h); err != nil {
+		putHolder(h) // acquire left no reference to it
 		return nil, err
 	}
 	return h, nil
+}
+
+// holderPool recycles holders (see lockInode).
+var holderPool = sync.Pool{New: func() any { return new(holder) }}
+
+// putHolder gives h back to holderPool.
+//
+// Preconditions: h was released, or never granted, and nothing refers to
+// it: not the lock, nor the in-flight counter's span slots.
+func putHolder(h *holder) {
+	*h = holder{}
+	holderPool.Put(h)
 }

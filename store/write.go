@@ -184,6 +184,7 @@ func (s *Store) write(ctx context.Context, ino *inode, off int64, data []byte, s
 			// in any mode: re-check the decision made without it.
 			if again, _ := s.writeLockModeOf(ino, off, end); again > mode {
 				ino.lock.release(h)
+				putHolder(h)
 				continue
 			}
 		}
@@ -227,6 +228,7 @@ func (s *Store) write(ctx context.Context, ino *inode, off int64, data []byte, s
 			size = ino.size.Load()
 			ino.lock.release(h)
 		}
+		putHolder(h)
 		return n, size, sync, err
 	}
 }
