@@ -4,16 +4,19 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"math/bits"
 	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/bufpool"
 )
 
 // PathHeader is the metadata header that carries the file's path on every
@@ -24,8 +27,15 @@ const PathHeader = "filewrite-path"
 const (
 	// DefaultMaxMessageBytes is the default of WithMaxMessageBytes: well
 	// below the daemon's default message limit (64 MiB plus 64 KiB) and
-	// gRPC's default receive limit (4 MiB).
-	DefaultMaxMessageBytes = 1 << 20
+	// gRPC's default receive limit (4 MiB), and room for a 1 MiB piece.
+	DefaultMaxMessageBytes = 2 << 20
+)
+
+// HTTP/2 flow-control windows of a Dial'ed connection: a stream's and the
+// connection's. Fixed windows also turn off gRPC's window estimation.
+const (
+	streamWindow = 4 << 20
+	connWindow   = 16 << 20
 )
 
 // Option configures a Client.
@@ -36,6 +46,7 @@ type options struct {
 	tls             *tls.Config
 	retries         int
 	maxMessageBytes int
+	piece           int      // the size writes and reads are split into
 	targets         []string // WithTargets (targets.go)
 	ringHash        bool     // WithRingHash
 }
@@ -57,10 +68,12 @@ func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }
 // stream's error.
 func WithRetry(attempts int) Option { return func(o *options) { o.retries = max(0, attempts) } }
 
-// WithMaxMessageBytes bounds the data of one stream message and of one
-// read: larger writes and reads are split. It must stay below the
-// daemon's --max-request-bytes and gRPC's receive limits. Default
-// DefaultMaxMessageBytes (1 MiB).
+// WithMaxMessageBytes bounds the data of one stream message. Writes and
+// reads larger than the largest power of two that fits in it with room to
+// spare (1 MiB by default) are split into pieces of that size, so that
+// pieces of aligned writes stay aligned. It must stay below the daemon's
+// --max-request-bytes and gRPC's receive limits. Default
+// DefaultMaxMessageBytes (2 MiB).
 func WithMaxMessageBytes(n int) Option {
 	return func(o *options) {
 		if n > 0 {
@@ -99,6 +112,8 @@ func New(cc grpc.ClientConnInterface, opts ...Option) *Client {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	// The room left: a write's fields besides its data.
+	o.piece = 1 << (bits.Len(uint(max(1, o.maxMessageBytes-writeOverhead))) - 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Client{
 		cc:      cc,
@@ -140,6 +155,13 @@ func dialOptions(o options) []grpc.DialOption {
 	}
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
+		// gRPC's own pool zeroes every buffer it hands out; this one
+		// does not (internal/bufpool says why that is safe).
+		experimental.WithBufferPool(bufpool.Shared),
+		// Windows that hold the pipeline (many writes in flight on one
+		// stream) without waiting for window updates.
+		grpc.WithInitialWindowSize(streamWindow),
+		grpc.WithInitialConnWindowSize(connWindow),
 		// Reads are split at the message bound; this leaves room for a
 		// caller who raises it.
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30 + 1<<20)),
