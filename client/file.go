@@ -48,21 +48,19 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 
 // Write writes p at off with the given durability and returns once the
 // daemon acknowledged it: the bytes written and the file's size after. A
-// write larger than a message (WithMaxMessageBytes) goes as several, which
-// may be applied in any order; n then counts the bytes of the leading
+// write larger than a piece (see WithMaxMessageBytes) goes as several,
+// which may be applied in any order; n then counts the bytes of the leading
 // pieces that succeeded and of the first that failed, and err is that
 // piece's error.
 func (f *File) Write(ctx context.Context, p []byte, off int64, sync SyncMode) (n int, size int64, err error) {
-	chunk := max(1, f.c.opts.maxMessageBytes-writeOverhead)
+	chunk := f.c.opts.piece
 	var one [1]*write
 	ws := one[:0]
 	for i := 0; i < len(p) || i == 0; i += chunk {
-		data := p[i:min(len(p), i+chunk)]
-		ws = append(ws, &write{
-			f: f, off: off + int64(i), data: data, sync: sync,
-			crc:  crc32.Checksum(data, castagnoli),
-			done: make(chan struct{}),
-		})
+		w := getWrite()
+		w.f, w.off, w.data, w.sync = f, off+int64(i), p[i:min(len(p), i+chunk)], sync
+		w.crc = crc32.Checksum(w.data, castagnoli)
+		ws = append(ws, w)
 	}
 	if err := f.s.enqueue(ws); err != nil {
 		return 0, 0, err
@@ -80,19 +78,19 @@ func (f *File) Write(ctx context.Context, p []byte, off int64, sync SyncMode) (n
 			n += int(w.n)
 			err = w.err
 		}
+		putWrite(w)
 	}
 	return n, size, err
 }
 
-// ReadAt reads len(p) bytes at off, in pieces of at most the message
-// bound, and checks each piece against the CRC-32C the daemon sends with
+// ReadAt reads len(p) bytes at off, in pieces (see WithMaxMessageBytes), and checks each piece against the CRC-32C the daemon sends with
 // it (DATA_LOSS on a mismatch). It implements io.ReaderAt: at the end of
 // the file it returns the bytes there were and io.EOF.
 func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	ctx := f.c.outgoing(f.ctx, f.path)
 	n := 0
 	for n < len(p) {
-		want := min(len(p)-n, f.c.opts.maxMessageBytes)
+		want := min(len(p)-n, f.c.opts.piece)
 		resp, err := f.c.api.Read(ctx, &filewritev1.ReadRequest{Path: f.path, Offset: off + int64(n), Length: int64(want)})
 		if err != nil {
 			return n, asStatus(err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"hash/crc32"
 	"io"
+	"runtime"
 	"slices"
 	"sync"
 
@@ -38,10 +39,25 @@ type write struct {
 	state    writeState
 	attempts int  // resends after a stream broke
 	gaveUp   bool // the caller returned before done: report an error to Close
-	// n, size and err are the outcome, set before done is closed.
+	// n, size and err are the outcome, set before done is signalled.
 	n, size int64
 	err     error
-	done    chan struct{}
+	// done gets one signal when the write finishes; its one slot keeps
+	// it for a caller not yet waiting.
+	done chan struct{}
+}
+
+// writePool recycles writes with their done channels: a caller takes one
+// per piece of its write and gives it back once it has its outcome (not
+// if it gave up: the write is still on its way).
+var writePool = sync.Pool{New: func() any { return &write{done: make(chan struct{}, 1)} }}
+
+func getWrite() *write { return writePool.Get().(*write) }
+
+// putWrite gives w back; its caller has taken its signal and outcome.
+func putWrite(w *write) {
+	*w = write{done: w.done}
+	writePool.Put(w)
 }
 
 type writeState int8
@@ -201,6 +217,7 @@ func (s *fileStream) send() {
 			s.mu.Unlock()
 			return
 		}
+		runtime.Gosched()
 		for s.sendOne() {
 		}
 		s.mu.Lock()
@@ -270,23 +287,21 @@ func (s *fileStream) sendOne() bool {
 
 // receive matches the acks of conn to their writes until conn ends.
 func (s *fileStream) receive(conn *streamConn) {
+	var resp ackResponse
 	for {
-		resp, err := conn.stream.Recv()
-		if err != nil {
+		if err := conn.stream.RecvMsg(&resp); err != nil {
 			s.ended(conn, err)
 			return
 		}
 		s.mu.Lock()
-		for _, a := range resp.GetAcks() {
-			w := conn.inflight[a.GetId()]
+		for i := range resp.acks {
+			a := &resp.acks[i]
+			w := conn.inflight[a.id]
 			if w == nil {
 				continue // not ours: ignore rather than guess
 			}
-			delete(conn.inflight, a.GetId())
-			w.n, w.size = a.GetBytesWritten(), a.GetSize()
-			if st := a.GetStatus(); st != nil {
-				w.err = status.ErrorProto(st)
-			}
+			delete(conn.inflight, a.id)
+			w.n, w.size, w.err = a.written, a.size, a.err
 			s.finishLocked(w)
 		}
 		s.mu.Unlock()
@@ -309,7 +324,12 @@ func (s *fileStream) ended(conn *streamConn, err error) {
 		s.conn = nil
 	}
 	ids := make([]uint64, 0, len(conn.inflight))
-	for id := range conn.inflight {
+	for id, w := range conn.inflight {
+		// The sender may still be reading its bytes: its caller must not
+		// have it back before that ends.
+		for w.state == beingEncoded {
+			s.idle.Wait()
+		}
 		ids = append(ids, id)
 	}
 	slices.Sort(ids) // the order they were sent in
@@ -345,13 +365,14 @@ func (s *fileStream) closedClient() bool { return s.c.ctx.Err() != nil }
 // Preconditions: s.mu is held and w is not finished.
 func (s *fileStream) finishLocked(w *write) {
 	w.state = finished
-	close(w.done)
 	s.pending--
 	w.f.outstanding--
 	if w.gaveUp && w.err != nil && w.f.unreported == nil {
 		w.f.unreported = w.err
 	}
 	s.idle.Broadcast()
+	// Last: once signalled, w belongs to its caller again.
+	w.done <- struct{}{}
 }
 
 // failQueuedLocked fails every queued write with err.

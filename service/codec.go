@@ -35,7 +35,20 @@ func newRequestCodec() requestCodec {
 	return requestCodec{encoding.GetCodecV2(protocodec.Name)}
 }
 
+// Marshal passes a message already in wire form (a WriteStream's acks,
+// streamwire.go) as it is.
+func (c requestCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if m, ok := v.(*encodedMessage); ok {
+		return m.data, nil
+	}
+	return c.CodecV2.Marshal(v)
+}
+
 func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if r, ok := v.(*streamRequest); ok {
+		decodeStreamRequest(data, r)
+		return nil
+	}
 	err := c.CodecV2.Unmarshal(data, v)
 	m, ok := v.(proto.Message)
 	if err == nil || !ok {

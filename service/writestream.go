@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/store"
@@ -42,9 +41,16 @@ var streamWorkers = max(2, runtime.GOMAXPROCS(0))
 // streamWrite is one write of a stream, from the message that carried it
 // to its ack.
 type streamWrite struct {
-	id   uint64
-	off  int64
-	data []byte
+	// As decoded (streamwire.go); data aliases req's bytes until the
+	// write has been applied.
+	id      uint64
+	off     int64
+	data    []byte
+	syncRaw filewritev1.SyncMode
+	crc     uint32
+	hasCRC  bool
+	req     *streamRequest
+
 	sync store.SyncMode
 	cost int64 // against the budgets, given back once acked
 	// blocked is guarded by writeStream.mu: it waits for an overlapping
@@ -54,6 +60,8 @@ type streamWrite struct {
 	// waits for its sync), then read by the sender once it is in acks.
 	res store.AppliedWrite
 	err error
+	// status is err as its ack carries it, encoded by the sender.
+	status []byte
 }
 
 // writeStream is one WriteStream. Four kinds of goroutine share it:
@@ -142,10 +150,14 @@ func (ws *writeStream) serve() error {
 	defer ws.release()
 	go ws.read()
 	draining := ws.files.draining
-	resp := &filewritev1.WriteStreamResponse{}
+	resp := &encodedMessage{}
+	var acked []*streamWrite
 	for {
 		select {
 		case <-ws.wake:
+			// Let the workers that are already runnable finish first, so
+			// that their acks go in this response: a yield, not a wait.
+			runtime.Gosched()
 		case <-draining:
 			draining = nil
 			ws.stop(status.Error(codes.Unavailable, "the daemon is shutting down: writes read before are acked, resend the others"))
@@ -154,14 +166,19 @@ func (ws *writeStream) serve() error {
 			return toStatus(ws.ctx.Err())
 		}
 		for {
-			send, cost, done, end := ws.collect(resp)
+			var send, done bool
+			var cost int64
+			var end error
+			acked, send, cost, done, end = ws.collect(acked[:0])
 			if send {
-				if err := ws.ss.Send(resp); err != nil {
+				encodeAcks(acked, resp)
+				if err := ws.ss.SendMsg(resp); err != nil {
 					ws.stop(err)
 					return err
 				}
 				ws.budget.give(cost)
-				ws.logFailures(resp)
+				ws.logFailures(acked)
+				clear(acked)
 			}
 			if done {
 				return end
@@ -173,23 +190,16 @@ func (ws *writeStream) serve() error {
 	}
 }
 
-// collect fills resp with up to maxAcksPerResponse acks ready to be sent
-// and reports whether to send it (also when it is the empty answer to the
-// first message), the budget those acks give back, and whether the stream
-// is over, with its outcome.
-func (ws *writeStream) collect(resp *filewritev1.WriteStreamResponse) (send bool, cost int64, done bool, end error) {
-	clear(resp.Acks)
-	resp.Acks = resp.Acks[:0]
+// collect appends to acked up to maxAcksPerResponse writes whose acks are
+// ready, and reports whether to send a response (also when it is the empty
+// answer to the first message), the budget those acks give back, and
+// whether the stream is over, with its outcome.
+func (ws *writeStream) collect(acked []*streamWrite) (_ []*streamWrite, send bool, cost int64, done bool, end error) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	n := min(len(ws.acks), maxAcksPerResponse)
 	for _, w := range ws.acks[:n] {
-		resp.Acks = append(resp.Acks, &filewritev1.StreamAck{
-			Id:           w.id,
-			BytesWritten: int64(w.res.BytesWritten),
-			Size:         w.res.Size,
-			Status:       ackStatus(w.err),
-		})
+		acked = append(acked, w)
 		cost += w.cost
 		delete(ws.unacked, w.id)
 	}
@@ -201,21 +211,25 @@ func (ws *writeStream) collect(resp *filewritev1.WriteStreamResponse) (send bool
 		ws.answered = true
 	}
 	done = ws.stopping && ws.pending == 0 && len(ws.acks) == 0
-	return send, cost, done, ws.end
+	return acked, send, cost, done, ws.end
 }
 
 // logFailures logs the writes acked with a code that means the server or
 // the disk failed, as logRPC logs such a unary Write.
-func (ws *writeStream) logFailures(resp *filewritev1.WriteStreamResponse) {
-	for _, a := range resp.Acks {
-		if a.Status == nil || failureLevel(codes.Code(a.Status.Code)) != slog.LevelError {
+func (ws *writeStream) logFailures(acked []*streamWrite) {
+	for _, w := range acked {
+		if w.err == nil {
+			continue
+		}
+		code := status.Code(toStatus(w.err))
+		if failureLevel(code) != slog.LevelError {
 			continue
 		}
 		ws.files.log.LogAttrs(ws.ctx, slog.LevelError, "stream write",
 			slog.String("path", ws.h.Path()),
-			slog.Uint64("id", a.Id),
-			slog.String("code", codes.Code(a.Status.Code).String()),
-			slog.String("error", a.Status.Message))
+			slog.Uint64("id", w.id),
+			slog.String("code", code.String()),
+			slog.String("error", w.err.Error()))
 	}
 }
 
@@ -270,7 +284,7 @@ func (ws *writeStream) read() {
 	defer ws.release()
 	defer ws.readerExit()
 	for ws.budget.wait(ws.ctx, ws.stopped) {
-		req := new(filewritev1.WriteStreamRequest)
+		req := new(streamRequest)
 		err := ws.ss.RecvMsg(req)
 		if errors.Is(err, io.EOF) {
 			ws.stop(nil) // half-closed: ack what was read, then OK
@@ -301,13 +315,74 @@ func (ws *writeStream) readerExit() {
 // writes out. An error ends the stream; the message's writes are then
 // refused, all of them, and the writes of earlier messages are still
 // applied and acked.
-func (ws *writeStream) accept(req *filewritev1.WriteStreamRequest) error {
-	ws.files.streamMetrics.message(ws.ctx, len(req.GetWrites()), ws.budget.held.Load())
-	if size := int64(proto.Size(req)); size > ws.files.maxMessageBytes {
-		return status.Errorf(codes.ResourceExhausted, "a message of %d bytes: the limit is %d (--max-request-bytes plus %d)", size, ws.files.maxMessageBytes, messageOverhead)
+func (ws *writeStream) accept(req *streamRequest) error {
+	if err := ws.check(req); err != nil {
+		req.release()
+		return err
+	}
+	if len(req.writes) == 0 {
+		return nil
+	}
+	var cost int64
+	for i := range req.writes {
+		w := &req.writes[i]
+		w.cost = writeCost(len(w.data))
+		cost += w.cost
+		var err error
+		if w.sync, err = syncModeFromProto(w.syncRaw); err == nil && w.hasCRC {
+			if sum := crc32.Checksum(w.data, castagnoli); sum != w.crc {
+				err = status.Errorf(codes.InvalidArgument, "the CRC-32C of the data is %#08x, the write says %#08x: nothing written", sum, w.crc)
+			}
+		}
+		w.err = err
+	}
+
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.stopping {
+		req.release() // shutting down: read, but neither applied nor acked
+		return nil
+	}
+	for i := range req.writes {
+		id := req.writes[i].id
+		if _, dup := ws.unacked[id]; dup {
+			for _, v := range req.writes[:i] {
+				delete(ws.unacked, v.id)
+			}
+			req.release()
+			return status.Errorf(codes.InvalidArgument, "write id %d is already in use by a write not yet acknowledged", id)
+		}
+		ws.unacked[id] = struct{}{}
+	}
+	ws.budget.take(cost)
+	ws.pending += len(req.writes)
+	for i := range req.writes {
+		w := &req.writes[i]
+		switch {
+		case w.err != nil:
+			// Refused before anything was written.
+			w.res.Size = ws.h.Size()
+			w.req.applied()
+			ws.doneLocked(w)
+		case ws.order.add(w):
+			ws.readyLocked(w)
+		}
+	}
+	return nil
+}
+
+// check checks what a message says before any of its writes is looked
+// at, opening the file on the first.
+func (ws *writeStream) check(req *streamRequest) error {
+	ws.files.streamMetrics.message(ws.ctx, len(req.writes), ws.budget.held.Load())
+	if req.bad != "" {
+		return malformed(req.bad)
+	}
+	if int64(req.size) > ws.files.maxMessageBytes {
+		return status.Errorf(codes.ResourceExhausted, "a message of %d bytes: the limit is %d (--max-request-bytes plus %d)", req.size, ws.files.maxMessageBytes, messageOverhead)
 	}
 	if ws.h == nil {
-		h, err := ws.files.store.OpenHandle(ws.ctx, req.GetPath())
+		h, err := ws.files.store.OpenHandle(ws.ctx, req.path)
 		if err != nil {
 			return toStatus(err)
 		}
@@ -316,53 +391,10 @@ func (ws *writeStream) accept(req *filewritev1.WriteStreamRequest) error {
 		ws.opened = true
 		ws.wakeSenderLocked()
 		ws.mu.Unlock()
-	} else if p := req.GetPath(); p != "" && p != ws.h.Path() {
-		return status.Errorf(codes.InvalidArgument, "the message names %q but the stream writes %q: a stream writes one file, named in its first message", p, ws.h.Path())
-	}
-	writes := req.GetWrites()
-	if len(writes) == 0 {
 		return nil
 	}
-	batch := make([]*streamWrite, len(writes))
-	var cost int64
-	for i, pw := range writes {
-		w := &streamWrite{id: pw.GetId(), off: pw.GetOffset(), data: pw.GetData(), cost: writeCost(len(pw.GetData()))}
-		var err error
-		if w.sync, err = syncModeFromProto(pw.GetSync()); err == nil && pw.Crc32C != nil {
-			if sum := crc32.Checksum(w.data, castagnoli); sum != pw.GetCrc32C() {
-				err = status.Errorf(codes.InvalidArgument, "the CRC-32C of the data is %#08x, the write says %#08x: nothing written", sum, pw.GetCrc32C())
-			}
-		}
-		w.err = err
-		batch[i] = w
-		cost += w.cost
-	}
-
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	if ws.stopping {
-		return nil // shutting down: read, but neither applied nor acked
-	}
-	for i, w := range batch {
-		if _, dup := ws.unacked[w.id]; dup {
-			for _, v := range batch[:i] {
-				delete(ws.unacked, v.id)
-			}
-			return status.Errorf(codes.InvalidArgument, "write id %d is already in use by a write not yet acknowledged", w.id)
-		}
-		ws.unacked[w.id] = struct{}{}
-	}
-	ws.budget.take(cost)
-	ws.pending += len(batch)
-	for _, w := range batch {
-		switch {
-		case w.err != nil:
-			// Refused before anything was written.
-			w.res.Size = ws.h.Size()
-			ws.doneLocked(w)
-		case ws.order.add(w):
-			ws.readyLocked(w)
-		}
+	if req.path != "" && req.path != ws.h.Path() {
+		return status.Errorf(codes.InvalidArgument, "the message names %q but the stream writes %q: a stream writes one file, named in its first message", req.path, ws.h.Path())
 	}
 	return nil
 }
@@ -411,6 +443,9 @@ func (ws *writeStream) work() {
 		w.res, w.err = ws.h.Write(ws.ctx, w.off, w.data, w.sync)
 		ws.mu.Lock()
 		ws.order.remove(w, ws.readyLocked)
+		// Its bytes go back to gRPC's pool with the message's last write.
+		w.data = nil
+		w.req.applied()
 		if w.res.Owed != store.SyncNone {
 			ws.owing = append(ws.owing, w)
 			if !ws.syncer {

@@ -1,0 +1,157 @@
+package service
+
+import (
+	"errors"
+	"math"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/store"
+)
+
+// split cuts b into a BufferSlice of pieces of at most n bytes, as gRPC
+// hands over a message that came in several frames.
+func split(b []byte, n int) mem.BufferSlice {
+	var out mem.BufferSlice
+	for len(b) > 0 {
+		k := min(n, len(b))
+		out = append(out, mem.SliceBuffer(append([]byte(nil), b[:k]...)))
+		b = b[k:]
+	}
+	return out
+}
+
+// TestDecodeStreamRequest: the stream's own decoder reads what the
+// generated code writes, in one piece or several, skips unknown fields,
+// and refuses what does not parse.
+func TestDecodeStreamRequest(t *testing.T) {
+	crc := uint32(0xdeadbeef)
+	msg := &filewritev1.WriteStreamRequest{Path: "a/b", Writes: []*filewritev1.StreamWrite{
+		{Id: 0, Offset: 0, Data: nil},
+		{Id: 7, Offset: 4096, Data: []byte("hello"), Sync: filewritev1.SyncMode_SYNC_MODE_DATA, Crc32C: &crc},
+		{Id: math.MaxUint64, Offset: -1, Data: make([]byte, 1000), Sync: 42},
+	}}
+	wire, err := proto.Marshal(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An unknown field, and a known one with another wire type: both
+	// skipped, as the generated code keeps them as unknown fields.
+	extra := protowire.AppendTag(nil, 99, protowire.BytesType)
+	extra = protowire.AppendString(extra, "later")
+	extra = protowire.AppendTag(extra, fieldRequestPath, protowire.VarintType)
+	extra = protowire.AppendVarint(extra, 5)
+	withUnknown := append(append([]byte(nil), wire...), extra...)
+
+	for _, tt := range []struct {
+		name  string
+		data  mem.BufferSlice
+		bad   bool
+		check bool
+	}{
+		{"one buffer", split(wire, len(wire)), false, true},
+		{"many buffers", split(wire, 7), false, true},
+		{"unknown fields", split(withUnknown, len(withUnknown)), false, true},
+		{"empty", nil, false, false},
+		{"truncated", split(wire[:len(wire)-3], 100), true, false},
+		{"bad UTF-8 path", split(protowire.AppendString(protowire.AppendTag(nil, fieldRequestPath, protowire.BytesType), "\xff"), 10), true, false},
+	} {
+		var r streamRequest
+		decodeStreamRequest(tt.data, &r)
+		if got := r.bad != ""; got != tt.bad {
+			t.Errorf("%s: bad %q, want bad=%v", tt.name, r.bad, tt.bad)
+		}
+		if r.size != tt.data.Len() {
+			t.Errorf("%s: size %d, want %d", tt.name, r.size, tt.data.Len())
+		}
+		if !tt.check {
+			continue
+		}
+		if r.path != msg.Path || len(r.writes) != len(msg.Writes) {
+			t.Fatalf("%s: path %q, %d writes; want %q, %d", tt.name, r.path, len(r.writes), msg.Path, len(msg.Writes))
+		}
+		for i, w := range r.writes {
+			want := msg.Writes[i]
+			if w.id != want.Id || w.off != want.Offset || string(w.data) != string(want.Data) || w.syncRaw != want.Sync ||
+				w.hasCRC != (want.Crc32C != nil) || w.crc != want.GetCrc32C() || w.req != &r {
+				t.Errorf("%s: write %d = %+v, want %v", tt.name, i, w, want)
+			}
+		}
+		for range r.writes {
+			r.applied()
+		}
+		if r.buf != nil {
+			t.Errorf("%s: the received bytes were kept after every write was applied", tt.name)
+		}
+	}
+}
+
+// TestEncodeAcks: the acks the stream encodes itself decode, with the
+// generated code, to the response they stand for.
+func TestEncodeAcks(t *testing.T) {
+	refused := status.Error(codes.InvalidArgument, "no")
+	ws := []*streamWrite{
+		{id: 0},
+		{id: 5, res: store.AppliedWrite{WriteResult: store.WriteResult{BytesWritten: 4096, Size: 1 << 40}}},
+		{id: math.MaxUint64, res: store.AppliedWrite{WriteResult: store.WriteResult{BytesWritten: 100, Size: 8292}},
+			err: errors.Join(store.ErrNoSpace)},
+		{id: 9, err: refused},
+	}
+	var m encodedMessage
+	encodeAcks(ws, &m)
+	got := &filewritev1.WriteStreamResponse{}
+	if err := proto.Unmarshal(m.data.Materialize(), got); err != nil {
+		t.Fatal(err)
+	}
+	m.data.Free()
+	want := &filewritev1.WriteStreamResponse{}
+	for _, w := range ws {
+		want.Acks = append(want.Acks, &filewritev1.StreamAck{Id: w.id, BytesWritten: int64(w.res.BytesWritten), Size: w.res.Size, Status: ackStatus(w.err)})
+	}
+	if !proto.Equal(got, want) {
+		t.Errorf("got %v\nwant %v", got, want)
+	}
+}
+
+// FuzzDecodeStreamRequest: whatever the generated code decodes, the
+// stream's decoder decodes to the same writes; it never panics.
+//
+//	go test ./service -run '^$' -fuzz FuzzDecodeStreamRequest -fuzztime 1m
+func FuzzDecodeStreamRequest(f *testing.F) {
+	crc := uint32(1)
+	for _, m := range []*filewritev1.WriteStreamRequest{
+		{},
+		{Path: "p", Writes: []*filewritev1.StreamWrite{{Id: 1, Offset: 2, Data: []byte("x"), Sync: 1, Crc32C: &crc}}},
+		{Writes: []*filewritev1.StreamWrite{{}, {Id: 3}}},
+	} {
+		b, _ := proto.Marshal(m)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var r streamRequest
+		decodeStreamRequest(split(b, 5), &r)
+		want := &filewritev1.WriteStreamRequest{}
+		if proto.Unmarshal(b, want) != nil {
+			return
+		}
+		if r.bad != "" {
+			t.Fatalf("the generated code decodes %x, the stream's decoder says %s", b, r.bad)
+		}
+		if r.path != want.Path || len(r.writes) != len(want.Writes) {
+			t.Fatalf("path %q, %d writes; want %q, %d", r.path, len(r.writes), want.Path, len(want.Writes))
+		}
+		for i, w := range r.writes {
+			v := want.Writes[i]
+			if w.id != v.Id || w.off != v.Offset || string(w.data) != string(v.Data) || w.syncRaw != v.Sync ||
+				w.hasCRC != (v.Crc32C != nil) || w.crc != v.GetCrc32C() {
+				t.Fatalf("write %d = %+v, want %v", i, w, v)
+			}
+		}
+	})
+}
