@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -164,11 +165,14 @@ type roundSummary struct {
 // CPUs' worth other processes used meanwhile (OtherCores), and how many
 // were busy in all (BusyCores): when that is the machine's CPU count, the
 // run was bound by CPU, whatever else it was meant to measure.
+// ServerAllocs is the heap allocations one operation cost the daemon, for
+// the scenarios whose daemon serves /metrics (0 otherwise).
 type cpuPerOp struct {
-	ServerUS   float64 `json:"server_usec_per_op"`
-	ClientUS   float64 `json:"client_usec_per_op"`
-	OtherCores float64 `json:"other_load_cores"`
-	BusyCores  float64 `json:"busy_cores"`
+	ServerAllocs float64 `json:"server_allocs_per_op,omitempty"`
+	ServerUS     float64 `json:"server_usec_per_op"`
+	ClientUS     float64 `json:"client_usec_per_op"`
+	OtherCores   float64 `json:"other_load_cores"`
+	BusyCores    float64 `json:"busy_cores"`
 }
 
 func perOp(r *runResult) cpuPerOp {
@@ -176,7 +180,7 @@ func perOp(r *runResult) cpuPerOp {
 		return cpuPerOp{}
 	}
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / float64(r.Count) }
-	return cpuPerOp{ServerUS: us(r.CPU.Server), ClientUS: us(r.CPU.Client),
+	return cpuPerOp{ServerAllocs: float64(r.Allocs) / float64(r.Count), ServerUS: us(r.CPU.Server), ClientUS: us(r.CPU.Client),
 		OtherCores: r.CPU.Others().Seconds() / r.Elapsed.Seconds(), BusyCores: r.CPU.Machine.Seconds() / r.Elapsed.Seconds()}
 }
 
@@ -351,10 +355,15 @@ func (e *env) runColumn(ctx context.Context, c *comparison, col column, s *sessi
 			return nil, err
 		}
 	}
+	allocs0, aerr := s.daemon.mallocs(ctx)
 	cpu0 := sampleCPU(s.pid)
 	r, err := col.run(ctx, s)
 	cpu := sampleCPU(s.pid).since(cpu0)
+	allocs1, aerr1 := s.daemon.mallocs(ctx)
 	end()
+	if err == nil {
+		err = cmp.Or(aerr, aerr1)
+	}
 	if err == nil {
 		// An interrupted run stops early and counts its cancelled calls as
 		// errors: it measured nothing.
@@ -363,7 +372,7 @@ func (e *env) runColumn(ctx context.Context, c *comparison, col column, s *sessi
 	if err != nil {
 		return nil, err
 	}
-	r.Column, r.Round, r.CPU = col.name, s.round, cpu
+	r.Column, r.Round, r.CPU, r.Allocs = col.name, s.round, cpu, allocs1-allocs0
 	if c.daemonStats && s.daemon != nil && s.daemon.httpAddr != "" {
 		// Before after: what the run left, not what a flush made of it.
 		if r.Daemon, err = statsSince(ctx, s.pid, s.daemon.httpAddr, before); err != nil {
@@ -421,7 +430,7 @@ func (e *env) summarize(res *comparisonResult, c *comparison, cols []column) {
 		if e.opts.target != "" && col.daemon != nil {
 			cs.DaemonFlags = nil
 		}
-		var iops, server, client, others, busy []float64
+		var iops, allocs, server, client, others, busy []float64
 		var syncs []float64
 		pcts := map[float64][]float64{}
 		for _, r := range res.runs[col.name] {
@@ -430,6 +439,7 @@ func (e *env) summarize(res *comparisonResult, c *comparison, cols []column) {
 				IOPS: r.IOPS(), CPU: perOp(r), Daemon: r.Daemon, ReportJSON: jp, ReportHTML: hp}
 			rs.Syncs, rs.SyncsPerOp = r.Syncs, r.syncsPerOp()
 			syncs = append(syncs, rs.SyncsPerOp)
+			allocs = append(allocs, rs.CPU.ServerAllocs)
 			server = append(server, rs.CPU.ServerUS)
 			client = append(client, rs.CPU.ClientUS)
 			others = append(others, rs.CPU.OtherCores)
@@ -448,7 +458,7 @@ func (e *env) summarize(res *comparisonResult, c *comparison, cols []column) {
 		}
 		cs.IOPS = median(iops)
 		cs.SyncsPerOp = median(syncs)
-		cs.CPU = cpuPerOp{ServerUS: median(server), ClientUS: median(client), OtherCores: median(others), BusyCores: median(busy)}
+		cs.CPU = cpuPerOp{ServerAllocs: median(allocs), ServerUS: median(server), ClientUS: median(client), OtherCores: median(others), BusyCores: median(busy)}
 		cs.Bandwidth = cs.IOPS * float64(c.bs)
 		for _, p := range fioPercentiles {
 			m := median(pcts[p])

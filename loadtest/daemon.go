@@ -146,6 +146,22 @@ func wantsHTTP(args []string) bool {
 	return want
 }
 
+// mallocs is the daemon's count of heap allocations so far, from its
+// /metrics (go_memstats_mallocs_total); 0 without an HTTP address.
+func (d *daemon) mallocs(ctx context.Context) (uint64, error) {
+	if d == nil || d.httpAddr == "" {
+		return 0, nil
+	}
+	m, err := readMetrics(ctx, d.httpAddr)
+	if err != nil {
+		return 0, err
+	}
+	if len(m["go_memstats_mallocs_total"]) == 0 {
+		return 0, fmt.Errorf("daemon %s: no go_memstats_mallocs_total in /metrics", d.name)
+	}
+	return uint64(m.sum("go_memstats_mallocs_total", "")), nil
+}
+
 // stop asks the daemon to drain (SIGTERM), and kills it if it has not
 // exited after a while. A daemon that exits non-zero after SIGTERM failed
 // its final sync, which stop reports.

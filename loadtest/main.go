@@ -8,6 +8,7 @@
 //	go run ./loadtest -scenario soak
 //	go run ./loadtest -scenario files -duration 10s
 //	go run ./loadtest -scenario throughput -target 127.0.0.1:50051
+//	go run ./loadtest -scenario stream
 //	go run ./loadtest -scenario cluster
 //	go run ./loadtest -scenario cluster -targets 10.0.0.1:50051,10.0.0.2:50051
 //
@@ -78,7 +79,7 @@ type options struct {
 }
 
 // scenarioNames in the order "all" runs them; soak is separate.
-var scenarioNames = []string{"below-eof", "prealloc-overwrite", "fsync", "throughput", "peer"}
+var scenarioNames = []string{"below-eof", "prealloc-overwrite", "fsync", "throughput", "stream", "peer"}
 
 func main() {
 	opts, err := parseOptions(os.Args[1:], os.Stderr)
@@ -113,7 +114,7 @@ func parseOptions(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&o.scenario, "scenario", "", "what to run: "+strings.Join(scenarioNames, ", ")+", all (those, with both transports), soak, cluster or files")
 	fs.DurationVar(&o.duration, "duration", 0, "length of each timed run (default 15s; 2m for soak)")
 	fs.IntVar(&o.rounds, "rounds", o.rounds, "rounds per comparison; every configuration runs once per round, in alternation")
-	fs.IntVar(&o.concurrency, "concurrency", 0, "concurrent clients (default: the scenario's: 8 below-eof, 10 prealloc-overwrite, 32 fsync and throughput, 64 soak)")
+	fs.IntVar(&o.concurrency, "concurrency", 0, "concurrent clients (default: the scenario's: 8 below-eof, 10 prealloc-overwrite, 32 fsync, throughput and stream, 64 soak)")
 	fs.IntVar(&o.connections, "connections", 0, "gRPC connections the clients share (default: one per client, as independent clients have)")
 	bs := fs.String("bs", "", "bytes per write, like fio's bs (4k, 16k, 64k; default 4k; prealloc-overwrite runs 4k, 16k and 64k unless set)")
 	fileSize := fs.String("file-size", "", "size of each scenario's file (default: the scenario's, 16m to 4g)")
@@ -375,6 +376,8 @@ func run(ctx context.Context, opts options, stdout, progressOut io.Writer) (*sum
 			comparisons = append(comparisons, e.fsyncLone, e.fsyncModes)
 		case "throughput":
 			comparisons = append(comparisons, e.throughput)
+		case "stream":
+			comparisons = append(comparisons, e.stream)
 		case "cluster":
 			comparisons = append(comparisons, e.cluster)
 		case "files":

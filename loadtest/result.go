@@ -30,6 +30,9 @@ type runResult struct {
 	// Daemon is the daemon's memory, descriptors and metrics after the
 	// run, for comparisons that read them (daemonStats).
 	Daemon *daemonStats
+	// Allocs is the daemon's heap allocations during the run, 0 when it
+	// was not counted.
+	Allocs uint64
 	// latencies of the successful operations, sorted.
 	latencies []time.Duration
 	// report is ghz's report of the run: ghz's own for the runs ghz

@@ -169,3 +169,34 @@ func sizeName[T int64Like](n T) string {
 }
 
 type int64Like interface{ ~int | ~int64 }
+
+// stream: the WriteStream through the client package against the unary
+// Write and the no-op RPC (issue 9). 32 callers write bs at random blocks
+// below EOF of one file, rewritten in prepareChunk writes and synced
+// before every run so that each run starts from the same page cache
+// state; the stream's callers each have a client.File of their own, all
+// of one Client (one connection), so their writes share messages (unlike
+// -transport stream, which gives each caller a Client, so a stream, of its
+// own). The daemon serves /metrics on loopback, for its allocations per
+// write.
+func (e *env) stream() *comparison {
+	const path = "loadtest/stream.dat"
+	bs := e.bs(4 << 10)
+	size := e.fileSize(64<<20, bs)
+	flags := []string{"--http-addr", "127.0.0.1:0"}
+	prepare := func(ctx context.Context, s *session) error { return writeFile(ctx, s.client, path, size) }
+	return &comparison{
+		name:        "stream",
+		preparation: writtenPreparation(size) + ", before every run",
+		title: fmt.Sprintf("%s writes at random blocks below EOF of a %s file: "+
+			"unary Write vs WriteStream through client (a File per caller, one Client) vs a no-op RPC",
+			sizeName(bs), sizeName(size)),
+		clients: e.clients(32), bs: bs,
+		columns: []column{
+			{name: "noop", daemon: flags, run: ghzHealthChecks},
+			{name: "unary", daemon: flags, before: prepare, run: ghzWrites(path, size, filewritev1.SyncMode_SYNC_MODE_UNSPECIFIED)},
+			{name: "stream", daemon: flags, before: prepare, run: clientWrites(path, size, client.SyncNone), transport: transportStream},
+		},
+		ratios: [][2]string{{"stream", "unary"}, {"unary", "noop"}, {"stream", "noop"}},
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -67,6 +68,9 @@ func printTable(w io.Writer, res *comparisonResult, columns []string) {
 		}
 	}
 	row("cpu/op daemon (usec)", func(c *columnSummary) string { return usec(c.CPU.ServerUS) }, nil)
+	if slices.ContainsFunc(res.Columns, func(c columnSummary) bool { return c.CPU.ServerAllocs > 0 }) {
+		row("allocs/op daemon", func(c *columnSummary) string { return usec(c.CPU.ServerAllocs) }, nil)
+	}
 	row("cpu/op harness (usec)", func(c *columnSummary) string { return usec(c.CPU.ClientUS) }, nil)
 	row("other load (cpus)", func(c *columnSummary) string { return strconv.FormatFloat(c.CPU.OtherCores, 'f', 2, 64) }, nil)
 	row(fmt.Sprintf("busy, all (cpus of %d)", runtime.NumCPU()), func(c *columnSummary) string {
