@@ -2,17 +2,13 @@ package service
 
 import (
 	"context"
-	"net"
 	"strings"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/stats"
-	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 )
 
@@ -54,7 +50,7 @@ func (s *Server) publicServerOptions() []grpc.ServerOption {
 	calls := &grpcBudget{budget: s.budget, receiving: receiveHold(maxRequest), maxRequest: maxRequest}
 	opts := []grpc.ServerOption{
 		grpc.InTapHandle(s.admitCall),
-		grpc.StatsHandler(publicStats{guard: s.grpcGuard, calls: calls}),
+		grpc.StatsHandler(publicStats{guard: s.grpcLis, calls: calls}),
 		// Replaces newGRPCServer's requestCodec with one that extends it.
 		grpc.ForceServerCodecV2(replyCodec{newRequestCodec(), calls}),
 		grpc.ChainUnaryInterceptor(calls.unary),
@@ -82,19 +78,14 @@ func (s *Server) gatewayServerOptions() []grpc.ServerOption {
 }
 
 // admitCall is the public gRPC server's tap: a call without a valid token
-// is refused when its headers arrive, and once the daemon drains, so is
-// every new call but health's (which then answers NOT_SERVING). A call that
-// is let in with a valid token (or any call, without tokens) vouches for
-// its connection (see guardedListener); health needs no token, so it
-// vouches only if it carries a valid one.
+// is refused when its headers arrive. A call that is let in with a valid
+// token (or any call, without tokens) vouches for its connection (see
+// guardedListener); health needs no token, so it vouches only if it
+// carries a valid one.
 func (s *Server) admitCall(ctx context.Context, info *tap.Info) (context.Context, error) {
-	health := strings.HasPrefix(info.FullMethodName, openHealthPrefix)
-	if s.draining.Load() && !health {
-		return nil, errShuttingDown
-	}
 	switch {
 	case s.auth == nil:
-	case health:
+	case strings.HasPrefix(info.FullMethodName, openHealthPrefix):
 		if s.auth.check(info.Header.Get("authorization")) != nil {
 			return ctx, nil
 		}
@@ -105,50 +96,6 @@ func (s *Server) admitCall(ctx context.Context, info *tap.Info) (context.Context
 	}
 	trustConn(ctx)
 	return ctx, nil
-}
-
-var errShuttingDown = status.Error(codes.Unavailable, "the daemon is shutting down: it takes no new calls")
-
-// stoppableListener is a listener that can stop accepting before it is
-// closed. Shutdown stops the public gRPC listener's accepting at once but
-// closes it (through GracefulStop) only after the drain: Serve would
-// report a listener closed under it as a failure.
-type stoppableListener struct {
-	net.Listener
-	stopOnce, closeOnce sync.Once
-	stopped, closed     chan struct{}
-}
-
-func newStoppableListener(l net.Listener) *stoppableListener {
-	return &stoppableListener{Listener: l, stopped: make(chan struct{}), closed: make(chan struct{})}
-}
-
-// stopAccepting closes the socket, so that new connections are refused,
-// and holds Accept until Close.
-func (l *stoppableListener) stopAccepting() {
-	l.stopOnce.Do(func() {
-		close(l.stopped)
-		l.Listener.Close()
-	})
-}
-
-func (l *stoppableListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		select {
-		case <-l.stopped:
-			<-l.closed
-			return nil, net.ErrClosed
-		default:
-		}
-	}
-	return c, err
-}
-
-func (l *stoppableListener) Close() error {
-	l.closeOnce.Do(func() { close(l.closed) })
-	l.stopAccepting()
-	return nil
 }
 
 // publicStats is the public gRPC server's own stats handler. gRPC tells a

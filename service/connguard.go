@@ -60,6 +60,18 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 	return g, nil
 }
 
+// closeUntrusted closes every open connection that has not carried an
+// authenticated request: Shutdown's, so that no handshake holds the drain
+// up. Such a connection has no call in flight, by definition.
+func (l *guardedListener) closeUntrusted() {
+	l.byRemote.Range(func(_, v any) bool {
+		if g := v.(*guardedConn); !g.trusted.Load() {
+			g.Close()
+		}
+		return true
+	})
+}
+
 // connByAddr is the open connection from remote, nil if there is none.
 func (l *guardedListener) connByAddr(remote net.Addr) *guardedConn {
 	if remote == nil {

@@ -153,6 +153,10 @@ func TestDaemonDrainsOnSIGTERM(t *testing.T) {
 	if resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health before SIGTERM: %v, %v; want SERVING\n%s", resp.GetStatus(), err, logs)
 	}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	watch := watchHealth(t, watchCtx, conn)
+	watch(healthpb.HealthCheckResponse_SERVING)
 
 	// A 64 MiB Write with SYNC_MODE_FULL, on a connection of its own.
 	signal := &outHeaderSignal{sent: make(chan struct{})}
@@ -213,18 +217,11 @@ func TestDaemonDrainsOnSIGTERM(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	// Draining: health turns NOT_SERVING while the PUT still waits for its
-	// body, which holds the gRPC server open too.
-	for {
-		resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
-		if err != nil {
-			t.Fatalf("health while draining: %v\n%s", err, logs)
-		}
-		if resp.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	// Draining: a health watcher is told NOT_SERVING while the PUT still
+	// waits for its body. (A health Check would be refused: the server
+	// takes no new call.) The watch then ends, as watchers do when told.
+	watch(healthpb.HealthCheckResponse_NOT_SERVING)
+	stopWatch()
 	go func() {
 		pw.Write(body)
 		pw.Close()

@@ -18,6 +18,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -116,10 +117,10 @@ func refusedWhileDraining(err error) bool {
 }
 
 // TestShutdownRefusesNewCallsWhileRESTDrains: once Shutdown begins, the
-// gRPC listener takes no new call (UNAVAILABLE on a connection already
-// open, a refused connection for a new one) even though a REST PUT is
-// still receiving its body; that PUT then finishes through the gateway's
-// own gRPC connection, and Shutdown returns once it has.
+// gRPC listener takes no new call (UNAVAILABLE, on a connection that was
+// open as on a new one) even though a REST PUT is still receiving its
+// body; that PUT then finishes through the gateway's own gRPC connection,
+// and Shutdown returns once it has.
 func TestShutdownRefusesNewCallsWhileRESTDrains(t *testing.T) {
 	d := startDaemon(t, nil)
 	ctx := testContext(t)
@@ -156,18 +157,18 @@ func TestShutdownRefusesNewCallsWhileRESTDrains(t *testing.T) {
 		t.Fatal("the PUT never reached its handler")
 	}
 
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watch := watchHealth(t, watchCtx, d.conn)
 	shutdownDone := make(chan error, 1)
 	go func() { shutdownDone <- d.srv.Shutdown() }()
-	// Health stays answerable through the drain, and says so.
-	for {
-		resp, err := healthpb.NewHealthClient(d.conn).Check(ctx, &healthpb.HealthCheckRequest{})
-		if err != nil {
-			t.Fatalf("health while draining: %v", err)
+	// A health watcher is told NOT_SERVING, and the client's connection
+	// is told to start no new call (GOAWAY): it leaves READY.
+	watch(healthpb.HealthCheckResponse_NOT_SERVING)
+	stopWatch()
+	for d.conn.GetState() == connectivity.Ready {
+		if !d.conn.WaitForStateChange(ctx, connectivity.Ready) {
+			t.Fatal("the client's connection stayed READY: the server never said to start no new call")
 		}
-		if resp.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING {
-			break
-		}
-		time.Sleep(time.Millisecond)
 	}
 
 	_, err = d.client.Write(ctx, &filewritev1.WriteRequest{Path: "after.bin", Data: []byte("after")})
@@ -200,5 +201,27 @@ func TestShutdownRefusesNewCallsWhileRESTDrains(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(d.root, "after.bin")); !os.IsNotExist(err) {
 		t.Errorf("after.bin exists (%v): a refused Write was performed", err)
+	}
+}
+
+// watchHealth opens a health Watch on conn and returns a function that
+// waits until the watch reports want.
+func watchHealth(t *testing.T, ctx context.Context, conn *grpc.ClientConn) func(want healthpb.HealthCheckResponse_ServingStatus) {
+	t.Helper()
+	stream, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatalf("health Watch: %v", err)
+	}
+	return func(want healthpb.HealthCheckResponse_ServingStatus) {
+		t.Helper()
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				t.Fatalf("health Watch, waiting for %v: %v", want, err)
+			}
+			if resp.GetStatus() == want {
+				return
+			}
+		}
 	}
 }

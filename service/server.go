@@ -16,7 +16,6 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -169,15 +168,11 @@ type Server struct {
 	health *health.Server
 	tel    *telemetry
 
-	// The public gRPC server, on Config.GRPCAddr. Once draining is set
-	// (Shutdown), it admits no new call but health's (see admitCall), and
-	// grpcLis accepts no new connection.
-	grpcSrv   *grpc.Server
-	grpcLis   *stoppableListener
-	grpcGuard *guardedListener // under grpcLis
+	// The public gRPC server, on Config.GRPCAddr.
+	grpcSrv *grpc.Server
+	grpcLis *guardedListener
 	// files is the FileService of both gRPC servers.
-	files    *fileServer
-	draining atomic.Bool
+	files *fileServer
 
 	// budget is --max-inflight-bytes, taken by the public gRPC server and
 	// the gateway (the gateway's own gRPC server takes none: the gateway
@@ -192,6 +187,7 @@ type Server struct {
 	// and drained apart from it (see Shutdown).
 	httpSrv     *http.Server
 	httpLis     net.Listener
+	httpGuard   *guardedListener // under httpLis
 	gatewaySrv  *grpc.Server
 	gatewayLis  *pipeListener
 	gatewayConn *grpc.ClientConn
@@ -301,8 +297,7 @@ func Start(cfg Config) (_ *Server, err error) {
 		lis.Close()
 		return nil, err
 	}
-	s.grpcGuard = newGuardedListener(lis, cfg.ConnAuthTimeout)
-	s.grpcLis = newStoppableListener(s.grpcGuard)
+	s.grpcLis = newGuardedListener(lis, cfg.ConnAuthTimeout)
 	s.grpcSrv = newGRPCServer(s.files, s.health, cfg.Store.MaxRequestBytes, log, s.tel, s.publicServerOptions()...)
 	if cfg.HTTPAddr != "" {
 		if err := s.startGateway(); err != nil {
@@ -367,7 +362,8 @@ func (s *Server) startGateway() (err error) {
 	if err != nil {
 		return fmt.Errorf("HTTP listener: %w", err)
 	}
-	s.httpLis = newGuardedListener(lis, s.cfg.ConnAuthTimeout)
+	s.httpGuard = newGuardedListener(lis, s.cfg.ConnAuthTimeout)
+	s.httpLis = s.httpGuard
 	s.httpSrv = &http.Server{
 		Handler:           s.httpHandler(handler),
 		ConnContext:       withGuardedConn,
@@ -421,16 +417,15 @@ func (s *Server) HTTPAddr() net.Addr {
 
 // Shutdown drains the daemon and closes the store. In order:
 //
-//  1. health turns NOT_SERVING, so load balancers and ghz stop sending,
-//     and WriteStreams stop reading: each acks what it read and ends
-//     with UNAVAILABLE;
-//  2. both listeners stop taking new work at once: the gRPC listener
-//     accepts no connection and its server admits no call but health's,
-//     which answers NOT_SERVING (new calls get UNAVAILABLE), and the
-//     gateway accepts no request;
-//  3. the gateway waits for its requests in flight, which still reach its
-//     own gRPC server, so that one stops after it; meanwhile the public
-//     gRPC server's calls in flight finish too, and then it stops;
+//  1. health turns NOT_SERVING (health Watch streams are told), and
+//     WriteStreams stop reading;
+//  2. both listeners stop taking new work at once: the public gRPC server
+//     stops accepting connections and tells every connection to start no
+//     new call (GOAWAY; calls already on their way are still served, as
+//     HTTP/2's graceful shutdown has it), the gateway stops accepting
+//     requests, and connections that never authenticated are closed;
+//  3. requests in flight finish: REST ones still reach the gateway's own
+//     gRPC server, which stops once they are done;
 //  4. the store syncs and closes every open file.
 //
 // Step 3 is bounded by Config.DrainTimeout; past it, what still runs is
@@ -445,20 +440,33 @@ func (s *Server) Shutdown() error {
 func (s *Server) shutdown() error {
 	s.health.Shutdown()
 	s.files.drain()
-	s.draining.Store(true)
-	s.grpcLis.stopAccepting()
 	s.log.Info("draining", "timeout", s.cfg.DrainTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
 	defer cancel()
 
+	public := make(chan struct{})
+	go func() {
+		s.grpcSrv.GracefulStop()
+		close(public)
+	}()
+	// GracefulStop sends its GOAWAYs once no connection is in its
+	// handshake: a stranger's would hold it up.
+	s.grpcLis.closeUntrusted()
 	if s.httpSrv != nil {
+		go s.httpGuard.closeUntrusted()
 		if err := s.httpSrv.Shutdown(ctx); err != nil {
 			s.log.Warn("HTTP drain cut short", "error", err)
 			s.httpSrv.Close()
 		}
 		s.drainGRPC(ctx, s.gatewaySrv, "gateway's gRPC")
 	}
-	s.drainGRPC(ctx, s.grpcSrv, "gRPC")
+	select {
+	case <-public:
+	case <-ctx.Done():
+		s.log.Warn("gRPC drain cut short: cancelling RPCs in flight", "timeout", s.cfg.DrainTimeout)
+		s.grpcSrv.Stop()
+		<-public
+	}
 	err := s.closeAll()
 	if err != nil {
 		s.log.Error("stopped with errors", "error", err)
