@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"runtime"
 	"syscall"
 
@@ -26,7 +27,8 @@ type FS interface {
 	// MkdirAll creates name and its missing parents inside the root.
 	MkdirAll(name string, perm fs.FileMode) error
 	// SyncDir is fsync(2) of directory name ("." is the root): when it
-	// returns nil, the entries created in it are durable.
+	// returns nil, the entries created, removed and renamed in it are
+	// durable.
 	SyncDir(name string) error
 	// Mkdir is mkdir(2) of name; an error matching fs.ErrExist if name
 	// exists, whatever it is.
@@ -34,7 +36,33 @@ type FS interface {
 	// Remove is unlink(2) of a file, or rmdir(2) of an empty directory. A
 	// symlink in name's last element is removed, not followed.
 	Remove(name string) error
+	// Rename is renameat2(2): the entry oldName gets the name newName,
+	// replacing what newName named unless noReplace (RENAME_NOREPLACE:
+	// then an error matching fs.ErrExist). A symlink in either last
+	// element is renamed or replaced, not followed.
+	Rename(oldName, newName string, noReplace bool) error
+	// Stat is stat(2) of name, following symlinks inside the root.
+	Stat(name string) (FileInfo, error)
+	// Lstat is lstat(2) of name: a symlink in its last element is
+	// described, not followed.
+	Lstat(name string) (FileInfo, error)
+	// OpenDir opens directory name ("." is the root) to list it.
+	OpenDir(name string) (Dir, error)
 	// Close releases the root.
+	Close() error
+}
+
+// Dir is an open directory. Its methods are not safe for concurrent use.
+type Dir interface {
+	// Names is getdents(2): up to n names of entries (n > 0), in the
+	// directory's own order, "." and ".." left out; io.EOF once none is
+	// left. An entry added or removed while a listing runs may or may not
+	// appear.
+	Names(n int) ([]string, error)
+	// Lstat describes the entry name (one element) of this directory, a
+	// symlink described, not followed.
+	Lstat(name string) (FileInfo, error)
+	// Close closes the directory.
 	Close() error
 }
 
@@ -163,8 +191,133 @@ func (f *OSFS) SyncDir(name string) error {
 	return errors.Join(relative(err, name), d.Close())
 }
 
+// Rename implements FS with renameat2(2), because os.Root.Rename has no
+// RENAME_NOREPLACE. renameat2 given a path of several elements relative to
+// the root's descriptor would follow a symlink in a directory element out
+// of the root, so each parent directory is opened through os.Root, which
+// resolves symlinks only inside the root and refuses the rest, and
+// renameat2 gets descriptors of those directories and single last elements,
+// which it never follows. Validated names hold no "..", so a last element
+// cannot climb out either.
+func (f *OSFS) Rename(oldName, newName string, noReplace bool) error {
+	oldDir, err := f.root.OpenFile(path.Dir(oldName), os.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer oldDir.Close()
+	newDir, err := f.root.OpenFile(path.Dir(newName), os.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer newDir.Close()
+	var flags uint
+	if noReplace {
+		flags = unix.RENAME_NOREPLACE
+	}
+	for {
+		err = unix.Renameat2(int(oldDir.Fd()), path.Base(oldName), int(newDir.Fd()), path.Base(newName), flags)
+		if err == unix.ENOSYS && !noReplace {
+			// A kernel before 3.15: plain renameat is the same call.
+			err = unix.Renameat(int(oldDir.Fd()), path.Base(oldName), int(newDir.Fd()), path.Base(newName))
+		}
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return &os.LinkError{Op: "renameat2", Old: oldName, New: newName, Err: err}
+	}
+	return nil
+}
+
+// Stat implements FS.
+func (f *OSFS) Stat(name string) (FileInfo, error) {
+	fi, err := f.root.Stat(name)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	return fileInfoOf(fi)
+}
+
+// Lstat implements FS.
+func (f *OSFS) Lstat(name string) (FileInfo, error) {
+	fi, err := f.root.Lstat(name)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	return fileInfoOf(fi)
+}
+
+// OpenDir implements FS. O_DIRECTORY makes a file fail here (ENOTDIR).
+func (f *OSFS) OpenDir(name string) (Dir, error) {
+	d, err := f.root.OpenFile(name, os.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, err
+	}
+	return osDir{d, name}, nil
+}
+
 // Close implements FS.
 func (f *OSFS) Close() error { return f.root.Close() }
+
+// osDir adapts an open directory to Dir.
+type osDir struct {
+	f    *os.File
+	name string // below the root, for errors
+}
+
+var _ Dir = osDir{}
+
+// Names uses Readdirnames, not ReadDir: on a filesystem without d_type,
+// ReadDir lstats every entry, by a path from the root's own, and List
+// stats only the entries of its page.
+func (d osDir) Names(n int) ([]string, error) {
+	names, err := d.f.Readdirnames(n)
+	return names, relative(err, d.name)
+}
+
+// Lstat is fstatat(2) relative to the directory's descriptor, of one
+// element: nothing is resolved on the way, and nothing leaves the root.
+func (d osDir) Lstat(name string) (FileInfo, error) {
+	var st unix.Stat_t
+	var err error
+	for {
+		if err = unix.Fstatat(int(d.f.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != unix.EINTR {
+			break
+		}
+	}
+	runtime.KeepAlive(d.f)
+	if err != nil {
+		return FileInfo{}, &os.PathError{Op: "fstatat", Path: path.Join(d.name, name), Err: err}
+	}
+	fi := FileInfo{
+		Size:      st.Size,
+		Blocks512: st.Blocks,
+		BlockSize: int64(st.Blksize),
+		Dev:       st.Dev,
+		Ino:       st.Ino,
+		Nlink:     uint64(st.Nlink),
+		Ctime:     st.Ctim.Nano(),
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		fi.Type = fs.ModeDir
+	case unix.S_IFLNK:
+		fi.Type = fs.ModeSymlink
+	case unix.S_IFIFO:
+		fi.Type = fs.ModeNamedPipe
+	case unix.S_IFSOCK:
+		fi.Type = fs.ModeSocket
+	case unix.S_IFCHR:
+		fi.Type = fs.ModeDevice | fs.ModeCharDevice
+	case unix.S_IFBLK:
+		fi.Type = fs.ModeDevice
+	}
+	fi.IsDir = fi.Type == fs.ModeDir
+	return fi, nil
+}
+
+func (d osDir) Close() error { return relative(d.f.Close(), d.name) }
 
 // osFile adapts *os.File to File. Its errors name the file by name, its
 // path below the root: the *os.File's own name starts with the root's

@@ -35,11 +35,10 @@
 // rebuilds them through File.Extents.
 //
 // The FS it wraps must start empty: crashfs sees only the names created
-// through it. Rename changes directory entries if the wrapped FS has it.
+// through it.
 package crashfs
 
 import (
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -323,23 +322,17 @@ func (f *FS) SyncDir(name string) error {
 }
 
 // Rename gives the entry oldName the name newName, replacing what newName
-// named unless noReplace, like renameat2(2), if the wrapped FS has a Rename
-// method; the two entry changes are durable when their directories are
-// synced (each on its own: a crash may leave both names, or neither).
+// named unless noReplace, like renameat2(2); the two entry changes are
+// durable when their directories are synced (each on its own: a crash may
+// leave both names, or neither).
 func (f *FS) Rename(oldName, newName string, noReplace bool) error {
 	if f.isFrozen() {
 		return errFrozen("rename", oldName)
 	}
-	r, ok := f.base.(interface {
-		Rename(oldName, newName string, noReplace bool) error
-	})
-	if !ok {
-		return &os.LinkError{Op: "rename", Old: oldName, New: newName, Err: errors.ErrUnsupported}
-	}
 	f.nsMu.Lock()
 	defer f.nsMu.Unlock()
 	n, oldDir, oldBase := f.lookupLocked(oldName)
-	if err := r.Rename(oldName, newName, noReplace); err != nil {
+	if err := f.base.Rename(oldName, newName, noReplace); err != nil {
 		return err
 	}
 	target, newDir, newBase := f.lookupLocked(newName)
@@ -386,6 +379,31 @@ func (f *FS) Remove(name string) error {
 		return nil
 	}
 	return f.record("remove", name, func() { f.setEntryLocked(d, base, name, nil) })
+}
+
+// Stat implements store.FS: it records nothing.
+func (f *FS) Stat(name string) (store.FileInfo, error) {
+	if f.isFrozen() {
+		return store.FileInfo{}, errFrozen("stat", name)
+	}
+	return f.base.Stat(name)
+}
+
+// Lstat implements store.FS: it records nothing.
+func (f *FS) Lstat(name string) (store.FileInfo, error) {
+	if f.isFrozen() {
+		return store.FileInfo{}, errFrozen("lstat", name)
+	}
+	return f.base.Lstat(name)
+}
+
+// OpenDir implements store.FS: listing records nothing. (After Crash the
+// listing of a directory opened before goes on: it changes nothing.)
+func (f *FS) OpenDir(name string) (store.Dir, error) {
+	if f.isFrozen() {
+		return nil, errFrozen("open", name)
+	}
+	return f.base.OpenDir(name)
 }
 
 // Close implements store.FS by closing the wrapped FS; after Crash it

@@ -42,36 +42,15 @@ func newDir(t *testing.T) string {
 	return dir
 }
 
-// rootFS is an OSFS that can also rename entries, as crashfs expects of an
-// FS that has Rename.
-type rootFS struct {
-	store.FS
-	root *os.Root
-}
-
-// Rename is renameat2(2) as the store's FS has it; RENAME_NOREPLACE is
-// emulated, which is enough for tests that rename one file at a time.
-func (r rootFS) Rename(oldName, newName string, noReplace bool) error {
-	if _, err := r.root.Lstat(newName); noReplace && err == nil {
-		return &os.LinkError{Op: "renameat2", Old: oldName, New: newName, Err: syscall.EEXIST}
-	}
-	return r.root.Rename(oldName, newName)
-}
-func (r rootFS) Close() error { return errors.Join(r.root.Close(), r.FS.Close()) }
-
 // newBase returns an empty FS over a fresh directory and the directory.
-func newBase(t *testing.T) (rootFS, string) {
+func newBase(t *testing.T) (*store.OSFS, string) {
 	t.Helper()
 	dir := newDir(t)
 	osfs, err := store.OpenOSFS(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rootFS{FS: osfs, root: root}, dir
+	return osfs, dir
 }
 
 func newCrashFS(t *testing.T) (*crashfs.FS, string) {

@@ -260,6 +260,20 @@ func (f *FS) Mkdir(name string, perm fs.FileMode) error { return f.base.Mkdir(na
 // Remove implements store.FS; no rule applies to it.
 func (f *FS) Remove(name string) error { return f.base.Remove(name) }
 
+// Rename implements store.FS; no rule applies to it.
+func (f *FS) Rename(oldName, newName string, noReplace bool) error {
+	return f.base.Rename(oldName, newName, noReplace)
+}
+
+// Stat implements store.FS; no rule applies to it.
+func (f *FS) Stat(name string) (store.FileInfo, error) { return f.base.Stat(name) }
+
+// Lstat implements store.FS; no rule applies to it.
+func (f *FS) Lstat(name string) (store.FileInfo, error) { return f.base.Lstat(name) }
+
+// OpenDir implements store.FS; no rule applies to it.
+func (f *FS) OpenDir(name string) (store.Dir, error) { return f.base.OpenDir(name) }
+
 // Close implements store.FS by closing the underlying FS.
 func (f *FS) Close() error { return f.base.Close() }
 
