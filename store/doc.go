@@ -42,12 +42,35 @@
 // Only unlocked writes are counted in flight: a locked writer already keeps
 // truncate out, so the count is skipped where it is not needed.
 //
+// # Names
+//
+// The table knows each open file by one path. Delete and Rename hold the
+// file's inode lock exclusively (Rename: both files') and wait for writes
+// in flight, under every policy, like truncate. Rename re-keys the inode;
+// Delete, and a Rename over a file, mark it deleted and the table forgets
+// it. An operation that found the inode by a path and then waited for its
+// lock checks, once it holds it, that the path still names the file
+// (checkNamed), and otherwise looks the path up again: acting on the file
+// under its new name, or on a deleted one, would be acting after the
+// Rename or Delete on what the path named before it, which no order of the
+// calls explains. Stat and Extents, which take no lock, check after they
+// read. A Handle, which holds the inode rather than a path, follows renames
+// and fails with ErrDeleted once the file is deleted.
+//
+// A Write, Truncate or Fallocate that creates its file holds the new
+// inode's lock, exclusively, from before anyone else can reach the inode
+// (getOrCreate), and Stat and Extents lock while it does: to the store's
+// callers a file appears with its first operation done, never empty.
+//
 // # Lock order
 //
 // Lock order:
 //
 //	inode.lock             (the rwsem: inodeLock, FIFO, abandonable; held
 //	                        across the write it protects)
+//	  inode.lock           (of a second file: Rename only, both exclusive,
+//	                        the lower file ID (dev, ino) first)
+//	    inodeTable.mu      (Delete and Rename, to forget or re-key inodes)
 //	  inode.extentMu       (the extent map, like ext4's i_data_sem)
 //
 //	inodeTable.mu          (the path → inode table and reference counts)
@@ -59,9 +82,19 @@
 //	dirSyncs.mu            (the directories being synced; a leaf)
 //	dirSync.mu             (one directory's fsyncs; a leaf, taken alone)
 //
-// The two trees never nest: get and put take and drop inodeTable.mu before
-// the caller touches inode.lock, and /debug/locks snapshots each lock after
-// dropping it. inodeTable.mu is never held across I/O but the fstat(2) and
+// Nothing waits for an inode lock while holding inodeTable.mu: get and put
+// take and drop it before the caller touches inode.lock, and /debug/locks
+// snapshots each lock after dropping it. Only Delete and Rename take
+// inodeTable.mu under inode locks, to forget a deleted file's inode or to
+// re-key a renamed one once the unlink(2) or rename(2) is done. While
+// rename(2) runs, Rename reserves the new name in the table (an inode that
+// is never ready, like one being opened): a get of that name waits for it
+// holding no lock, and Rename waits for nothing but the syscall meanwhile.
+// Rename's two inode locks are taken in file ID order: the IDs of open
+// inodes are distinct (the kernel does not reuse an inode number while a
+// descriptor holds the file) and never change. A file's creator takes its
+// inode lock before the inode is ready (getOrCreate), when no one else can
+// wait for it. inodeTable.mu is never held across I/O but the fstat(2) and
 // close(2) of an evicted idle file and the final syncs of Close. The
 // evicted file's extent map is copied for the extent cache then without
 // extentMu: with no reference left, nothing can change it. inodeLock.mu
@@ -84,6 +117,8 @@
 // makes the next one fail too (Linux reports a writeback error once per
 // descriptor), and so does a failed sync_file_range of a direct-mode
 // unaligned write, which consumes the error on the descriptor fsync uses.
+// Delete and Rename change directory entries: durable once the directory
+// is synced (their sync flag, or Fsync of the directory).
 //
 // store/crashfs simulates a power cut below the FS seam, and the
 // power-loss test (powerloss_test.go) holds the store to these rules on

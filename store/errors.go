@@ -39,9 +39,16 @@ var (
 	// ErrNotRegular is returned when a path names something that is neither
 	// a regular file nor a directory: a FIFO, a socket, a device.
 	ErrNotRegular = errors.New("not a regular file")
-	// ErrNotFound is returned by Read, Stat, Extents and Fsync for a file that
-	// does not exist.
+	// ErrNotFound is returned by Read, Stat, Extents, Fsync, Delete and
+	// Rename for a file that does not exist, and by List for a directory
+	// that does not.
 	ErrNotFound = errors.New("file not found")
+	// ErrExists is returned by Rename with noReplace when the new name is
+	// taken.
+	ErrExists = errors.New("file exists")
+	// ErrInvalidPage is returned by List for a page size below 0 or above
+	// MaxListPageSize, or a page token that no List returned.
+	ErrInvalidPage = errors.New("invalid page size or token")
 	// ErrFileTooLarge is returned when an operation would make a file larger
 	// than Options.MaxFileSize: a limit on the file, however small the
 	// request.
@@ -73,6 +80,17 @@ var (
 	// ErrClosed is returned once Close has begun.
 	ErrClosed = errors.New("store closed")
 )
+
+// ErrDeleted is returned by Handle.Write once the file was deleted, or
+// replaced by a Rename over it, through the store: no name reaches it any
+// more. It is an ErrNotFound. (An operation that came by path does not see
+// it: it looks the path up again and acts on what the path names then.)
+var ErrDeleted = fmt.Errorf("%w: the file was deleted, or replaced by a rename", ErrNotFound)
+
+// errNameMoved says that a path no longer names the file the caller
+// locked: a Rename moved it between the lookup and the lock, and the
+// caller must look the path up again.
+var errNameMoved = errors.New("the name moved while waiting for the lock")
 
 // MaxPathLen is the longest path accepted, in bytes (Linux's PATH_MAX).
 const MaxPathLen = 4096
@@ -129,6 +147,50 @@ func mapOpenErr(name string, err error) error {
 		return fmt.Errorf("%w: create %s: %w", ErrNoSpace, name, err)
 	}
 	return fmt.Errorf("open %s: %w", name, err)
+}
+
+// nameError maps a failed unlink(2) or renameat2(2) to the store's
+// sentinels. op says what was asked ("delete", "rename OLD to") and name
+// the path the error is about.
+func nameError(op, name string, err error) error {
+	switch {
+	case errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENOTEMPTY):
+		// ENOTEMPTY: the new name is a directory above the old one. (Go's
+		// fs.ErrExist matches it too, so it comes first.)
+		return fmt.Errorf("%w: %s %s", ErrIsDirectory, op, name)
+	case errors.Is(err, fs.ErrExist):
+		// RENAME_NOREPLACE found the new name taken.
+		return fmt.Errorf("%w: %s %s", ErrExists, op, name)
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%w: %s %s", ErrNotFound, op, name)
+	case errors.Is(err, syscall.ENOTDIR):
+		return fmt.Errorf("%w: %s %s: a parent is not a directory", ErrInvalidPath, op, name)
+	case errors.Is(err, syscall.ENAMETOOLONG):
+		return fmt.Errorf("%w: %s %s: an element is longer than the filesystem allows", ErrPathTooLong, op, name)
+	case errors.Is(err, syscall.ELOOP):
+		return fmt.Errorf("%w: %s %s: too many levels of symbolic links (a symlink loop?)", ErrInvalidPath, op, name)
+	case isEscape(err):
+		return fmt.Errorf("%w: %s %s", ErrPathEscapes, op, name)
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return fmt.Errorf("%w: %s %s: %w", ErrNoSpace, op, name, err)
+	case errors.Is(err, syscall.EXDEV):
+		return fmt.Errorf("%w: %s %s: the names are on different mounts: %w", ErrUnsupported, op, name, err)
+	case errors.Is(err, syscall.EINVAL):
+		// RENAME_NOREPLACE on a filesystem without it.
+		return fmt.Errorf("%w: %s %s: %w", ErrUnsupported, op, name, err)
+	}
+	return fmt.Errorf("%s %s: %w", op, name, err)
+}
+
+// listError maps the errors of opening and reading a directory.
+func listError(dir string, err error) error {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%w: directory %s", ErrNotFound, dir)
+	case errors.Is(err, syscall.ENOTDIR):
+		return fmt.Errorf("%w: %s, or a parent of it, is not a directory", ErrInvalidPath, dir)
+	}
+	return mapOpenErr(dir, err)
 }
 
 // isEscape recognises os.Root's refusal of a path that leaves the root. It

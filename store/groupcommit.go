@@ -135,7 +135,7 @@ func (g *groupCommit) waitDurable(ctx context.Context, mode SyncMode) error {
 		g.run(b)
 		return b.err
 	}
-	ws := g.wait.tel.startWait(ctx, SpanFsyncWait, lockNone, g.mode.String(), g.wait.policy, g.wait.path, links)
+	ws := g.wait.tel.startWait(ctx, SpanFsyncWait, lockNone, g.mode.String(), g.wait.policy, g.wait.path(), links)
 	select {
 	case <-b.done:
 		ws.end(ctx, b.err)

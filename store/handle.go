@@ -17,9 +17,15 @@ import (
 //
 // A Handle is safe for concurrent use. Close it once, after every other
 // call on it has returned.
+//
+// The handle holds the file, not its path: a Rename moves the file under
+// the handle, which goes on writing to it under its new name; a Delete (or
+// a Rename over the file) ends it: Write fails with ErrDeleted, and Deleted
+// reports true.
 type Handle struct {
 	s      *Store
 	ino    *inode
+	path   string // opened by
 	closed atomic.Bool
 }
 
@@ -35,11 +41,16 @@ func (s *Store) OpenHandle(ctx context.Context, path string) (*Handle, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Handle{s: s, ino: ino}, nil
+	return &Handle{s: s, ino: ino, path: path}, nil
 }
 
-// Path is the path the handle was opened by.
-func (h *Handle) Path() string { return h.ino.key }
+// Path is the path the handle was opened by, whatever a Rename made of it
+// since.
+func (h *Handle) Path() string { return h.path }
+
+// Deleted reports whether the file was deleted, or replaced by a Rename
+// over it, through the store since the handle opened it.
+func (h *Handle) Deleted() bool { return h.ino.deleted.Load() }
 
 // Size is the file's size now (like i_size_read(): no lock taken).
 func (h *Handle) Size() int64 { return h.ino.size.Load() }
@@ -50,12 +61,13 @@ func (h *Handle) Size() int64 { return h.ino.size.Load() }
 // be made: its bytes do not wait for the earlier write's sync, except under
 // PolicyExclusive, where a synced write syncs before it drops the lock and
 // Write returns with nothing owed. On error nothing is owed, BytesWritten
-// says how much reached the file and Size is the size after.
+// says how much reached the file and Size is the size after. Once the file
+// is deleted, Write writes nothing and fails with ErrDeleted.
 func (h *Handle) Write(ctx context.Context, off int64, data []byte, sync SyncMode) (AppliedWrite, error) {
 	if err := h.s.validateWrite(off, data, sync); err != nil {
 		return AppliedWrite{WriteResult: WriteResult{Size: h.Size()}}, err
 	}
-	return h.s.applyWrite(ctx, h.ino, off, data, sync)
+	return h.s.applyWrite(ctx, h.ino, "", nil, off, data, sync)
 }
 
 // Wait makes the writes ws, each returned by Write on h, as durable as

@@ -166,7 +166,7 @@ func waitInflight(ctx context.Context, ino *inode, reason string) error {
 	if ino.inflight.count() == 0 {
 		return nil
 	}
-	span := ino.wait.tel.startWait(ctx, SpanInflightWait, lockExclusive, reason, ino.wait.policy, ino.wait.path, ino.inflight.spans(maxLinks))
+	span := ino.wait.tel.startWait(ctx, SpanInflightWait, lockExclusive, reason, ino.wait.policy, ino.wait.path(), ino.inflight.spans(maxLinks))
 	err := ino.inflight.wait(ctx)
 	span.end(ctx, err)
 	return err

@@ -13,20 +13,36 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // inode is the store's per-file state; see doc.go for the lock order.
 type inode struct {
+	// name is the path the file is known by, its key in the table: the
+	// path it was opened by until a Rename moves it. Read it with path(),
+	// without locks; Rename stores it with inodeTable.mu held and lock held
+	// exclusively.
+	name atomic.Pointer[string]
+
 	// Immutable after open.
-	key       string // the path it was opened by (the table key)
-	file      File   // buffered descriptor; reads always use it
-	direct    File   // O_DIRECT descriptor in IODirect mode, else nil
+	file      File // buffered descriptor; reads always use it
+	direct    File // O_DIRECT descriptor in IODirect mode, else nil
 	blockSize int64
 	dev, ino  uint64
+	created   bool      // this open created the file
 	wait      waitTrace // where the waits on this inode are reported
 
 	// lock is the rwsem; see the policy table in doc.go.
 	lock inodeLock
+	// deleted is set once a Delete, or a Rename over the file, removed the
+	// name the table knew it by: the table has forgotten the inode. It is
+	// set with both lock (exclusively) and inodeTable.mu held, so a holder
+	// of either reads it stably; others read it atomically. An operation
+	// that finds it set once it holds lock acts on nothing: one that came
+	// by path looks the path up again (lockFile), and one that holds the
+	// inode itself, a Handle, fails with ErrDeleted.
+	deleted atomic.Bool
 	// size is the file size. Read without locks (like i_size_read());
 	// written only with lock held exclusively.
 	size atomic.Int64
@@ -69,9 +85,23 @@ type inode struct {
 	openErr error
 }
 
+// path is the name the table knows the file by (see name).
+func (ino *inode) path() string { return *ino.name.Load() }
+
+// id is the file's identity (immutable after open).
+func (ino *inode) id() fileID { return fileID{ino.dev, ino.ino} }
+
 // fileID identifies a file across paths (hard links, symlinks inside the
-// root), so that two names never get two locks for one file.
+// root), so that two names never get two locks for one file. It also
+// orders inode locks where two are held (Rename): the kernel does not
+// reuse an inode number while a descriptor keeps the file, deleted or
+// not, so no two inodes in the store share one.
 type fileID struct{ dev, ino uint64 }
+
+// less orders IDs for taking two inode locks (doc.go).
+func (a fileID) less(b fileID) bool {
+	return a.dev < b.dev || (a.dev == b.dev && a.ino < b.ino)
+}
 
 // inodeTable maps paths to open inodes with reference counts, and closes
 // idle ones beyond the descriptor bound.
@@ -133,6 +163,29 @@ func newInodeTable(fsys FS, opts *Options, tel *Telemetry) *inodeTable {
 // get returns the inode for name with a reference held; put it back with
 // put. create opens with O_CREATE and makes missing parent directories.
 func (t *inodeTable) get(ctx context.Context, name string, create bool) (*inode, error) {
+	return t.getInode(ctx, name, create, nil)
+}
+
+// getOrCreate is get(ctx, name, true) for an operation op that takes the
+// inode lock exclusively (for reason). If this call creates the file, it
+// returns the inode with its lock already held exclusively for op, taken
+// before anyone else could reach the inode: a Write, Truncate or Fallocate
+// that creates a file is then one step to the store's other callers, who
+// never see the file empty before that operation (directory listings and
+// other processes can). Otherwise the holder is nil and the caller locks
+// as usual. A caller that keeps the inode for long, a Handle, uses get.
+func (t *inodeTable) getOrCreate(ctx context.Context, name, op, reason string) (*inode, *holder, error) {
+	h := &holder{mode: lockExclusive, op: op, reason: reason, span: trace.SpanContextFromContext(ctx)}
+	ino, err := t.getInode(ctx, name, true, h)
+	if err != nil || !ino.lock.createdBy(h) {
+		return ino, nil, err
+	}
+	return ino, h, nil
+}
+
+// getInode is get; if it creates the file and creator is not nil, creator
+// gets the inode lock before the inode is ready.
+func (t *inodeTable) getInode(ctx context.Context, name string, create bool, creator *holder) (*inode, error) {
 	for {
 		t.mu.Lock()
 		if t.closed {
@@ -167,7 +220,8 @@ func (t *inodeTable) get(ctx context.Context, name string, create bool) (*inode,
 			closeAllFiles(evicted)
 			return nil, err
 		}
-		ino := &inode{key: name, refs: 1, ready: make(chan struct{})}
+		ino := &inode{refs: 1, ready: make(chan struct{})}
+		ino.name.Store(&name)
 		t.byPath[name] = ino
 		t.open++
 		t.mu.Unlock()
@@ -210,6 +264,9 @@ func (t *inodeTable) get(ctx context.Context, name string, create bool) (*inode,
 			delete(t.byPath, name)
 			t.open--
 		}
+		if err == nil && ino.created && creator != nil {
+			ino.lock.acquireNew(creator)
+		}
 		close(ino.ready)
 		if err != nil {
 			t.putLocked(ino)
@@ -221,8 +278,46 @@ func (t *inodeTable) get(ctx context.Context, name string, create bool) (*inode,
 	}
 }
 
-// errAlias marks a throw-away inode that found its file already open.
+// errAlias marks a throw-away inode that found its file already open, and
+// a name Rename reserved while rename(2) ran: either way, a caller waiting
+// for it looks the name up again.
 var errAlias = errors.New("alias of an open inode")
+
+// lookup returns, with a reference held, the inode the table knows by
+// name, or nil if none: unlike get it opens nothing. It waits for an inode
+// being opened by that name, and for a name a Rename has reserved.
+func (t *inodeTable) lookup(ctx context.Context, name string) (*inode, error) {
+	for {
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if ino := t.byPath[name]; ino != nil && ino.unlinked.Load() {
+			t.forgetLocked(ino)
+		}
+		ino := t.byPath[name]
+		if ino == nil {
+			t.mu.Unlock()
+			return nil, nil
+		}
+		t.refLocked(ino)
+		t.mu.Unlock()
+		select {
+		case <-ino.ready:
+		case <-ctx.Done():
+			t.put(ino)
+			return nil, ctx.Err()
+		}
+		if ino.openErr != nil {
+			// It failed to open or was a reservation: the name is out of
+			// the table now, or names another inode.
+			t.put(ino)
+			continue
+		}
+		return ino, nil
+	}
+}
 
 // refLocked takes a reference.
 //
@@ -250,7 +345,7 @@ func (t *inodeTable) putLocked(ino *inode) {
 		}
 		return
 	}
-	if ino.unlinked.Load() {
+	if ino.unlinked.Load() || ino.deleted.Load() {
 		// Its file has no name: close it now, so that the kernel can free
 		// it, unless a sync that every caller gave up on still runs (then
 		// it waits on the idle list like any file).
@@ -284,12 +379,104 @@ func (t *inodeTable) putLocked(ino *inode) {
 //
 // Preconditions: t.mu is held.
 func (t *inodeTable) forgetLocked(ino *inode) {
-	if t.byPath[ino.key] == ino {
-		delete(t.byPath, ino.key)
+	if t.byPath[ino.path()] == ino {
+		delete(t.byPath, ino.path())
 	}
 	if id := (fileID{ino.dev, ino.ino}); t.byID[id] == ino {
 		delete(t.byID, id)
 	}
+}
+
+// deleteLocked forgets ino, whose name a Delete or a Rename over it has
+// removed, and marks it deleted.
+//
+// Preconditions: t.mu is held, and ino.lock is held exclusively with no
+// write in flight.
+func (t *inodeTable) deleteLocked(ino *inode) {
+	t.forgetLocked(ino)
+	ino.deleted.Store(true)
+}
+
+// remove runs unlink, which removes name, and then forgets ino if name is
+// the name the table knows it by. Any other name of the file (an alias: a
+// hard link, or a symlink to it) is only unlinked: the file keeps the name
+// the table knows.
+//
+// Preconditions: ino.lock is held exclusively with no write in flight, and
+// name names ino's file.
+func (t *inodeTable) remove(ino *inode, name string, unlink func() error) error {
+	// A get of name meanwhile finds ino and queues for its lock, which the
+	// caller holds, and looks again once it sees ino deleted: no one opens
+	// a new inode by name before ino is forgotten, so unlink runs without
+	// t.mu.
+	if err := unlink(); err != nil {
+		return err
+	}
+	if ino.path() != name {
+		return nil
+	}
+	t.mu.Lock()
+	t.deleteLocked(ino)
+	t.mu.Unlock()
+	return nil
+}
+
+// errNameTaken is rename's answer when a file was opened by the new name
+// since the caller looked: it must look and lock again.
+var errNameTaken = errors.New("the new name was opened meanwhile")
+
+// rename runs move, which gives the file of inode a, named oldName, the name
+// newName, and then re-keys the table in one step under t.mu: a moves from
+// oldName to newName (unless oldName is only an alias of its file), and
+// the inode of the file newName named before, dst, is forgotten.
+//
+// dst is nil when no inode is known by newName. Then newName is reserved
+// for the length of move, so that a get of newName cannot open or create a
+// file there that move would replace under it: the get waits for the
+// reservation, and then finds a. If a file was opened by newName since the
+// caller looked, nothing is done and errNameTaken is returned.
+//
+// Preconditions: a.lock and, if dst != nil, dst.lock are held exclusively
+// with no write in flight; oldName names a's file; dst is known by newName.
+func (t *inodeTable) rename(a, dst *inode, oldName, newName string, move func() error) error {
+	var reserved *inode
+	t.mu.Lock()
+	if dst == nil {
+		if t.byPath[newName] != nil {
+			t.mu.Unlock()
+			return errNameTaken
+		}
+		// Never ready, so a get waits for it; not counted in t.open, for it
+		// holds no descriptor; refs 1 (ours), so it is never idle.
+		reserved = &inode{refs: 1, ready: make(chan struct{})}
+		reserved.name.Store(&newName)
+		t.byPath[newName] = reserved
+	}
+	t.mu.Unlock()
+
+	err := move()
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err == nil {
+		if dst != nil {
+			t.deleteLocked(dst)
+		}
+		if a.path() == oldName {
+			delete(t.byPath, oldName)
+			a.name.Store(&newName)
+			t.byPath[newName] = a
+		}
+	}
+	if reserved != nil {
+		if t.byPath[newName] == reserved {
+			delete(t.byPath, newName)
+		}
+		reserved.openErr = errAlias
+		close(reserved.ready)
+		t.putLocked(reserved)
+	}
+	return err
 }
 
 // Preconditions: t.mu is held and ino is on the idle list.
@@ -347,13 +534,14 @@ func closeAllFiles(inos []*inode) {
 // from the file. A file or directories it created for a file it then
 // refuses are taken back.
 func (t *inodeTable) openInode(ino *inode, create bool) (err error) {
-	f, err := t.fsys.OpenFile(ino.key, openFlags, 0)
+	f, err := t.fsys.OpenFile(ino.path(), openFlags, 0)
 	var made creation
 	if create && errors.Is(err, fs.ErrNotExist) {
-		if f, made, err = createFile(t.fsys, ino.key); err == nil {
+		if f, made, err = createFile(t.fsys, ino.path()); err == nil {
+			ino.created = made.file
 			// Every ancestor up to the root: any of them may be new, made
 			// here or by a create running beside this one.
-			for dir := path.Dir(ino.key); ; dir = path.Dir(dir) {
+			for dir := path.Dir(ino.path()); ; dir = path.Dir(dir) {
 				ino.newDirs = append(ino.newDirs, dir)
 				if dir == "." {
 					break
@@ -364,7 +552,7 @@ func (t *inodeTable) openInode(ino *inode, create bool) (err error) {
 		}
 	}
 	if err != nil {
-		return mapOpenErr(ino.key, err)
+		return mapOpenErr(ino.path(), err)
 	}
 	defer func() {
 		if err != nil {
@@ -374,15 +562,15 @@ func (t *inodeTable) openInode(ino *inode, create bool) (err error) {
 	fi, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return fmt.Errorf("stat %s: %w", ino.key, err)
+		return fmt.Errorf("stat %s: %w", ino.path(), err)
 	}
 	switch {
 	case fi.IsDir:
 		f.Close()
-		return fmt.Errorf("%w: %s", ErrIsDirectory, ino.key)
+		return fmt.Errorf("%w: %s", ErrIsDirectory, ino.path())
 	case fi.Type != 0:
 		f.Close()
-		return fmt.Errorf("%w: %s is a %s", ErrNotRegular, ino.key, fileKind(fi.Type))
+		return fmt.Errorf("%w: %s is a %s", ErrNotRegular, ino.path(), fileKind(fi.Type))
 	}
 	ino.file = f
 	ino.dev, ino.ino = fi.Dev, fi.Ino
@@ -403,13 +591,13 @@ func (t *inodeTable) openInode(ino *inode, create bool) (err error) {
 	if m == nil {
 		if m, err = loadExtentMap(f, ino.blockSize); err != nil {
 			ino.closeFiles()
-			return fmt.Errorf("rebuild extent map of %s: %w", ino.key, err)
+			return fmt.Errorf("rebuild extent map of %s: %w", ino.path(), err)
 		}
 	}
 	ino.extents = m
 	ino.size.Store(fi.Size)
 	ino.inflight = newInflightCounter()
-	ino.wait = waitTrace{tel: t.telemetry, policy: t.opts.Policy, path: ino.key}
+	ino.wait = waitTrace{tel: t.telemetry, policy: t.opts.Policy, name: &ino.name}
 	ino.lock.wait, ino.lock.maxWaiters = ino.wait, t.opts.MaxWaitersPerFile
 	ino.commit = groupCommit{
 		mode:    t.opts.Fsync,
@@ -436,9 +624,9 @@ func (t *inodeTable) closeIdleLocked(ino *inode) bool {
 	t.unlinkIdleLocked(ino)
 	t.forgetLocked(ino)
 	// A file without a name has nothing left to report, sync or reuse.
-	if !ino.unlinked.Load() {
+	if !ino.unlinked.Load() && !ino.deleted.Load() {
 		if poisoned {
-			t.failedSync[fileID{ino.dev, ino.ino}] = ino.key
+			t.failedSync[fileID{ino.dev, ino.ino}] = ino.path()
 		}
 		if ino.dirsPending.Load() {
 			t.unsyncedDirs[fileID{ino.dev, ino.ino}] = ino.newDirs
@@ -471,9 +659,9 @@ func (t *inodeTable) keepExtentsLocked(ino *inode) {
 // openDirect opens ino's O_DIRECT descriptor, by name again, and checks
 // that it reached the file the buffered one did.
 func (t *inodeTable) openDirect(ino *inode) (File, error) {
-	df, err := t.fsys.OpenFile(ino.key, openFlags|syscall.O_DIRECT, 0)
+	df, err := t.fsys.OpenFile(ino.path(), openFlags|syscall.O_DIRECT, 0)
 	if err != nil {
-		return nil, mapOpenErr(ino.key, err)
+		return nil, mapOpenErr(ino.path(), err)
 	}
 	fi, err := df.Stat()
 	if err == nil && (fi.Dev != ino.dev || fi.Ino != ino.ino) {
@@ -481,7 +669,7 @@ func (t *inodeTable) openDirect(ino *inode) (File, error) {
 	}
 	if err != nil {
 		df.Close()
-		return nil, fmt.Errorf("open %s for direct I/O: %w", ino.key, err)
+		return nil, fmt.Errorf("open %s for direct I/O: %w", ino.path(), err)
 	}
 	return df, nil
 }
@@ -544,7 +732,7 @@ func removedError(ino *inode) error {
 	if !ino.unlinked.Load() {
 		return nil
 	}
-	return fmt.Errorf("%w: %s: what was written to it since its last sync is in a file that no name reaches; the next request opens what the path names now", ErrFileRemoved, ino.key)
+	return fmt.Errorf("%w: %s: what was written to it since its last sync is in a file that no name reaches; the next request opens what the path names now", ErrFileRemoved, ino.path())
 }
 
 func (ino *inode) closeFiles() {
@@ -565,11 +753,16 @@ func (t *inodeTable) closeAll() error {
 	}
 	var errs []error
 	for ino := t.idleHead; ino != nil; ino = ino.idleNext {
+		if ino.deleted.Load() {
+			// No name is left to make durable, nor anyone to tell.
+			ino.closeFiles()
+			continue
+		}
 		// Through the group commit, not straight to fsync: a sync that
 		// failed before must make this one fail too (see groupCommit), or
 		// Close would call data durable that the kernel dropped.
 		if err := ino.commit.waitDurable(context.Background(), SyncFull); err != nil {
-			errs = append(errs, fmt.Errorf("sync %s: %w", ino.key, err))
+			errs = append(errs, fmt.Errorf("sync %s: %w", ino.path(), err))
 		}
 		ino.closeFiles()
 	}
@@ -652,7 +845,9 @@ func (t *inodeTable) keys() []string {
 		}
 	}
 	for ino := t.idleTail; ino != nil; ino = ino.idlePrev {
-		keys = append(keys, ino.key)
+		if !ino.deleted.Load() {
+			keys = append(keys, ino.path())
+		}
 	}
 	return keys
 }
@@ -683,7 +878,9 @@ func (t *inodeTable) each(limit int, fn func(*inode)) {
 	}
 	busy := len(inos)
 	for ino := t.idleHead; ino != nil && len(inos) < limit; ino = ino.idleNext {
-		inos = append(inos, ino)
+		if !ino.deleted.Load() {
+			inos = append(inos, ino)
+		}
 	}
 	// put moves an inode to the front of the idle list, so putting these
 	// back least recently used first leaves their order as it was.

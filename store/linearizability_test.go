@@ -402,7 +402,8 @@ func changeOutside(s *Store, dir, name string, in linInput) (bool, error) {
 //
 // Preconditions: t.mu is held and name is closed.
 func reopenMatchesFile(t *inodeTable, name string) error {
-	ino := &inode{key: name, ready: make(chan struct{})}
+	ino := &inode{ready: make(chan struct{})}
+	ino.name.Store(&name)
 	if err := t.openInode(ino, false); err != nil {
 		return err
 	}

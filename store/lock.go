@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -80,6 +81,9 @@ type inodeLock struct {
 	head     *waiter // FIFO queue of waiters
 	tail     *waiter
 	nwaiting int
+	// creator is the holder that created the file (acquireNew), until it
+	// releases the lock.
+	creator *holder
 }
 
 // lockSnapshot is the lock's state for /debug/locks.
@@ -186,11 +190,20 @@ func (l *inodeLock) holderSpansLocked() []trace.SpanContext {
 
 // waitTrace says where the waits of one inode are reported. Each inode sets
 // its own once, when it opens (inode.wait), and hands it to its lock and
-// its group commit.
+// its group commit. The path is read through the inode's name, at each
+// wait, for a Rename changes it.
 type waitTrace struct {
 	tel    *Telemetry
 	policy Policy
-	path   string
+	name   *atomic.Pointer[string] // inode.name; nil: no path
+}
+
+// path is the inode's path now.
+func (w waitTrace) path() string {
+	if w.name == nil {
+		return ""
+	}
+	return *w.name.Load()
 }
 
 // acquire takes the lock in h.mode (lockShared or lockExclusive). If it must
@@ -221,7 +234,7 @@ func (l *inodeLock) acquire(ctx context.Context, h *holder) error {
 	links := l.holderSpansLocked()
 	l.mu.Unlock()
 
-	span := l.wait.tel.startWait(ctx, SpanLockWait, h.mode, h.reason, l.wait.policy, l.wait.path, links)
+	span := l.wait.tel.startWait(ctx, SpanLockWait, h.mode, h.reason, l.wait.policy, l.wait.path(), links)
 	select {
 	case <-w.ready:
 		span.end(ctx, nil)
@@ -244,6 +257,34 @@ func (l *inodeLock) acquire(ctx context.Context, h *holder) error {
 	return err
 }
 
+// acquireNew takes the lock exclusively for h on an inode that no one else
+// can reach yet, whose file h's operation has just created: it never waits.
+// Until h releases it, fresh reports true.
+func (l *inodeLock) acquireNew(h *holder) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.tryLocked(h) {
+		panic("store: acquireNew of a lock someone holds")
+	}
+	l.creator = h
+}
+
+// fresh reports whether the operation that created the file still holds
+// the lock: readers that do not lock (Stat, Extents) lock then, so that
+// they never see a file before its creator's first operation.
+func (l *inodeLock) fresh() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.creator != nil
+}
+
+// createdBy reports whether h took the lock with acquireNew and holds it.
+func (l *inodeLock) createdBy(h *holder) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.creator == h
+}
+
 // release gives up h's hold.
 func (l *inodeLock) release(h *holder) {
 	l.mu.Lock()
@@ -253,6 +294,9 @@ func (l *inodeLock) release(h *holder) {
 
 // Preconditions: l.mu is held and h holds the lock.
 func (l *inodeLock) releaseLocked(h *holder) {
+	if l.creator == h {
+		l.creator = nil
+	}
 	if h.mode == lockExclusive {
 		l.writer = false
 	} else {

@@ -79,7 +79,7 @@ func (s *Store) SyncAll(ctx context.Context) error {
 			continue
 		}
 		if err := ino.commit.waitDurable(ctx, SyncFull); err != nil {
-			errs = append(errs, fmt.Errorf("sync %s: %w", ino.key, err))
+			errs = append(errs, fmt.Errorf("sync %s: %w", ino.path(), err))
 		}
 		s.table.put(ino)
 	}
@@ -106,17 +106,26 @@ func (s *Store) Write(ctx context.Context, path string, off int64, data []byte, 
 	if err := s.validateWrite(off, data, sync); err != nil {
 		return WriteResult{}, err
 	}
-	ino, err := s.table.get(ctx, path, true)
-	if err != nil {
-		return WriteResult{}, err
-	}
-	defer s.table.put(ino)
-	w, err := s.applyWrite(ctx, ino, off, data, sync)
-	if err != nil {
+	for {
+		// Any write into a file it creates extends it.
+		ino, created, err := s.table.getOrCreate(ctx, path, "write", ReasonExtending)
+		if err != nil {
+			return WriteResult{}, err
+		}
+		w, err := s.applyWrite(ctx, ino, path, created, off, data, sync)
+		if errors.Is(err, ErrDeleted) || errors.Is(err, errNameMoved) {
+			// Deleted, replaced or renamed while this write waited: it
+			// comes after that, into whatever file path names now.
+			s.table.put(ino)
+			continue
+		}
+		if err == nil {
+			one := [1]AppliedWrite{w}
+			err = s.waitWrites(ctx, ino, one[:])
+		}
+		s.table.put(ino)
 		return w.WriteResult, err
 	}
-	one := [1]AppliedWrite{w}
-	return w.WriteResult, s.waitWrites(ctx, ino, one[:])
 }
 
 // Read returns up to length bytes at off: short at EOF, empty past it. It
@@ -132,15 +141,11 @@ func (s *Store) Read(ctx context.Context, path string, off, length int64) ([]byt
 	if err := validateRequestLength(length, s.opts.MaxRequestBytes); err != nil {
 		return nil, err
 	}
-	ino, err := s.table.get(ctx, path, false)
+	ino, h, err := s.lockFile(ctx, path, false, lockShared, "read", ReasonRead)
 	if err != nil {
 		return nil, err
 	}
 	defer s.table.put(ino)
-	h, err := lockInode(ctx, ino, lockShared, "read", ReasonRead)
-	if err != nil {
-		return nil, err
-	}
 	defer ino.lock.release(h)
 	size := ino.size.Load()
 	if off >= size {
@@ -158,6 +163,11 @@ func (s *Store) Read(ctx context.Context, path string, off, length int64) ([]byt
 // SyncData the data and the size (fdatasync), with SyncFull all metadata
 // too (fsync); SyncNone is ErrInvalidMode. Concurrent callers share one
 // sync that started after each of them asked.
+//
+// When path names a directory, Fsync is fsync(2) of the directory: the
+// entries created, removed and renamed in it before the call (by Write,
+// Delete and Rename without sync) are durable when it returns; the mode
+// makes no difference there.
 func (s *Store) Fsync(ctx context.Context, path string, mode SyncMode) error {
 	if err := validatePath(path); err != nil {
 		return err
@@ -166,6 +176,9 @@ func (s *Store) Fsync(ctx context.Context, path string, mode SyncMode) error {
 		return err
 	}
 	ino, err := s.table.get(ctx, path, false)
+	if errors.Is(err, ErrIsDirectory) {
+		return s.syncDir(path)
+	}
 	if err != nil {
 		return err
 	}
@@ -191,15 +204,11 @@ func (s *Store) Truncate(ctx context.Context, path string, size int64) error {
 	if size > s.opts.MaxFileSize {
 		return fmt.Errorf("%w: size %d, the maximum file size is %d bytes", ErrFileTooLarge, size, s.opts.MaxFileSize)
 	}
-	ino, err := s.table.get(ctx, path, true)
+	ino, h, err := s.lockFile(ctx, path, true, lockExclusive, "truncate", ReasonTruncate)
 	if err != nil {
 		return err
 	}
 	defer s.table.put(ino)
-	h, err := lockInode(ctx, ino, lockExclusive, "truncate", ReasonTruncate)
-	if err != nil {
-		return err
-	}
 	defer ino.lock.release(h)
 	if err := waitInflight(ctx, ino, ReasonTruncate); err != nil {
 		return err
@@ -229,15 +238,11 @@ func (s *Store) Fallocate(ctx context.Context, path string, mode FallocateMode, 
 	if err := validateFallocate(mode, off, length, s.opts.MaxFileSize); err != nil {
 		return 0, err
 	}
-	ino, err := s.table.get(ctx, path, true)
+	ino, h, err := s.lockFile(ctx, path, true, lockExclusive, "fallocate", ReasonFallocate)
 	if err != nil {
 		return 0, err
 	}
 	defer s.table.put(ino)
-	h, err := lockInode(ctx, ino, lockExclusive, "fallocate", ReasonFallocate)
-	if err != nil {
-		return 0, err
-	}
 	defer ino.lock.release(h)
 	end := off + length
 	if mode == FallocPunchHole || mode == FallocZeroRange {
@@ -289,28 +294,33 @@ func (s *Store) reloadExtents(ino *inode) {
 
 // Stat describes path: its size, the bytes allocated to it and the block
 // size the extent map uses. An open file that was removed or replaced from
-// outside since is looked up again: Stat describes what the path names.
+// outside since, or deleted or renamed through the store while Stat ran,
+// is looked up again: Stat describes what the path names.
 func (s *Store) Stat(ctx context.Context, path string) (FileStat, error) {
 	if err := validatePath(path); err != nil {
 		return FileStat{}, err
 	}
 	for {
-		ino, err := s.table.get(ctx, path, false)
-		if err != nil {
-			return FileStat{}, err
+		var st FileStat
+		var unlinked bool
+		err := s.lookAt(ctx, path, "stat", func(ino *inode) error {
+			fi, err := ino.file.Stat()
+			if err == nil && fi.Nlink == 0 {
+				// Its fstat is the news: the next get opens the path
+				// afresh.
+				ino.unlinked.Store(true)
+				unlinked = true
+				return nil
+			}
+			if err != nil {
+				return ioError("stat", path, err, 0)
+			}
+			st = FileStat{Size: ino.size.Load(), AllocatedBytes: fi.Blocks512 * 512, BlockSize: int32(ino.blockSize)}
+			return nil
+		})
+		if !unlinked {
+			return st, err
 		}
-		fi, err := ino.file.Stat()
-		if err == nil && fi.Nlink == 0 {
-			// Its fstat is the news: the next get opens the path afresh.
-			ino.unlinked.Store(true)
-			s.table.put(ino)
-			continue
-		}
-		s.table.put(ino)
-		if err != nil {
-			return FileStat{}, ioError("stat", path, err, 0)
-		}
-		return FileStat{Size: ino.size.Load(), AllocatedBytes: fi.Blocks512 * 512, BlockSize: int32(ino.blockSize)}, nil
 	}
 }
 
@@ -336,21 +346,21 @@ func (s *Store) ExtentsPage(ctx context.Context, path string, off, length int64,
 	if limit <= 0 {
 		limit = math.MaxInt
 	}
-	ino, err := s.table.get(ctx, path, false)
-	if err != nil {
-		return nil, false, err
-	}
-	defer s.table.put(ino)
-	if length == 0 {
-		length = max(0, ino.size.Load()-off)
-	}
-	if length == 0 {
-		return []Extent{}, false, nil
-	}
-	ino.extentMu.Lock()
-	defer ino.extentMu.Unlock()
-	exts, more = ino.extents.extentsUpTo(off, length, limit)
-	return exts, more, nil
+	err = s.lookAt(ctx, path, "extents", func(ino *inode) error {
+		n := length
+		if n == 0 {
+			n = max(0, ino.size.Load()-off)
+		}
+		if n == 0 {
+			exts, more = []Extent{}, false
+			return nil
+		}
+		ino.extentMu.Lock()
+		exts, more = ino.extents.extentsUpTo(off, n, limit)
+		ino.extentMu.Unlock()
+		return nil
+	})
+	return exts, more, err
 }
 
 // FileLocks is one open file's lock state, for /debug/locks.
@@ -368,7 +378,7 @@ func (s *Store) Locks(limit int) []FileLocks {
 	s.table.each(limit, func(ino *inode) {
 		snap := ino.lock.snapshot(16)
 		out = append(out, FileLocks{
-			Path:     ino.key,
+			Path:     ino.path(),
 			Size:     ino.size.Load(),
 			Holders:  snap.Holders,
 			Waiting:  snap.Waiting,

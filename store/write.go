@@ -4,6 +4,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"math/bits"
 	"sync"
 	"time"
@@ -24,6 +25,8 @@ const (
 	ReasonTruncate  = "truncate"
 	ReasonFallocate = "fallocate"
 	ReasonRead      = "read"
+	ReasonDelete    = "delete"
+	ReasonRename    = "rename"
 )
 
 // rangeClass says which block states a range touches.
@@ -116,15 +119,18 @@ func (s *Store) validateWrite(off int64, data []byte, sync SyncMode) error {
 // validation: the policy's decision, the lock, the bytes, and under
 // PolicyExclusive the sync. What it leaves owed is for waitWrites, so that
 // a caller with more writes to make (a stream) can go on writing while
-// earlier ones wait for their group commit.
-func (s *Store) applyWrite(ctx context.Context, ino *inode, off int64, data []byte, sync SyncMode) (AppliedWrite, error) {
+// earlier ones wait for their group commit. name and held are write's.
+func (s *Store) applyWrite(ctx context.Context, ino *inode, name string, held *holder, off int64, data []byte, sync SyncMode) (AppliedWrite, error) {
 	w := AppliedWrite{sync: sync, start: time.Now()}
 	if len(data) == 0 {
+		if held != nil {
+			ino.lock.release(held)
+		}
 		w.Size = ino.size.Load()
 		return w, nil
 	}
 	var err error
-	w.BytesWritten, w.Size, w.Owed, err = s.write(ctx, ino, off, data, sync)
+	w.BytesWritten, w.Size, w.Owed, err = s.write(ctx, ino, name, held, off, data, sync)
 	if err != nil {
 		w.Owed = SyncNone
 		return w, err
@@ -165,19 +171,35 @@ func (s *Store) waitWrites(ctx context.Context, ino *inode, ws []AppliedWrite) e
 // kernel's inode lock), and a writer behind it waits for the sync too.
 // Every other policy leaves its lock mode first and owes the sync, which
 // the caller settles through the group commit.
-func (s *Store) write(ctx context.Context, ino *inode, off int64, data []byte, sync SyncMode) (int, int64, SyncMode, error) {
+//
+// name is the path the caller looked ino up by: if, once the lock is held,
+// the file was deleted or renamed away from name meanwhile, write returns
+// ErrDeleted or errNameMoved without writing, and the caller looks name up
+// again. A caller that holds the inode rather than a path (a Handle)
+// passes "" and follows the file through renames; it gets ErrDeleted once
+// the file is deleted. held, if not nil, is the lock held exclusively
+// already, by a caller whose getOrCreate created the file.
+func (s *Store) write(ctx context.Context, ino *inode, name string, held *holder, off int64, data []byte, sync SyncMode) (int, int64, SyncMode, error) {
 	end := off + int64(len(data))
 	span := trace.SpanContextFromContext(ctx)
 	for attempt := 0; ; attempt++ {
 		mode, reason := s.writeLockModeOf(ino, off, end)
-		if attempt > 0 {
+		if attempt > 0 || held != nil {
 			// The file changed under an optimistic decision once already:
-			// stop guessing.
+			// stop guessing. (Or the lock is held exclusively already.)
 			mode = lockExclusive
 		}
-		h, err := lockInode(ctx, ino, max(mode, lockShared), "write", reason)
-		if err != nil {
-			return 0, 0, SyncNone, err
+		h := held
+		var err error
+		if h == nil {
+			if h, err = lockInode(ctx, ino, max(mode, lockShared), "write", reason); err != nil {
+				return 0, 0, SyncNone, err
+			}
+			if err = s.checkNamed(ino, name); err != nil {
+				ino.lock.release(h)
+				putHolder(h)
+				return 0, 0, SyncNone, err
+			}
 		}
 		if mode != lockExclusive {
 			// The size and blocks cannot change while we hold the lock
@@ -233,6 +255,104 @@ func (s *Store) write(ctx context.Context, ino *inode, off int64, data []byte, s
 	}
 }
 
+// lockFile returns the inode of path, with a reference held and its lock
+// held in mode (lockShared or lockExclusive) for op; release both with
+// ino.lock.release and s.table.put. An inode found deleted once the lock is
+// held (a Delete or a Rename over the file held it first), or no longer
+// named path (a Rename moved it), is let go and path looked up again: the
+// operation then acts on what path names after that Delete or Rename, never
+// on a file without a name. With create, a missing file is created, and
+// when mode is exclusive (getOrCreate) no one sees the new file before the
+// caller releases the lock.
+func (s *Store) lockFile(ctx context.Context, path string, create bool, mode lockMode, op, reason string) (*inode, *holder, error) {
+	for {
+		if create && mode == lockExclusive {
+			ino, h, err := s.table.getOrCreate(ctx, path, op, reason)
+			if err != nil {
+				return nil, nil, err
+			}
+			if h != nil {
+				return ino, h, nil // created, and locked before anyone could look
+			}
+			s.table.put(ino)
+		}
+		ino, err := s.table.get(ctx, path, create)
+		if err != nil {
+			return nil, nil, err
+		}
+		h, err := lockInode(ctx, ino, mode, op, reason)
+		if err != nil {
+			s.table.put(ino)
+			return nil, nil, err
+		}
+		err = s.checkNamed(ino, path)
+		if err == nil {
+			return ino, h, nil
+		}
+		ino.lock.release(h)
+		s.table.put(ino)
+		if !errors.Is(err, ErrDeleted) && !errors.Is(err, errNameMoved) {
+			return nil, nil, err
+		}
+	}
+}
+
+// checkNamed returns ErrDeleted if ino's file was deleted or replaced, and
+// errNameMoved if it no longer has the name name (unless name is ""): a
+// Delete or Rename held the lock while the caller waited for it. Acting on
+// the inode then would be acting after the Delete or Rename returned on
+// what name named before it, which no order of the calls explains.
+//
+// Preconditions: ino.lock is held, in any mode; or (lookAt) the caller has
+// read what it will return, so that a Delete or Rename that came before
+// that read is seen (the deleted flag and the name are atomics written
+// before the Delete or Rename releases the lock, and so before any later
+// change to the file that the read could have seen).
+func (s *Store) checkNamed(ino *inode, name string) error {
+	if ino.deleted.Load() {
+		return ErrDeleted
+	}
+	if name == "" || ino.path() == name {
+		return nil
+	}
+	// name is another name of the file (a hard link, or a symlink to it),
+	// or the file was renamed away from it: only the filesystem can tell.
+	// Aliases are rare, so the common case costs no system call.
+	return s.namesFile(name, ino, s.fsys.Stat)
+}
+
+// lookAt runs read on path's inode without taking its lock (Stat,
+// Extents), and runs it again on what path names then if a Delete or
+// Rename had moved the file away from path first. It takes the lock shared
+// for op while the operation that created the file holds it (fresh), so
+// that no one sees a file before that operation.
+func (s *Store) lookAt(ctx context.Context, path, op string, read func(*inode) error) error {
+	for {
+		ino, err := s.table.get(ctx, path, false)
+		if err != nil {
+			return err
+		}
+		var h *holder
+		if ino.lock.fresh() {
+			if h, err = lockInode(ctx, ino, lockShared, op, ReasonRead); err != nil {
+				s.table.put(ino)
+				return err
+			}
+		}
+		err = read(ino)
+		if err == nil {
+			err = s.checkNamed(ino, path)
+		}
+		if h != nil {
+			ino.lock.release(h)
+		}
+		s.table.put(ino)
+		if !errors.Is(err, ErrDeleted) && !errors.Is(err, errNameMoved) {
+			return err
+		}
+	}
+}
+
 // syncWrite makes a written range durable as sync asks.
 func (s *Store) syncWrite(ctx context.Context, ino *inode, sync SyncMode) error {
 	if sync == SyncNone {
@@ -277,7 +397,7 @@ func (s *Store) writeExclusive(ctx context.Context, ino *inode, off int64, data 
 // writeData moves the bytes and marks their blocks written.
 func (s *Store) writeData(ctx context.Context, ino *inode, off int64, data []byte, mode lockMode, reason string) (int, error) {
 	if s.opts.Hooks != nil && s.opts.Hooks.InsideWrite != nil {
-		s.opts.Hooks.InsideWrite(ctx, ino.key, mode.String(), reason)
+		s.opts.Hooks.InsideWrite(ctx, ino.path(), mode.String(), reason)
 	}
 	end := off + int64(len(data))
 	var n int
@@ -303,7 +423,7 @@ func (s *Store) writeData(ctx context.Context, ino *inode, off int64, data []byt
 	}
 	if err != nil {
 		ino.extentsInDoubt.Store(true)
-		return n, ioError("write", ino.key, err, n)
+		return n, ioError("write", ino.path(), err, n)
 	}
 	return n, nil
 }
