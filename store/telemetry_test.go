@@ -463,3 +463,76 @@ func TestLockWaitLinksSharedHolders(t *testing.T) {
 		}
 	}
 }
+
+// TestDeleteAndRenameLockWaitSpans: a Delete or Rename that waits for a
+// writer holding the file's lock gets a lock wait span (and histogram
+// sample) with its own reason, linked to the writer.
+func TestDeleteAndRenameLockWaitSpans(t *testing.T) {
+	ops := map[string]func(ctx context.Context, s *Store) error{
+		ReasonDelete: func(ctx context.Context, s *Store) error { return s.Delete(ctx, "f", false) },
+		ReasonRename: func(ctx context.Context, s *Store) error { return s.Rename(ctx, "f", "g", false, false) },
+	}
+	for _, reason := range []string{ReasonDelete, ReasonRename} {
+		t.Run(reason, func(t *testing.T) {
+			g := newGate(t, 1)
+			ts := newTracedStore(t, nil, Options{Policy: PolicyUnlockedBelowEOF, Hooks: g.hooks()})
+			holdCtx, holdSpan := ts.op("holder")
+			done := make(chan error, 1)
+			go func() {
+				_, err := ts.Write(holdCtx, "f", 0, make([]byte, 4096), SyncNone) // extending: exclusive
+				done <- err
+			}()
+			<-g.arrived
+			waitCtx, waitSpan := ts.op(reason)
+			waited := make(chan error, 1)
+			go func() { waited <- ops[reason](waitCtx, ts.Store) }()
+			ts.starts.awaitStart(t, SpanLockWait)
+			g.open()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if err := <-waited; err != nil {
+				t.Fatal(err)
+			}
+			spans := ts.waitSpans(SpanLockWait)
+			if len(spans) != 1 {
+				t.Fatalf("%d %s spans, want 1", len(spans), SpanLockWait)
+			}
+			checkWaitSpan(t, spans[0], waitSpan.SpanContext(), map[attribute.Key]string{
+				AttrLockMode:   "exclusive",
+				AttrLockReason: reason,
+				AttrPolicy:     "unlocked-below-eof",
+				AttrPath:       "f",
+			}, holdSpan.SpanContext())
+			var rm metricdata.ResourceMetrics
+			if err := ts.metrics.Collect(context.Background(), &rm); err != nil {
+				t.Fatal(err)
+			}
+			if n := waitCount(rm, "lock", reason); n != 1 {
+				t.Errorf("lock wait histogram: %d samples with reason %s, want 1", n, reason)
+			}
+		})
+	}
+}
+
+// waitCount is how many waits of kind ("lock", "inflight", "fsync") with
+// reason the wait histogram holds.
+func waitCount(rm metricdata.ResourceMetrics, kind, reason string) uint64 {
+	var n uint64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			h, ok := m.Data.(metricdata.Histogram[float64])
+			if m.Name != MetricLockWait || !ok {
+				continue
+			}
+			for _, dp := range h.DataPoints {
+				k, _ := dp.Attributes.Value(AttrWait)
+				r, _ := dp.Attributes.Value(AttrLockReason)
+				if k.AsString() == kind && r.AsString() == reason {
+					n += dp.Count
+				}
+			}
+		}
+	}
+	return n
+}

@@ -1,0 +1,431 @@
+//go:build linux
+
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// TestDeleteAndRenameWaitForWrites: under every policy, writes held inside
+// the store (in flight, or holding the lock shared or exclusively) keep a
+// Delete or Rename from finishing; once they finish, it does, and their
+// bytes are in the renamed file (or gone with the deleted one).
+func TestDeleteAndRenameWaitForWrites(t *testing.T) {
+	const bs = 4096
+	ops := map[string]func(ctx context.Context, s *Store) error{
+		"delete": func(ctx context.Context, s *Store) error { return s.Delete(ctx, "f", false) },
+		"rename": func(ctx context.Context, s *Store) error { return s.Rename(ctx, "f", "g", false, false) },
+	}
+	for _, opName := range []string{"delete", "rename"} {
+		for _, p := range Policies() {
+			t.Run(opName+"/"+p.String(), func(t *testing.T) {
+				ctx := context.Background()
+				s, dir := newTestStore(t, Options{Policy: p})
+				if _, err := s.Write(ctx, "f", 0, make([]byte, 8*bs), SyncNone); err != nil {
+					t.Fatal(err)
+				}
+				// Overwrites of written blocks: in flight, shared or
+				// exclusive as the policy says, all inside at once except
+				// under exclusive.
+				writers := 4
+				if p == PolicyExclusive {
+					writers = 1
+				}
+				g := newGate(t, writers)
+				s.opts.Hooks = g.hooks()
+				var wg sync.WaitGroup
+				for i := range writers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						if _, err := s.Write(ctx, "f", int64(i)*bs, bytes.Repeat([]byte{byte('a' + i)}, bs), SyncNone); err != nil {
+							t.Error(err)
+						}
+					}()
+				}
+				for range writers {
+					<-g.arrived
+				}
+				done := make(chan error, 1)
+				go func() { done <- ops[opName](ctx, s) }()
+				waitFor(t, opName+" to wait for the writes", func() bool {
+					fl := fileLocks(s, "f")
+					holds := len(fl.Holders) == 1 && fl.Holders[0].Op == opName && fl.Inflight == int64(writers)
+					return holds || fl.Waiting == 1
+				})
+				select {
+				case err := <-done:
+					t.Fatalf("%s returned (%v) while %d writes were inside", opName, err, writers)
+				default:
+				}
+				g.open()
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+				wg.Wait()
+				if _, err := os.Stat(filepath.Join(dir, "f")); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("f after %s: %v, want it gone", opName, err)
+				}
+				if opName == "rename" {
+					got := readFile(t, dir, "g")
+					for i := range writers {
+						if got[i*bs] != byte('a'+i) {
+							t.Errorf("block %d of the renamed file holds %q, want the write's %q", i, got[i*bs], byte('a'+i))
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestRenameRacingWrites: writers write unique records to "f" while a
+// renamer moves whatever file "f" names to a fresh name, over and over.
+// Under every policy, each acknowledged write is found in exactly one file
+// afterwards: none was lost to a file without a name.
+func TestRenameRacingWrites(t *testing.T) {
+	const writers, writes, rec, renames = 4, 4000, 16, 60
+	for _, p := range Policies() {
+		t.Run(p.String(), func(t *testing.T) {
+			ctx := context.Background()
+			s, dir := newTestStore(t, Options{Policy: p})
+			// Writes land below EOF of a file written whole where they can,
+			// so that unlocked and shared writes race the renames too.
+			const fileSize = writers * writes * rec
+			if _, err := s.Write(ctx, "f", 0, make([]byte, fileSize), SyncNone); err != nil {
+				t.Fatal(err)
+			}
+			// Writers write until the renames are done (or they run out
+			// of records): made[w] is how many writer w made.
+			var wg sync.WaitGroup
+			stop := make(chan struct{})
+			var made [writers]int
+			var running atomic.Int32
+			running.Store(writers)
+			for w := range writers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer running.Add(-1)
+					for k := range writes {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						if _, err := s.Write(ctx, "f", recordOffset(w, k, writes, rec), record(w, k, rec), SyncNone); err != nil {
+							t.Error(err)
+							return
+						}
+						made[w] = k + 1
+					}
+				}()
+			}
+			done := 0
+			for i := 0; done < renames && running.Load() > 0; i++ {
+				err := s.Rename(ctx, "f", fmt.Sprintf("moved/%04d", i), false, i%3 == 0)
+				switch {
+				case err == nil:
+					done++
+				case !errors.Is(err, ErrNotFound): // no write since the last rename
+					t.Fatal(err)
+				}
+			}
+			close(stop)
+			wg.Wait()
+			files := filesBelow(t, dir)
+			for w := range writers {
+				for k := range made[w] {
+					off, want := recordOffset(w, k, writes, rec), record(w, k, rec)
+					var in []string
+					for name, b := range files {
+						if int64(len(b)) >= off+rec && bytes.Equal(b[off:off+rec], want) {
+							in = append(in, name)
+						}
+					}
+					if len(in) != 1 {
+						t.Errorf("write %d of writer %d found in %v, want exactly one file", k, w, in)
+					}
+				}
+			}
+			t.Logf("%d renames, %v writes, %d files", done, made, len(files))
+		})
+	}
+}
+
+func recordOffset(w, k, perWriter, size int) int64 { return int64((w*perWriter + k) * size) }
+
+// record is a write's unique bytes: its writer and number.
+func record(w, k, size int) []byte {
+	b := make([]byte, size)
+	binary.BigEndian.PutUint32(b, uint32(w)+1)
+	binary.BigEndian.PutUint32(b[4:], uint32(k)+1)
+	return b
+}
+
+// filesBelow reads every regular file below dir.
+func filesBelow(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	files := map[string][]byte{}
+	for p, e := range snapshotTree(t, dir) {
+		if e.mode.IsRegular() {
+			files[p] = []byte(e.content)
+		}
+	}
+	return files
+}
+
+// TestDeleteAndReplaceRacingWrites: writers write unique records to "t"
+// while, round after round, "t" is deleted, or replaced by a Rename over
+// it. Under every policy, after each round's Delete or Rename returned:
+// every write that started after that is in the file "t" names, and no
+// write that returned before the Delete or Rename was called is (no write
+// resurrects a deleted name, none reaches a forgotten inode).
+func TestDeleteAndReplaceRacingWrites(t *testing.T) {
+	const writers, rounds, bs = 4, 12, 4096
+	// Each writer owns perWriter blocks after the marker block, used in
+	// turn, so the records of one round never overwrite each other.
+	const perWriter = 64
+	const fileSize = (1 + writers*perWriter) * bs
+	for _, op := range []string{"delete", "replace"} {
+		for _, p := range Policies() {
+			t.Run(op+"/"+p.String(), func(t *testing.T) {
+				ctx := context.Background()
+				s, dir := newTestStore(t, Options{Policy: p})
+				var clock atomic.Int64
+				type done struct {
+					w, k       int
+					start, end int64
+				}
+				results := make(chan done, writers)
+				resume := make([]chan bool, writers) // true: one more write, then report; false: stop
+				for w := range writers {
+					resume[w] = make(chan bool)
+				}
+				// The first file: written whole (blocks below EOF, written).
+				if _, err := s.Write(ctx, "t", 0, make([]byte, fileSize), SyncNone); err != nil {
+					t.Fatal(err)
+				}
+				var wg sync.WaitGroup
+				for w := range writers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						k := 0
+						for <-resume[w] {
+							// Free-running until told to report: race the
+							// round's Delete or Rename.
+							var last done
+							for report := false; !report; {
+								start := clock.Add(1)
+								off := int64(1+w*perWriter+k%perWriter) * bs
+								if _, err := s.Write(ctx, "t", off, record(w, k, bs), SyncNone); err != nil {
+									t.Error(err)
+								}
+								last = done{w, k, start, clock.Add(1)}
+								k++
+								select {
+								case report = <-resume[w]:
+								default:
+								}
+							}
+							results <- last
+						}
+					}()
+				}
+				for w := range writers {
+					resume[w] <- true
+				}
+				var history []done
+				for r := range rounds {
+					if op == "replace" {
+						// The replacement: written whole, marked.
+						if _, err := s.Write(ctx, "src", 0, make([]byte, fileSize), SyncNone); err != nil {
+							t.Fatal(err)
+						}
+						if _, err := s.Write(ctx, "src", 0, []byte(fmt.Sprintf("round %d", r)), SyncNone); err != nil {
+							t.Fatal(err)
+						}
+					}
+					called := clock.Add(1)
+					var err error
+					if op == "delete" {
+						err = s.Delete(ctx, "t", false)
+					} else {
+						err = s.Rename(ctx, "src", "t", false, false)
+					}
+					if err != nil && !(op == "delete" && errors.Is(err, ErrNotFound)) {
+						t.Fatal(err)
+					}
+					returned := clock.Add(1)
+					// Each writer finishes the write it is in, makes one
+					// that starts after the Delete or Rename returned and
+					// reports it, then waits.
+					for w := range writers {
+						resume[w] <- true
+					}
+					var after []done
+					for range writers {
+						d := <-results
+						// Its last write started after returned unless it
+						// had none left since: then it reports an older one.
+						if d.start > returned {
+							after = append(after, d)
+						}
+					}
+					got := readFile(t, dir, "t")
+					if op == "replace" && !bytes.HasPrefix(got, []byte(fmt.Sprintf("round %d", r))) {
+						t.Errorf("round %d: t does not start with the replacement's marker", r)
+					}
+					for _, d := range after {
+						off := int64(1+d.w*perWriter+d.k%perWriter) * bs
+						if int64(len(got)) < off+bs || !bytes.Equal(got[off:off+bs], record(d.w, d.k, bs)) {
+							t.Errorf("round %d: write %d of writer %d, started after the %s returned, is not in t", r, d.k, d.w, op)
+						}
+					}
+					for _, d := range history {
+						if d.end >= called {
+							continue
+						}
+						off := int64(1+d.w*perWriter+d.k%perWriter) * bs
+						if int64(len(got)) >= off+bs && bytes.Equal(got[off:off+bs], record(d.w, d.k, bs)) {
+							t.Errorf("round %d: write %d of writer %d returned before the %s was called and is still in t", r, d.k, d.w, op)
+						}
+					}
+					history = append(history[:0], after...)
+					for w := range writers {
+						resume[w] <- true
+					}
+				}
+				for w := range writers {
+					resume[w] <- true // stop the free run
+				}
+				for range writers {
+					<-results
+				}
+				for w := range writers {
+					close(resume[w])
+				}
+				wg.Wait()
+				// With no write running, a Delete leaves no name behind.
+				if err := s.Delete(ctx, "t", true); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.Stat(ctx, "t"); !errors.Is(err, ErrNotFound) {
+					t.Errorf("Stat after the last Delete: %v, want %v", err, ErrNotFound)
+				}
+			})
+		}
+	}
+}
+
+// TestCrossedRenamesDoNotDeadlock: Rename(a, b) and Rename(b, a) at once,
+// over and over, each renamer writing its source first, so that mostly
+// both files exist and each Rename locks two files that the other also
+// locks. The test ends (go test's -timeout reports a deadlock with every
+// goroutine's stack).
+func TestCrossedRenamesDoNotDeadlock(t *testing.T) {
+	const renames = 100 // that found a file, by each renamer
+	for _, p := range Policies() {
+		t.Run(p.String(), func(t *testing.T) {
+			ctx := context.Background()
+			s, _ := newTestStore(t, Options{Policy: p})
+			var wg sync.WaitGroup
+			var attempts atomic.Int64
+			for i, pair := range [][2]string{{"a", "b"}, {"b", "a"}} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for done := 0; done < renames; {
+						attempts.Add(1)
+						if _, err := s.Write(ctx, pair[0], int64(i)*512, make([]byte, 512), SyncNone); err != nil {
+							t.Error(err)
+							return
+						}
+						// NotFound when the other moved the file away
+						// between the two calls.
+						switch err := s.Rename(ctx, pair[0], pair[1], false, false); {
+						case err == nil:
+							done++
+						case !errors.Is(err, ErrNotFound):
+							t.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			t.Logf("%d renames in %d attempts", 2*renames, attempts.Load())
+		})
+	}
+}
+
+// TestCreationIsOneStep: while a Write that creates a file is inside the
+// store, a Stat, Read or Extents of that file waits for it rather than see
+// the file empty, and then sees what it wrote.
+func TestCreationIsOneStep(t *testing.T) {
+	ctx := context.Background()
+	looks := map[string]func(s *Store) (int64, error){
+		"stat": func(s *Store) (int64, error) {
+			st, err := s.Stat(ctx, "new")
+			return st.Size, err
+		},
+		"read": func(s *Store) (int64, error) {
+			b, err := s.Read(ctx, "new", 0, 1<<20)
+			return int64(len(b)), err
+		},
+		"extents": func(s *Store) (int64, error) {
+			ext, err := s.Extents(ctx, "new", 0, 0)
+			var n int64
+			for _, e := range ext {
+				n += e.Length
+			}
+			return n, err
+		},
+	}
+	for _, name := range []string{"stat", "read", "extents"} {
+		t.Run(name, func(t *testing.T) {
+			g := newGate(t, 1)
+			s, _ := newTestStore(t, Options{Hooks: g.hooks()})
+			wrote := make(chan error, 1)
+			go func() {
+				_, err := s.Write(ctx, "new", 0, make([]byte, 8192), SyncNone)
+				wrote <- err
+			}()
+			<-g.arrived
+			type result struct {
+				n   int64
+				err error
+			}
+			looked := make(chan result, 1)
+			go func() {
+				n, err := looks[name](s)
+				looked <- result{n, err}
+			}()
+			waitFor(t, name+" to wait for the creating write", func() bool {
+				select {
+				case r := <-looked:
+					t.Fatalf("%s returned %d, %v while the write that creates the file was inside", name, r.n, r.err)
+				default:
+				}
+				return fileLocks(s, "new").Waiting == 1
+			})
+			g.open()
+			if err := <-wrote; err != nil {
+				t.Fatal(err)
+			}
+			if r := <-looked; r.err != nil || r.n != 8192 {
+				t.Errorf("%s = %d, %v; want the 8192 bytes written", name, r.n, r.err)
+			}
+		})
+	}
+}
