@@ -52,6 +52,10 @@ func (h *Handle) Path() string { return h.path }
 // over it, through the store since the handle opened it.
 func (h *Handle) Deleted() bool { return h.ino.deleted.Load() }
 
+// Gone is closed once the file is deleted (Deleted), so that a holder can
+// stop without waiting for its next Write to fail.
+func (h *Handle) Gone() <-chan struct{} { return h.ino.gone }
+
 // Size is the file's size now (like i_size_read(): no lock taken).
 func (h *Handle) Size() int64 { return h.ino.size.Load() }
 

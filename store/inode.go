@@ -43,6 +43,9 @@ type inode struct {
 	// by path looks the path up again (lockFile), and one that holds the
 	// inode itself, a Handle, fails with ErrDeleted.
 	deleted atomic.Bool
+	// gone is closed when deleted is set, for a Handle's holder to learn of
+	// it without writing (Handle.Gone).
+	gone chan struct{}
 	// size is the file size. Read without locks (like i_size_read());
 	// written only with lock held exclusively.
 	size atomic.Int64
@@ -220,7 +223,7 @@ func (t *inodeTable) getInode(ctx context.Context, name string, create bool, cre
 			closeAllFiles(evicted)
 			return nil, err
 		}
-		ino := &inode{refs: 1, ready: make(chan struct{})}
+		ino := &inode{refs: 1, ready: make(chan struct{}), gone: make(chan struct{})}
 		ino.name.Store(&name)
 		t.byPath[name] = ino
 		t.open++
@@ -394,7 +397,9 @@ func (t *inodeTable) forgetLocked(ino *inode) {
 // write in flight.
 func (t *inodeTable) deleteLocked(ino *inode) {
 	t.forgetLocked(ino)
-	ino.deleted.Store(true)
+	if !ino.deleted.Swap(true) {
+		close(ino.gone)
+	}
 }
 
 // remove runs unlink, which removes name, and then forgets ino if name is
