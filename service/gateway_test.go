@@ -104,6 +104,18 @@ func (f *fakeFiles) Stat(_ context.Context, req *filewritev1.StatRequest) (*file
 	return &filewritev1.StatResponse{Size: 2}, f.record(req)
 }
 
+func (f *fakeFiles) Delete(_ context.Context, req *filewritev1.DeleteRequest) (*filewritev1.DeleteResponse, error) {
+	return &filewritev1.DeleteResponse{}, f.record(req)
+}
+
+func (f *fakeFiles) Rename(_ context.Context, req *filewritev1.RenameRequest) (*filewritev1.RenameResponse, error) {
+	return &filewritev1.RenameResponse{}, f.record(req)
+}
+
+func (f *fakeFiles) List(_ context.Context, req *filewritev1.ListRequest) (*filewritev1.ListResponse, error) {
+	return &filewritev1.ListResponse{}, f.record(req)
+}
+
 func (f *fakeFiles) Extents(_ context.Context, req *filewritev1.ExtentsRequest) (*filewritev1.ExtentsResponse, error) {
 	return &filewritev1.ExtentsResponse{}, f.record(req)
 }
@@ -209,6 +221,17 @@ func TestGatewayRoutes(t *testing.T) {
 		{"GET", p + ":extents?offset=0&length=65536", "", &filewritev1.ExtentsRequest{Path: "dir/sub/f.bin", Length: 65536}},
 		{"GET", "/v1/files/top:read?length=1", "", &filewritev1.ReadRequest{Path: "top", Length: 1}},
 		{"GET", "/v1/files/top", "", &filewritev1.StatRequest{Path: "top"}},
+		// DELETE and the raw PUT share Stat's pattern, on other methods.
+		{"DELETE", p, "", &filewritev1.DeleteRequest{Path: "dir/sub/f.bin"}},
+		{"DELETE", p + "?sync=true", "", &filewritev1.DeleteRequest{Path: "dir/sub/f.bin", Sync: true}},
+		{"DELETE", "/v1/files/top", "", &filewritev1.DeleteRequest{Path: "top"}},
+		{"POST", p + ":rename", `{"newPath":"other/g.bin","noReplace":true,"sync":true}`,
+			&filewritev1.RenameRequest{Path: "dir/sub/f.bin", NewPath: "other/g.bin", NoReplace: true, Sync: true}},
+		{"POST", p + ":rename", `{"new_path":"g.bin"}`, &filewritev1.RenameRequest{Path: "dir/sub/f.bin", NewPath: "g.bin"}},
+		{"GET", "/v1/dirs", "", &filewritev1.ListRequest{}},
+		{"GET", "/v1/dirs?pageSize=5&pageToken=abc", "", &filewritev1.ListRequest{PageSize: 5, PageToken: "abc"}},
+		{"GET", "/v1/dirs/dir/sub", "", &filewritev1.ListRequest{Path: "dir/sub"}},
+		{"GET", "/v1/dirs/dir?page_size=7", "", &filewritev1.ListRequest{Path: "dir", PageSize: 7}},
 	}
 	fake.files["dir/sub/f.bin"] = []byte("0123456789")
 	fake.files["top"] = []byte("x")

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
+	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/protobuf/proto"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/store"
@@ -20,8 +23,7 @@ import (
 //
 // It embeds UnsafeFileServiceServer, not UnimplementedFileServiceServer, so
 // that an RPC added to the proto without a handler here fails the build
-// rather than answering UNIMPLEMENTED in production. An RPC whose issue has
-// not landed yet has an explicit stub in unimplemented.go.
+// rather than answering UNIMPLEMENTED in production.
 type fileServer struct {
 	filewritev1.UnsafeFileServiceServer
 	store *store.Store
@@ -29,6 +31,8 @@ type fileServer struct {
 	// extentsPerReply bounds an Extents page so that it fits in a reply
 	// (extentsPerReply); 0 means no bound beyond MaxExtentsPageSize.
 	extentsPerReply int
+	// entriesPerReply bounds a List page likewise (entriesPerReply).
+	entriesPerReply int
 
 	// The WriteStream side (writestream.go).
 
@@ -52,6 +56,7 @@ func newFileServer(st *store.Store, maxRequestBytes, maxStreamBytes int64, mp me
 		maxStreamBytes:  maxStreamBytes,
 		maxMessageBytes: int64(maxMessageBytes(maxRequestBytes)),
 		extentsPerReply: extentsPerReply(maxMessageBytes(maxRequestBytes)),
+		entriesPerReply: entriesPerReply(maxMessageBytes(maxRequestBytes)),
 		draining:        make(chan struct{}),
 	}
 	var err error
@@ -158,6 +163,62 @@ func (s *fileServer) Extents(ctx context.Context, req *filewritev1.ExtentsReques
 		resp.NextPageToken = nextExtentsToken(req, last.Offset+last.Length)
 	}
 	return resp, nil
+}
+
+func (s *fileServer) Delete(ctx context.Context, req *filewritev1.DeleteRequest) (*filewritev1.DeleteResponse, error) {
+	if err := s.store.Delete(ctx, req.GetPath(), req.GetSync()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &filewritev1.DeleteResponse{}, nil
+}
+
+func (s *fileServer) Rename(ctx context.Context, req *filewritev1.RenameRequest) (*filewritev1.RenameResponse, error) {
+	if err := s.store.Rename(ctx, req.GetPath(), req.GetNewPath(), req.GetNoReplace(), req.GetSync()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &filewritev1.RenameResponse{}, nil
+}
+
+func (s *fileServer) List(ctx context.Context, req *filewritev1.ListRequest) (*filewritev1.ListResponse, error) {
+	entries, next, err := s.store.List(ctx, req.GetPath(), listPageSize(req, s.entriesPerReply), req.GetPageToken())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := make([]*filewritev1.DirEntry, len(entries))
+	for i, e := range entries {
+		out[i] = &filewritev1.DirEntry{Name: e.Name, IsDir: e.IsDir, Size: e.Size}
+	}
+	return &filewritev1.ListResponse{Entries: out, NextPageToken: next}, nil
+}
+
+// maxEncodedDirEntry is the most bytes one DirEntry takes in a
+// ListResponse: a name of MaxNameLen bytes, a bool, a 10-byte varint, their
+// tags and lengths, and the tag and length that frame it.
+var maxEncodedDirEntry = 4 + proto.Size(&filewritev1.DirEntry{
+	Name: strings.Repeat("n", store.MaxNameLen), IsDir: true, Size: math.MinInt64,
+})
+
+// entriesPerReply is the most entries that fit in one List reply under the
+// message limit, less room for the next page's token (which holds a name).
+// Only a --max-request-bytes far below the default makes it smaller than
+// store.MaxListPageSize.
+func entriesPerReply(maxMessageBytes int) int {
+	tokenRoom := 64 + 2*store.MaxNameLen
+	return max(1, (maxMessageBytes-tokenRoom)/maxEncodedDirEntry)
+}
+
+// listPageSize is the page size to ask the store for: req's (0 meaning the
+// default), at most perReply. A size the store refuses (negative, over its
+// maximum) goes through unchanged, for the store to say why.
+func listPageSize(req *filewritev1.ListRequest, perReply int) int {
+	n := int(req.GetPageSize())
+	switch {
+	case n == 0:
+		n = store.DefaultListPageSize
+	case n < 0 || n > store.MaxListPageSize:
+		return n
+	}
+	return min(n, perReply)
 }
 
 // syncModeFromProto rejects values outside the enum: proto3 enums are open,

@@ -19,8 +19,8 @@ import (
 // A few statuses are built where a request is refused before a handler
 // sees it, since no store error is involved: UNAUTHENTICATED in auth.go,
 // the gateway's RESOURCE_EXHAUSTED for a body over the limit and
-// INVALID_ARGUMENT for a raw PUT's query or unreadable body in gateway.go,
-// and UNIMPLEMENTED for an RPC not served yet in unimplemented.go.
+// and INVALID_ARGUMENT for a raw PUT's query or unreadable body in
+// gateway.go.
 //
 // The order matters where one error can match two cases: a failed sync is
 // reported as DATA_LOSS even when ENOSPC caused it, because the caller's
@@ -45,10 +45,13 @@ func toStatus(err error) error {
 		errors.Is(err, store.ErrIsDirectory),
 		errors.Is(err, store.ErrNotRegular),
 		errors.Is(err, store.ErrInvalidOffset),
-		errors.Is(err, store.ErrInvalidMode):
+		errors.Is(err, store.ErrInvalidMode),
+		errors.Is(err, store.ErrInvalidPage):
 		code = codes.InvalidArgument
 	case errors.Is(err, store.ErrNotFound):
 		code = codes.NotFound
+	case errors.Is(err, store.ErrExists):
+		code = codes.AlreadyExists
 	case errors.Is(err, store.ErrSyncFailed), errors.Is(err, store.ErrFileRemoved):
 		code = codes.DataLoss
 	case errors.Is(err, store.ErrFileTooLarge),

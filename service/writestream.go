@@ -255,6 +255,23 @@ func (ws *writeStream) stop(end error) {
 	ws.wakeSenderLocked()
 }
 
+// watchDelete ends the stream with NOT_FOUND once its file is deleted (or
+// replaced by a Rename over it), after the writes read before are acked:
+// they fail with NOT_FOUND too, having nowhere to go. A Rename of the file
+// itself changes nothing: the stream writes to it under its new name. It
+// returns when the stream stops, for whatever reason.
+func (ws *writeStream) watchDelete() {
+	select {
+	case <-ws.h.Gone():
+		ws.stop(ws.deletedStatus())
+	case <-ws.stopped:
+	}
+}
+
+func (ws *writeStream) deletedStatus() error {
+	return status.Errorf(codes.NotFound, "%s was deleted or replaced while the stream wrote to it: writes read before are acked", ws.h.Path())
+}
+
 // wakeSenderLocked tells the sender to look again.
 //
 // Preconditions: ws.mu is held (or the caller owns what it signals).
@@ -391,6 +408,7 @@ func (ws *writeStream) check(req *streamRequest) error {
 		ws.opened = true
 		ws.wakeSenderLocked()
 		ws.mu.Unlock()
+		go ws.watchDelete()
 		return nil
 	}
 	if req.path != "" && req.path != ws.h.Path() {
@@ -441,6 +459,9 @@ func (ws *writeStream) work() {
 		ws.ready = ws.ready[1:]
 		ws.mu.Unlock()
 		w.res, w.err = ws.h.Write(ws.ctx, w.off, w.data, w.sync)
+		if errors.Is(w.err, store.ErrDeleted) {
+			ws.stop(ws.deletedStatus()) // as watchDelete would, a moment later
+		}
 		ws.mu.Lock()
 		ws.order.remove(w, ws.readyLocked)
 		// Its bytes go back to gRPC's pool with the message's last write.
