@@ -15,6 +15,14 @@ import (
 // File is a file open through a Client. Its methods are safe for
 // concurrent use. Calls that take no context (WriteAt, ReadAt, Close) are
 // bounded by the context given to Open.
+//
+// Its writes go to the file its stream holds open: after a Rename of the
+// file, to the file under its new name; once the file is deleted (or
+// replaced by a Rename over it), every write fails with NOT_FOUND and the
+// File is done. The File's other calls (ReadAt, Stat, Sync, Truncate...)
+// name the path it was opened by, and so does the stream that a write
+// opens after a broken one: after a Rename, they reach whatever that path
+// names then.
 type File struct {
 	c    *Client
 	path string

@@ -105,6 +105,11 @@ type fileStream struct {
 	batch []*write
 	// senderDone is closed when the sender goroutine exits.
 	senderDone chan struct{}
+	// gone is the NOT_FOUND a stream ended with because the daemon
+	// deleted the file (or a Rename replaced it): every later write fails
+	// with it at once, rather than open a new stream, which would create
+	// a new file under the path.
+	gone error
 }
 
 // streamConn is one WriteStream of a fileStream.
@@ -186,6 +191,9 @@ func (s *fileStream) enqueue(ws []*write) error {
 	defer s.mu.Unlock()
 	if s.closed || ws[0].f.closed {
 		return status.Errorf(codes.FailedPrecondition, "filewrite client: %s is closed", s.path)
+	}
+	if s.gone != nil {
+		return s.gone
 	}
 	for _, w := range ws {
 		w.state = queued
@@ -320,6 +328,13 @@ func (s *fileStream) ended(conn *streamConn, err error) {
 	s.mu.Lock()
 	conn.broken = true
 	conn.err = err
+	if status.Code(err) == codes.NotFound {
+		// The file was deleted under the stream (nothing else ends one
+		// with NOT_FOUND once it is open): resending, or writing on,
+		// would create a new file.
+		s.gone = err
+		s.failQueuedLocked(err)
+	}
 	if s.conn == conn {
 		s.conn = nil
 	}
@@ -336,7 +351,7 @@ func (s *fileStream) ended(conn *streamConn, err error) {
 	var resend []*write
 	for _, id := range ids {
 		w := conn.inflight[id]
-		if w.attempts < s.c.opts.retries && !w.gaveUp && !s.closedClient() {
+		if w.attempts < s.c.opts.retries && !w.gaveUp && !s.closedClient() && s.gone == nil {
 			w.attempts++
 			w.state = queued
 			resend = append(resend, w)
