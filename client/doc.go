@@ -37,6 +37,22 @@
 // retry could land after a later call of the caller's, so the caller
 // decides.
 //
+// # Names
+//
+// Client.Delete, Client.Rename and Client.List manage the files by name;
+// Client.SyncDir makes their changes in a directory durable. A File follows
+// its file through a Rename and fails with NOT_FOUND once it is deleted.
+// The durable, atomic publish of a file:
+//
+//	f, err := c.Open(ctx, "ckpt/.step-7.tmp")
+//	// ... f.WriteAt ...
+//	err = f.Sync(ctx, false)
+//	err = f.Close()
+//	err = c.Rename(ctx, "ckpt/.step-7.tmp", "ckpt/step-7", client.WithSyncDirs())
+//
+// Delete and Rename are not retried: a second attempt could act on a file
+// made in between, or fail for the first one's success.
+//
 // # Routing
 //
 // Every call and every stream carries the file's path in the

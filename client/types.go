@@ -97,3 +97,14 @@ type Extent struct {
 	Offset, Length int64
 	State          ExtentState
 }
+
+// DirEntry is one entry of a directory, as List returns it.
+type DirEntry struct {
+	// Name is the entry's name in the directory.
+	Name string
+	// IsDir says whether it is a directory. A symlink is described as
+	// itself: not a directory, size 0.
+	IsDir bool
+	// Size is a file's size in bytes; 0 for anything else.
+	Size int64
+}
