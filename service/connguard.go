@@ -53,9 +53,10 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 		g.remote = fmt.Sprintf("%s#%d", c.RemoteAddr(), l.seq.Add(1))
 		g.addr = connAddr{network: c.RemoteAddr().Network(), name: g.remote}
 	}
-	l.byRemote.Store(g.remote, g)
-	// Armed once assigned, so that expire never sees g.timer unset.
+	// The timer is made before g is published (closeUntrusted may close
+	// it at once) and armed after, so that expire never sees it unset.
 	g.timer = time.AfterFunc(math.MaxInt64, g.expire)
+	l.byRemote.Store(g.remote, g)
 	g.timer.Reset(l.timeout)
 	return g, nil
 }
