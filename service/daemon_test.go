@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -22,7 +24,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/stats"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 )
@@ -112,25 +113,39 @@ func startDaemonProcess(t *testing.T, ctx context.Context, bin string, args ...s
 	return cmd, grpcAddr, httpAddr, logs
 }
 
-// outHeaderSignal is a client stats handler that closes sent once an RPC's
-// headers are on their way, that is once the server will count the RPC as
-// in flight when it drains.
-type outHeaderSignal struct {
-	once sync.Once
-	sent chan struct{}
+// sentPastWindow is a dialer whose connections close sent once more than
+// threshold bytes went out on them. Past the server's connection window
+// (16 MiB), the client can only have sent that much because the server
+// read the call's frames and gave window back: the server has the call,
+// and a graceful stop must let it finish. A client-side event such as
+// OutHeader says less: the headers may still sit unread in a socket when
+// SIGTERM arrives, and then the call is refused, rightly, as never begun.
+type sentPastWindow struct {
+	threshold int64
+	once      sync.Once
+	sent      chan struct{}
 }
 
-func (h *outHeaderSignal) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
-	return ctx
-}
-func (h *outHeaderSignal) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return ctx
-}
-func (h *outHeaderSignal) HandleConn(context.Context, stats.ConnStats) {}
-func (h *outHeaderSignal) HandleRPC(_ context.Context, s stats.RPCStats) {
-	if _, ok := s.(*stats.OutHeader); ok {
-		h.once.Do(func() { close(h.sent) })
+func (d *sentPastWindow) dial(ctx context.Context, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
 	}
+	return &countingConn{Conn: c, d: d}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	d *sentPastWindow
+	n atomic.Int64
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if c.n.Add(int64(n)) > c.d.threshold {
+		c.d.once.Do(func() { close(c.d.sent) })
+	}
+	return n, err
 }
 
 // TestDaemonDrainsOnSIGTERM runs the real binary: it starts on port 0,
@@ -159,8 +174,8 @@ func TestDaemonDrainsOnSIGTERM(t *testing.T) {
 	watch(healthpb.HealthCheckResponse_SERVING)
 
 	// A 64 MiB Write with SYNC_MODE_FULL, on a connection of its own.
-	signal := &outHeaderSignal{sent: make(chan struct{})}
-	writeConn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStatsHandler(signal))
+	signal := &sentPastWindow{threshold: 32 << 20, sent: make(chan struct{})}
+	writeConn, err := grpc.NewClient("passthrough:///"+grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(signal.dial))
 	if err != nil {
 		t.Fatal(err)
 	}
