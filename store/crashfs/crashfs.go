@@ -28,7 +28,16 @@
 // one for its growth of the size, so that a torn write, data without its
 // size (lost past EOF) and a size without its data (zeros) are all
 // possible; a truncate or fallocate is one piece, and so is each directory
-// entry change. Durable operations are always kept. The image is made by
+// entry change. A rename is one piece: its two entry changes survive or
+// vanish together (rename(2) is atomic, and a journaling filesystem commits
+// it in one transaction), and it is durable once both its directories were
+// synced after it, the fsyncs POSIX asks for. An entry change the cut kept
+// keeps the earlier changes of the same entry and those that put the
+// directories above it in place, as a filesystem that orders its metadata
+// writes them first (no image renames a name that was never made); a sync,
+// makes durable only its own directory's entries, so a name is durable
+// only once every directory up its path was synced after it appeared.
+// Durable operations are always kept. The image is made by
 // replaying the kept operations, in the order they completed, onto real
 // files with the same system calls, so its extents (holes, unwritten and
 // written blocks) are the filesystem's own, as a store reopened there
@@ -42,6 +51,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -99,11 +109,20 @@ type node struct {
 
 // dirNode is one directory. Its fields are guarded by FS.nsMu.
 type dirNode struct {
-	// live is what the directory holds now; durable what it held after its
-	// last successful sync.
-	live, durable map[string]*node
-	// pending are the entry changes since, in the order they completed.
+	// live is what the directory holds now.
+	live map[string]*node
+	// durable is what it held after the last entry change that is durable
+	// with every one before it; pending are the changes since, in the
+	// order they completed. Some of pending may be durable too: those
+	// behind a rename whose other directory was not synced after it.
+	durable map[string]*node
 	pending []entryOp
+	// synced is the last seq a successful sync of the directory covered.
+	synced uint64
+	// linkedBy is the piece of the entry change that put the directory
+	// where it is (zero for the root): an entry change below it that the
+	// cut keeps keeps that piece too, unless it is durable.
+	linkedBy Piece
 }
 
 func newDirNode() *dirNode {
@@ -116,6 +135,74 @@ type entryOp struct {
 	name   string
 	target *node
 	path   string // the entry's path, for Pieces
+	// rename is set on both entry changes of one rename.
+	rename *renameOp
+	// above are the pieces a kept op keeps: the change of the same entry
+	// before it, and for a link those that put the directories above it in
+	// place (durable ones among them).
+	above []Piece
+}
+
+// renameOp is one rename(2): the entry changes it made in from and in to
+// (one directory, or two) are one piece.
+type renameOp struct {
+	from, to *dirNode
+	piece    Piece
+	above    []Piece // as entryOp.above, for both entries
+}
+
+// durable reports whether op, an entry change of d, is durable: covered by
+// a sync of d, or, for a rename, by syncs of both its directories.
+//
+// Preconditions: FS.nsMu is held, or the FS is frozen.
+func (op *entryOp) durable(d *dirNode) bool {
+	if op.rename != nil {
+		return op.seq <= op.rename.from.synced && op.seq <= op.rename.to.synced
+	}
+	return op.seq <= d.synced
+}
+
+// piece is the Piece that keeps or loses op, and the pieces a kept op
+// keeps with it.
+func (op *entryOp) piece() (p Piece, above []Piece) {
+	switch {
+	case op.rename != nil:
+		return op.rename.piece, op.rename.above
+	case op.target == nil:
+		return Piece{Kind: PieceUnlink, Path: op.path, Seq: op.seq}, op.above
+	}
+	return Piece{Kind: PieceLink, Path: op.path, Seq: op.seq}, op.above
+}
+
+// lastChange is the piece of the latest change of entry name still in
+// d.pending, if any.
+//
+// Preconditions: FS.nsMu is held.
+func (d *dirNode) lastChange(name string) []Piece {
+	for i := len(d.pending) - 1; i >= 0; i-- {
+		if d.pending[i].name == name {
+			p, _ := d.pending[i].piece()
+			return []Piece{p}
+		}
+	}
+	return nil
+}
+
+// settle folds into d.durable the durable changes at the head of
+// d.pending.
+//
+// Preconditions: FS.nsMu is held.
+func (d *dirNode) settle() {
+	i := 0
+	for ; i < len(d.pending) && d.pending[i].durable(d); i++ {
+		op := d.pending[i]
+		if op.target == nil {
+			delete(d.durable, op.name)
+		} else {
+			d.durable[op.name] = op.target
+		}
+	}
+	d.pending = append(d.pending[:0:0], d.pending[i:]...)
 }
 
 // fileNode is one file (an inode).
@@ -202,12 +289,58 @@ func (f *FS) lookupLocked(name string) (n *node, parent *dirNode, base string) {
 //
 // Preconditions: f.nsMu and f.freezeMu (read) are held, f is not frozen.
 func (f *FS) setEntryLocked(d *dirNode, base, entryPath string, target *node) {
+	op := entryOp{seq: f.seq.Add(1), name: base, target: target, path: entryPath, above: d.lastChange(base)}
 	if target == nil {
 		delete(d.live, base)
 	} else {
+		op.above = append(op.above, f.aboveLocked(entryPath)...)
 		d.live[base] = target
+		if target.dir != nil {
+			target.dir.linkedBy, _ = op.piece()
+		}
 	}
-	d.pending = append(d.pending, entryOp{seq: f.seq.Add(1), name: base, target: target, path: entryPath})
+	d.pending = append(d.pending, op)
+}
+
+// renameLocked records that n, named oldBase in from, is now named newBase
+// in to, replacing what was there.
+//
+// Preconditions: as setEntryLocked's.
+func (f *FS) renameLocked(from *dirNode, oldBase, oldName string, to *dirNode, newBase, newName string, n *node) {
+	seq := f.seq.Add(1)
+	r := &renameOp{
+		from: from, to: to,
+		piece: Piece{Kind: PieceRename, Path: newName, From: oldName, Seq: seq},
+		above: slices.Concat(from.lastChange(oldBase), to.lastChange(newBase), f.aboveLocked(newName)),
+	}
+	delete(from.live, oldBase)
+	from.pending = append(from.pending, entryOp{seq: seq, name: oldBase, path: oldName, rename: r})
+	to.live[newBase] = n
+	to.pending = append(to.pending, entryOp{seq: seq, name: newBase, target: n, path: newName, rename: r})
+	if n.dir != nil {
+		n.dir.linkedBy = r.piece
+	}
+}
+
+// aboveLocked lists the pieces that put the directories above name in
+// place, durable or not.
+//
+// Preconditions: f.nsMu is held.
+func (f *FS) aboveLocked(name string) []Piece {
+	var out []Piece
+	d := f.root
+	parts := strings.Split(name, "/")
+	for _, p := range parts[:len(parts)-1] {
+		next := d.live[p]
+		if next == nil || next.dir == nil {
+			break
+		}
+		d = next.dir
+		if d.linkedBy != (Piece{}) {
+			out = append(out, d.linkedBy)
+		}
+	}
+	return out
 }
 
 // OpenFile implements store.FS. Creating a file adds an entry to its
@@ -289,7 +422,8 @@ func (f *FS) MkdirAll(name string, perm fs.FileMode) error {
 }
 
 // SyncDir implements store.FS: when it returns nil, the entry changes of
-// directory name that had completed when it was called are durable.
+// directory name that had completed when it was called are durable, but
+// for renames to or from another directory not yet synced after them.
 func (f *FS) SyncDir(name string) error {
 	if f.isFrozen() {
 		return errFrozen("fsync", name)
@@ -308,23 +442,26 @@ func (f *FS) SyncDir(name string) error {
 	defer f.nsMu.Unlock()
 	return f.record("fsync", name, func() {
 		d := n.dir
-		i := 0
-		for ; i < len(d.pending) && d.pending[i].seq <= snap; i++ {
-			op := d.pending[i]
-			if op.target == nil {
-				delete(d.durable, op.name)
-			} else {
-				d.durable[op.name] = op.target
+		d.synced = max(d.synced, snap)
+		// A rename this sync made durable may let the other directory's
+		// changes behind it settle too.
+		var others []*dirNode
+		for _, op := range d.pending {
+			if op.seq <= snap && op.rename != nil {
+				others = append(others, op.rename.from, op.rename.to)
 			}
 		}
-		d.pending = append(d.pending[:0:0], d.pending[i:]...)
+		d.settle()
+		for _, o := range others {
+			o.settle()
+		}
 	})
 }
 
 // Rename gives the entry oldName the name newName, replacing what newName
-// named unless noReplace, like renameat2(2); the two entry changes are
-// durable when their directories are synced (each on its own: a crash may
-// leave both names, or neither).
+// named unless noReplace, like renameat2(2). Its two entry changes are one
+// piece: a crash leaves the old name or the new one, never both or
+// neither, and the new one once both directories were synced after it.
 func (f *FS) Rename(oldName, newName string, noReplace bool) error {
 	if f.isFrozen() {
 		return errFrozen("rename", oldName)
@@ -336,12 +473,11 @@ func (f *FS) Rename(oldName, newName string, noReplace bool) error {
 		return err
 	}
 	target, newDir, newBase := f.lookupLocked(newName)
-	if n == nil || newDir == nil || target == n {
+	if n == nil || oldDir == nil || newDir == nil || target == n {
 		return nil // not created through crashfs, or onto itself
 	}
 	return f.record("rename", oldName, func() {
-		f.setEntryLocked(oldDir, oldBase, oldName, nil)
-		f.setEntryLocked(newDir, newBase, newName, n)
+		f.renameLocked(oldDir, oldBase, oldName, newDir, newBase, newName, n)
 	})
 }
 

@@ -288,7 +288,7 @@ func TestImages(t *testing.T) {
 			all:  map[string]string{"f": "f", "g": "g"},
 		},
 		{
-			name: "a rename across directories with only the new one synced leaves both names",
+			name: "a rename across directories with only the new one synced is not durable",
 			run: func(t *testing.T, fsys *crashfs.FS) {
 				must(t, fsys.MkdirAll("d", 0o755))
 				f := create(t, fsys, "f")
@@ -298,8 +298,73 @@ func TestImages(t *testing.T) {
 				must(t, fsys.Rename("f", "d/g", false))
 				must(t, fsys.SyncDir("d"))
 			},
-			none: map[string]string{"d/": "", "d/g": "x", "f": "x"},
+			none: map[string]string{"d/": "", "f": "x"},
 			all:  map[string]string{"d/": "", "d/g": "x"},
+		},
+		{
+			name: "a rename across directories with only the old one synced is not durable",
+			run: func(t *testing.T, fsys *crashfs.FS) {
+				must(t, fsys.MkdirAll("d", 0o755))
+				f := create(t, fsys, "d/f")
+				write(t, f, 0, "x")
+				must(t, f.Sync(store.SyncData))
+				must(t, fsys.SyncDir("d"))
+				must(t, fsys.SyncDir("."))
+				must(t, fsys.Rename("d/f", "g", false))
+				must(t, fsys.SyncDir("d"))
+			},
+			none: map[string]string{"d/": "", "d/f": "x"},
+			all:  map[string]string{"d/": "", "g": "x"},
+		},
+		{
+			name: "a rename across directories with both synced keeps the new name",
+			run: func(t *testing.T, fsys *crashfs.FS) {
+				must(t, fsys.MkdirAll("d", 0o755))
+				f := create(t, fsys, "f")
+				write(t, f, 0, "x")
+				must(t, f.Sync(store.SyncData))
+				must(t, fsys.SyncDir("."))
+				must(t, fsys.Rename("f", "d/g", false))
+				must(t, fsys.SyncDir("d"))
+				must(t, fsys.SyncDir("."))
+				// A later change in the first directory synced, behind
+				// the rename, is durable too.
+				h := create(t, fsys, "d/h")
+				must(t, h.Sync(store.SyncData))
+				must(t, fsys.SyncDir("d"))
+			},
+			none: map[string]string{"d/": "", "d/g": "x", "d/h": ""},
+			all:  map[string]string{"d/": "", "d/g": "x", "d/h": ""},
+		},
+		{
+			name: "a change synced behind a rename not yet durable is durable",
+			run: func(t *testing.T, fsys *crashfs.FS) {
+				must(t, fsys.MkdirAll("d", 0o755))
+				f := create(t, fsys, "f")
+				must(t, f.Sync(store.SyncData))
+				must(t, fsys.SyncDir("."))
+				must(t, fsys.Rename("f", "d/g", false))
+				h := create(t, fsys, "d/h")
+				must(t, h.Sync(store.SyncData))
+				must(t, fsys.SyncDir("d")) // not "."
+			},
+			none: map[string]string{"d/": "", "d/h": "", "f": ""},
+			all:  map[string]string{"d/": "", "d/g": "", "d/h": ""},
+		},
+		{
+			name: "a rename into a new directory, synced there only, is lost with the directory",
+			run: func(t *testing.T, fsys *crashfs.FS) {
+				f := create(t, fsys, "f")
+				write(t, f, 0, "x")
+				must(t, f.Sync(store.SyncData))
+				must(t, fsys.SyncDir("."))
+				must(t, fsys.MkdirAll("n/m", 0o755))
+				must(t, fsys.Rename("f", "n/m/g", false))
+				must(t, fsys.SyncDir("n/m"))
+				must(t, fsys.SyncDir(".")) // but not "n": n/m is lost
+			},
+			none: map[string]string{"n/": ""},
+			all:  map[string]string{"n/": "", "n/m/": "", "n/m/g": "x"},
 		},
 		{
 			name: "a removal waits for its directory's sync",
@@ -325,6 +390,85 @@ func TestImages(t *testing.T) {
 				t.Errorf("KeepAll: got %q, want %q", got, tt.all)
 			}
 		})
+	}
+}
+
+// TestRenameIsOnePiece: a rename not durable is one piece, which leaves
+// the old name or the new one, never both or neither; kept, it keeps the
+// new directories above the new name, which were not synced.
+func TestRenameIsOnePiece(t *testing.T) {
+	fsys, _ := newCrashFS(t)
+	must(t, fsys.MkdirAll("a", 0o755))
+	f := create(t, fsys, "a/f")
+	write(t, f, 0, "x")
+	must(t, f.Sync(store.SyncData))
+	must(t, fsys.SyncDir("a"))
+	must(t, fsys.SyncDir("."))
+	must(t, fsys.MkdirAll("n/m", 0o755))
+	must(t, fsys.Rename("a/f", "n/m/g", false))
+	st := fsys.Crash()
+	var pieces []string
+	for _, p := range st.Pieces() {
+		pieces = append(pieces, p.Kind.String()+" "+p.From+" "+p.Path)
+	}
+	if want := []string{"link  n", "rename a/f n/m/g", "link  n/m"}; !slices.Equal(pieces, want) {
+		t.Fatalf("pieces: got %q, want %q", pieces, want)
+	}
+	tests := []struct {
+		name string
+		keep crashfs.Keep
+		want map[string]string
+	}{
+		{"the rename alone", func(p crashfs.Piece) bool { return p.Kind == crashfs.PieceRename },
+			map[string]string{"a/": "", "n/": "", "n/m/": "", "n/m/g": "x"}},
+		{"the directories alone", func(p crashfs.Piece) bool { return p.Kind == crashfs.PieceLink },
+			map[string]string{"a/": "", "a/f": "x", "n/": "", "n/m/": ""}},
+		{"the first directory alone", func(p crashfs.Piece) bool { return p.Path == "n" },
+			map[string]string{"a/": "", "a/f": "x", "n/": ""}},
+	}
+	for _, tt := range tests {
+		if got := image(t, st, tt.keep); !maps.Equal(got, tt.want) {
+			t.Errorf("%s: got %q, want %q", tt.name, got, tt.want)
+		}
+	}
+	if img, err := st.Write(newDir(t), func(p crashfs.Piece) bool { return p.Kind == crashfs.PieceRename }); err != nil || img.Kept != 3 || img.Lost != 0 {
+		t.Errorf("Write keeping the rename: %+v, %v; want the 3 pieces kept", img, err)
+	}
+}
+
+// TestEntryChangesKeepTheirOrder: a kept change of an entry keeps the
+// changes of that entry before it, so that no image renames a name that
+// was never made or holds a file under two names.
+func TestEntryChangesKeepTheirOrder(t *testing.T) {
+	fsys, _ := newCrashFS(t)
+	f := create(t, fsys, "f")
+	write(t, f, 0, "old")
+	must(t, f.Sync(store.SyncData))
+	must(t, fsys.SyncDir("."))
+	must(t, fsys.Rename("f", "g", false))
+	must(t, fsys.Rename("g", "h", false))
+	nf := create(t, fsys, "f") // the old name, made anew
+	write(t, nf, 0, "new")
+	must(t, nf.Sync(store.SyncData))
+	st := fsys.Crash()
+	only := func(kind crashfs.PieceKind, path string) crashfs.Keep {
+		return func(p crashfs.Piece) bool { return p.Kind == kind && p.Path == path }
+	}
+	tests := []struct {
+		name string
+		keep crashfs.Keep
+		want map[string]string
+	}{
+		{"nothing", crashfs.KeepNone, map[string]string{"f": "old"}},
+		{"the first rename", only(crashfs.PieceRename, "g"), map[string]string{"g": "old"}},
+		{"the second rename keeps the first", only(crashfs.PieceRename, "h"), map[string]string{"h": "old"}},
+		{"the new file keeps the rename away from its name", only(crashfs.PieceLink, "f"), map[string]string{"f": "new", "g": "old"}},
+		{"everything", crashfs.KeepAll, map[string]string{"f": "new", "h": "old"}},
+	}
+	for _, tt := range tests {
+		if got := image(t, st, tt.keep); !maps.Equal(got, tt.want) {
+			t.Errorf("%s: got %q, want %q", tt.name, got, tt.want)
+		}
 	}
 }
 

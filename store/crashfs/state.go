@@ -34,8 +34,11 @@ const (
 	PieceFallocate
 	// PieceLink is a directory entry created, or replaced by a rename.
 	PieceLink
-	// PieceUnlink is a directory entry removed, or renamed away.
+	// PieceUnlink is a directory entry removed.
 	PieceUnlink
+	// PieceRename is a whole rename: the old name's removal and the new
+	// name's link, which replaces what the new name named.
+	PieceRename
 )
 
 func (k PieceKind) String() string {
@@ -52,6 +55,8 @@ func (k PieceKind) String() string {
 		return "link"
 	case PieceUnlink:
 		return "unlink"
+	case PieceRename:
+		return "rename"
 	}
 	return fmt.Sprintf("PieceKind(%d)", int(k))
 }
@@ -60,9 +65,11 @@ func (k PieceKind) String() string {
 // which the power cut may have kept or lost independently of the others.
 type Piece struct {
 	Kind PieceKind
-	// Path is the directory entry's path, or the path the file was
-	// created under.
+	// Path is the directory entry's path (a rename's new name), or the
+	// path the file was created under.
 	Path string
+	// From is a rename's old name.
+	From string
 	// Seq numbers the operation: operations completed in Seq order, and
 	// the pieces of one operation share it.
 	Seq uint64
@@ -71,13 +78,18 @@ type Piece struct {
 }
 
 func (p Piece) String() string {
-	if p.Kind == PieceData {
+	switch p.Kind {
+	case PieceData:
 		return fmt.Sprintf("#%d %v %s block %d", p.Seq, p.Kind, p.Path, p.Block)
+	case PieceRename:
+		return fmt.Sprintf("#%d %v %s to %s", p.Seq, p.Kind, p.From, p.Path)
 	}
 	return fmt.Sprintf("#%d %v %s", p.Seq, p.Kind, p.Path)
 }
 
-// Keep says whether a piece survived the power cut.
+// Keep says whether a piece survived the power cut. A directory entry
+// change kept keeps, whatever Keep says of them, the earlier changes of
+// the same entry and those that put the directories above it in place.
 type Keep func(Piece) bool
 
 // KeepNone loses everything that was not durable: the state a correct
@@ -103,7 +115,7 @@ func KeepBefore(seq uint64) Keep {
 // LastSeq is the number of the last operation recorded, for KeepBefore.
 func (s *State) LastSeq() uint64 {
 	var last uint64
-	s.walk(func(p Piece) { last = max(last, p.Seq) })
+	s.walk(func(p Piece, _ []Piece) { last = max(last, p.Seq) })
 	return last
 }
 
@@ -111,16 +123,18 @@ func (s *State) LastSeq() uint64 {
 // each file's in order.
 func (s *State) Pieces() []Piece {
 	var out []Piece
-	s.walk(func(p Piece) { out = append(out, p) })
+	s.walk(func(p Piece, _ []Piece) { out = append(out, p) })
 	return out
 }
 
 // walk calls fn for every piece not durable, of every directory and file
 // in the tree as the FS last saw it or as some directory durably held it,
-// each once, in a fixed order.
-func (s *State) walk(fn func(Piece)) {
+// each once, in a fixed order, with the pieces a kept one keeps (durable
+// ones among them).
+func (s *State) walk(fn func(p Piece, above []Piece)) {
 	seenDir := make(map[*dirNode]bool)
 	seenFile := make(map[*fileNode]bool)
+	seenRename := make(map[*renameOp]bool)
 	var visitFile func(fn *fileNode)
 	var visit func(d *dirNode)
 	visit = func(d *dirNode) {
@@ -129,11 +143,13 @@ func (s *State) walk(fn func(Piece)) {
 		}
 		seenDir[d] = true
 		for _, op := range d.pending {
-			kind := PieceLink
-			if op.target == nil {
-				kind = PieceUnlink
+			if op.durable(d) || op.rename != nil && seenRename[op.rename] {
+				continue
 			}
-			fn(Piece{Kind: kind, Path: op.path, Seq: op.seq})
+			if op.rename != nil {
+				seenRename[op.rename] = true // listed once, from either side
+			}
+			fn(op.piece())
 		}
 		for _, m := range []map[string]*node{d.durable, d.live} {
 			for _, name := range sortedNames(m) {
@@ -159,7 +175,7 @@ func (s *State) walk(fn func(Piece)) {
 		seenFile[f] = true
 		for _, op := range f.ops[f.durable:] {
 			for _, p := range f.pieces(op) {
-				fn(p)
+				fn(p, nil)
 			}
 		}
 	}
@@ -193,19 +209,35 @@ type Image struct {
 // the entries each directory durably held plus the entry changes kept,
 // each file holding its durable operations plus those of its later
 // operations' pieces kept, replayed in completion order. A file reached
-// under several names (a rename half kept) is hard-linked. keep is asked
-// about each piece once, in the order of Pieces.
+// under several names is hard-linked. keep is asked about each piece once,
+// in the order of Pieces.
 func (s *State) Write(dir string, keep Keep) (Image, error) {
 	kept := make(map[Piece]bool)
-	var img Image
-	s.walk(func(p Piece) {
+	above := make(map[Piece][]Piece)
+	var all []Piece
+	s.walk(func(p Piece, a []Piece) {
+		all = append(all, p)
+		above[p] = a
 		if keep(p) {
 			kept[p] = true
-			img.Kept++
-		} else {
-			img.Lost++
 		}
 	})
+	// A kept entry change keeps the changes it follows, up to the root:
+	// each of those pieces lists its own.
+	for grew := true; grew; {
+		grew = false
+		for _, p := range all {
+			if !kept[p] {
+				continue
+			}
+			for _, q := range above[p] {
+				if _, pending := above[q]; pending && !kept[q] {
+					kept[q], grew = true, true
+				}
+			}
+		}
+	}
+	img := Image{Kept: len(kept), Lost: len(all) - len(kept)}
 	w := imageWriter{kept: kept, files: make(map[*fileNode]string), dirs: make(map[*dirNode]bool)}
 	if err := w.writeDir(s.root, dir); err != nil {
 		return img, err
@@ -226,11 +258,7 @@ func (w *imageWriter) entries(d *dirNode) map[string]*node {
 		out[name] = n
 	}
 	for _, op := range d.pending {
-		kind := PieceLink
-		if op.target == nil {
-			kind = PieceUnlink
-		}
-		if !w.kept[Piece{Kind: kind, Path: op.path, Seq: op.seq}] {
+		if p, _ := op.piece(); !op.durable(d) && !w.kept[p] {
 			continue
 		}
 		if op.target == nil {
