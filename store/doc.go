@@ -121,7 +121,9 @@
 // is synced (their sync flag, or Fsync of the directory).
 //
 // store/crashfs simulates a power cut below the FS seam, and the
-// power-loss test (powerloss_test.go) holds the store to these rules on
-// the images it leaves. Hooks holds three deliberate breaks of them, off
-// in production, that the test must catch.
+// power-loss tests hold the store to these rules on the images it leaves:
+// powerloss_test.go for data, powerloss_names_test.go for Rename and
+// Delete (a cut before each FS call they make, and every image of each
+// cut). Hooks holds five deliberate breaks of them, off in production,
+// that the tests must catch.
 package store

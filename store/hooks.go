@@ -27,6 +27,13 @@ type Hooks struct {
 	// write that asked for a sync once its range is written back
 	// (sync_file_range, which makes nothing durable), without a sync.
 	AckUnalignedDirectWriteBack bool
+	// RenameSyncsOldDirOnly makes a Rename with sync fsync only the old
+	// name's directory, not the new name's nor those the Rename made, so
+	// that a rename between directories is not durable when it returns.
+	RenameSyncsOldDirOnly bool
+	// DeleteSkipsDirSync makes a Delete with sync return without its
+	// directory's sync.
+	DeleteSkipsDirSync bool
 }
 
 // set reports whether the break pick chooses is on. h may be nil.

@@ -32,7 +32,7 @@ func (s *Store) Delete(ctx context.Context, name string, sync bool) error {
 	err = s.deleteLocked(ctx, ino, name)
 	ino.lock.release(h)
 	s.table.put(ino)
-	if err != nil || !sync {
+	if err != nil || !sync || s.opts.Hooks.set(func(h *Hooks) bool { return h.DeleteSkipsDirSync }) {
 		return err
 	}
 	return s.syncDir(path.Dir(name))
@@ -123,6 +123,9 @@ func (s *Store) Rename(ctx context.Context, oldName, newName string, noReplace, 
 			dirs = append(dirs, created...)
 		} else {
 			dirs = append(dirs, path.Dir(newName))
+		}
+		if s.opts.Hooks.set(func(h *Hooks) bool { return h.RenameSyncsOldDirOnly }) {
+			dirs = dirs[:1]
 		}
 		return s.syncDirs(dirs)
 	}
