@@ -1,0 +1,662 @@
+//go:build linux
+
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// inodeTable maps paths to open inodes with reference counts, and closes
+// idle ones beyond the descriptor bound.
+type inodeTable struct {
+	fsys      FS
+	opts      *Options
+	telemetry *Telemetry
+
+	// mu guards every field below and the table fields of each inode. It is
+	// taken before any inode lock and never held across I/O, except the
+	// close(2) of an evicted idle file.
+	mu     sync.Mutex
+	byPath map[string]*inode
+	byID   map[fileID]*inode
+	// idleHead/idleTail: inodes with refs == 0, most recently used first.
+	idleHead, idleTail *inode
+	// open counts inodes holding descriptors or being opened.
+	open   int
+	closed bool
+	// failedSync holds the files closed while idle whose last sync failed
+	// with no later batch yet told (groupCommit.poisoned), by ID, with the
+	// path they were closed under. A new descriptor never sees the old
+	// writeback error, so the inode that reopens one starts poisoned.
+	failedSync map[fileID]string
+	// closedExtents keeps the extent maps of files closed while idle, to be
+	// reused when they reopen unchanged. Unlike failedSync and
+	// unsyncedDirs it may forget anything for room: it saves work, it
+	// guards nothing. It has its own lock, taken under mu or alone.
+	closedExtents *extentCache
+	// dirs merges the syncs of directories (created files' newDirs, and
+	// the closed ones' unsyncedDirs). It has its own lock.
+	dirs *dirSyncs
+	// unsyncedDirs holds, by ID, the new directories (inode.newDirs) of the
+	// files this store created and closed while idle before a sync made
+	// their names durable. It is kept apart from the inodes, like
+	// failedSync, and never evicted: the inode that reopens one takes its
+	// record back, and SyncAll and Close sync what is left.
+	unsyncedDirs map[fileID][]string
+	// drained is signalled when the last reference is dropped after close.
+	drained *sync.Cond
+}
+
+func newInodeTable(fsys FS, opts *Options, tel *Telemetry) *inodeTable {
+	t := &inodeTable{
+		fsys:      fsys,
+		opts:      opts,
+		telemetry: tel,
+		byPath:    make(map[string]*inode),
+		byID:      make(map[fileID]*inode),
+	}
+	t.failedSync = make(map[fileID]string)
+	t.closedExtents = newExtentCache(opts.ExtentCacheBytes)
+	t.dirs = newDirSyncs(fsys, opts, tel)
+	t.unsyncedDirs = make(map[fileID][]string)
+	t.drained = sync.NewCond(&t.mu)
+	return t
+}
+
+// get returns the inode for name with a reference held; put it back with
+// put. create opens with O_CREATE and makes missing parent directories.
+func (t *inodeTable) get(ctx context.Context, name string, create bool) (*inode, error) {
+	return t.getInode(ctx, name, create, nil)
+}
+
+// getOrCreate is get(ctx, name, true) for an operation op that takes the
+// inode lock exclusively (for reason). If this call creates the file, it
+// returns the inode with its lock already held exclusively for op, taken
+// before anyone else could reach the inode: a Write, Truncate or Fallocate
+// that creates a file is then one step to the store's other callers, who
+// never see the file empty before that operation (directory listings and
+// other processes can). Otherwise the holder is nil and the caller locks
+// as usual. A caller that keeps the inode for long, a Handle, uses get.
+func (t *inodeTable) getOrCreate(ctx context.Context, name, op, reason string) (*inode, *holder, error) {
+	h := &holder{mode: lockExclusive, op: op, reason: reason, span: trace.SpanContextFromContext(ctx)}
+	ino, err := t.getInode(ctx, name, true, h)
+	if err != nil || !ino.lock.createdBy(h) {
+		return ino, nil, err
+	}
+	return ino, h, nil
+}
+
+// getInode is get; if it creates the file and creator is not nil, creator
+// gets the inode lock before the inode is ready.
+func (t *inodeTable) getInode(ctx context.Context, name string, create bool, creator *holder) (*inode, error) {
+	for {
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if ino := t.byPath[name]; ino != nil && ino.unlinked.Load() {
+			t.forgetLocked(ino)
+		}
+		if ino := t.byPath[name]; ino != nil {
+			t.refLocked(ino)
+			t.mu.Unlock()
+			select {
+			case <-ino.ready:
+			case <-ctx.Done():
+				t.put(ino)
+				return nil, ctx.Err()
+			}
+			if ino.openErr != nil {
+				t.put(ino)
+				if errors.Is(ino.openErr, errAlias) || (create && errors.Is(ino.openErr, ErrNotFound)) {
+					// The opener did not create it; this caller may.
+					continue
+				}
+				return nil, ino.openErr
+			}
+			return ino, nil
+		}
+		evicted, err := t.makeRoomLocked()
+		if err != nil {
+			t.mu.Unlock()
+			closeAllFiles(evicted)
+			return nil, err
+		}
+		ino := &inode{refs: 1, ready: make(chan struct{}), gone: make(chan struct{})}
+		ino.name.Store(&name)
+		t.byPath[name] = ino
+		t.open++
+		t.mu.Unlock()
+		closeAllFiles(evicted)
+
+		err = t.openInode(ino, create)
+
+		t.mu.Lock()
+		if err == nil {
+			id := fileID{ino.dev, ino.ino}
+			if other := t.byID[id]; other != nil && other.openErr == nil {
+				// Another name for an open file: share its inode.
+				t.open--
+				delete(t.byPath, name)
+				t.refLocked(other)
+				ino.closeFiles()
+				ino.openErr = errAlias
+				close(ino.ready)
+				t.putLocked(ino)
+				t.mu.Unlock()
+				return other, nil
+			}
+			t.byID[id] = ino
+			// A close of another name of the file may have kept its map
+			// while this open ran: the open inode is the truth now.
+			t.closedExtents.forget(id)
+			if _, ok := t.failedSync[id]; ok {
+				delete(t.failedSync, id)
+				ino.commit.poison()
+			}
+			if dirs, ok := t.unsyncedDirs[id]; ok {
+				delete(t.unsyncedDirs, id)
+				ino.newDirs = append(ino.newDirs, dirs...)
+				ino.dirsPending.Store(true)
+				// Made before now, whenever that was.
+				ino.dirsSince = t.dirs.now()
+			}
+		} else {
+			ino.openErr = err
+			delete(t.byPath, name)
+			t.open--
+		}
+		if err == nil && ino.created && creator != nil {
+			ino.lock.acquireNew(creator)
+		}
+		close(ino.ready)
+		if err != nil {
+			t.putLocked(ino)
+			t.mu.Unlock()
+			return nil, err
+		}
+		t.mu.Unlock()
+		return ino, nil
+	}
+}
+
+// errAlias marks a throw-away inode that found its file already open, and
+// a name Rename reserved while rename(2) ran: either way, a caller waiting
+// for it looks the name up again.
+var errAlias = errors.New("alias of an open inode")
+
+// lookup returns, with a reference held, the inode the table knows by
+// name, or nil if none: unlike get it opens nothing. It waits for an inode
+// being opened by that name, and for a name a Rename has reserved.
+func (t *inodeTable) lookup(ctx context.Context, name string) (*inode, error) {
+	for {
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if ino := t.byPath[name]; ino != nil && ino.unlinked.Load() {
+			t.forgetLocked(ino)
+		}
+		ino := t.byPath[name]
+		if ino == nil {
+			t.mu.Unlock()
+			return nil, nil
+		}
+		t.refLocked(ino)
+		t.mu.Unlock()
+		select {
+		case <-ino.ready:
+		case <-ctx.Done():
+			t.put(ino)
+			return nil, ctx.Err()
+		}
+		if ino.openErr != nil {
+			// It failed to open or was a reservation: the name is out of
+			// the table now, or names another inode.
+			t.put(ino)
+			continue
+		}
+		return ino, nil
+	}
+}
+
+// refLocked takes a reference.
+//
+// Preconditions: t.mu is held.
+func (t *inodeTable) refLocked(ino *inode) {
+	if ino.refs == 0 {
+		t.unlinkIdleLocked(ino)
+	}
+	ino.refs++
+}
+
+// put drops a reference taken by get.
+func (t *inodeTable) put(ino *inode) {
+	t.mu.Lock()
+	t.putLocked(ino)
+	t.mu.Unlock()
+}
+
+// Preconditions: t.mu is held.
+func (t *inodeTable) putLocked(ino *inode) {
+	ino.refs--
+	if ino.refs > 0 || ino.openErr != nil {
+		if t.closed {
+			t.drained.Broadcast()
+		}
+		return
+	}
+	if ino.unlinked.Load() || ino.deleted.Load() {
+		// Its file has no name: close it now, so that the kernel can free
+		// it, unless a sync that every caller gave up on still runs (then
+		// it waits on the idle list like any file).
+		t.forgetLocked(ino)
+		if idle, _ := ino.commit.idle(); idle {
+			t.open--
+			ino.closeFiles()
+			if t.closed {
+				t.drained.Broadcast()
+			}
+			return
+		}
+	}
+	// Most recently used first.
+	ino.idlePrev = nil
+	ino.idleNext = t.idleHead
+	if t.idleHead != nil {
+		t.idleHead.idlePrev = ino
+	} else {
+		t.idleTail = ino
+	}
+	t.idleHead = ino
+	if t.closed {
+		t.drained.Broadcast()
+	}
+}
+
+// forgetLocked takes ino out of the table, so that the next request for
+// its name opens what the name reaches then. References still held keep
+// ino, and the last put closes it.
+//
+// Preconditions: t.mu is held.
+func (t *inodeTable) forgetLocked(ino *inode) {
+	if t.byPath[ino.path()] == ino {
+		delete(t.byPath, ino.path())
+	}
+	if id := (fileID{ino.dev, ino.ino}); t.byID[id] == ino {
+		delete(t.byID, id)
+	}
+}
+
+// deleteLocked forgets ino, whose name a Delete or a Rename over it has
+// removed, and marks it deleted.
+//
+// Preconditions: t.mu is held, and ino.lock is held exclusively with no
+// write in flight.
+func (t *inodeTable) deleteLocked(ino *inode) {
+	t.forgetLocked(ino)
+	if !ino.deleted.Swap(true) {
+		close(ino.gone)
+	}
+}
+
+// remove runs unlink, which removes name, and then forgets ino if name is
+// the name the table knows it by. Any other name of the file (an alias: a
+// hard link, or a symlink to it) is only unlinked: the file keeps the name
+// the table knows.
+//
+// Preconditions: ino.lock is held exclusively with no write in flight, and
+// name names ino's file.
+func (t *inodeTable) remove(ino *inode, name string, unlink func() error) error {
+	// A get of name meanwhile finds ino and queues for its lock, which the
+	// caller holds, and looks again once it sees ino deleted: no one opens
+	// a new inode by name before ino is forgotten, so unlink runs without
+	// t.mu.
+	if err := unlink(); err != nil {
+		return err
+	}
+	if ino.path() != name {
+		return nil
+	}
+	t.mu.Lock()
+	t.deleteLocked(ino)
+	t.mu.Unlock()
+	return nil
+}
+
+// errNameTaken is rename's answer when a file was opened by the new name
+// since the caller looked: it must look and lock again.
+var errNameTaken = errors.New("the new name was opened meanwhile")
+
+// rename runs move, which gives the file of inode a, named oldName, the name
+// newName, and then re-keys the table in one step under t.mu: a moves from
+// oldName to newName (unless oldName is only an alias of its file), and
+// the inode of the file newName named before, dst, is forgotten.
+//
+// dst is nil when no inode is known by newName. Then newName is reserved
+// for the length of move, so that a get of newName cannot open or create a
+// file there that move would replace under it: the get waits for the
+// reservation, and then finds a. If a file was opened by newName since the
+// caller looked, nothing is done and errNameTaken is returned.
+//
+// Preconditions: a.lock and, if dst != nil, dst.lock are held exclusively
+// with no write in flight; oldName names a's file; dst is known by newName.
+func (t *inodeTable) rename(a, dst *inode, oldName, newName string, move func() error) error {
+	var reserved *inode
+	t.mu.Lock()
+	if dst == nil {
+		if t.byPath[newName] != nil {
+			t.mu.Unlock()
+			return errNameTaken
+		}
+		// Never ready, so a get waits for it; not counted in t.open, for it
+		// holds no descriptor; refs 1 (ours), so it is never idle.
+		reserved = &inode{refs: 1, ready: make(chan struct{})}
+		reserved.name.Store(&newName)
+		t.byPath[newName] = reserved
+	}
+	t.mu.Unlock()
+
+	err := move()
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err == nil {
+		if dst != nil {
+			t.deleteLocked(dst)
+		}
+		if a.path() == oldName {
+			delete(t.byPath, oldName)
+			a.name.Store(&newName)
+			t.byPath[newName] = a
+		}
+	}
+	if reserved != nil {
+		if t.byPath[newName] == reserved {
+			delete(t.byPath, newName)
+		}
+		reserved.openErr = errAlias
+		close(reserved.ready)
+		t.putLocked(reserved)
+	}
+	return err
+}
+
+// Preconditions: t.mu is held and ino is on the idle list.
+func (t *inodeTable) unlinkIdleLocked(ino *inode) {
+	if ino.idlePrev != nil {
+		ino.idlePrev.idleNext = ino.idleNext
+	} else {
+		t.idleHead = ino.idleNext
+	}
+	if ino.idleNext != nil {
+		ino.idleNext.idlePrev = ino.idlePrev
+	} else {
+		t.idleTail = ino.idlePrev
+	}
+	ino.idlePrev, ino.idleNext = nil, nil
+}
+
+// makeRoomLocked takes least recently used idle files out of the table
+// until one more may open, and returns them for the caller to close once
+// it has dropped t.mu (closeAllFiles): close(2) need not hold up every
+// other lookup, and until it runs the table counts one descriptor fewer
+// than are open, by at most one file per caller doing this at once. An
+// idle file has no reference, so no operation holds its lock, and one
+// whose group commit still runs (for callers who gave up waiting) is
+// skipped. Its state is rebuilt on the next open, from the extent cache
+// (closedExtents) if the file is unchanged by then, else from the file;
+// except what the file cannot tell, which is kept apart and never dropped:
+// a failed sync not yet reported (failedSync) and directories not yet
+// synced (unsyncedDirs).
+//
+// Preconditions: t.mu is held.
+func (t *inodeTable) makeRoomLocked() ([]*inode, error) {
+	var evicted []*inode
+	for ino := t.idleTail; t.open >= t.opts.MaxOpenFiles && ino != nil; {
+		prev := ino.idlePrev
+		if t.closeIdleLocked(ino) {
+			evicted = append(evicted, ino)
+		}
+		ino = prev
+	}
+	if t.open >= t.opts.MaxOpenFiles {
+		return evicted, fmt.Errorf("%w: %d files are in use (--max-open-files=%d)", ErrTooManyOpenFiles, t.open, t.opts.MaxOpenFiles)
+	}
+	return evicted, nil
+}
+
+// closeIdleLocked takes ino out of the table for room, unless a sync of it
+// still runs, and reports whether it did; the caller then closes its
+// descriptors (closeFiles), after dropping t.mu if it likes.
+//
+// Preconditions: t.mu is held and ino is on the idle list.
+func (t *inodeTable) closeIdleLocked(ino *inode) bool {
+	idle, poisoned := ino.commit.idle()
+	if !idle {
+		return false
+	}
+	t.unlinkIdleLocked(ino)
+	t.forgetLocked(ino)
+	// A file without a name has nothing left to report, sync or reuse.
+	if !ino.unlinked.Load() && !ino.deleted.Load() {
+		if poisoned {
+			t.failedSync[fileID{ino.dev, ino.ino}] = ino.path()
+		}
+		if ino.dirsPending.Load() {
+			t.unsyncedDirs[fileID{ino.dev, ino.ino}] = ino.newDirs
+		}
+		if !poisoned && !ino.extentsInDoubt.Load() {
+			t.keepExtentsLocked(ino)
+		}
+	}
+	t.open--
+	t.telemetry.recordClose()
+	return true
+}
+
+// keepExtentsLocked offers the extent map of ino, which is being closed,
+// to the extent cache, with the fstat that dates it. A file whose size is
+// not the one the store knows changed behind its back, and one removed
+// from outside will never be reopened: neither is kept.
+//
+// Preconditions: t.mu is held, and ino is idle and leaving the table: no
+// operation holds a reference, so nothing changes its map or its file
+// (ino.extentMu is not needed, and not taken, being below no table lock).
+func (t *inodeTable) keepExtentsLocked(ino *inode) {
+	fi, err := ino.file.Stat()
+	if err != nil || fi.Dev != ino.dev || fi.Ino != ino.ino || fi.Size != ino.size.Load() || fi.Nlink == 0 {
+		return
+	}
+	t.closedExtents.put(fi, ino.extents)
+}
+
+// closeAll syncs and closes every inode once no reference is left.
+func (t *inodeTable) closeAll() error {
+	t.mu.Lock()
+	t.closed = true
+	for t.open > t.idleCount() {
+		t.drained.Wait()
+	}
+	var errs []error
+	for ino := t.idleHead; ino != nil; ino = ino.idleNext {
+		if ino.deleted.Load() {
+			// No name is left to make durable, nor anyone to tell.
+			ino.closeFiles()
+			continue
+		}
+		// Through the group commit, not straight to fsync: a sync that
+		// failed before must make this one fail too (see groupCommit), or
+		// Close would call data durable that the kernel dropped.
+		if err := ino.commit.waitDurable(context.Background(), SyncFull); err != nil {
+			errs = append(errs, fmt.Errorf("sync %s: %w", ino.path(), err))
+		}
+		ino.closeFiles()
+	}
+	for _, key := range t.failedSync {
+		errs = append(errs, fmt.Errorf("sync %s: %w: a sync failed and the file was closed before a later one could report it", key, ErrSyncFailed))
+	}
+	if err := t.syncDirs(t.unsyncedDirs); err != nil {
+		errs = append(errs, err)
+	}
+	t.idleHead, t.idleTail = nil, nil
+	t.byPath, t.byID, t.open, t.failedSync, t.unsyncedDirs = nil, nil, 0, nil, nil
+	t.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// syncClosedDirs syncs the directories of the files closed while idle
+// before their first sync (unsyncedDirs), and forgets the records it made
+// durable.
+func (t *inodeTable) syncClosedDirs() error {
+	t.mu.Lock()
+	records := maps.Clone(t.unsyncedDirs)
+	t.mu.Unlock()
+	if len(records) == 0 {
+		return nil
+	}
+	if err := t.syncDirs(records); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	for id, dirs := range records {
+		// A file reopened and closed again meanwhile may have a new
+		// record: only the one synced is forgotten.
+		if slices.Equal(t.unsyncedDirs[id], dirs) {
+			delete(t.unsyncedDirs, id)
+		}
+	}
+	t.mu.Unlock()
+	return nil
+}
+
+// syncDirs syncs each directory named in records once.
+func (t *inodeTable) syncDirs(records map[fileID][]string) error {
+	since := t.dirs.now() // the entries were made before
+	synced := make(map[string]bool)
+	var errs []error
+	for _, dirs := range records {
+		for _, dir := range dirs {
+			if synced[dir] {
+				continue
+			}
+			synced[dir] = true
+			if err := t.dirs.sync(dir, since); err != nil {
+				errs = append(errs, fmt.Errorf("%w: sync directory %s: %w", ErrSyncFailed, dir, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Preconditions: t.mu is held.
+func (t *inodeTable) idleCount() int {
+	n := 0
+	for ino := t.idleHead; ino != nil; ino = ino.idleNext {
+		n++
+	}
+	return n
+}
+
+// keys lists the paths of the open inodes, busy ones first, then idle ones
+// least recently used first: a caller that gets and puts each in this order
+// (SyncAll) leaves the idle ones in the LRU order it found, as put moves an
+// inode to the front of the idle list.
+func (t *inodeTable) keys() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var keys []string
+	for key, ino := range t.byPath {
+		if ino.refs > 0 {
+			keys = append(keys, key)
+		}
+	}
+	for ino := t.idleTail; ino != nil; ino = ino.idlePrev {
+		if !ino.deleted.Load() {
+			keys = append(keys, ino.path())
+		}
+	}
+	return keys
+}
+
+// each calls fn for up to limit open inodes, with a reference held, busy
+// ones first. Its references are not uses: idle inodes keep their place in
+// the LRU list, so that looking at the table (/debug/locks) does not change
+// which file is closed next. It holds every reference until fn has seen
+// all of them: fn must be quick.
+func (t *inodeTable) each(limit int, fn func(*inode)) {
+	t.mu.Lock()
+	var inos []*inode
+	for _, ino := range t.byPath {
+		if len(inos) == limit {
+			break
+		}
+		if ino.refs == 0 {
+			continue // idle: taken below, in LRU order
+		}
+		select {
+		case <-ino.ready:
+			if ino.openErr == nil {
+				t.refLocked(ino)
+				inos = append(inos, ino)
+			}
+		default:
+		}
+	}
+	busy := len(inos)
+	for ino := t.idleHead; ino != nil && len(inos) < limit; ino = ino.idleNext {
+		if !ino.deleted.Load() {
+			inos = append(inos, ino)
+		}
+	}
+	// put moves an inode to the front of the idle list, so putting these
+	// back least recently used first leaves their order as it was.
+	slices.Reverse(inos[busy:])
+	for _, ino := range inos[busy:] {
+		t.refLocked(ino)
+	}
+	t.mu.Unlock()
+	for _, ino := range inos {
+		fn(ino)
+		t.put(ino)
+	}
+}
+
+// tableGauges are the figures the store's gauges observe.
+type tableGauges struct {
+	open     int   // files open or being opened
+	inflight int64 // writes in flight in all of them
+	// cached and cachedBytes are the extent cache's entries and size.
+	cached      int
+	cachedBytes int64
+}
+
+// gauges counts the open files and the writes in flight in all of them,
+// and reads the extent cache's size, for the gauges. It holds t.mu while
+// it sums, which delays opens and closes (not operations on open files) by
+// a few atomic loads per file.
+func (t *inodeTable) gauges() tableGauges {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	g := tableGauges{open: t.open}
+	for _, ino := range t.byPath {
+		select {
+		case <-ino.ready:
+			if ino.openErr == nil {
+				g.inflight += ino.inflight.count()
+			}
+		default: // still opening: nothing in flight yet
+		}
+	}
+	g.cached, g.cachedBytes = t.closedExtents.size()
+	return g
+}
