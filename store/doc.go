@@ -94,10 +94,12 @@
 // inodes are distinct (the kernel does not reuse an inode number while a
 // descriptor holds the file) and never change. A file's creator takes its
 // inode lock before the inode is ready (getOrCreate), when no one else can
-// wait for it. inodeTable.mu is never held across I/O but the fstat(2) and
-// close(2) of an evicted idle file and the final syncs of Close. The
-// evicted file's extent map is copied for the extent cache then without
-// extentMu: with no reference left, nothing can change it. inodeLock.mu
+// wait for it. inodeTable.mu is never held across I/O but the fstat(2) of
+// an idle file evicted for room, the close(2) of a file left without a name
+// or of an alias's descriptors, and the final syncs of Close (table.go); an
+// evicted file is closed once the table has dropped it. The evicted file's
+// extent map is offered to the extent cache without extentMu: with no
+// reference left, nothing can change it. inodeLock.mu
 // guards only the lock's queue and is a leaf. The in-flight counter is
 // begun with inode.lock held (any mode) and ended without it; its waiter
 // holds inode.lock exclusively. The same rule makes its span slots (which link a

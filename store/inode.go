@@ -106,10 +106,11 @@ func (ino *inode) aligned(off, end int64) bool {
 	return off%ino.blockSize == 0 && end%ino.blockSize == 0
 }
 
-// openInode opens the descriptors and rebuilds the size and the extent map
-// from the file. A file or directories it created for a file it then
-// refuses are taken back.
-func (t *inodeTable) openInode(ino *inode, create bool) (err error) {
+// open opens the descriptors and rebuilds the size and the extent map
+// from the file, or takes the map from t's extent cache if the file is
+// unchanged since the table closed it. A file or directories it created for
+// a file it then refuses are taken back.
+func (ino *inode) open(t *inodeTable, create bool) (err error) {
 	f, err := t.fsys.OpenFile(ino.path(), openFlags, 0)
 	var made creation
 	if create && errors.Is(err, fs.ErrNotExist) {
@@ -155,7 +156,7 @@ func (t *inodeTable) openInode(ino *inode, create bool) (err error) {
 		ino.blockSize = 4096
 	}
 	if t.opts.IO == IODirect {
-		df, err := t.openDirect(ino)
+		df, err := ino.openDirect(t.fsys)
 		if err != nil {
 			f.Close()
 			return err
@@ -178,7 +179,7 @@ func (t *inodeTable) openInode(ino *inode, create bool) (err error) {
 	ino.commit = groupCommit{
 		mode:    t.opts.Fsync,
 		delay:   t.opts.FsyncTimerDelay,
-		sync:    func(mode SyncMode) error { return t.syncFile(ino, mode) },
+		sync:    func(mode SyncMode) error { return ino.syncFile(t, mode) },
 		onBatch: t.telemetry.recordBatch,
 		wait:    ino.wait,
 
@@ -189,8 +190,8 @@ func (t *inodeTable) openInode(ino *inode, create bool) (err error) {
 
 // openDirect opens ino's O_DIRECT descriptor, by name again, and checks
 // that it reached the file the buffered one did.
-func (t *inodeTable) openDirect(ino *inode) (File, error) {
-	df, err := t.fsys.OpenFile(ino.path(), openFlags|syscall.O_DIRECT, 0)
+func (ino *inode) openDirect(fsys FS) (File, error) {
+	df, err := fsys.OpenFile(ino.path(), openFlags|syscall.O_DIRECT, 0)
 	if err != nil {
 		return nil, mapOpenErr(ino.path(), err)
 	}
@@ -228,7 +229,7 @@ func fileKind(t fs.FileMode) string {
 // It then checks, with one fstat(2) for the whole batch, that the file
 // still has a name (inode.unlinked): a sync of a file removed from outside
 // makes its data durable in a file that nobody can reach.
-func (t *inodeTable) syncFile(ino *inode, mode SyncMode) error {
+func (ino *inode) syncFile(t *inodeTable, mode SyncMode) error {
 	if err := ino.file.Sync(mode); err != nil {
 		return err
 	}

@@ -556,7 +556,7 @@ func changeOutside(s *Store, dir, name string, in linInput) (bool, error) {
 func reopenMatchesFile(t *inodeTable, name string) error {
 	ino := &inode{ready: make(chan struct{})}
 	ino.name.Store(&name)
-	if err := t.openInode(ino, false); err != nil {
+	if err := ino.open(t, false); err != nil {
 		return err
 	}
 	defer ino.closeFiles()

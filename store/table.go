@@ -22,7 +22,10 @@ type inodeTable struct {
 
 	// mu guards every field below and the table fields of each inode. It is
 	// taken before any inode lock and never held across I/O, except the
-	// close(2) of an evicted idle file.
+	// fstat(2) that dates an evicted file's extent map (keepExtentsLocked),
+	// the close(2) of a file left without a name or of an alias's
+	// descriptors (putLocked, getInode), and Close's final syncs (closeAll).
+	// An evicted file is closed after mu is dropped (makeRoomLocked).
 	mu     sync.Mutex
 	byPath map[string]*inode
 	byID   map[fileID]*inode
@@ -137,7 +140,7 @@ func (t *inodeTable) getInode(ctx context.Context, name string, create bool, cre
 		t.mu.Unlock()
 		closeAllFiles(evicted)
 
-		err = t.openInode(ino, create)
+		err = ino.open(t, create)
 
 		t.mu.Lock()
 		if err == nil {
