@@ -111,11 +111,8 @@ func (t *inodeTable) getInode(ctx context.Context, name string, create bool, cre
 		if ino := t.byPath[name]; ino != nil {
 			t.refLocked(ino)
 			t.mu.Unlock()
-			select {
-			case <-ino.ready:
-			case <-ctx.Done():
-				t.put(ino)
-				return nil, ctx.Err()
+			if err := t.awaitOpen(ctx, ino); err != nil {
+				return nil, err
 			}
 			if ino.openErr != nil {
 				t.put(ino)
@@ -216,11 +213,8 @@ func (t *inodeTable) lookup(ctx context.Context, name string) (*inode, error) {
 		}
 		t.refLocked(ino)
 		t.mu.Unlock()
-		select {
-		case <-ino.ready:
-		case <-ctx.Done():
-			t.put(ino)
-			return nil, ctx.Err()
+		if err := t.awaitOpen(ctx, ino); err != nil {
+			return nil, err
 		}
 		if ino.openErr != nil {
 			// It failed to open or was a reservation: the name is out of
@@ -229,6 +223,19 @@ func (t *inodeTable) lookup(ctx context.Context, name string) (*inode, error) {
 			continue
 		}
 		return ino, nil
+	}
+}
+
+// awaitOpen waits until the open of ino, found in the table, has finished
+// (ino.ready; its outcome is ino.openErr). The caller holds a reference,
+// which awaitOpen puts back if ctx ends first.
+func (t *inodeTable) awaitOpen(ctx context.Context, ino *inode) error {
+	select {
+	case <-ino.ready:
+		return nil
+	case <-ctx.Done():
+		t.put(ino)
+		return ctx.Err()
 	}
 }
 
