@@ -16,11 +16,12 @@ import (
 // message keeps the whole chain, which names the path and the limit that was
 // hit.
 //
-// A few statuses are built where a request is refused before a handler
-// sees it, since no store error is involved: UNAUTHENTICATED in auth.go,
-// the gateway's RESOURCE_EXHAUSTED for a body over the limit and
-// and INVALID_ARGUMENT for a raw PUT's query or unreadable body in
-// gateway.go.
+// Statuses that involve no store error are built where the request is
+// refused: UNAUTHENTICATED in auth.go; the gateway's refusals of a path,
+// query or body (gateway.go, gatewayinput.go, gatewaystream.go); a
+// malformed message (codec.go); an Extents page_size or page_token
+// (extentspage.go); and a WriteStream's own refusals and endings
+// (writestream.go).
 //
 // The order matters where one error can match two cases: a failed sync is
 // reported as DATA_LOSS even when ENOSPC caused it, because the caller's
