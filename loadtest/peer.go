@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -66,46 +65,11 @@ func (e *env) peer(durable bool) *comparison {
 				setup: func(ctx context.Context, s *session) error {
 					return writeFile(ctx, s.client, path, size)
 				},
-				run:       sharedStreamWrites(path, size, sync),
+				run:       clientWrites(path, size, sync),
 				after:     func(ctx context.Context, s *session) error { return fsyncFile(ctx, s.client, path) },
 				transport: transportStream},
 		},
 		ratios: [][2]string{{"filewrite-stream", "nbdkit-fio"}},
-	}
-}
-
-// sharedStreamWrites is a run of bs-byte writes at random blocks below fileSize
-// through the client package: one Client, and a File of its own for each
-// of the s.clients callers, all on path, so that the callers' writes share
-// one WriteStream and its messages.
-func sharedStreamWrites(path string, fileSize int64, sync client.SyncMode) func(context.Context, *session) (*runResult, error) {
-	return func(ctx context.Context, s *session) (*runResult, error) {
-		var opts []client.Option
-		if s.token != "" {
-			opts = append(opts, client.WithToken(s.token))
-		}
-		c, err := client.Dial(dialTarget(s.addr), opts...)
-		if err != nil {
-			return nil, err
-		}
-		defer c.Close()
-		files := make([]*client.File, s.clients)
-		for i := range files {
-			if files[i], err = c.Open(ctx, path); err != nil {
-				return nil, err
-			}
-		}
-		data := patternBytes(s.bs)
-		blocks, bs, seed := fileSize/int64(s.bs), int64(s.bs), uint64(s.round)
-		r := loop(ctx, s, "client.File.Write", func(ctx context.Context, caller int, n int64) error {
-			_, _, err := files[caller].Write(ctx, data, randomBlock(seed, n, blocks)*bs, sync)
-			return err
-		})
-		var errs []error
-		for _, f := range files {
-			errs = append(errs, f.Close())
-		}
-		return r, errors.Join(errs...)
 	}
 }
 

@@ -10,14 +10,15 @@ import (
 // clientWrites is a run of bs-byte writes at random blocks below fileSize
 // through the client package: one Client, and a File of its own for each
 // of the s.clients callers, all on path, so that the callers' writes share
-// one WriteStream and its messages.
+// one WriteStream and its messages. The daemon may listen on TCP or on a
+// unix socket (dialTarget).
 func clientWrites(path string, fileSize int64, sync client.SyncMode) func(context.Context, *session) (*runResult, error) {
 	return func(ctx context.Context, s *session) (*runResult, error) {
 		var opts []client.Option
 		if s.token != "" {
 			opts = append(opts, client.WithToken(s.token))
 		}
-		c, err := client.Dial(s.addr, opts...)
+		c, err := client.Dial(dialTarget(s.addr), opts...)
 		if err != nil {
 			return nil, err
 		}
