@@ -100,6 +100,12 @@ func zero(b []byte) {
 
 var syncModes = []filewritev1.SyncMode{filewritev1.SyncMode_SYNC_MODE_DATA, filewritev1.SyncMode_SYNC_MODE_FULL}
 
+// fallocateModes are the modes a soak client's Fallocate picks from.
+var fallocateModes = []filewritev1.FallocateMode{
+	filewritev1.FallocateMode_FALLOCATE_MODE_ALLOCATE, filewritev1.FallocateMode_FALLOCATE_MODE_KEEP_SIZE,
+	filewritev1.FallocateMode_FALLOCATE_MODE_PUNCH_HOLE, filewritev1.FallocateMode_FALLOCATE_MODE_ZERO_RANGE,
+}
+
 // step performs one random operation of a slot owner.
 func (c *soakClient) slotStep(ctx context.Context) {
 	f, model := c.file, c.file.slots[c.slot]
@@ -130,11 +136,7 @@ func (c *soakClient) slotStep(ctx context.Context) {
 		}
 	case p < 82: // Fallocate inside the slot: never changes the size
 		off, n := c.randRange(soakSlot)
-		modes := []filewritev1.FallocateMode{
-			filewritev1.FallocateMode_FALLOCATE_MODE_ALLOCATE, filewritev1.FallocateMode_FALLOCATE_MODE_KEEP_SIZE,
-			filewritev1.FallocateMode_FALLOCATE_MODE_PUNCH_HOLE, filewritev1.FallocateMode_FALLOCATE_MODE_ZERO_RANGE,
-		}
-		mode := modes[c.rng.IntN(len(modes))]
+		mode := fallocateModes[c.rng.IntN(len(fallocateModes))]
 		t0 := time.Now()
 		resp, err := c.c.Fallocate(ctx, &filewritev1.FallocateRequest{Path: f.path, Mode: mode, Offset: base + off, Length: n})
 		if c.record("fallocate", t0, err) {
@@ -223,11 +225,7 @@ func (c *soakClient) tailStep(ctx context.Context) {
 		}
 	case p < 65: // Fallocate in the tail, past EOF too
 		off, n := c.randRange(soakTailMax)
-		modes := []filewritev1.FallocateMode{
-			filewritev1.FallocateMode_FALLOCATE_MODE_ALLOCATE, filewritev1.FallocateMode_FALLOCATE_MODE_KEEP_SIZE,
-			filewritev1.FallocateMode_FALLOCATE_MODE_PUNCH_HOLE, filewritev1.FallocateMode_FALLOCATE_MODE_ZERO_RANGE,
-		}
-		mode := modes[c.rng.IntN(len(modes))]
+		mode := fallocateModes[c.rng.IntN(len(fallocateModes))]
 		t0 := time.Now()
 		resp, err := c.c.Fallocate(ctx, &filewritev1.FallocateRequest{Path: f.path, Mode: mode, Offset: base + off, Length: n})
 		if c.record("fallocate", t0, err) {
