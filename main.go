@@ -78,11 +78,11 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 		"I/O `mode`: buffered (page cache) or direct (O_DIRECT)")
 	fs.Var(enumFlag[store.FsyncMode]{&cfg.Store.Fsync, store.ParseFsyncMode}, "fsync",
 		"how concurrent syncs of a file combine (`mode`): group, per-call or timer")
-	fs.Var(byteSize{&cfg.Store.MaxFileSize, 1}, "max-file-size",
+	fs.Var(sizeFlag(&cfg.Store.MaxFileSize, 1), "max-file-size",
 		"largest `size` any request may give a file (bytes, or with k, m, g or t: 4k = 4KiB)")
-	fs.Var(byteSize{&cfg.Store.MaxRequestBytes, 1}, "max-request-bytes",
+	fs.Var(sizeFlag(&cfg.Store.MaxRequestBytes, 1), "max-request-bytes",
 		"largest `size` of the data of one Write or Read (bytes, or with k, m, g or t: 4k = 4KiB)")
-	fs.Var(byteSize{&cfg.MaxStreamBytes, 1}, "max-stream-bytes",
+	fs.Var(sizeFlag(&cfg.MaxStreamBytes, 1), "max-stream-bytes",
 		"most `bytes` of unacknowledged writes one WriteStream holds (each write counts its data plus 256); at it the stream reads no more until acks go out")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout,
 		"on SIGINT/SIGTERM, how long to wait for requests in flight before cancelling them")
@@ -97,13 +97,13 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 		"how long a new connection may go without an authenticated request (without tokens: any request) before it is closed")
 	fs.DurationVar(&cfg.BodyTimeout, "body-timeout", cfg.BodyTimeout,
 		"a REST request body must deliver 64 KiB (or its end) within each such period, or the request fails with 408")
-	fs.Var(byteSize{&cfg.MaxInflightBytes, 1}, "max-inflight-bytes",
+	fs.Var(sizeFlag(&cfg.MaxInflightBytes, 1), "max-inflight-bytes",
 		"bound on the memory held by requests in flight, daemon-wide; past it requests wait (bytes, or with k, m, g or t)")
-	fs.Var(intFlag{&cfg.Store.MaxOpenFiles, 1}, "max-open-files",
+	fs.Var(countFlag(&cfg.Store.MaxOpenFiles, 1), "max-open-files",
 		"most `files` held open at once; idle ones are closed to make room, and past it a request is RESOURCE_EXHAUSTED (the default is derived from RLIMIT_NOFILE: a quarter kept for connections, halved with --io=direct, at most 16384)")
 	fs.Var(extentCacheSize{&cfg.Store.ExtentCacheBytes}, "extent-cache-size",
 		"memory (`size`) for the extent maps of files closed to make room, reused when one reopens unchanged; past it the oldest are dropped, and rebuilt with FIEMAP on reopen (0: none)")
-	fs.Var(intFlag{&cfg.Store.MaxWaitersPerFile, 0}, "max-waiters-per-file",
+	fs.Var(countFlag(&cfg.Store.MaxWaitersPerFile, 0), "max-waiters-per-file",
 		"most `requests` that may queue for one file's lock; past it a request is RESOURCE_EXHAUSTED (0: unbounded)")
 	logs := &logFlags{level: "info", format: "text"}
 	fs.StringVar(&logs.level, "log-level", logs.level, "debug (every RPC), info, warn or error")
@@ -163,30 +163,53 @@ func (f enumFlag[T]) Set(s string) error {
 	return nil
 }
 
-// byteSize is a size flag, read by bytesize.Parse, of at least min. A
-// limit's min is 1: none of them takes 0 to mean "no limit" or "the
-// default", so a 0 is refused rather than guessed at.
-type byteSize struct {
-	dst *int64
-	min int64
+// atLeast is a numeric flag of at least min, read by parse and shown by
+// format: a size (sizeFlag) or a count (countFlag). A limit's min is 1:
+// none of them takes 0 to mean "no limit" or "the default", so a 0 is
+// refused rather than guessed at; a flag whose 0 means something (as
+// "unbounded") has min 0 and says so in its usage.
+type atLeast[T int | int64] struct {
+	dst    *T
+	min    T
+	unit   string // follows min in the error: " bytes" for a size
+	parse  func(string) (T, error)
+	format func(T) string
 }
 
-func (b byteSize) String() string {
-	if b.dst == nil {
+// sizeFlag is a size flag, read by bytesize.Parse, of at least floor bytes.
+func sizeFlag(dst *int64, floor int64) atLeast[int64] {
+	return atLeast[int64]{dst, floor, " bytes", bytesize.Parse, bytesize.Format}
+}
+
+// countFlag is an integer flag of at least floor.
+func countFlag(dst *int, floor int) atLeast[int] {
+	return atLeast[int]{dst, floor, "", parseCount, strconv.Itoa}
+}
+
+func parseCount(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not an integer", s)
+	}
+	return n, nil
+}
+
+func (f atLeast[T]) String() string {
+	if f.dst == nil { // the flag package probes a zero flag.Value
 		return ""
 	}
-	return bytesize.Format(*b.dst)
+	return f.format(*f.dst)
 }
 
-func (b byteSize) Set(s string) error {
-	n, err := bytesize.Parse(s)
+func (f atLeast[T]) Set(s string) error {
+	n, err := f.parse(s)
 	if err != nil {
 		return err
 	}
-	if n < b.min {
-		return fmt.Errorf("%s is below the minimum of %d bytes", s, b.min)
+	if n < f.min {
+		return fmt.Errorf("%s is below the minimum of %d%s", s, f.min, f.unit)
 	}
-	*b.dst = n
+	*f.dst = n
 	return nil
 }
 
@@ -212,31 +235,6 @@ func (f extentCacheSize) Set(s string) error {
 	}
 	if n == 0 {
 		n = -1
-	}
-	*f.dst = n
-	return nil
-}
-
-// intFlag is an integer flag of at least min.
-type intFlag struct {
-	dst *int
-	min int
-}
-
-func (f intFlag) String() string {
-	if f.dst == nil {
-		return ""
-	}
-	return strconv.Itoa(*f.dst)
-}
-
-func (f intFlag) Set(s string) error {
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		return fmt.Errorf("%q is not an integer", s)
-	}
-	if n < f.min {
-		return fmt.Errorf("%d is below the minimum of %d", n, f.min)
 	}
 	*f.dst = n
 	return nil
