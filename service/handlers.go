@@ -5,13 +5,10 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
-	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel/metric"
-	"google.golang.org/protobuf/proto"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/store"
@@ -189,36 +186,6 @@ func (s *fileServer) List(ctx context.Context, req *filewritev1.ListRequest) (*f
 		out[i] = &filewritev1.DirEntry{Name: e.Name, IsDir: e.IsDir, Size: e.Size}
 	}
 	return &filewritev1.ListResponse{Entries: out, NextPageToken: next}, nil
-}
-
-// maxEncodedDirEntry is the most bytes one DirEntry takes in a
-// ListResponse: a name of MaxNameLen bytes, a bool, a 10-byte varint, their
-// tags and lengths, and the tag and length that frame it.
-var maxEncodedDirEntry = 4 + proto.Size(&filewritev1.DirEntry{
-	Name: strings.Repeat("n", store.MaxNameLen), IsDir: true, Size: math.MinInt64,
-})
-
-// entriesPerReply is the most entries that fit in one List reply under the
-// message limit, less room for the next page's token (which holds a name).
-// Only a --max-request-bytes far below the default makes it smaller than
-// store.MaxListPageSize.
-func entriesPerReply(maxMessageBytes int) int {
-	tokenRoom := 64 + 2*store.MaxNameLen
-	return max(1, (maxMessageBytes-tokenRoom)/maxEncodedDirEntry)
-}
-
-// listPageSize is the page size to ask the store for: req's (0 meaning the
-// default), at most perReply. A size the store refuses (negative, over its
-// maximum) goes through unchanged, for the store to say why.
-func listPageSize(req *filewritev1.ListRequest, perReply int) int {
-	n := int(req.GetPageSize())
-	switch {
-	case n == 0:
-		n = store.DefaultListPageSize
-	case n < 0 || n > store.MaxListPageSize:
-		return n
-	}
-	return min(n, perReply)
 }
 
 // syncModeFromProto rejects values outside the enum: proto3 enums are open,

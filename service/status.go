@@ -20,7 +20,7 @@ import (
 // refused: UNAUTHENTICATED in auth.go; the gateway's refusals of a path,
 // query or body (gateway.go, gatewayinput.go, gatewaystream.go); a
 // malformed message (codec.go); an Extents page_size or page_token
-// (extentspage.go); and a WriteStream's own refusals and endings
+// (paging.go); and a WriteStream's own refusals and endings
 // (writestream.go).
 //
 // The order matters where one error can match two cases: a failed sync is

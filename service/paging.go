@@ -5,22 +5,44 @@ import (
 	"encoding/binary"
 	"hash/fnv"
 	"math"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/store"
 )
 
-// Extents replies are paged (AIP-158): a file cut into many small extents
-// would otherwise push one reply past the gRPC message limit.
+// Extents and List replies are paged (AIP-158): a file cut into many small
+// extents, or a directory of many files, would otherwise push one reply
+// past the gRPC message limit. List's page sizes are the store's
+// (store.DefaultListPageSize, store.MaxListPageSize), which checks them.
 const (
 	// DefaultExtentsPageSize is the page size of a request that gives none.
 	DefaultExtentsPageSize = 1000
 	// MaxExtentsPageSize is the largest page size a request may ask for.
 	MaxExtentsPageSize = 10000
 )
+
+// pageSize is the size of the page that a request's page_size n asks for:
+// def for 0, else n, and at most perReply, the most items that fit in one
+// reply (0: no such bound). ok is false for n below 0 or above most; size
+// is then n, for the caller to refuse.
+func pageSize(n int32, def, most, perReply int) (size int, ok bool) {
+	size = int(n)
+	switch {
+	case size < 0 || size > most:
+		return size, false
+	case size == 0:
+		size = def
+	}
+	if perReply > 0 {
+		size = min(size, perReply)
+	}
+	return size, true
+}
 
 // maxEncodedExtent is the most bytes one Extent takes in an
 // ExtentsResponse: two 9-byte varints and an enum, their tags, and the
@@ -41,19 +63,38 @@ func extentsPerReply(maxMessageBytes int) int {
 // extentsPageSize is the number of extents to answer req with, at most
 // perReply unless that is 0.
 func extentsPageSize(req *filewritev1.ExtentsRequest, perReply int) (int, error) {
-	n := int(req.GetPageSize())
+	n, ok := pageSize(req.GetPageSize(), DefaultExtentsPageSize, MaxExtentsPageSize, perReply)
 	switch {
+	case ok:
+		return n, nil
 	case n < 0:
 		return 0, status.Errorf(codes.InvalidArgument, "page_size %d is negative", n)
-	case n > MaxExtentsPageSize:
-		return 0, status.Errorf(codes.InvalidArgument, "page_size %d: the maximum is %d", n, MaxExtentsPageSize)
-	case n == 0:
-		n = DefaultExtentsPageSize
 	}
-	if perReply > 0 {
-		n = min(n, perReply)
-	}
-	return n, nil
+	return 0, status.Errorf(codes.InvalidArgument, "page_size %d: the maximum is %d", n, MaxExtentsPageSize)
+}
+
+// maxEncodedDirEntry is the most bytes one DirEntry takes in a
+// ListResponse: a name of MaxNameLen bytes, a bool, a 10-byte varint, their
+// tags and lengths, and the tag and length that frame it.
+var maxEncodedDirEntry = 4 + proto.Size(&filewritev1.DirEntry{
+	Name: strings.Repeat("n", store.MaxNameLen), IsDir: true, Size: math.MinInt64,
+})
+
+// entriesPerReply is the most entries that fit in one List reply under the
+// message limit, less room for the next page's token (which holds a name).
+// Only a --max-request-bytes far below the default makes it smaller than
+// store.MaxListPageSize.
+func entriesPerReply(maxMessageBytes int) int {
+	tokenRoom := 64 + 2*store.MaxNameLen
+	return max(1, (maxMessageBytes-tokenRoom)/maxEncodedDirEntry)
+}
+
+// listPageSize is the page size to ask the store for: req's (0 meaning the
+// default), at most perReply. A size the store refuses (negative, over its
+// maximum) goes through unchanged, for the store to say why.
+func listPageSize(req *filewritev1.ListRequest, perReply int) int {
+	n, _ := pageSize(req.GetPageSize(), store.DefaultListPageSize, store.MaxListPageSize, perReply)
+	return n
 }
 
 // An extents page token is opaque to clients. Inside: a version byte, the
