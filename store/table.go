@@ -105,10 +105,7 @@ func (t *inodeTable) getInode(ctx context.Context, name string, create bool, cre
 			t.mu.Unlock()
 			return nil, ErrClosed
 		}
-		if ino := t.byPath[name]; ino != nil && ino.unlinked.Load() {
-			t.forgetLocked(ino)
-		}
-		if ino := t.byPath[name]; ino != nil {
+		if ino := t.knownLocked(name); ino != nil {
 			t.refLocked(ino)
 			t.mu.Unlock()
 			if err := t.awaitOpen(ctx, ino); err != nil {
@@ -203,10 +200,7 @@ func (t *inodeTable) lookup(ctx context.Context, name string) (*inode, error) {
 			t.mu.Unlock()
 			return nil, ErrClosed
 		}
-		if ino := t.byPath[name]; ino != nil && ino.unlinked.Load() {
-			t.forgetLocked(ino)
-		}
-		ino := t.byPath[name]
+		ino := t.knownLocked(name)
 		if ino == nil {
 			t.mu.Unlock()
 			return nil, nil
@@ -224,6 +218,18 @@ func (t *inodeTable) lookup(ctx context.Context, name string) (*inode, error) {
 		}
 		return ino, nil
 	}
+}
+
+// knownLocked is the inode the table knows by name, or nil. One whose file
+// a sync or Stat found removed from outside (inode.unlinked) is forgotten
+// first, so that the name reaches what it names now.
+//
+// Preconditions: t.mu is held.
+func (t *inodeTable) knownLocked(name string) *inode {
+	if ino := t.byPath[name]; ino != nil && ino.unlinked.Load() {
+		t.forgetLocked(ino)
+	}
+	return t.byPath[name]
 }
 
 // awaitOpen waits until the open of ino, found in the table, has finished
