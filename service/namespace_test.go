@@ -382,3 +382,59 @@ func TestWriteStreamFollowsRenameAndEndsOnDelete(t *testing.T) {
 		})
 	}
 }
+
+// TestFsyncOfADirectory: Fsync of a directory's path, over gRPC and over
+// REST, fsyncs that directory (one more sample of the directory fsync
+// histogram each, data_only or not): how a client makes durable a Rename
+// or Delete made without sync. A missing directory is NOT_FOUND.
+func TestFsyncOfADirectory(t *testing.T) {
+	t.Setenv("OTEL_TRACES_EXPORTER", "")
+	t.Setenv("OTEL_METRICS_EXPORTER", "")
+	d := startDaemon(t, nil)
+	ctx := testContext(t)
+	c := d.client
+	if _, err := c.Write(ctx, &filewritev1.WriteRequest{Path: "pub/.a.tmp", Data: []byte("a")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Rename(ctx, &filewritev1.RenameRequest{Path: "pub/.a.tmp", NewPath: "pub/a"}); err != nil {
+		t.Fatal(err)
+	}
+	dirSyncs := func() uint64 {
+		return series(d.scrape(t), "filewrite_dir_fsync_batch_size", nil).GetHistogram().GetSampleCount()
+	}
+	grpcFsync := func(req *filewritev1.FsyncRequest) func() error {
+		return func() error { _, err := c.Fsync(ctx, req); return err }
+	}
+	restFsync := func(path, body string) func() error {
+		return func() error {
+			if s := d.call(t, "POST", "/v1/files/"+path+":fsync", body, nil); s != http.StatusOK {
+				return fmt.Errorf("HTTP %d", s)
+			}
+			return nil
+		}
+	}
+	for _, tt := range []struct {
+		name string
+		call func() error
+	}{
+		{"gRPC", grpcFsync(&filewritev1.FsyncRequest{Path: "pub"})},
+		{"gRPC, data_only", grpcFsync(&filewritev1.FsyncRequest{Path: "pub", DataOnly: true})},
+		{"REST", restFsync("pub", `{}`)},
+		{"REST, dataOnly", restFsync("pub", `{"dataOnly":true}`)},
+	} {
+		before := dirSyncs()
+		if err := tt.call(); err != nil {
+			t.Errorf("%s: Fsync of a directory: %v", tt.name, err)
+			continue
+		}
+		if got := dirSyncs() - before; got != 1 {
+			t.Errorf("%s: Fsync of a directory made %d directory fsyncs, want 1", tt.name, got)
+		}
+	}
+	if _, err := c.Fsync(ctx, &filewritev1.FsyncRequest{Path: "nodir"}); status.Code(err) != codes.NotFound {
+		t.Errorf("gRPC Fsync of a missing directory: %v, want NOT_FOUND", err)
+	}
+	if s := d.call(t, "POST", "/v1/files/nodir:fsync", `{}`, nil); s != http.StatusNotFound {
+		t.Errorf("REST Fsync of a missing directory: %d, want 404", s)
+	}
+}

@@ -338,9 +338,10 @@ func (x *WriteResponse) GetSize() int64 {
 // FsyncRequest names the file to make durable.
 type FsyncRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The file, relative to the root.
+	// The file, or a directory to sync its entries, relative to the root.
 	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	// fdatasync (data and size) instead of fsync (data and all metadata).
+	// fdatasync (data and size) instead of fsync (data and all metadata);
+	// no difference for a directory.
 	DataOnly      bool `protobuf:"varint,2,opt,name=data_only,json=dataOnly,proto3" json:"data_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

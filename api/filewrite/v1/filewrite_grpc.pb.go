@@ -75,6 +75,13 @@ type FileServiceClient interface {
 	// set by Fallocate. Concurrent Fsyncs of one file share one sync that
 	// started after each of them asked; none waits on a timer. A missing
 	// file is NOT_FOUND.
+	//
+	// Fsync of a directory's path syncs the directory (fsync(2) of it):
+	// durable when it returns OK are the entries created, removed and renamed
+	// in it by calls that returned before Fsync was called. This is how a
+	// client makes durable a Delete, or a Rename (both its directories), made
+	// without sync; data_only makes no difference. The root has no path: a
+	// Delete or Rename with sync in it syncs it.
 	Fsync(ctx context.Context, in *FsyncRequest, opts ...grpc.CallOption) (*FsyncResponse, error)
 	// Truncate sets the size of the file, creating it if missing. Once it
 	// returns, no Write that started before it can land after it. Durable
@@ -297,6 +304,13 @@ type FileServiceServer interface {
 	// set by Fallocate. Concurrent Fsyncs of one file share one sync that
 	// started after each of them asked; none waits on a timer. A missing
 	// file is NOT_FOUND.
+	//
+	// Fsync of a directory's path syncs the directory (fsync(2) of it):
+	// durable when it returns OK are the entries created, removed and renamed
+	// in it by calls that returned before Fsync was called. This is how a
+	// client makes durable a Delete, or a Rename (both its directories), made
+	// without sync; data_only makes no difference. The root has no path: a
+	// Delete or Rename with sync in it syncs it.
 	Fsync(context.Context, *FsyncRequest) (*FsyncResponse, error)
 	// Truncate sets the size of the file, creating it if missing. Once it
 	// returns, no Write that started before it can land after it. Durable
