@@ -3,12 +3,13 @@
 package store
 
 import (
+	"path"
 	"sync"
 	"sync/atomic"
 )
 
 // dirSyncs merges the fsyncs of directories that the first syncs of new
-// files ask for (inode.newDirs: every directory above a file the store
+// files ask for (inode.pendingDirs: every directory above a file the store
 // created, so that its name is as durable as its data). A thousand files
 // created at once in one directory, each synced, would otherwise fsync
 // that directory, and the root, a thousand times.
@@ -48,6 +49,28 @@ type dirSyncs struct {
 	// across a sync.
 	mu    sync.Mutex
 	byDir map[string]*dirSync
+}
+
+// dirRecord is what a file the store created needs synced for its name to
+// be durable (inode.pendingDirs): the directories above the name, and when
+// their entries were made, a stamp of dirSyncs.now that an fsync of them
+// started later covers. It is immutable: a change is a new record.
+type dirRecord struct {
+	dirs  []string
+	since int64
+}
+
+// dirsAbove lists every directory above name up to the root, nearest
+// first: any of them may be new, made by the create or Rename that gave
+// the name, or by one running beside it.
+func dirsAbove(name string) []string {
+	var dirs []string
+	for dir := path.Dir(name); ; dir = path.Dir(dir) {
+		dirs = append(dirs, dir)
+		if dir == "." {
+			return dirs
+		}
+	}
 }
 
 // dirSync is one directory's fsyncs.

@@ -57,6 +57,16 @@
 // read. A Handle, which holds the inode rather than a path, follows renames
 // and fails with ErrDeleted once the file is deleted.
 //
+// What the table keeps of a closed file apart from its inode (its extent
+// cache entry, a failed sync, directories it owes a sync) goes with its
+// last name: Delete opens the file first and so takes it all back, and a
+// Rename over a file the table had closed drops it by the inode number
+// lstat(2) gave while the new name was reserved. The kernel may give that
+// number to the next file created, which must not inherit any of it. A
+// Rename of a created file whose directories are still pending moves them
+// to the directories above the new name, so that its first sync makes the
+// name it has then durable.
+//
 // A Write, Truncate or Fallocate that creates its file holds the new
 // inode's lock, exclusively, from before anyone else can reach the inode
 // (getOrCreate), and Stat and Extents lock while it does: to the store's

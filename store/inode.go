@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -66,13 +65,16 @@ type inode struct {
 	// the next lookup of its name or when its last reference is put
 	// (forgetLocked), so that the name reaches whatever it names now.
 	unlinked atomic.Bool
-	// newDirs (immutable after open) are the directories to sync once for a
-	// file this store created; dirsPending is true until that succeeded.
-	// dirsSince (immutable after open) is when their entries were made, a
-	// stamp of dirSyncs.now: an fsync of them that started later covers it.
-	newDirs     []string
-	dirsPending atomic.Bool
-	dirsSince   int64
+	// pendingDirs, for a file this store created, are the directories to
+	// sync once so that its name is as durable as its data: every
+	// directory above the name the table knows it by. It is nil for a file
+	// that existed before, and once a sync made them durable. Read it
+	// without locks. A Rename replaces it, while it is not nil, with the
+	// directories above the new name (inodeTable.rename, with
+	// inodeTable.mu held); a sync clears it only if it still holds the
+	// record that sync synced, so that a Rename while the sync ran leaves
+	// the new name pending.
+	pendingDirs atomic.Pointer[dirRecord]
 
 	// The fields below are guarded by inodeTable.mu.
 	refs     int
@@ -116,16 +118,7 @@ func (ino *inode) open(t *inodeTable, create bool) (err error) {
 	if create && errors.Is(err, fs.ErrNotExist) {
 		if f, made, err = createFile(t.fsys, ino.path()); err == nil {
 			ino.created = made.file
-			// Every ancestor up to the root: any of them may be new, made
-			// here or by a create running beside this one.
-			for dir := path.Dir(ino.path()); ; dir = path.Dir(dir) {
-				ino.newDirs = append(ino.newDirs, dir)
-				if dir == "." {
-					break
-				}
-			}
-			ino.dirsPending.Store(true)
-			ino.dirsSince = t.dirs.now()
+			ino.pendingDirs.Store(&dirRecord{dirs: dirsAbove(ino.path()), since: t.dirs.now()})
 		}
 	}
 	if err != nil {
@@ -236,25 +229,26 @@ func (ino *inode) syncFile(t *inodeTable, mode SyncMode) error {
 	if fi, err := ino.file.Stat(); err == nil && fi.Nlink == 0 {
 		ino.unlinked.Store(true)
 	}
-	if !ino.dirsPending.Load() {
+	p := ino.pendingDirs.Load()
+	if p == nil {
 		return nil
 	}
 	if t.opts.Hooks.set(func(h *Hooks) bool { return h.SkipNewFileDirSync }) {
-		ino.dirsPending.Store(false) // the deliberate break
+		ino.pendingDirs.CompareAndSwap(p, nil) // the deliberate break
 		return nil
 	}
 	// All at once, each shared with the first syncs of other new files in
 	// the same directory (dirSyncs).
-	errs := make([]error, len(ino.newDirs))
+	errs := make([]error, len(p.dirs))
 	var wg sync.WaitGroup
-	for i, dir := range ino.newDirs {
-		wg.Go(func() { errs[i] = t.dirs.sync(dir, ino.dirsSince) })
+	for i, dir := range p.dirs {
+		wg.Go(func() { errs[i] = t.dirs.sync(dir, p.since) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	ino.dirsPending.Store(false)
+	ino.pendingDirs.CompareAndSwap(p, nil)
 	return nil
 }
 

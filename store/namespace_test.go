@@ -6,8 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 )
@@ -318,4 +320,217 @@ func TestNamespaceSyncs(t *testing.T) {
 	if err := s.Fsync(ctx, "nodir", SyncFull); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Fsync of a missing directory: %v, want %v", err, ErrNotFound)
 	}
+}
+
+// TestRenameMovesPendingDirectories: a file the store created and renamed
+// before its first sync has its new name made durable by that sync: the
+// directories above the new name are synced, not those it left. Once the
+// creation was durable, a Rename without sync is like any other: nothing
+// of it is durable until a directory is synced.
+func TestRenameMovesPendingDirectories(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		opts Options
+		// before runs between the create and the Rename.
+		before   func(s *Store) error
+		wantDirs []string // synced by the Fsync after the Rename
+	}{
+		{name: "open", wantDirs: []string{".", "b", "b/c"}},
+		{name: "closed for room before the Rename", opts: Options{MaxOpenFiles: 1},
+			before: func(s *Store) error {
+				_, err := s.Write(ctx, "other", 0, []byte("x"), SyncNone) // closes a/x
+				return err
+			},
+			wantDirs: []string{".", "b", "b/c"}},
+		{name: "creation already durable",
+			before: func(s *Store) error { return s.Fsync(ctx, "a/x", SyncData) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := &syncRecorder{}
+			s, _ := newRecordedStore(t, rec, tt.opts)
+			if _, err := s.Write(ctx, "a/x", 0, []byte("x"), SyncNone); err != nil {
+				t.Fatal(err)
+			}
+			if tt.before != nil {
+				if err := tt.before(s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.Rename(ctx, "a/x", "b/c/y", false, false); err != nil {
+				t.Fatal(err)
+			}
+			before := len(rec.syncedDirs())
+			if err := s.Fsync(ctx, "b/c/y", SyncData); err != nil {
+				t.Fatal(err)
+			}
+			got := slices.Sorted(slices.Values(rec.syncedDirs()[before:]))
+			if fmt.Sprint(got) != fmt.Sprint(tt.wantDirs) && len(got)+len(tt.wantDirs) > 0 {
+				t.Errorf("the first sync after the Rename synced directories %v, want %v", got, tt.wantDirs)
+			}
+		})
+	}
+}
+
+// stillCtimeFS reports one ctime for every file, as a filesystem might
+// whose clock was set back between changes: the extent cache's ctime check
+// cannot tell one file from another, and only what the store forgets
+// keeps a removed file's state from a new file with its inode number.
+type stillCtimeFS struct{ FS }
+
+const stillCtime = int64(1e9)
+
+func (f stillCtimeFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
+	file, err := f.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return stillCtimeFile{file}, nil
+}
+
+type stillCtimeFile struct{ File }
+
+func (f stillCtimeFile) Stat() (FileInfo, error) {
+	fi, err := f.File.Stat()
+	fi.Ctime = stillCtime
+	return fi, err
+}
+
+// TestRemovedFileLeavesNothingBehind: once the store removes a file's
+// last name (Delete, or a Rename over it), the table keeps nothing of it:
+// no extent cache entry, no failed sync, no directories to sync, also when
+// the table had closed the file for room. A new file that the kernel gives
+// the same inode number, created from outside with the same size, is then
+// opened with its own extent map, its first sync believed, and Close
+// reports nothing of the removed file. The new file's ctime is made to
+// tell nothing (stillCtimeFS), so that the cache's ctime check cannot be
+// what saves it.
+func TestRemovedFileLeavesNothingBehind(t *testing.T) {
+	ctx := context.Background()
+	const size = 8192
+	tests := []struct {
+		name     string
+		poisoned bool // d/b's last sync failed: the table keeps that, not its map
+		closed   bool // d/b is closed for room before the removal
+		remove   func(s *Store) error
+	}{
+		{"Delete of a closed file", false, true, func(s *Store) error { return s.Delete(ctx, "d/b", false) }},
+		{"Rename over a closed file", false, true, func(s *Store) error { return s.Rename(ctx, "d/a", "d/b", false, false) }},
+		{"Rename over an open file", false, false, func(s *Store) error { return s.Rename(ctx, "d/a", "d/b", false, false) }},
+		{"Delete of a closed file whose sync failed", true, true, func(s *Store) error { return s.Delete(ctx, "d/b", false) }},
+		{"Rename over a closed file whose sync failed", true, true, func(s *Store) error { return s.Rename(ctx, "d/a", "d/b", false, false) }},
+		{"Rename over an open file whose sync failed", true, false, func(s *Store) error { return s.Rename(ctx, "d/a", "d/b", false, false) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := testDir(t)
+			osfs, err := OpenOSFS(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := Open(stillCtimeFS{osfs}, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			closed := false
+			defer func() {
+				if !closed {
+					s.Close()
+				}
+			}()
+			for _, name := range []string{"d/a", "d/b"} {
+				if _, err := s.Write(ctx, name, 0, make([]byte, size), SyncNone); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ino, err := s.table.get(ctx, "d/b", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := ino.id()
+			if tt.poisoned {
+				ino.commit.poison()
+			}
+			s.table.put(ino)
+			if tt.closed {
+				if !closeIfIdle(s, "d/b") {
+					t.Fatal("d/b is busy; nothing else runs")
+				}
+				cached, failed, unsynced := kept(s, id)
+				if cached == tt.poisoned || failed != tt.poisoned || !unsynced {
+					t.Fatalf("closed d/b left cache entry %v, failed sync %v, unsynced directories %v; want %v, %v, true",
+						cached, failed, unsynced, !tt.poisoned, tt.poisoned)
+				}
+			}
+
+			if err := tt.remove(s); err != nil {
+				t.Fatal(err)
+			}
+			if cached, failed, unsynced := kept(s, id); cached || failed || unsynced {
+				t.Errorf("after the removal the table keeps of d/b: cache entry %v, failed sync %v, unsynced directories %v; want none",
+					cached, failed, unsynced)
+			}
+
+			reused := reuseInode(t, filepath.Join(dir, "d"), id.ino, size)
+			if reused == "" {
+				t.Logf("no new file got inode %d; the table's records were checked, not their effect", id.ino)
+			} else {
+				name := "d/" + reused
+				if st, err := s.Stat(ctx, name); err != nil || st.Size != size {
+					t.Fatalf("Stat(%s) = %+v, %v; want size %d", name, st, err, size)
+				}
+				extentsMatchFile(t, s, name)
+				if err := s.Fsync(ctx, name, SyncData); err != nil {
+					t.Errorf("first Fsync of the new file with inode %d: %v", id.ino, err)
+				}
+			}
+			closed = true
+			if err := s.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		})
+	}
+}
+
+// kept reports what the table keeps, apart from open inodes, of file id.
+func kept(s *Store, id fileID) (cached, failedSync, unsyncedDirs bool) {
+	t := s.table
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.closedExtents.mu.Lock()
+	cached = t.closedExtents.byID[id] != nil
+	t.closedExtents.mu.Unlock()
+	_, failedSync = t.failedSync[id]
+	_, unsyncedDirs = t.unsyncedDirs[id]
+	return cached, failedSync, unsyncedDirs
+}
+
+// reuseInode creates files of size bytes (holes) in osDir from outside the
+// store until the kernel gives one inode number ino, and returns its name,
+// or "" if none did within a thousand files. ext4 hands out the lowest free
+// number of the directory's group, so a number just freed comes back
+// soon; tmpfs never reuses one.
+func reuseInode(t *testing.T, osDir string, ino uint64, size int64) string {
+	t.Helper()
+	for i := range 1000 {
+		name := fmt.Sprintf("new%04d", i)
+		f, err := os.OpenFile(filepath.Join(osDir, name), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = f.Truncate(size)
+		var st syscall.Stat_t
+		if err == nil {
+			err = syscall.Fstat(int(f.Fd()), &st)
+		}
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Ino == ino {
+			return name
+		}
+	}
+	return ""
 }

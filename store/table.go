@@ -44,14 +44,21 @@ type inodeTable struct {
 	// unsyncedDirs it may forget anything for room: it saves work, it
 	// guards nothing. It has its own lock, taken under mu or alone.
 	closedExtents *extentCache
-	// dirs merges the syncs of directories (created files' newDirs, and
-	// the closed ones' unsyncedDirs). It has its own lock.
+	// dirs merges the syncs of directories (created files' pendingDirs,
+	// and the closed ones' unsyncedDirs). It has its own lock.
 	dirs *dirSyncs
-	// unsyncedDirs holds, by ID, the new directories (inode.newDirs) of the
-	// files this store created and closed while idle before a sync made
-	// their names durable. It is kept apart from the inodes, like
-	// failedSync, and never evicted: the inode that reopens one takes its
-	// record back, and SyncAll and Close sync what is left.
+	// unsyncedDirs holds, by ID, the pending directories
+	// (inode.pendingDirs) of the files this store created and closed while
+	// idle before a sync made their names durable. It is kept apart from
+	// the inodes, like failedSync, and never evicted: the inode that
+	// reopens one takes its record back, and SyncAll and Close sync what
+	// is left.
+	//
+	// failedSync and unsyncedDirs outlive a file's descriptors but not its
+	// last name: when the store removes that (Delete, or a Rename over
+	// it), their records of the file go too (forgetClosedLocked), because
+	// the kernel may give its inode number to the next file created, which
+	// must not start poisoned or syncing directories it was never in.
 	unsyncedDirs map[fileID][]string
 	// drained is signalled when the last reference is dropped after close.
 	drained *sync.Cond
@@ -161,10 +168,11 @@ func (t *inodeTable) getInode(ctx context.Context, name string, create bool, cre
 			}
 			if dirs, ok := t.unsyncedDirs[id]; ok {
 				delete(t.unsyncedDirs, id)
-				ino.newDirs = append(ino.newDirs, dirs...)
-				ino.dirsPending.Store(true)
+				if p := ino.pendingDirs.Load(); p != nil {
+					dirs = append(slices.Clip(p.dirs), dirs...)
+				}
 				// Made before now, whenever that was.
-				ino.dirsSince = t.dirs.now()
+				ino.pendingDirs.Store(&dirRecord{dirs: dirs, since: t.dirs.now()})
 			}
 		} else {
 			ino.openErr = err
@@ -320,8 +328,31 @@ func (t *inodeTable) forgetLocked(ino *inode) {
 // write in flight.
 func (t *inodeTable) deleteLocked(ino *inode) {
 	t.forgetLocked(ino)
+	// An open file has no record apart from its inode (its open took them
+	// back), but forget them all the same: that the open took them is not
+	// what should keep a new file with this inode number from them.
+	t.forgetClosedLocked(ino.id(), 1)
 	if !ino.deleted.Swap(true) {
 		close(ino.gone)
+	}
+}
+
+// forgetClosedLocked drops what the table keeps apart from the inodes of
+// the file id (its extent cache entry, failedSync and unsyncedDirs
+// records), now that the store removed one of its names and nlink were
+// left before: with none left (nlink 1), the kernel frees the inode once no
+// descriptor holds it and may give its number to the next file created.
+// The extent cache would tell that file by its ctime, but not where the
+// clock went back, and the sync records would not at all. A file that
+// keeps another name keeps its sync records; its cache entry goes anyway,
+// since the removal moved its ctime.
+//
+// Preconditions: t.mu is held.
+func (t *inodeTable) forgetClosedLocked(id fileID, nlink uint64) {
+	t.closedExtents.forget(id)
+	if nlink <= 1 {
+		delete(t.failedSync, id)
+		delete(t.unsyncedDirs, id)
 	}
 }
 
@@ -382,6 +413,16 @@ func (t *inodeTable) rename(a, dst *inode, oldName, newName string, move func() 
 	}
 	t.mu.Unlock()
 
+	// A file newName names that the table has closed is replaced without
+	// being opened: while newName is reserved no operation of the store
+	// changes what it names, so this is the file move replaces.
+	var replaced FileInfo
+	if dst == nil {
+		if fi, err := t.fsys.Lstat(newName); err == nil && fi.Type == 0 && !fi.IsDir && (fileID{fi.Dev, fi.Ino}) != a.id() {
+			replaced = fi
+		}
+	}
+
 	err := move()
 
 	t.mu.Lock()
@@ -389,11 +430,20 @@ func (t *inodeTable) rename(a, dst *inode, oldName, newName string, move func() 
 	if err == nil {
 		if dst != nil {
 			t.deleteLocked(dst)
+		} else if replaced.Nlink > 0 {
+			t.forgetClosedLocked(fileID{replaced.Dev, replaced.Ino}, replaced.Nlink)
 		}
 		if a.path() == oldName {
 			delete(t.byPath, oldName)
 			a.name.Store(&newName)
 			t.byPath[newName] = a
+			// A new file's name is durable once the directories above it
+			// are synced: now those above newName. Unless a sync made the
+			// old name durable meanwhile; then, like any Rename, the new
+			// one is durable once its directory is synced.
+			if p := a.pendingDirs.Load(); p != nil {
+				a.pendingDirs.CompareAndSwap(p, &dirRecord{dirs: dirsAbove(newName), since: t.dirs.now()})
+			}
 		}
 	}
 	if reserved != nil {
@@ -468,8 +518,8 @@ func (t *inodeTable) closeIdleLocked(ino *inode) bool {
 		if poisoned {
 			t.failedSync[fileID{ino.dev, ino.ino}] = ino.path()
 		}
-		if ino.dirsPending.Load() {
-			t.unsyncedDirs[fileID{ino.dev, ino.ino}] = ino.newDirs
+		if p := ino.pendingDirs.Load(); p != nil {
+			t.unsyncedDirs[fileID{ino.dev, ino.ino}] = p.dirs
 		}
 		if !poisoned && !ino.extentsInDoubt.Load() {
 			t.keepExtentsLocked(ino)
