@@ -163,10 +163,14 @@ const grpcCopies = 2
 
 // callBudget is what one unary call holds. Its stats events and
 // interceptor all run on the call's own goroutine, one after the other, so
-// it needs no lock.
+// it needs no lock. A stream's do not: its messages may be received on a
+// goroutine of its handler's (WriteStream's reader) while the call ends,
+// so a stream's callBudget is marked at Begin, before its handler runs,
+// and left alone after (streams take their shares in budgetStream).
 type callBudget struct {
-	held  int64
-	reply *filewritev1.ReadResponse // whose share is in grpcBudget.replies
+	stream bool
+	held   int64
+	reply  *filewritev1.ReadResponse // whose share is in grpcBudget.replies
 }
 
 type callBudgetKey struct{}
@@ -178,12 +182,13 @@ func (g *grpcBudget) tagCall(ctx context.Context) context.Context {
 // event is the budget's part of the stats handler.
 func (g *grpcBudget) event(ctx context.Context, s stats.RPCStats) {
 	cb, _ := ctx.Value(callBudgetKey{}).(*callBudget)
-	if cb == nil {
+	if cb == nil || cb.stream {
 		return
 	}
 	switch s := s.(type) {
 	case *stats.Begin:
 		if s.IsClientStream || s.IsServerStream {
+			cb.stream = true
 			return
 		}
 		if g.budget.acquire(ctx, g.receiving) == nil {
