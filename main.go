@@ -83,7 +83,7 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 	fs.Var(sizeFlag(&cfg.Store.MaxRequestBytes, 1), "max-request-bytes",
 		"largest `size` of the data of one Write or Read (bytes, or with k, m, g or t: 4k = 4KiB)")
 	fs.Var(sizeFlag(&cfg.MaxStreamBytes, 1), "max-stream-bytes",
-		"most `bytes` of unacknowledged writes one WriteStream holds (each write counts its data plus 256); at it the stream reads no more until acks go out")
+		"most `bytes` of unacknowledged writes one WriteStream holds (each write counts its data plus 256, against --max-inflight-bytes too); at it the stream reads no more until acks go out")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout,
 		"on SIGINT/SIGTERM, how long to wait for requests in flight before cancelling them")
 	// Authentication, TLS and resource limits (README: "Guarantees and limits").
@@ -98,7 +98,7 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 	fs.DurationVar(&cfg.BodyTimeout, "body-timeout", cfg.BodyTimeout,
 		"a REST request body must deliver 64 KiB (or its end) within each such period, or the request fails with 408")
 	fs.Var(sizeFlag(&cfg.MaxInflightBytes, 1), "max-inflight-bytes",
-		"bound on the memory held by requests in flight, daemon-wide; past it requests wait (bytes, or with k, m, g or t)")
+		"bound on the memory held by requests in flight, daemon-wide (gRPC messages, REST bodies, Reads, and the writes WriteStreams hold unacknowledged); past it requests and streams wait (bytes, or with k, m, g or t)")
 	fs.Var(countFlag(&cfg.Store.MaxOpenFiles, 1), "max-open-files",
 		"most `files` held open at once; idle ones are closed to make room, and past it a request is RESOURCE_EXHAUSTED (the default is derived from RLIMIT_NOFILE: a quarter kept for connections, halved with --io=direct, at most 16384)")
 	fs.Var(extentCacheSize{&cfg.Store.ExtentCacheBytes}, "extent-cache-size",

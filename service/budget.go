@@ -129,7 +129,9 @@ func (s *Server) limitMemory() {
 // Between 1 and 2 a call holds more than it needs, for as long as its
 // message takes to arrive: the price of bounding messages that are still
 // on their way, paid in how many large messages may be received at once,
-// not in memory. Streams take their share per message (budgetStream).
+// not in memory. Streams take their share per message (budgetStream), and
+// a WriteStream for the writes it holds until their acks go out
+// (streamBudget).
 type grpcBudget struct {
 	budget *inflightBudget
 	// receiving is what a call takes at its start (receiveHold);
@@ -290,8 +292,15 @@ func (o *owedBytes) Put(*[]byte)       { o.budget.release(o.n) }
 // Each message is held until the next RecvMsg or the stream's end; while
 // the budget is short, RecvMsg waits before it returns the message, so the
 // stream reads no further and flow control holds its client back. A
-// handler that keeps a message's bytes longer (queued writes waiting for
-// their acks) takes them itself, with acquire and release.
+// handler that keeps a message's bytes longer takes them itself, with
+// acquire and release.
+//
+// WriteStream is such a handler, and the hand-over is by type: its
+// messages decode into a streamRequest, not a proto.Message, so this
+// takes nothing for them, and the stream takes each message's cost once
+// it has read it and gives it back as the acks go out (streamBudget).
+// What remains here are the small messages of other streams (health's
+// Watch, reflection).
 //
 // What this does not bound: the one message each stream may be receiving
 // beyond the budget (at most the largest message, per stream).

@@ -37,7 +37,12 @@ type fileServer struct {
 	// maxMessageBytes one message (maxMessageBytes()).
 	maxStreamBytes, maxMessageBytes int64
 	// streamHeld is what all streams hold (streamBudget).
-	streamHeld    atomic.Int64
+	streamHeld atomic.Int64
+	// budget is --max-inflight-bytes (nil: unbounded): what streams hold
+	// counts against it with every other request. Both gRPC servers share
+	// this fileServer, but only the public one carries streams: the
+	// gateway has no stream route.
+	budget        *inflightBudget
 	streamMetrics *streamMetrics
 	// draining is closed when the daemon begins to shut down: streams
 	// stop reading, ack what they read, and end with UNAVAILABLE.
@@ -45,12 +50,14 @@ type fileServer struct {
 	drainOnce sync.Once
 }
 
-// newFileServer is the FileService over st; its stream metrics go to mp.
-func newFileServer(st *store.Store, maxRequestBytes, maxStreamBytes int64, mp metric.MeterProvider, log *slog.Logger) (*fileServer, error) {
+// newFileServer is the FileService over st; its streams take budget, and
+// their metrics go to mp.
+func newFileServer(st *store.Store, maxRequestBytes, maxStreamBytes int64, budget *inflightBudget, mp metric.MeterProvider, log *slog.Logger) (*fileServer, error) {
 	s := &fileServer{
 		store:           st,
 		log:             log,
 		maxStreamBytes:  maxStreamBytes,
+		budget:          budget,
 		maxMessageBytes: int64(maxMessageBytes(maxRequestBytes)),
 		extentsPerReply: extentsPerReply(maxMessageBytes(maxRequestBytes)),
 		entriesPerReply: entriesPerReply(maxMessageBytes(maxRequestBytes)),

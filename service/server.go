@@ -174,9 +174,9 @@ type Server struct {
 	// files is the FileService of both gRPC servers.
 	files *fileServer
 
-	// budget is --max-inflight-bytes, taken by the public gRPC server and
-	// the gateway (the gateway's own gRPC server takes none: the gateway
-	// took it for the whole request).
+	// budget is --max-inflight-bytes, taken by the public gRPC server, its
+	// WriteStreams (through files) and the gateway (the gateway's own gRPC
+	// server takes none: the gateway took it for the whole request).
 	budget *inflightBudget
 
 	// The gateway, nil when Config.HTTPAddr is empty. It reaches a gRPC
@@ -293,7 +293,7 @@ func Start(cfg Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("gRPC listener: %w", err)
 	}
 	s.budget = newInflightBudget(cfg.MaxInflightBytes)
-	if s.files, err = newFileServer(s.store, cfg.Store.MaxRequestBytes, cfg.MaxStreamBytes, s.tel.meterProvider, log); err != nil {
+	if s.files, err = newFileServer(s.store, cfg.Store.MaxRequestBytes, cfg.MaxStreamBytes, s.budget, s.tel.meterProvider, log); err != nil {
 		lis.Close()
 		return nil, err
 	}

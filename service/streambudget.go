@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 )
 
@@ -22,41 +23,78 @@ func writeCost(n int) int64 { return int64(n) + streamWriteOverhead }
 
 // streamBudget is the flow control of one WriteStream: the bytes of the
 // writes it has read and not yet acknowledged, bounded by
-// --max-stream-bytes. The reader takes a message's cost once it has read
-// it and, before reading the next one, waits until the stream holds less
-// than the bound; the sender gives the cost back once an ack has gone out.
-// So a stream at the bound reads nothing more (HTTP/2 flow control then
-// stops its client), holds at most the bound plus one message, and never
-// fails for it.
+// --max-stream-bytes for the stream and by --max-inflight-bytes (the
+// daemon's inflightBudget) together with every other request. The reader,
+// before reading a message, waits until the stream holds less than its
+// own bound; once it has read one, it takes the message's cost, waiting
+// for the daemon's budget if need be; the sender gives the cost back once
+// an ack has gone out. So a stream at either bound reads nothing more
+// (HTTP/2 flow control then stops its client), holds at most its bound
+// plus one message, and never fails for it.
 //
-// take and give are the only places where held bytes are counted: a
-// daemon-wide budget hooks in here (daemon is that total today, read by
-// the held-bytes gauge).
+// The stream's messages are decoded by requestCodec into a streamRequest,
+// which budgetStream does not count (it counts proto.Messages): from the
+// moment the reader has a message until its acks are sent, this is the
+// one count of its bytes. A message aliases the buffers gRPC received it
+// into (one copy), and a write's cost counts its data once.
+//
+// take, give and close are the only places where held bytes are counted.
+// The reader takes, and gives back what it took for a message it then
+// dropped; the sender gives back what acks went out for; close runs once
+// both are done. A give is always for bytes whose take has returned.
 type streamBudget struct {
 	limit int64
-	// held is this stream's bytes; written by take and give, read by wait
-	// and the metrics.
+	// held is this stream's bytes; written by take, give and close, read
+	// by wait and the metrics.
 	held atomic.Int64
-	// daemon is the total over every open stream.
+	// daemon is the total over every open stream (the held-bytes gauge).
 	daemon *atomic.Int64
+	// inflight is --max-inflight-bytes, shared with the other requests;
+	// nil: unbounded.
+	inflight *inflightBudget
+
+	// mu guards excess: the part of held that inflight did not grant,
+	// because a message cost more than the whole of it (acquire clamps).
+	// give hands that part back first, so that what goes back to inflight
+	// never passes what it granted.
+	mu     sync.Mutex
+	excess int64
+
 	// room is signalled (never closed) when give brings held below limit.
 	// Its one slot keeps a signal given before wait looks, so that none is
 	// lost; a stale one costs wait one more look.
 	room chan struct{}
 }
 
-func newStreamBudget(limit int64, daemon *atomic.Int64) *streamBudget {
-	return &streamBudget{limit: limit, daemon: daemon, room: make(chan struct{}, 1)}
+func newStreamBudget(limit int64, daemon *atomic.Int64, inflight *inflightBudget) *streamBudget {
+	return &streamBudget{limit: limit, daemon: daemon, inflight: inflight, room: make(chan struct{}, 1)}
 }
 
-// take counts n more bytes held (a message just read).
-func (b *streamBudget) take(n int64) {
+// take counts n more bytes held (a message just read), once the daemon's
+// budget has them: it waits until then, or until ctx ends, and then
+// returns ctx's error holding nothing more.
+func (b *streamBudget) take(ctx context.Context, n int64) error {
+	granted := n
+	if b.inflight != nil {
+		granted = b.inflight.clamp(n)
+	}
+	if err := b.inflight.acquire(ctx, granted); err != nil {
+		return err
+	}
+	if granted < n {
+		b.mu.Lock()
+		b.excess += n - granted
+		b.mu.Unlock()
+	}
 	b.held.Add(n)
 	b.daemon.Add(n)
+	return nil
 }
 
-// give counts n bytes no longer held (their acks went out).
+// give counts n bytes no longer held (their acks went out, or their
+// message was dropped after take).
 func (b *streamBudget) give(n int64) {
+	b.inflight.release(n - b.takeExcess(n))
 	b.daemon.Add(-n)
 	if b.held.Add(-n) < b.limit {
 		select {
@@ -64,6 +102,15 @@ func (b *streamBudget) give(n int64) {
 		default:
 		}
 	}
+}
+
+// takeExcess takes up to n of the ungranted excess, and returns it.
+func (b *streamBudget) takeExcess(n int64) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e := min(n, b.excess)
+	b.excess -= e
+	return e
 }
 
 // wait returns true once the stream holds less than its bound, false if
@@ -84,5 +131,7 @@ func (b *streamBudget) wait(ctx context.Context, stop <-chan struct{}) bool {
 // close gives back whatever the stream still holds when it ends (acks
 // that could not be sent).
 func (b *streamBudget) close() {
-	b.daemon.Add(-b.held.Swap(0))
+	if n := b.held.Load(); n > 0 {
+		b.give(n)
+	}
 }

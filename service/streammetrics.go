@@ -20,7 +20,7 @@ const (
 // streamMetrics are the WriteStream instruments: how many streams are
 // open, how many writes each message carries, and how many bytes of
 // unacknowledged writes a stream holds (each time it reads a message, and
-// over all streams now: the number a daemon-wide budget would bound).
+// over all streams now: the streams' part of --max-inflight-bytes).
 type streamMetrics struct {
 	open   metric.Int64UpDownCounter
 	writes metric.Int64Histogram

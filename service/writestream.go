@@ -84,6 +84,11 @@ type writeStream struct {
 	ss     grpc.BidiStreamingServer[filewritev1.WriteStreamRequest, filewritev1.WriteStreamResponse]
 	ctx    context.Context
 	budget *streamBudget
+	// waitCtx is ctx, also cancelled by stop: the reader waits for the
+	// daemon's budget within it, so that a stream told to stop stops
+	// waiting too. cancelWait is its cancel.
+	waitCtx    context.Context
+	cancelWait context.CancelFunc
 
 	// h is the file, set by the reader once it opened it and before it
 	// hands out a write; immutable after.
@@ -130,11 +135,12 @@ func newWriteStream(files *fileServer, ss grpc.BidiStreamingServer[filewritev1.W
 		files:   files,
 		ss:      ss,
 		ctx:     ss.Context(),
-		budget:  newStreamBudget(files.maxStreamBytes, &files.streamHeld),
+		budget:  newStreamBudget(files.maxStreamBytes, &files.streamHeld, files.budget),
 		stopped: make(chan struct{}),
 		wake:    make(chan struct{}, 1),
 		unacked: make(map[uint64]struct{}),
 	}
+	ws.waitCtx, ws.cancelWait = context.WithCancel(ws.ctx)
 	ws.workCond.L = &ws.mu
 	ws.syncCond.L = &ws.mu
 	return ws
@@ -252,6 +258,7 @@ func (ws *writeStream) stop(end error) {
 	ws.stopping = true
 	ws.end = end
 	close(ws.stopped)
+	ws.cancelWait()
 	ws.wakeSenderLocked()
 }
 
@@ -291,6 +298,7 @@ func (ws *writeStream) release() {
 	if ws.h != nil {
 		ws.h.Close()
 	}
+	ws.cancelWait()
 	ws.budget.close()
 	ws.files.streamMetrics.closed(context.Background())
 }
@@ -328,10 +336,16 @@ func (ws *writeStream) readerExit() {
 	ws.helpers.Wait()
 }
 
-// accept checks one message, opening the file on the first, and hands its
-// writes out. An error ends the stream; the message's writes are then
-// refused, all of them, and the writes of earlier messages are still
-// applied and acked.
+// accept checks one message, opening the file on the first, takes its
+// cost from the budgets, and hands its writes out. An error ends the
+// stream; the message's writes are then refused, all of them, and the
+// writes of earlier messages are still applied and acked.
+//
+// While the daemon's budget is short, accept waits for it before the
+// message's writes are handed out, and the reader reads no further. If the
+// stream is told to stop meanwhile (shutdown, its file deleted, an ack it
+// could not send), the message is dropped, as one read after the stop is:
+// neither applied nor acked. If the stream's context ends, that is its end.
 func (ws *writeStream) accept(req *streamRequest) error {
 	if err := ws.check(req); err != nil {
 		req.release()
@@ -353,12 +367,30 @@ func (ws *writeStream) accept(req *streamRequest) error {
 		}
 		w.err = err
 	}
+	if err := ws.budget.take(ws.waitCtx, cost); err != nil {
+		req.release()
+		if err := ws.ctx.Err(); err != nil {
+			return toStatus(err)
+		}
+		return nil // stopped while waiting
+	}
+	queued, err := ws.queue(req)
+	if !queued {
+		ws.budget.give(cost)
+		req.release()
+	}
+	return err
+}
 
+// queue hands out the writes of req, whose cost the stream has taken, and
+// reports whether it did: not if the stream is stopping (no error: the
+// message is dropped), nor if it reuses an id not yet acked (the error
+// that ends the stream).
+func (ws *writeStream) queue(req *streamRequest) (bool, error) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if ws.stopping {
-		req.release() // shutting down: read, but neither applied nor acked
-		return nil
+		return false, nil // read, but neither applied nor acked
 	}
 	for i := range req.writes {
 		id := req.writes[i].id
@@ -366,12 +398,10 @@ func (ws *writeStream) accept(req *streamRequest) error {
 			for _, v := range req.writes[:i] {
 				delete(ws.unacked, v.id)
 			}
-			req.release()
-			return status.Errorf(codes.InvalidArgument, "write id %d is already in use by a write not yet acknowledged", id)
+			return false, status.Errorf(codes.InvalidArgument, "write id %d is already in use by a write not yet acknowledged", id)
 		}
 		ws.unacked[id] = struct{}{}
 	}
-	ws.budget.take(cost)
 	ws.pending += len(req.writes)
 	for i := range req.writes {
 		w := &req.writes[i]
@@ -385,7 +415,7 @@ func (ws *writeStream) accept(req *streamRequest) error {
 			ws.readyLocked(w)
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // check checks what a message says before any of its writes is looked
