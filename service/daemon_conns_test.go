@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -13,7 +14,9 @@ import (
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 )
@@ -112,5 +115,84 @@ func TestDaemonClosesUnauthenticatedConnections(t *testing.T) {
 	}
 	if got, err := os.ReadFile(filepath.Join(dir, "root", "legit.bin")); err != nil || string(got) != "legit" {
 		t.Errorf("legit.bin: %q, %v", got, err)
+	}
+}
+
+// TestDaemonOutOfDescriptors runs the binary and, once a client is
+// connected and a file open, lowers its RLIMIT_NOFILE to the descriptors
+// it holds: a Write that must open a file is then RESOURCE_EXHAUSTED, with
+// the limit in the message (the daemon is up, and the request changed
+// nothing: no directory is left behind), while a Write to the file already
+// open goes through. With the limit back, the refused Write goes through
+// too, with no restart.
+func TestDaemonOutOfDescriptors(t *testing.T) {
+	dir := testDir(t)
+	bin := buildDaemon(t, dir)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	root := filepath.Join(dir, "root")
+	cmd, grpcAddr, _, logs := startDaemonProcess(t, ctx, bin, "--root", root)
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := filewritev1.NewFileServiceClient(conn)
+	write := func(path string) error {
+		_, err := c.Write(ctx, &filewritev1.WriteRequest{Path: path, Data: []byte("x")})
+		return err
+	}
+	if err := write("open.bin"); err != nil {
+		t.Fatal(err)
+	}
+
+	pid := cmd.Process.Pid
+	var old unix.Rlimit
+	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, nil, &old); err != nil {
+		t.Skipf("cannot read the daemon's RLIMIT_NOFILE: %v", err)
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := uint64(len(fds))
+	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: limit, Max: old.Max}, nil); err != nil {
+		t.Skipf("cannot lower the daemon's RLIMIT_NOFILE: %v", err)
+	}
+	// Descriptors are numbered from the lowest free: if the daemon's have
+	// gaps below the limit, the first new files fill them.
+	refused := ""
+	for i := range 16 {
+		path := fmt.Sprintf("new%d/f.bin", i)
+		err := write(path)
+		if err == nil {
+			continue
+		}
+		if got := status.Code(err); got != codes.ResourceExhausted {
+			t.Fatalf("Write of %s with every descriptor in use: %v, want %v\n%s", path, err, codes.ResourceExhausted, logs)
+		}
+		for _, want := range []string{fmt.Sprintf("RLIMIT_NOFILE %d", limit), "too many open files", path} {
+			if msg := status.Convert(err).Message(); !strings.Contains(msg, want) {
+				t.Errorf("the message %q does not say %q", msg, want)
+			}
+		}
+		refused = path
+		break
+	}
+	if refused == "" {
+		t.Fatalf("16 new files opened with RLIMIT_NOFILE at the %d descriptors the daemon held", limit)
+	}
+	if _, err := os.Stat(filepath.Join(root, filepath.Dir(refused))); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused Write left %s/ behind: %v", filepath.Dir(refused), err)
+	}
+	if err := write("open.bin"); err != nil {
+		t.Errorf("a Write to a file already open, out of descriptors: %v", err)
+	}
+
+	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &old, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(refused); err != nil {
+		t.Errorf("the refused Write again, with the limit back: %v", err)
 	}
 }

@@ -59,7 +59,12 @@ func toStatus(err error) error {
 		errors.Is(err, store.ErrRequestTooLarge),
 		errors.Is(err, store.ErrNoSpace),
 		errors.Is(err, store.ErrTooManyOpenFiles),
+		errors.Is(err, store.ErrNoDescriptors),
 		errors.Is(err, store.ErrTooManyWaiters):
+		// Out of descriptors too: the daemon is up and serves the files it
+		// has open, and the request changed nothing; UNAVAILABLE would
+		// say the daemon is down, and send clients elsewhere or into
+		// retries that open more connections, each a descriptor.
 		code = codes.ResourceExhausted
 	case errors.Is(err, store.ErrUnsupported):
 		code = codes.FailedPrecondition

@@ -36,6 +36,7 @@ func TestToStatus(t *testing.T) {
 		{"request too large", wrap(store.ErrRequestTooLarge), codes.ResourceExhausted},
 		{"no space", wrap(store.ErrNoSpace), codes.ResourceExhausted},
 		{"too many open files", wrap(store.ErrTooManyOpenFiles), codes.ResourceExhausted},
+		{"out of descriptors", wrap(store.ErrNoDescriptors), codes.ResourceExhausted},
 		{"too many waiters", wrap(store.ErrTooManyWaiters), codes.ResourceExhausted},
 		{"unsupported", wrap(store.ErrUnsupported), codes.FailedPrecondition},
 		{"closed", wrap(store.ErrClosed), codes.Unavailable},

@@ -59,6 +59,14 @@ var (
 	// ErrTooManyOpenFiles is returned when Options.MaxOpenFiles files are all
 	// in use and none can be closed.
 	ErrTooManyOpenFiles = errors.New("open file limit reached")
+	// ErrNoDescriptors is returned when a file or directory could not be
+	// opened for lack of file descriptors: the process has as many open as
+	// its RLIMIT_NOFILE allows (EMFILE), connections included, or the
+	// system's table of open files is full (ENFILE). Nothing was created.
+	// Files already open are not affected, and it passes once descriptors
+	// are closed; Options.MaxOpenFiles, kept below the limit, is what keeps
+	// the store's own files from causing it.
+	ErrNoDescriptors = errors.New("out of file descriptors")
 	// ErrTooManyWaiters is returned when Options.MaxWaitersPerFile callers
 	// already queue for the file's lock.
 	ErrTooManyWaiters = errors.New("per-file waiter limit reached")
@@ -117,8 +125,28 @@ func ioError(op, path string, err error, written int) error {
 	return fmt.Errorf("%s %s: %d bytes written before: %w", op, path, written, err)
 }
 
+// noDescriptors maps EMFILE and ENFILE, which any call that opens a
+// descriptor may meet (os.Root opens each directory on a path), to
+// ErrNoDescriptors naming the limit that was reached; nil for any other
+// error.
+func noDescriptors(op, name string, err error) error {
+	switch {
+	case errors.Is(err, syscall.EMFILE):
+		return fmt.Errorf("%w: %s %s: the daemon has as many descriptors open as its limit allows "+
+			"(RLIMIT_NOFILE %d, connections included): raise it, or lower --max-open-files: %w",
+			ErrNoDescriptors, op, name, NoFileLimit(), syscall.EMFILE)
+	case errors.Is(err, syscall.ENFILE):
+		return fmt.Errorf("%w: %s %s: the system's table of open files is full (sysctl fs.file-max): %w",
+			ErrNoDescriptors, op, name, syscall.ENFILE)
+	}
+	return nil
+}
+
 // mapOpenErr turns open(2)/os.Root errors into the store's sentinels.
 func mapOpenErr(name string, err error) error {
+	if nd := noDescriptors("open", name, err); nd != nil {
+		return nd
+	}
 	switch {
 	case errors.Is(err, ErrInvalidPath):
 		return err // createFile's own verdict
@@ -153,6 +181,9 @@ func mapOpenErr(name string, err error) error {
 // sentinels. op says what was asked ("delete", "rename OLD to") and name
 // the path the error is about.
 func nameError(op, name string, err error) error {
+	if nd := noDescriptors(op, name, err); nd != nil {
+		return nd
+	}
 	switch {
 	case errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENOTEMPTY):
 		// ENOTEMPTY: the new name is a directory above the old one. (Go's

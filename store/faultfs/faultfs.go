@@ -1,7 +1,8 @@
 // Package faultfs is a store.FS that fails on command, so that tests can
 // reach the errors a real disk gives rarely and at bad moments: ENOSPC and
 // EDQUOT in the middle of a write, EIO from write, fsync or ftruncate,
-// fallocate refused for lack of space or support.
+// fallocate refused for lack of space or support, an open refused for lack
+// of descriptors.
 //
 // An FS wraps another store.FS and passes every call through until a test
 // injects a Rule. A rule picks calls by operation, path and byte range, and
@@ -47,6 +48,9 @@ const (
 	// OpExtents is File.Extents (FIEMAP), which the store calls to rebuild
 	// its extent map when it opens a file.
 	OpExtents
+	// OpOpen is FS.OpenFile (open(2)) of a file; directories are not
+	// subject to it. A failing open creates nothing.
+	OpOpen
 )
 
 func (o Op) String() string {
@@ -63,6 +67,8 @@ func (o Op) String() string {
 		return "writeback"
 	case OpExtents:
 		return "extents"
+	case OpOpen:
+		return "open"
 	}
 	return fmt.Sprintf("Op(%d)", int(o))
 }
@@ -78,8 +84,8 @@ type Rule struct {
 	// Off and Len limit the rule to calls whose byte range overlaps
 	// [Off, Off+Len); Len 0 means [Off, ∞). A write's range is the bytes it
 	// writes, a fallocate's the range it is given, a truncate's the single
-	// byte at the new size, a writeback's the range it writes back. Sync
-	// and Extents have no range: a rule for them must leave both zero.
+	// byte at the new size, a writeback's the range it writes back. Sync,
+	// Extents and Open have no range: a rule for them must leave both zero.
 	Off, Len int64
 	// Err is the errno matching calls fail with. A failing call does not
 	// reach the underlying file, except for the bytes a short write lets
@@ -105,9 +111,9 @@ type Rule struct {
 
 func (r Rule) validate() error {
 	switch {
-	case r.Op < OpWrite || r.Op > OpExtents:
+	case r.Op < OpWrite || r.Op > OpOpen:
 		return fmt.Errorf("faultfs: unknown op %v", r.Op)
-	case (r.Op == OpSync || r.Op == OpExtents) && (r.Off != 0 || r.Len != 0):
+	case r.Op.rangeless() && (r.Off != 0 || r.Len != 0):
 		return fmt.Errorf("faultfs: %v has no byte range, but the rule gives [%d, +%d)", r.Op, r.Off, r.Len)
 	case r.After != 0 && r.Op != OpWrite:
 		return fmt.Errorf("faultfs: After applies to OpWrite only, not %v", r.Op)
@@ -226,8 +232,11 @@ func (f *FS) check(op Op, name string, off, n int64) verdict {
 	return verdict{allow: n}
 }
 
+// rangeless reports whether o has no byte range (see Rule.Off).
+func (o Op) rangeless() bool { return o == OpSync || o == OpExtents || o == OpOpen }
+
 func (r Rule) overlaps(op Op, off, n int64) bool {
-	if op == OpSync || op == OpExtents {
+	if op.rangeless() {
 		return true
 	}
 	if op == OpTruncate {
@@ -239,8 +248,16 @@ func (r Rule) overlaps(op Op, off, n int64) bool {
 	return off < r.Off+r.Len && off+n > r.Off
 }
 
-// OpenFile implements store.FS: the file it returns is subject to the rules.
+// OpenFile implements store.FS: OpOpen rules apply to it, and the file it
+// returns is subject to the others.
 func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (store.File, error) {
+	v := f.check(OpOpen, name, 0, 0)
+	if v.hold != nil {
+		<-v.hold
+	}
+	if v.err != 0 {
+		return nil, &os.PathError{Op: "open", Path: name, Err: v.err}
+	}
 	file, err := f.base.OpenFile(name, flag, perm)
 	if err != nil {
 		return nil, err

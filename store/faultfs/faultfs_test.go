@@ -288,6 +288,7 @@ func TestInjectRejectsMalformedRules(t *testing.T) {
 		{},
 		{Op: faultfs.OpSync, Off: 1},
 		{Op: faultfs.OpExtents, Len: 1},
+		{Op: faultfs.OpOpen, Off: 1},
 		{Op: faultfs.OpTruncate, After: 1},
 		{Op: faultfs.OpWrite, Len: -1},
 	} {
@@ -299,5 +300,26 @@ func TestInjectRejectsMalformedRules(t *testing.T) {
 			}()
 			fsys.Inject(r)
 		}()
+	}
+}
+
+// TestOpenRule: an OpOpen rule fails the open of its file as open(2)
+// would, an *os.PathError around the errno, and creates nothing; other
+// files, and the file once the rule retires, open as usual.
+func TestOpenRule(t *testing.T) {
+	fsys, dir := newFS(t)
+	r := fsys.Inject(faultfs.Rule{Op: faultfs.OpOpen, Path: "g", Err: syscall.EMFILE, Times: 1})
+	_, err := fsys.OpenFile("g", os.O_RDWR|os.O_CREATE, 0o644)
+	var pe *os.PathError
+	if !errors.Is(err, syscall.EMFILE) || !errors.As(err, &pe) {
+		t.Errorf("open g: got %v, want an *os.PathError with EMFILE", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "g")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("g after a failed open: %v, want it not to exist", err)
+	}
+	open(t, fsys, "f")
+	open(t, fsys, "g")
+	if got := r.Hits(); got != 1 {
+		t.Errorf("hits %d, want 1", got)
 	}
 }
