@@ -63,9 +63,10 @@
 // Rename over a file the table had closed drops it by the inode number
 // lstat(2) gave while the new name was reserved. The kernel may give that
 // number to the next file created, which must not inherit any of it. A
-// Rename of a created file whose directories are still pending moves them
-// to the directories above the new name, so that its first sync makes the
-// name it has then durable.
+// Rename of a created file whose directories are still pending adds to
+// them the directories above the new name, so that its first sync makes
+// the name it has then durable: the create's entry is in the old
+// directory, and a rename is durable once both its directories are.
 //
 // A Write, Truncate or Fallocate that creates its file holds the new
 // inode's lock, exclusively, from before anyone else can reach the inode

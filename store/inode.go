@@ -70,7 +70,7 @@ type inode struct {
 	// directory above the name the table knows it by. It is nil for a file
 	// that existed before, and once a sync made them durable. Read it
 	// without locks. A Rename replaces it, while it is not nil, with the
-	// directories above the new name (inodeTable.rename, with
+	// directories above the old name and the new (inodeTable.rename, with
 	// inodeTable.mu held); a sync clears it only if it still holds the
 	// record that sync synced, so that a Rename while the sync ran leaves
 	// the new name pending.

@@ -432,3 +432,37 @@ func TestPowerLossNamesCatchesSkippedSyncs(t *testing.T) {
 		})
 	}
 }
+
+// TestPowerLossRenamedNewFile: a file the store created and renamed before
+// its first sync has its new name, with its data, after a crash once that
+// sync returned: the sync must make durable the create's entry in the old
+// directory and the rename in both, not only the directories above the
+// new name.
+func TestPowerLossRenamedNewFile(t *testing.T) {
+	for _, to := range []string{"a/y", "b/y", "n/m/y"} {
+		t.Run(to, func(t *testing.T) {
+			c := plNameCase{
+				name:  "create, rename, fsync",
+				files: map[string]string{"keep": "k"},
+				op: func(ctx context.Context, s *store.Store) error {
+					if _, err := s.Write(ctx, "a/x", 0, []byte("data"), store.SyncNone); err != nil {
+						return err
+					}
+					if err := s.Rename(ctx, "a/x", to, false, false); err != nil {
+						return err
+					}
+					return s.Fsync(ctx, to, store.SyncData)
+				},
+				after:   map[string]string{"keep": "k", to: "data"},
+				durable: true,
+			}
+			res, _ := cutNames(t, c, store.Options{}, -1)
+			if !res.acked {
+				t.Fatalf("the operation failed")
+			}
+			for _, v := range res.violations[:min(len(res.violations), 3)] {
+				t.Error(v)
+			}
+		})
+	}
+}

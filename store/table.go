@@ -438,11 +438,16 @@ func (t *inodeTable) rename(a, dst *inode, oldName, newName string, move func() 
 			a.name.Store(&newName)
 			t.byPath[newName] = a
 			// A new file's name is durable once the directories above it
-			// are synced: now those above newName. Unless a sync made the
-			// old name durable meanwhile; then, like any Rename, the new
-			// one is durable once its directory is synced.
+			// are synced: now those above newName, and still those above
+			// oldName, which hold the create's entry and the rename's
+			// other half (a rename is durable once both its directories
+			// are synced after it). Unless a sync made the old name
+			// durable meanwhile; then, like any Rename, the new one is
+			// durable once its directories are synced.
 			if p := a.pendingDirs.Load(); p != nil {
-				a.pendingDirs.CompareAndSwap(p, &dirRecord{dirs: dirsAbove(newName), since: t.dirs.now()})
+				dirs := slices.Concat(p.dirs, dirsAbove(newName))
+				slices.Sort(dirs)
+				a.pendingDirs.CompareAndSwap(p, &dirRecord{dirs: slices.Compact(dirs), since: t.dirs.now()})
 			}
 		}
 	}
