@@ -4,11 +4,14 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/filewrite/filewrite/internal/daemonproc"
+	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/service"
 	"github.com/filewrite/filewrite/store"
 )
@@ -209,5 +212,55 @@ func TestLimitFlagsRefuseZero(t *testing.T) {
 	}
 	if got := []any{cfg.Store.MaxWaitersPerFile, cfg.Store.MaxFileSize, cfg.Store.MaxOpenFiles}; got[0] != 0 || got[1] != int64(1) || got[2] != 1 {
 		t.Errorf("smallest limits parsed as %v, want [0 1 1]", got)
+	}
+}
+
+// TestListeningLines: the daemon's listening records, in either log
+// format, parse with the one parser that whoever starts it on port 0 uses
+// (daemonproc.ParseListening), and name the addresses it listens on: both
+// TCP listeners, or a unix socket whose path needs quoting.
+func TestListeningLines(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "a socket")
+	for _, format := range []string{"text", "json"} {
+		for _, tt := range []struct {
+			name string
+			args []string
+			want func(*service.Server) []daemonproc.Listener
+		}{
+			{"tcp", []string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"},
+				func(srv *service.Server) []daemonproc.Listener {
+					return []daemonproc.Listener{
+						{Protocol: "grpc", Addr: srv.GRPCAddr().String()},
+						{Protocol: "http", Addr: srv.HTTPAddr().String()},
+					}
+				}},
+			{"unix", []string{"--grpc-addr", "unix:" + sock, "--http-addr", ""},
+				func(*service.Server) []daemonproc.Listener {
+					return []daemonproc.Listener{{Protocol: "grpc", Addr: sock}}
+				}},
+		} {
+			t.Run(format+"/"+tt.name, func(t *testing.T) {
+				var log testutil.LockedBuffer
+				args := append([]string{"--root", filepath.Join(testutil.Dir(t), "root"), "--log-format", format}, tt.args...)
+				cfg, err := parseFlags(args, &log)
+				if err != nil {
+					t.Fatal(err)
+				}
+				srv, err := service.Start(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer srv.Shutdown()
+				var got []daemonproc.Listener
+				for line := range strings.Lines(log.String()) {
+					if l, ok := daemonproc.ParseListening(strings.TrimSuffix(line, "\n")); ok {
+						got = append(got, l)
+					}
+				}
+				if want := tt.want(srv); !slices.Equal(got, want) {
+					t.Errorf("listening records %+v, want %+v; the log:\n%s", got, want, log.String())
+				}
+			})
+		}
 	}
 }

@@ -22,6 +22,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/client"
+	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/service"
 	"github.com/filewrite/filewrite/store/faultfs"
 )
@@ -234,7 +235,7 @@ func TestCoalescing(t *testing.T) {
 	for i := 1; i < callers; i++ {
 		wg.Go(func() { write(i) })
 	}
-	waitUntil(t, "every caller to queue", func() bool { return client.Queued(f) == callers-1 })
+	testutil.WaitFor(t, "every caller to queue", func() bool { return client.Queued(f) == callers-1 })
 	close(counter.hold)
 	wg.Wait()
 	if err := f.Close(); err != nil {
@@ -284,18 +285,18 @@ func TestBrokenStream(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			g := newGate(t)
-			held := d.ffs.Inject(faultfs.Rule{Op: faultfs.OpWrite, Path: "broken/f", Hold: g.c, Times: 1})
+			g := testutil.NewGate(t)
+			held := d.ffs.Inject(faultfs.Rule{Op: faultfs.OpWrite, Path: "broken/f", Hold: g.Opened(), Times: 1})
 			waiter := make(chan error, 1)
 			go func() {
 				_, err := f.WriteAt([]byte("held"), 0)
 				waiter <- err
 			}()
-			waitUntil(t, "the write to be held in the daemon", func() bool { return held.Hits() == 1 })
+			testutil.WaitFor(t, "the write to be held in the daemon", func() bool { return held.Hits() == 1 })
 			p.cut()
 			if retry {
 				// The resend needs no hold: let the first attempt go too.
-				g.open()
+				g.Open()
 				if err := <-waiter; err != nil {
 					t.Errorf("the waiting write, resent: %v, want nil", err)
 				}
@@ -303,7 +304,7 @@ func TestBrokenStream(t *testing.T) {
 				if err := <-waiter; status.Code(err) != codes.Unavailable {
 					t.Errorf("the waiting write: %v, want %v", err, codes.Unavailable)
 				}
-				g.open()
+				g.Open()
 			}
 			if _, err := f.WriteAt([]byte("next"), 100); err != nil {
 				t.Errorf("the next write, on a new stream: %v", err)
@@ -328,20 +329,20 @@ func TestCloseReportsUnseenFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := newGate(t)
-	held := d.ffs.Inject(faultfs.Rule{Op: faultfs.OpWrite, Path: "unseen/f", Hold: g.c, Err: syscall.ENOSPC, Times: 1})
+	g := testutil.NewGate(t)
+	held := d.ffs.Inject(faultfs.Rule{Op: faultfs.OpWrite, Path: "unseen/f", Hold: g.Opened(), Err: syscall.ENOSPC, Times: 1})
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
 		_, _, err := f.Write(wctx, []byte("doomed"), 0, client.SyncNone)
 		done <- err
 	}()
-	waitUntil(t, "the write to be held", func() bool { return held.Hits() == 1 })
+	testutil.WaitFor(t, "the write to be held", func() bool { return held.Hits() == 1 })
 	cancel()
 	if err := <-done; status.Code(err) != codes.Canceled {
 		t.Errorf("Write whose context ended: %v, want %v", err, codes.Canceled)
 	}
-	g.open()
+	g.Open()
 	if err := f.Close(); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("Close: %v, want the unseen write's %v", err, codes.ResourceExhausted)
 	}
@@ -376,7 +377,7 @@ func TestSharedStream(t *testing.T) {
 	if got := string(d.onDisk(t, "shared/f")); got != "aabb" {
 		t.Errorf("file: %q, want %q", got, "aabb")
 	}
-	waitUntil(t, "the stream's goroutines to end", func() bool {
+	testutil.WaitFor(t, "the stream's goroutines to end", func() bool {
 		buf := make([]byte, 1<<20)
 		return !bytes.Contains(buf[:runtime.Stack(buf, true)], []byte("client.(*fileStream)"))
 	})
@@ -384,7 +385,7 @@ func TestSharedStream(t *testing.T) {
 
 // TestToken: with tokens on, Open fails without WithToken and works with it.
 func TestToken(t *testing.T) {
-	dir := testDir(t)
+	dir := testutil.Dir(t)
 	tokens := dir + "/tokens"
 	if err := writeFile(tokens, "t0ken\n"); err != nil {
 		t.Fatal(err)

@@ -12,26 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/service"
 	"github.com/filewrite/filewrite/store"
 	"github.com/filewrite/filewrite/store/faultfs"
 )
-
-// testDir is a directory for one test on the project's filesystem (not
-// /tmp, which may be tmpfs).
-func testDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp(".", "testdata-tmp-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(abs) })
-	return abs
-}
 
 // daemon is a real filewrite daemon in this process, on a loopback port,
 // with a faultfs under its store.
@@ -44,7 +29,7 @@ type daemon struct {
 
 func startDaemon(t *testing.T, configure func(*service.Config)) *daemon {
 	t.Helper()
-	dir := testDir(t)
+	dir := testutil.Dir(t)
 	d := &daemon{root: filepath.Join(dir, "root")}
 	cfg := service.DefaultConfig()
 	cfg.Root = d.root
@@ -82,33 +67,6 @@ func testContext(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
-
-// waitUntil polls cond; it fails only if cond stays false for a minute.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// gate holds faultfs calls until opened (at the end of the test at the
-// latest).
-type gate struct {
-	c    chan struct{}
-	once sync.Once
-}
-
-func newGate(t *testing.T) *gate {
-	g := &gate{c: make(chan struct{})}
-	t.Cleanup(g.open)
-	return g
-}
-
-func (g *gate) open() { g.once.Do(func() { close(g.c) }) }
 
 // proxy forwards TCP connections to a daemon and can cut them all, as a
 // network failure would.

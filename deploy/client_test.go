@@ -61,7 +61,7 @@ func TestClientWithTargetsShardsByPath(t *testing.T) {
 	ds := startDaemons(t, 3)
 	var addrs []string
 	for _, d := range ds {
-		addrs = append(addrs, d.grpcAddr)
+		addrs = append(addrs, d.GRPCAddr)
 	}
 	c, err := client.Dial("", client.WithTargets(addrs...))
 	if err != nil {
@@ -137,7 +137,7 @@ func TestClientWithTargetsShardsByPath(t *testing.T) {
 // Dial of it; and a Dial target given with WithTargets is refused.
 func TestClientOneTargetUnchanged(t *testing.T) {
 	ds := startDaemons(t, 1)
-	c, err := client.Dial("", client.WithTargets(ds[0].grpcAddr))
+	c, err := client.Dial("", client.WithTargets(ds[0].GRPCAddr))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestClientOneTargetUnchanged(t *testing.T) {
 	if got := owners(ds, "one/file.bin"); len(got) != 1 {
 		t.Fatalf("one/file.bin on daemons %v, want [0]", got)
 	}
-	if _, err := client.Dial(ds[0].grpcAddr, client.WithTargets(ds[0].grpcAddr, "127.0.0.1:1")); err == nil {
+	if _, err := client.Dial(ds[0].GRPCAddr, client.WithTargets(ds[0].GRPCAddr, "127.0.0.1:1")); err == nil {
 		t.Fatal("Dial(target) with WithTargets: no error, want one")
 	}
 }

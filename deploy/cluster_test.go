@@ -5,19 +5,19 @@
 package deploy
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/filewrite/filewrite/internal/daemonproc"
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // daemonBin is the filewrite daemon built once for the package by TestMain.
@@ -33,11 +33,8 @@ func TestMain(m *testing.M) {
 		defer os.RemoveAll(dir)
 		// Not built with -race: these tests check where requests go, the
 		// daemon's own races are the service package's tests'.
-		daemonBin = filepath.Join(dir, "filewrite")
-		build := exec.Command("go", "build", "-o", daemonBin, ".")
-		build.Dir = ".."
-		if out, err := build.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "go build of the daemon: %v\n%s", err, out)
+		if daemonBin, err = daemonproc.Build(context.Background(), dir, false); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 		return m.Run()
@@ -47,14 +44,9 @@ func TestMain(m *testing.M) {
 // clusterDaemon is one filewrite process on loopback ports the kernel
 // picked, serving its own root.
 type clusterDaemon struct {
-	root     string
-	grpcAddr string
-	httpAddr string
-	cmd      *exec.Cmd
-	exited   chan struct{} // closed once cmd has been waited for
+	*daemonproc.Process
+	root string
 }
-
-var listeningLine = regexp.MustCompile(`msg=listening protocol=(grpc|http) addr=(\S+)`)
 
 // startDaemons starts n daemons, each on a fresh root, and stops them when
 // the test ends.
@@ -69,70 +61,18 @@ func startDaemons(t *testing.T, n int) []*clusterDaemon {
 
 func startDaemon(t *testing.T) *clusterDaemon {
 	t.Helper()
-	d := &clusterDaemon{root: t.TempDir(), exited: make(chan struct{})}
-	d.cmd = exec.Command(daemonBin, "--root", d.root, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0")
-	stderr, err := d.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	root := t.TempDir()
+	p, _ := testutil.StartDaemon(t, ctx, daemonBin, "--root", root)
+	d := &clusterDaemon{Process: p, root: root}
 	t.Cleanup(d.stop)
-	var logMu sync.Mutex
-	var log strings.Builder
-	addrs := make(chan [2]string, 2)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			logMu.Lock()
-			log.WriteString(sc.Text() + "\n")
-			logMu.Unlock()
-			if m := listeningLine.FindStringSubmatch(sc.Text()); m != nil {
-				addrs <- [2]string{m[1], m[2]}
-			}
-		}
-		d.cmd.Wait()
-		close(d.exited)
-	}()
-	timeout := time.After(30 * time.Second)
-	for d.grpcAddr == "" || d.httpAddr == "" {
-		select {
-		case a := <-addrs:
-			if a[0] == "grpc" {
-				d.grpcAddr = a[1]
-			} else {
-				d.httpAddr = a[1]
-			}
-		case <-d.exited:
-			logMu.Lock()
-			defer logMu.Unlock()
-			t.Fatalf("the daemon exited before logging its addresses:\n%s", log.String())
-		case <-timeout:
-			logMu.Lock()
-			defer logMu.Unlock()
-			t.Fatalf("the daemon logged no addresses within 30s:\n%s", log.String())
-		}
-	}
 	return d
 }
 
 // stop drains the daemon with SIGTERM, as an operator would, and kills it
 // if it is still running after a while.
-func (d *clusterDaemon) stop() {
-	select {
-	case <-d.exited:
-		return
-	default:
-	}
-	d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.exited:
-	case <-time.After(30 * time.Second):
-		d.cmd.Process.Kill()
-		<-d.exited
-	}
-}
+func (d *clusterDaemon) stop() { d.Stop(30 * time.Second) }
 
 // owners lists the daemons whose root holds rel.
 func owners(ds []*clusterDaemon, rel string) []int {
@@ -177,10 +117,10 @@ func startHAProxy(t *testing.T, ds []*clusterDaemon) (restAddr, grpcAddr string)
 	)
 	for i, d := range ds {
 		cmd.Env = append(cmd.Env,
-			fmt.Sprintf("FILEWRITE_%d_HTTP=%s", i+1, d.httpAddr),
-			fmt.Sprintf("FILEWRITE_%d_GRPC=%s", i+1, d.grpcAddr))
+			fmt.Sprintf("FILEWRITE_%d_HTTP=%s", i+1, d.HTTPAddr),
+			fmt.Sprintf("FILEWRITE_%d_GRPC=%s", i+1, d.GRPCAddr))
 	}
-	var log lockedLog
+	var log testutil.LockedBuffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -213,23 +153,6 @@ func startHAProxy(t *testing.T, ds []*clusterDaemon) (restAddr, grpcAddr string)
 		}
 	}
 	return restAddr, grpcAddr
-}
-
-type lockedLog struct {
-	mu sync.Mutex
-	sb strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.sb.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.sb.String()
 }
 
 // forEach runs f(i) for i in [0, n) on workers goroutines.

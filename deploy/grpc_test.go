@@ -158,7 +158,7 @@ func TestRingHashShardsByPath(t *testing.T) {
 	r := manual.NewBuilderWithScheme("filewrite-cluster")
 	var addrs []resolver.Address
 	for _, d := range ds {
-		addrs = append(addrs, resolver.Address{Addr: d.grpcAddr})
+		addrs = append(addrs, resolver.Address{Addr: d.GRPCAddr})
 	}
 	r.InitialState(resolver.State{Addresses: addrs})
 	cc, err := grpc.NewClient(r.Scheme()+":///cluster",

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/resolver"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/daemonproc"
 	"github.com/filewrite/filewrite/internal/shard"
 )
 
@@ -243,7 +244,7 @@ func (t *threeDaemons) proxy(ctx context.Context) (string, int, error) {
 	if err != nil {
 		return "", 0, err
 	}
-	root, err := moduleRoot(ctx)
+	root, err := daemonproc.ModuleRoot(ctx)
 	if err != nil {
 		return "", 0, err
 	}
@@ -315,19 +316,6 @@ func (t *threeDaemons) stop() error {
 	wg.Wait()
 	t.daemons, t.addrs = nil, nil
 	return errors.Join(errs...)
-}
-
-// moduleRoot is the directory of the checkout's go.mod.
-func moduleRoot(ctx context.Context) (string, error) {
-	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	p := strings.TrimSpace(string(gomod))
-	if p == "" || p == os.DevNull {
-		return "", errors.New("not inside the filewrite module: run the harness from a checkout (go run ./loadtest)")
-	}
-	return filepath.Dir(p), nil
 }
 
 // freeLoopbackAddr is a loopback address whose port nobody listened on a

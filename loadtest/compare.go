@@ -278,7 +278,7 @@ func (e *env) runComparison(ctx context.Context, c *comparison) (_ *comparisonRe
 				}
 				fmt.Fprintf(e.log, "   daemon %-20s %s at %s\n", col.name, flags, d.addr)
 			}
-			s.addr, s.pid, s.daemon = d.addr, d.cmd.Process.Pid, d
+			s.addr, s.pid, s.daemon = d.addr, d.proc.Pid(), d
 		}
 		if s.addr != "" {
 			cc, err := dial(s.addr, s.token)

@@ -23,6 +23,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/daemonproc"
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // daemonBin is the daemon every test starts, built once by TestMain into
@@ -35,7 +37,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	daemonBin, err = buildDaemon(context.Background(), dir)
+	daemonBin, err = daemonproc.Build(context.Background(), dir, false)
 	code := 1
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -51,11 +53,7 @@ func TestMain(m *testing.M) {
 func shortRun(t *testing.T, scenario string, mod func(*options)) (*summary, string, string) {
 	t.Helper()
 	// On the project filesystem, like the harness's own default.
-	out, err := os.MkdirTemp(".", "testdata-tmp-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(out) })
+	out := testutil.Dir(t)
 	opts := options{scenario: scenario, duration: 300 * time.Millisecond, rounds: 2, fileSize: 1 << 20,
 		out: out, daemon: daemonBin}
 	if mod != nil {
@@ -415,11 +413,7 @@ func TestSoak(t *testing.T) {
 // comparison of server configurations becomes one "target" column, one of
 // workloads keeps them all. The clients share two connections here.
 func TestTarget(t *testing.T) {
-	dir, err := os.MkdirTemp(".", "testdata-tmp-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
+	dir := testutil.Dir(t)
 	d, err := startDaemon(context.Background(), "target", daemonBin, filepath.Join(dir, "data"), filepath.Join(dir, "log"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -445,11 +439,7 @@ func TestTarget(t *testing.T) {
 // -token-file every call of every kind (ghz's, the harness's own clients',
 // setup's) carries it; without it the runs fail as UNAUTHENTICATED.
 func TestTargetToken(t *testing.T) {
-	dir, err := os.MkdirTemp(".", "testdata-tmp-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
+	dir := testutil.Dir(t)
 	tokens := filepath.Join(dir, "tokens")
 	if err := os.WriteFile(tokens, []byte("# the load harness's\n\nsecret-token\nanother\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -510,11 +500,7 @@ func TestGHZConfigs(t *testing.T) {
 		}
 		return strings.Compare(a, b)
 	})
-	dir, err := os.MkdirTemp(".", "testdata-tmp-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
+	dir := testutil.Dir(t)
 	d, err := startDaemon(context.Background(), "ghz", daemonBin, filepath.Join(dir, "data"), filepath.Join(dir, "log"), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -48,6 +48,7 @@ import (
 	"time"
 
 	"github.com/filewrite/filewrite/internal/bytesize"
+	"github.com/filewrite/filewrite/internal/daemonproc"
 )
 
 // options are the command line.
@@ -353,7 +354,7 @@ func run(ctx context.Context, opts options, stdout, progressOut io.Writer) (*sum
 		e.bin = opts.daemon
 		if e.bin == "" {
 			fmt.Fprintln(stdout, "building the daemon ...")
-			if e.bin, err = buildDaemon(ctx, e.work); err != nil {
+			if e.bin, err = daemonproc.Build(ctx, e.work, false); err != nil {
 				return nil, err
 			}
 		}

@@ -109,7 +109,7 @@ func (e *env) runSoak(ctx context.Context) (_ *soakResult, err error) {
 			}
 		}()
 		addr = d.addr
-		fmt.Fprintf(e.log, "   daemon --max-file-size %d at %s (pid %d)\n", soakMaxFileSize, addr, d.cmd.Process.Pid)
+		fmt.Fprintf(e.log, "   daemon --max-file-size %d at %s (pid %d)\n", soakMaxFileSize, addr, d.proc.Pid())
 	}
 	conns, closeAll, err := dialClients(addr, token, clients, e.opts.connections)
 	if err != nil {
@@ -128,7 +128,7 @@ func (e *env) runSoak(ctx context.Context) (_ *soakResult, err error) {
 
 	var rss *rssSampler
 	if d != nil {
-		if rss, err = startRSSSampler(d.cmd.Process.Pid); err != nil {
+		if rss, err = startRSSSampler(d.proc.Pid()); err != nil {
 			return nil, err
 		}
 		res.MemoryStart = &rss.first

@@ -20,6 +20,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 const (
@@ -28,7 +29,7 @@ const (
 )
 
 func TestTokenCheck(t *testing.T) {
-	dir := testDir(t)
+	dir := testutil.Dir(t)
 	file := filepath.Join(dir, "tokens")
 	if err := os.WriteFile(file, []byte("# operators\n\n  "+tokenAlpha+"  \r\n"+tokenBeta+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -65,7 +66,7 @@ func TestTokenCheck(t *testing.T) {
 }
 
 func TestTokenFileRejects(t *testing.T) {
-	dir := testDir(t)
+	dir := testutil.Dir(t)
 	tests := []struct {
 		name, contents, want string
 	}{
@@ -94,7 +95,7 @@ func TestTokenFileRejects(t *testing.T) {
 // with a file in its root that rejected requests must leave alone.
 func startAuthDaemon(t *testing.T) *daemon {
 	t.Helper()
-	tokens := writeTokenFile(t, testDir(t), "tokens", tokenAlpha, tokenBeta)
+	tokens := writeTokenFile(t, testutil.Dir(t), "tokens", tokenAlpha, tokenBeta)
 	d := startDaemon(t, func(c *Config) { c.AuthTokenFile = tokens })
 	if err := os.WriteFile(filepath.Join(d.root, "existing.bin"), []byte("original"), 0o644); err != nil {
 		t.Fatal(err)
@@ -241,7 +242,7 @@ func TestAuthHTTP(t *testing.T) {
 // a caller without one gets 401 from the server's verdict, so the gateway
 // is no way around authentication.
 func TestGatewayForwardsAuthorization(t *testing.T) {
-	dir := testDir(t)
+	dir := testutil.Dir(t)
 	a, err := newTokenAuth(writeTokenFile(t, dir, "tokens", tokenAlpha), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -302,7 +303,7 @@ func TestGatewayForwardsAuthorization(t *testing.T) {
 }
 
 func TestReloadAuth(t *testing.T) {
-	dir := testDir(t)
+	dir := testutil.Dir(t)
 	file := writeTokenFile(t, dir, "tokens", tokenAlpha)
 	d := startDaemon(t, func(c *Config) { c.AuthTokenFile = file })
 	stat := func(token string) error {
@@ -367,7 +368,7 @@ func TestIsLoopbackAddr(t *testing.T) {
 // --insecure-listen it is accepted. The accepted cases stop before binding,
 // so the test listens on nothing but loopback.
 func TestRefuseExposedListener(t *testing.T) {
-	dir := testDir(t)
+	dir := testutil.Dir(t)
 	tokens := writeTokenFile(t, dir, "tokens", tokenAlpha)
 	tests := []struct {
 		name            string

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // BenchmarkTracing measures what tracing costs a busy daemon: 8 writers
@@ -131,7 +132,7 @@ func processCPU(b *testing.B) time.Duration {
 // provider (nil: from the environment) and returns a client of it.
 func startBenchDaemon(b *testing.B, tp trace.TracerProvider) filewritev1.FileServiceClient {
 	b.Helper()
-	dir := testDir(b)
+	dir := testutil.Dir(b)
 	cfg := DefaultConfig()
 	cfg.Root = filepath.Join(dir, "root")
 	cfg.GRPCAddr = "127.0.0.1:0"

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // TestDaemonCrashKeepsDurableWrites runs the daemon binary under
@@ -27,12 +28,13 @@ import (
 // is lost in the daemon, and state is rebuilt from disk at start); the
 // README says how power loss would be tested.
 func TestDaemonCrashKeepsDurableWrites(t *testing.T) {
-	dir := testDir(t)
-	bin := buildDaemon(t, dir)
+	dir := testutil.Dir(t)
+	bin := testutil.BuildDaemon(t, dir, raceEnabled)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	root := filepath.Join(dir, "root")
-	cmd, grpcAddr, _, logs := startDaemonProcess(t, ctx, bin, "--root", root)
+	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", root)
+	grpcAddr := proc.GRPCAddr
 
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -60,11 +62,11 @@ func TestDaemonCrashKeepsDurableWrites(t *testing.T) {
 		case <-time.After(time.Millisecond):
 		}
 	}
-	if err := cmd.Process.Kill(); err != nil {
+	if err := proc.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	cmd.Wait()
+	proc.Wait()
 	for w, err := range errs {
 		if status.Code(err) != codes.Unavailable {
 			t.Errorf("writer %d stopped with %v, want UNAVAILABLE from the killed daemon", w, err)
@@ -74,7 +76,8 @@ func TestDaemonCrashKeepsDurableWrites(t *testing.T) {
 	t.Logf("killed after %d acknowledged writes, %d of them durable", acked, durable)
 
 	// Restart on the same root.
-	_, grpcAddr, _, logs = startDaemonProcess(t, ctx, bin, "--root", root)
+	restarted, logs := testutil.StartDaemon(t, ctx, bin, "--root", root)
+	grpcAddr = restarted.GRPCAddr
 	conn2, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // TestDaemonClosesUnauthenticatedConnections runs the binary with 128
@@ -30,15 +31,16 @@ import (
 // so the descriptors come back and a client with a token gets its Write
 // through.
 func TestDaemonClosesUnauthenticatedConnections(t *testing.T) {
-	dir := testDir(t)
-	bin := buildDaemon(t, dir)
+	dir := testutil.Dir(t)
+	bin := testutil.BuildDaemon(t, dir, raceEnabled)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	tokens := writeTokenFile(t, dir, "tokens", tokenAlpha)
-	cmd, grpcAddr, httpAddr, logs := startDaemonProcess(t, ctx, bin, "--root", filepath.Join(dir, "root"),
+	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", filepath.Join(dir, "root"),
 		"--auth-token-file", tokens, "--conn-auth-timeout", "2s")
+	grpcAddr, httpAddr := proc.GRPCAddr, proc.HTTPAddr
 	var old unix.Rlimit
-	if err := unix.Prlimit(cmd.Process.Pid, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: 128, Max: 128}, &old); err != nil {
+	if err := unix.Prlimit(proc.Pid(), unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: 128, Max: 128}, &old); err != nil {
 		t.Skipf("cannot lower the daemon's RLIMIT_NOFILE: %v", err)
 	}
 
@@ -126,12 +128,13 @@ func TestDaemonClosesUnauthenticatedConnections(t *testing.T) {
 // open goes through. With the limit back, the refused Write goes through
 // too, with no restart.
 func TestDaemonOutOfDescriptors(t *testing.T) {
-	dir := testDir(t)
-	bin := buildDaemon(t, dir)
+	dir := testutil.Dir(t)
+	bin := testutil.BuildDaemon(t, dir, raceEnabled)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	root := filepath.Join(dir, "root")
-	cmd, grpcAddr, _, logs := startDaemonProcess(t, ctx, bin, "--root", root)
+	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", root)
+	grpcAddr := proc.GRPCAddr
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +149,7 @@ func TestDaemonOutOfDescriptors(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	pid := cmd.Process.Pid
+	pid := proc.Pid()
 	var old unix.Rlimit
 	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, nil, &old); err != nil {
 		t.Skipf("cannot read the daemon's RLIMIT_NOFILE: %v", err)

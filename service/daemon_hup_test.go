@@ -14,6 +14,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // TestDaemonSurvivesSIGHUP runs the binary with and without tokens. A
@@ -21,8 +22,8 @@ import (
 // why it does nothing), and a stream of SIGHUPs from SIGTERM until it
 // exits, final sync included, does not stop it from syncing and exiting 0.
 func TestDaemonSurvivesSIGHUP(t *testing.T) {
-	dir := testDir(t)
-	bin := buildDaemon(t, dir)
+	dir := testutil.Dir(t)
+	bin := testutil.BuildDaemon(t, dir, raceEnabled)
 	tokens := writeTokenFile(t, dir, "tokens", tokenAlpha)
 	tests := []struct {
 		name    string
@@ -37,7 +38,8 @@ func TestDaemonSurvivesSIGHUP(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 			defer cancel()
 			root := filepath.Join(dir, "root", string(rune('a'+i)))
-			cmd, grpcAddr, _, logs := startDaemonProcess(t, ctx, bin, append([]string{"--root", root}, tt.args...)...)
+			proc, logs := testutil.StartDaemon(t, ctx, bin, append([]string{"--root", root}, tt.args...)...)
+			grpcAddr := proc.GRPCAddr
 			conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
 				t.Fatal(err)
@@ -45,9 +47,9 @@ func TestDaemonSurvivesSIGHUP(t *testing.T) {
 			defer conn.Close()
 			authCtx := withAuth(ctx, "Bearer "+tokenAlpha)
 			exited := make(chan error, 1)
-			go func() { exited <- cmd.Wait() }()
+			go func() { exited <- proc.Wait() }()
 
-			if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			if err := proc.Signal(syscall.SIGHUP); err != nil {
 				t.Fatal(err)
 			}
 			for !strings.Contains(logs.String(), tt.wantLog) {
@@ -73,7 +75,7 @@ func TestDaemonSurvivesSIGHUP(t *testing.T) {
 				}
 			}
 
-			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			if err := proc.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
 			sent := 0
@@ -84,7 +86,7 @@ func TestDaemonSurvivesSIGHUP(t *testing.T) {
 					break hups
 				default:
 				}
-				if cmd.Process.Signal(syscall.SIGHUP) == nil {
+				if proc.Signal(syscall.SIGHUP) == nil {
 					sent++
 				}
 				time.Sleep(100 * time.Microsecond)

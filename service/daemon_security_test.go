@@ -17,14 +17,15 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // TestDaemonSecurity runs the binary with tokens and TLS, reloads the
 // tokens with SIGHUP, and checks that it refuses an exposed listener
 // without tokens.
 func TestDaemonSecurity(t *testing.T) {
-	dir := testDir(t)
-	bin := buildDaemon(t, dir)
+	dir := testutil.Dir(t)
+	bin := testutil.BuildDaemon(t, dir, raceEnabled)
 
 	t.Run("refuses a listener beyond loopback without tokens", func(t *testing.T) {
 		root := filepath.Join(dir, "refused")
@@ -49,8 +50,9 @@ func TestDaemonSecurity(t *testing.T) {
 		defer cancel()
 		cert := newTestCert(t, dir, "daemon")
 		tokens := writeTokenFile(t, dir, "tokens", tokenAlpha)
-		cmd, grpcAddr, httpAddr, logs := startDaemonProcess(t, ctx, bin, "--root", filepath.Join(dir, "root"),
+		proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", filepath.Join(dir, "root"),
 			"--auth-token-file", tokens, "--tls-cert", cert.certFile, "--tls-key", cert.keyFile)
+		grpcAddr, httpAddr := proc.GRPCAddr, proc.HTTPAddr
 		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(cert.clientTLS())))
 		if err != nil {
 			t.Fatal(err)
@@ -85,7 +87,7 @@ func TestDaemonSecurity(t *testing.T) {
 		}
 
 		writeTokenFile(t, dir, "tokens", tokenBeta)
-		if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		if err := proc.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
 		for !strings.Contains(logs.String(), "auth tokens reloaded") {
@@ -103,10 +105,10 @@ func TestDaemonSecurity(t *testing.T) {
 			}
 		}
 
-		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		if err := proc.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
-		if err := cmd.Wait(); err != nil {
+		if err := proc.Wait(); err != nil {
 			t.Errorf("exit after SIGTERM: %v, want 0\n%s", err, logs)
 		}
 	})

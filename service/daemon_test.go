@@ -1,7 +1,6 @@
 package service
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,9 +10,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,92 +23,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
 )
-
-// buildDaemon compiles the filewrite command (main.go at the module root)
-// into dir.
-func buildDaemon(t *testing.T, dir string) string {
-	t.Helper()
-	bin := filepath.Join(dir, "filewrite")
-	args := []string{"build", "-o", bin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	build := exec.Command("go", append(args, ".")...)
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// lockedBuffer collects the daemon's log while the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-var listeningLine = regexp.MustCompile(`msg=listening protocol=(grpc|http) addr=(\S+)`)
-
-// startDaemonProcess runs the daemon binary on ports picked by the kernel
-// and returns its gRPC and HTTP addresses as it logged them.
-func startDaemonProcess(t *testing.T, ctx context.Context, bin string, args ...string) (cmd *exec.Cmd, grpcAddr, httpAddr string, logs *lockedBuffer) {
-	t.Helper()
-	cmd = exec.Command(bin, append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...)...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
-	logs = &lockedBuffer{}
-	addrs := make(chan [2]string)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			logs.Write(append(sc.Bytes(), '\n'))
-			if m := listeningLine.FindStringSubmatch(sc.Text()); m != nil {
-				addrs <- [2]string{m[1], m[2]}
-			}
-		}
-		close(addrs)
-	}()
-	for grpcAddr == "" || httpAddr == "" {
-		select {
-		case a, ok := <-addrs:
-			if !ok {
-				t.Fatalf("the daemon exited before logging its addresses:\n%s", logs)
-			}
-			if a[0] == "grpc" {
-				grpcAddr = a[1]
-			} else {
-				httpAddr = a[1]
-			}
-		case <-ctx.Done():
-			t.Fatalf("no listening addresses logged:\n%s", logs)
-		}
-	}
-	return cmd, grpcAddr, httpAddr, logs
-}
 
 // sentPastWindow is a dialer whose connections close sent once more than
 // threshold bytes went out on them. Past the server's connection window
@@ -152,12 +65,13 @@ func (c *countingConn) Write(p []byte) (int, error) {
 // answers health, and on SIGTERM turns NOT_SERVING, lets a long gRPC Write
 // and a REST PUT that is still receiving its body finish, syncs, and exits 0.
 func TestDaemonDrainsOnSIGTERM(t *testing.T) {
-	dir := testDir(t)
-	bin := buildDaemon(t, dir)
+	dir := testutil.Dir(t)
+	bin := testutil.BuildDaemon(t, dir, raceEnabled)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	root := filepath.Join(dir, "root")
-	cmd, grpcAddr, httpAddr, logs := startDaemonProcess(t, ctx, bin, "--root", root, "--drain-timeout", "2m")
+	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", root, "--drain-timeout", "2m")
+	grpcAddr, httpAddr := proc.GRPCAddr, proc.HTTPAddr
 
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -229,7 +143,7 @@ func TestDaemonDrainsOnSIGTERM(t *testing.T) {
 			t.Fatalf("requests never got in flight:\n%s", logs)
 		}
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := proc.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	// Draining: a health watcher is told NOT_SERVING while the PUT still
@@ -254,7 +168,7 @@ func TestDaemonDrainsOnSIGTERM(t *testing.T) {
 	if err := <-grpcDone; err != nil {
 		t.Errorf("64 MiB Write during the drain: %v\n%s", err, logs)
 	}
-	if err := cmd.Wait(); err != nil {
+	if err := proc.Wait(); err != nil {
 		t.Fatalf("daemon exit after SIGTERM: %v, want exit status 0\n%s", err, logs)
 	}
 	if !strings.Contains(logs.String(), "all files synced") {

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // TestDaemonDrainsUnderLoad sends SIGTERM to the daemon binary while
@@ -34,12 +35,13 @@ import (
 // TestDaemonDrainsOnSIGTERM shows single long requests in flight finishing;
 // this test shows the same under concurrent load.
 func TestDaemonDrainsUnderLoad(t *testing.T) {
-	dir := testDir(t)
-	bin := buildDaemon(t, dir)
+	dir := testutil.Dir(t)
+	bin := testutil.BuildDaemon(t, dir, raceEnabled)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	root := filepath.Join(dir, "root")
-	cmd, grpcAddr, httpAddr, logs := startDaemonProcess(t, ctx, bin, "--root", root, "--drain-timeout", "2m")
+	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", root, "--drain-timeout", "2m")
+	grpcAddr, httpAddr := proc.GRPCAddr, proc.HTTPAddr
 
 	const grpcWriters, httpWriters = 6, 2
 	const writers = grpcWriters + httpWriters
@@ -72,11 +74,11 @@ func TestDaemonDrainsUnderLoad(t *testing.T) {
 		case <-time.After(time.Millisecond):
 		}
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := proc.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	if err := cmd.Wait(); err != nil {
+	if err := proc.Wait(); err != nil {
 		t.Errorf("daemon exit after SIGTERM under load: %v, want exit status 0\n%s", err, logs)
 	}
 	for w, err := range errs {

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -43,7 +44,7 @@ type daemon struct {
 
 func startDaemon(t *testing.T, configure func(*Config)) *daemon {
 	t.Helper()
-	dir := testDir(t)
+	dir := testutil.Dir(t)
 	cfg := DefaultConfig()
 	cfg.Root = filepath.Join(dir, "root")
 	cfg.GRPCAddr = "127.0.0.1:0"
@@ -159,7 +160,7 @@ func TestStartRejectsBadConfig(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := DefaultConfig()
-			cfg.Root = filepath.Join(testDir(t), "root")
+			cfg.Root = filepath.Join(testutil.Dir(t), "root")
 			cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 			tt.configure(&cfg)
 			if srv, err := Start(cfg); err == nil {
@@ -402,7 +403,7 @@ func TestRawRoundTrip(t *testing.T) {
 // the gateway reaches it there, a socket file left by a dead daemon is
 // replaced, and one a live daemon answers on is not.
 func TestGRPCOnUnixSocket(t *testing.T) {
-	dir := testDir(t)
+	dir := testutil.Dir(t)
 	sock := filepath.Join(dir, "grpc.sock")
 	// A dead daemon's socket: bound, then left behind.
 	stale, err := net.Listen("unix", sock)

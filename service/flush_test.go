@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // otlpSink is an OTLP/HTTP trace receiver on loopback: it records the
@@ -75,11 +76,12 @@ func TestDaemonExportsTracesOnShutdown(t *testing.T) {
 	} {
 		t.Setenv(k, v) // inherited by the daemon
 	}
-	dir := testDir(t)
-	bin := buildDaemon(t, dir)
+	dir := testutil.Dir(t)
+	bin := testutil.BuildDaemon(t, dir, raceEnabled)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	cmd, grpcAddr, _, logs := startDaemonProcess(t, ctx, bin, "--root", filepath.Join(dir, "root"))
+	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", filepath.Join(dir, "root"))
+	grpcAddr := proc.GRPCAddr
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -88,10 +90,10 @@ func TestDaemonExportsTracesOnShutdown(t *testing.T) {
 	if _, err := filewritev1.NewFileServiceClient(conn).Write(ctx, &filewritev1.WriteRequest{Path: "f", Data: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := proc.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Wait(); err != nil {
+	if err := proc.Wait(); err != nil {
 		t.Fatalf("daemon exit: %v\n%s", err, logs)
 	}
 	sink.mu.Lock()

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -89,21 +90,6 @@ func (fx *fuzzFixture) check(t *testing.T, what, name string, call func() error)
 	return before, true
 }
 
-// fuzzDir is the directory of one fuzz target's inputs, on the project's
-// filesystem like testDir.
-func fuzzDir(f *testing.F) string {
-	dir, err := os.MkdirTemp(".", "testdata-tmp-")
-	if err != nil {
-		f.Fatal(err)
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { os.RemoveAll(abs) })
-	return abs
-}
-
 // FuzzWriteRequest sends arbitrary Write requests through the handler.
 // Accepted writes must have put the data at the offset of the file the
 // path names; refused ones must have changed nothing.
@@ -126,7 +112,7 @@ func FuzzWriteRequest(f *testing.F) {
 	f.Add(string(bytes.Repeat([]byte("n"), 300)), int64(0), []byte("x"), int32(0))
 	f.Add("a\x00b", int64(0), []byte("x"), int32(0))
 	f.Add("empty.bin", int64(10), []byte{}, int32(0))
-	parent := fuzzDir(f)
+	parent := testutil.Dir(f)
 	f.Fuzz(func(t *testing.T, name string, off int64, data []byte, sync int32) {
 		fx := newFuzzFixture(t, parent)
 		req := &filewritev1.WriteRequest{Path: name, Offset: off, Data: data, Sync: filewritev1.SyncMode(sync)}
@@ -173,7 +159,7 @@ func FuzzFallocateRequest(f *testing.F) {
 	f.Add("escape-file", int32(3), int64(0), int64(4096))
 	f.Add("dir", int32(1), int64(0), int64(10))
 	f.Add("../outside/secret", int32(3), int64(0), int64(4096))
-	parent := fuzzDir(f)
+	parent := testutil.Dir(f)
 	f.Fuzz(func(t *testing.T, name string, mode int32, off, length int64) {
 		fx := newFuzzFixture(t, parent)
 		req := &filewritev1.FallocateRequest{Path: name, Mode: filewritev1.FallocateMode(mode), Offset: off, Length: length}

@@ -9,27 +9,6 @@ import (
 	"testing"
 )
 
-// testDir makes a directory for one test on the project's filesystem, not
-// /tmp: the store's behaviour (O_DIRECT, fallocate modes, extents) is the
-// filesystem's, and the one under test is the project's.
-func testDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp(".", "testdata-tmp-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := os.RemoveAll(abs); err != nil {
-			t.Errorf("remove test dir: %v", err)
-		}
-	})
-	return abs
-}
-
 // entry is what a rejected request must leave as it was: type and mode,
 // size, contents of regular files, targets of symlinks.
 type entry struct {

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // memorySoakEnv turns TestMemorySoak on; it takes minutes and gigabytes.
@@ -71,12 +72,13 @@ func TestMemorySoak(t *testing.T) {
 	if r, err := strconv.Atoi(os.Getenv(memorySoakEnv + "_ROUNDS")); err == nil && r > 0 {
 		rounds = r
 	}
-	dir := testDir(t)
-	bin := buildDaemon(t, dir)
+	dir := testutil.Dir(t)
+	bin := testutil.BuildDaemon(t, dir, raceEnabled)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Minute)
 	defer cancel()
-	cmd, grpcAddr, httpAddr, logs := startDaemonProcess(t, ctx, bin, "--root", filepath.Join(dir, "root"),
+	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", filepath.Join(dir, "root"),
 		"--max-inflight-bytes", budget)
+	grpcAddr, httpAddr := proc.GRPCAddr, proc.HTTPAddr
 	var budgetBytes int64
 	for _, line := range strings.Split(logs.String(), "\n") {
 		if _, v, ok := strings.Cut(line, "max_inflight_bytes="); ok {
@@ -86,7 +88,7 @@ func TestMemorySoak(t *testing.T) {
 	if budgetBytes == 0 {
 		t.Fatalf("the daemon did not log max_inflight_bytes:\n%s", logs)
 	}
-	pid := cmd.Process.Pid
+	pid := proc.Pid()
 
 	const size = 64 << 20
 	data := allBytes(size)

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // scrape fetches /metrics over HTTP and parses it.
@@ -71,7 +72,7 @@ func TestMetricsAfterContendedRun(t *testing.T) {
 	go write(0, filewritev1.SyncMode_SYNC_MODE_UNSPECIFIED)
 	<-g.arrived
 	go write(4096, filewritev1.SyncMode_SYNC_MODE_DATA)
-	waitUntil(t, "the second write to wait", func() bool { f, _ := d.getLocks(t).file("f"); return f.Waiting == 1 })
+	testutil.WaitFor(t, "the second write to wait", func() bool { f, _ := d.getLocks(t).file("f"); return f.Waiting == 1 })
 	g.open()
 	for range 2 {
 		if err := <-errs; err != nil {
@@ -94,7 +95,7 @@ func TestMetricsAfterContendedRun(t *testing.T) {
 		_, err := d.client.Truncate(ctx, &filewritev1.TruncateRequest{Path: "f", Size: 4096})
 		errs <- err
 	}()
-	waitUntil(t, "the truncate to hold the lock", func() bool {
+	testutil.WaitFor(t, "the truncate to hold the lock", func() bool {
 		f, _ := d.getLocks(t).file("f")
 		return len(f.Holders) == 1 && f.Holders[0].Op == "truncate"
 	})

@@ -9,6 +9,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // TestRESTCallContinuesCallersTrace: a REST caller that sends a W3C
@@ -66,7 +68,7 @@ func TestRESTCallContinuesCallersTrace(t *testing.T) {
 				t.Fatalf("status %d %s, want 200", r.status, r.body)
 			}
 			var server, client *tracetest.SpanStub
-			waitUntil(t, "the call's client and server spans", func() bool {
+			testutil.WaitFor(t, "the call's client and server spans", func() bool {
 				for _, s := range exp.GetSpans() {
 					if s.Name != tc.rpc {
 						continue

@@ -15,6 +15,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/client"
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // BenchmarkWriteStream drives a daemon in this process with 32 callers,
@@ -30,7 +31,7 @@ func BenchmarkWriteStream(b *testing.B) {
 	const fileSize, bs, callers = 64 << 20, 4096, 32
 	b.Setenv("OTEL_TRACES_EXPORTER", "")
 	b.Setenv("OTEL_METRICS_EXPORTER", "")
-	dir := testDir(b)
+	dir := testutil.Dir(b)
 	cfg := DefaultConfig()
 	cfg.Root = filepath.Join(dir, "root")
 	cfg.GRPCAddr = "127.0.0.1:0"
@@ -104,7 +105,7 @@ func BenchmarkWriteUnary(b *testing.B) {
 	const fileSize, bs, callers = 64 << 20, 4096, 32
 	b.Setenv("OTEL_TRACES_EXPORTER", "")
 	b.Setenv("OTEL_METRICS_EXPORTER", "")
-	dir := testDir(b)
+	dir := testutil.Dir(b)
 	cfg := DefaultConfig()
 	cfg.Root = filepath.Join(dir, "root")
 	cfg.GRPCAddr = "127.0.0.1:0"

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // The daemon-wide budget (--max-inflight-bytes) and WriteStreams: what a
@@ -137,7 +138,7 @@ func TestWriteStreamWaitsForTheBudget(t *testing.T) {
 	if got, want := d.onDisk(t, "stream.bin"), tinyContent(n); string(got) != string(want) {
 		t.Errorf("stream.bin holds %d bytes, not the %d written", len(got), len(want))
 	}
-	waitUntil(t, "the budget to be whole again", func() bool {
+	testutil.WaitFor(t, "the budget to be whole again", func() bool {
 		return budget.held.Load() == 0 && d.srv.files.streamHeld.Load() == 0
 	})
 }
@@ -175,7 +176,7 @@ func TestStreamsAndUnaryShareTheBudget(t *testing.T) {
 	}
 	gate.waitEntered(t, ctx)
 	cost := int64(n) * writeCost(1)
-	waitUntil(t, "the stream to hold its message", func() bool { return d.srv.files.streamHeld.Load() == cost })
+	testutil.WaitFor(t, "the stream to hold its message", func() bool { return d.srv.files.streamHeld.Load() == cost })
 	if got := budget.held.Load(); got != cost {
 		t.Fatalf("the budget holds %d bytes while the stream holds %d unacknowledged: the stream is not counted", got, cost)
 	}
@@ -208,7 +209,7 @@ func TestStreamsAndUnaryShareTheBudget(t *testing.T) {
 		}
 	}
 	checkAllAcked(t, "the stream", recvAll(stream), n)
-	waitUntil(t, "the budget to be whole again", func() bool {
+	testutil.WaitFor(t, "the budget to be whole again", func() bool {
 		return budget.held.Load() == 0 && d.srv.files.streamHeld.Load() == 0
 	})
 }
@@ -254,7 +255,7 @@ func TestWriteStreamBudgetReturnsToZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	heldCost := 2 * perHolder * writeCost(1)
-	waitUntil(t, "two streams to hold their writes", func() bool { return streamHeld.Load() == heldCost })
+	testutil.WaitFor(t, "two streams to hold their writes", func() bool { return streamHeld.Load() == heldCost })
 	if got := budget.held.Load(); got != heldCost {
 		t.Fatalf("the budget holds %d bytes while streams hold %d unacknowledged: they are not counted", got, heldCost)
 	}
@@ -333,7 +334,7 @@ func TestWriteStreamBudgetReturnsToZero(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	waitUntil(t, "the churn to give back all it held", func() bool {
+	testutil.WaitFor(t, "the churn to give back all it held", func() bool {
 		return budget.held.Load() == heldCost && streamHeld.Load() == heldCost
 	})
 
@@ -356,7 +357,7 @@ func TestWriteStreamBudgetReturnsToZero(t *testing.T) {
 	if err := <-shutdown; err != nil {
 		t.Errorf("Shutdown: %v", err)
 	}
-	waitUntil(t, "every stream to give back what it held", func() bool {
+	testutil.WaitFor(t, "every stream to give back what it held", func() bool {
 		return budget.held.Load() == 0 && streamHeld.Load() == 0
 	})
 }

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -18,38 +17,9 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/store"
 )
-
-// spanStarts is a span processor that reports the name of each span that
-// starts, so that a test lets a holder go only once the waiter's wait span
-// has begun: no sleeps, no timing.
-type spanStarts struct {
-	sdktrace.SpanProcessor // the recorder
-	started                chan string
-}
-
-func (p spanStarts) OnStart(ctx context.Context, s sdktrace.ReadWriteSpan) {
-	p.SpanProcessor.OnStart(ctx, s)
-	select {
-	case p.started <- s.Name():
-	default: // nobody waits for this many: drop
-	}
-}
-
-func (p spanStarts) awaitStart(t *testing.T, name string) {
-	t.Helper()
-	for {
-		select {
-		case got := <-p.started:
-			if got == name {
-				return
-			}
-		case <-t.Context().Done():
-			t.Fatalf("no %s span started", name)
-		}
-	}
-}
 
 // holdGate holds writes to one path inside the store (Options.Hooks)
 // while armed, and hands the test each held write's RPC span.
@@ -107,13 +77,13 @@ func (g *holdGate) open() {
 type tracedDaemon struct {
 	*daemon
 	rec    *tracetest.SpanRecorder
-	starts spanStarts
+	starts *testutil.SpanStarts
 }
 
 func startTracedDaemon(t *testing.T, configure func(*Config)) *tracedDaemon {
 	t.Helper()
 	rec := tracetest.NewSpanRecorder()
-	starts := spanStarts{SpanProcessor: rec, started: make(chan string, 256)}
+	starts := testutil.NewSpanStarts(rec)
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSpanProcessor(starts))
 	d := startDaemon(t, func(c *Config) {
 		c.TracerProvider = tp
@@ -145,7 +115,7 @@ func named(name string) func(sdktrace.ReadOnlySpan) bool {
 func (d *tracedDaemon) rpcSpan(t *testing.T, id trace.SpanID) sdktrace.ReadOnlySpan {
 	t.Helper()
 	var got sdktrace.ReadOnlySpan
-	waitUntil(t, "the RPC span to end", func() bool {
+	testutil.WaitFor(t, "the RPC span to end", func() bool {
 		spans := d.ended(func(s sdktrace.ReadOnlySpan) bool { return s.SpanContext().SpanID() == id })
 		if len(spans) == 1 {
 			got = spans[0]
@@ -156,18 +126,6 @@ func (d *tracedDaemon) rpcSpan(t *testing.T, id trace.SpanID) sdktrace.ReadOnlyS
 		t.Errorf("span %s is a %v span, want the RPC's server span", got.Name(), got.SpanKind())
 	}
 	return got
-}
-
-// waitUntil polls cond; it fails only if cond stays false for a minute.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // checkWait checks the one wait span called name: a child of the RPC
@@ -226,11 +184,11 @@ func TestLockWaitTrace(t *testing.T) {
 		t.Fatalf("held write: mode %s, span %v; want exclusive inside a valid RPC span", holder.mode, holder.span)
 	}
 	go write(4096)
-	d.starts.awaitStart(t, store.SpanLockWait)
+	d.starts.AwaitStart(t, store.SpanLockWait)
 
 	// Held: the lock view shows who holds and that one waits.
 	var f store.FileLocks
-	waitUntil(t, "/debug/locks to show the waiter", func() bool {
+	testutil.WaitFor(t, "/debug/locks to show the waiter", func() bool {
 		var ok bool
 		f, ok = d.getLocks(t).file("f")
 		return ok && f.Waiting == 1
@@ -294,7 +252,7 @@ func TestInflightWaitTrace(t *testing.T) {
 		_, err := d.client.Truncate(ctx, &filewritev1.TruncateRequest{Path: "f", Size: 0})
 		errs <- err
 	}()
-	d.starts.awaitStart(t, store.SpanInflightWait)
+	d.starts.AwaitStart(t, store.SpanInflightWait)
 	f, _ := d.getLocks(t).file("f")
 	if f.Inflight != 1 || len(f.Holders) != 1 || f.Holders[0].Op != "truncate" {
 		t.Errorf("/debug/locks while truncate waits: %+v, want truncate holding and 1 write in flight", f)
@@ -363,7 +321,7 @@ func TestFsyncWaitTrace(t *testing.T) {
 	go fsync()
 	<-held.arrived // the first Fsync's sync runs, on its own RPC's goroutine
 	go fsync()
-	d.starts.awaitStart(t, store.SpanFsyncWait)
+	d.starts.AwaitStart(t, store.SpanFsyncWait)
 	releaseSyncs()
 	for range 2 {
 		if err := <-errs; err != nil {
@@ -376,7 +334,7 @@ func TestFsyncWaitTrace(t *testing.T) {
 		t.Fatalf("%d %s spans, want 1", len(waits), store.SpanFsyncWait)
 	}
 	var lead trace.SpanContext
-	waitUntil(t, "both Fsync RPC spans to end", func() bool {
+	testutil.WaitFor(t, "both Fsync RPC spans to end", func() bool {
 		fsyncs = d.ended(named("filewrite.v1.FileService/Fsync"))
 		return len(fsyncs) == 2
 	})
@@ -410,7 +368,7 @@ func TestNoWaitSpanUncontended(t *testing.T) {
 	if _, err := d.client.Truncate(ctx, &filewritev1.TruncateRequest{Path: "f", Size: 4096}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "4 RPC spans", func() bool {
+	testutil.WaitFor(t, "4 RPC spans", func() bool {
 		return len(d.ended(func(s sdktrace.ReadOnlySpan) bool { return s.SpanKind() == trace.SpanKindServer })) == 4
 	})
 	for _, s := range d.rec.Ended() {
@@ -423,7 +381,7 @@ func TestNoWaitSpanUncontended(t *testing.T) {
 // TestFailedRPCLogCarriesTraceID: the log line of a failed RPC names its
 // trace, so that an operator can go from the log to the trace.
 func TestFailedRPCLogCarriesTraceID(t *testing.T) {
-	var logs lockedBuffer
+	var logs testutil.LockedBuffer
 	d := startTracedDaemon(t, func(c *Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
@@ -432,7 +390,7 @@ func TestFailedRPCLogCarriesTraceID(t *testing.T) {
 		t.Fatal("Read of a missing file succeeded")
 	}
 	var rpc sdktrace.ReadOnlySpan
-	waitUntil(t, "the Read span", func() bool {
+	testutil.WaitFor(t, "the Read span", func() bool {
 		spans := d.ended(named("filewrite.v1.FileService/Read"))
 		if len(spans) == 1 {
 			rpc = spans[0]
@@ -505,7 +463,7 @@ func TestRESTCallIsOneTrace(t *testing.T) {
 		t.Fatalf("PUT: %d %s", r.status, r.body)
 	}
 	var server, client sdktrace.ReadOnlySpan
-	waitUntil(t, "the Write's client and server spans", func() bool {
+	testutil.WaitFor(t, "the Write's client and server spans", func() bool {
 		for _, s := range d.ended(named("filewrite.v1.FileService/Write")) {
 			switch s.SpanKind() {
 			case trace.SpanKindServer:

@@ -24,6 +24,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // testCert is a self-signed certificate made at run time, written as PEM
@@ -88,7 +89,7 @@ func (c testCert) clientTLS() *tls.Config {
 // certificate gets through on gRPC and on REST (whose gateway reaches the
 // gRPC listener over TLS too), a plaintext client gets nowhere.
 func TestTLS(t *testing.T) {
-	dir := testDir(t)
+	dir := testutil.Dir(t)
 	cert := newTestCert(t, dir, "server")
 	d := startDaemon(t, func(c *Config) { c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile })
 	ctx := testContext(t)
@@ -138,7 +139,7 @@ func TestTLS(t *testing.T) {
 }
 
 func TestStartRejectsBadTLS(t *testing.T) {
-	dir := testDir(t)
+	dir := testutil.Dir(t)
 	cert := newTestCert(t, dir, "server")
 	other := newTestCert(t, dir, "other")
 	tests := []struct {

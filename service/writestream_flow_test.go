@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/store/faultfs"
 )
 
@@ -47,7 +48,7 @@ func TestWriteStreamFlowControl(t *testing.T) {
 
 	held := func() int64 { return d.srv.files.streamHeld.Load() }
 	var most int64
-	waitUntil(t, "the stream to reach its bound", func() bool {
+	testutil.WaitFor(t, "the stream to reach its bound", func() bool {
 		most = max(most, held())
 		return held() >= limit
 	})
@@ -86,7 +87,7 @@ func TestWriteStreamFlowControl(t *testing.T) {
 	if got := len(e.acks); got != perMessage*messages {
 		t.Errorf("%d acks, want %d", got, perMessage*messages)
 	}
-	waitUntil(t, "the stream to hold nothing", func() bool { return held() == 0 })
+	testutil.WaitFor(t, "the stream to hold nothing", func() bool { return held() == 0 })
 }
 
 // TestWriteStreamShutdown: on shutdown a stream stops reading, acks every
@@ -116,7 +117,7 @@ func TestWriteStreamShutdown(t *testing.T) {
 	if err := stream.Send(req); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "a sync to be held and every write to reach the file", func() bool {
+	testutil.WaitFor(t, "a sync to be held and every write to reach the file", func() bool {
 		b := d.onDisk(t, path)
 		for id := range 8 {
 			if b[id*4096] != byte(id+1) {
@@ -128,7 +129,7 @@ func TestWriteStreamShutdown(t *testing.T) {
 
 	shutdown := make(chan error, 1)
 	go func() { shutdown <- d.srv.Shutdown() }()
-	waitUntil(t, "the daemon to drain", func() bool {
+	testutil.WaitFor(t, "the daemon to drain", func() bool {
 		select {
 		case <-d.srv.files.draining:
 			return true
@@ -228,7 +229,7 @@ func TestWriteStreamMetrics(t *testing.T) {
 	if e := recvAll(stream); e.err != nil {
 		t.Fatal(e.err)
 	}
-	waitUntil(t, "the stream to be counted closed", func() bool { return open() == 0 })
+	testutil.WaitFor(t, "the stream to be counted closed", func() bool { return open() == 0 })
 	fams := d.scrape(t)
 	h := fams["filewrite_stream_message_writes"].GetMetric()[0].GetHistogram()
 	if h.GetSampleCount() != 2 || h.GetSampleSum() != 5 {

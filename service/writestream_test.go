@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/store"
 	"github.com/filewrite/filewrite/store/faultfs"
 )
@@ -193,7 +194,7 @@ func TestWriteStreamAcksOutOfOrder(t *testing.T) {
 		}
 	}
 	send(streamWriteOf(1, 0, allBytes(4096), 0), streamWriteOf(2, 8192, allBytes(4096), 0))
-	waitUntil(t, "write 1 to be held in the store", func() bool { return held.Hits() == 1 })
+	testutil.WaitFor(t, "write 1 to be held in the store", func() bool { return held.Hits() == 1 })
 	resp, err := stream.Recv()
 	if err != nil {
 		t.Fatal(err)
@@ -214,13 +215,13 @@ func TestWriteStreamAcksOutOfOrder(t *testing.T) {
 	syncGate, openSync := gateOf(t)
 	heldSync := (*ffs).Inject(faultfs.Rule{Op: faultfs.OpSync, Hold: syncGate, Times: 1})
 	send(streamWriteOf(3, 0, []byte("three"), filewritev1.SyncMode_SYNC_MODE_DATA))
-	waitUntil(t, "write 3's sync to be held", func() bool { return heldSync.Hits() == 1 })
+	testutil.WaitFor(t, "write 3's sync to be held", func() bool { return heldSync.Hits() == 1 })
 	var batch []*filewritev1.StreamWrite
 	for id := uint64(4); id < 12; id++ {
 		batch = append(batch, streamWriteOf(id, int64(id)*4096, []byte{byte(id)}, filewritev1.SyncMode_SYNC_MODE_DATA))
 	}
 	send(batch...)
-	waitUntil(t, "writes 4 to 11 to reach the file", func() bool {
+	testutil.WaitFor(t, "writes 4 to 11 to reach the file", func() bool {
 		b := d.onDisk(t, path)
 		for id := 4; id < 12; id++ {
 			if b[id*4096] != byte(id) {
@@ -460,9 +461,9 @@ func TestWriteStreamDuplicateOfUnackedID(t *testing.T) {
 	gate, open := gateOf(t)
 	held := (*ffs).Inject(faultfs.Rule{Op: faultfs.OpWrite, Path: "dup/f", Hold: gate})
 	send(streamWriteOf(0, 0, []byte("again"), 0))
-	waitUntil(t, "the second write 0 to be held", func() bool { return held.Hits() == 1 })
+	testutil.WaitFor(t, "the second write 0 to be held", func() bool { return held.Hits() == 1 })
 	send(streamWriteOf(0, 100, []byte("third"), 0))
-	waitUntil(t, "the server to read the third message", func() bool {
+	testutil.WaitFor(t, "the server to read the third message", func() bool {
 		return histogramCount(d.scrape(t), "filewrite_stream_message_writes") == 4 // the first, without writes, and three
 	})
 	open()

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // gate holds writers inside the store (InsideWrite) until released, and
@@ -36,19 +38,6 @@ func (g *gate) hooks() *Hooks {
 		g.arrived <- mode
 		<-g.release
 	}}
-}
-
-// waitFor polls cond (not a timing assertion: it fails only if cond never
-// becomes true within a minute).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func fileLocks(s *Store, path string) FileLocks {
@@ -99,7 +88,7 @@ func TestParallelWritersBelowEOF(t *testing.T) {
 				}
 			} else {
 				<-g.arrived
-				waitFor(t, "the other writers to queue", func() bool { return fileLocks(s, "f").Waiting == n-1 })
+				testutil.WaitFor(t, "the other writers to queue", func() bool { return fileLocks(s, "f").Waiting == n-1 })
 				if got := len(g.arrived); got != 0 {
 					t.Fatalf("%d more writers got inside while one held the lock, want 0", got)
 				}
@@ -148,7 +137,7 @@ func TestTruncateWaitsForInflight(t *testing.T) {
 	}
 	truncated := make(chan error)
 	go func() { truncated <- s.Truncate(ctx, "f", bs) }()
-	waitFor(t, "truncate to hold the lock", func() bool {
+	testutil.WaitFor(t, "truncate to hold the lock", func() bool {
 		select {
 		case err := <-truncated:
 			t.Fatalf("truncate returned (%v) while %d writes were in flight", err, n)
@@ -321,7 +310,7 @@ func TestCancelWhileQueued(t *testing.T) {
 				_, err := s.Write(wctx, "f", 4096, []byte("waiter"), SyncNone)
 				waiterDone <- err
 			}()
-			waitFor(t, "the waiter to queue", func() bool { return fileLocks(s, "f").Waiting == 1 })
+			testutil.WaitFor(t, "the waiter to queue", func() bool { return fileLocks(s, "f").Waiting == 1 })
 			if cause == "cancel" {
 				cancel()
 			}
@@ -374,7 +363,7 @@ func TestWaiterLimit(t *testing.T) {
 			<-g.arrived
 		}
 	}
-	waitFor(t, "two waiters", func() bool { return fileLocks(s, "f").Waiting == 2 })
+	testutil.WaitFor(t, "two waiters", func() bool { return fileLocks(s, "f").Waiting == 2 })
 	_, err := s.Write(ctx, "f", 100, []byte("refused"), SyncNone)
 	if !errors.Is(err, ErrTooManyWaiters) {
 		t.Fatalf("error = %v, want ErrTooManyWaiters", err)

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // hookFS is an FS whose OpenFile and Remove calls a test can see, fail or
@@ -46,7 +48,7 @@ func (h *hookFS) Remove(name string) error {
 // an empty directory "dir".
 func newHookStore(t *testing.T, opts Options) (*Store, *hookFS, string) {
 	t.Helper()
-	dir := testDir(t)
+	dir := testutil.Dir(t)
 	if err := os.Mkdir(filepath.Join(dir, "dir"), 0o755); err != nil {
 		t.Fatal(err)
 	}

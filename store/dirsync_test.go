@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // heldDirFS counts SyncDir calls by directory and holds the first sync of
@@ -83,7 +85,7 @@ func TestNewFilesShareDirectorySyncs(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
 			held := &heldDirFS{dir: "d", arrived: make(chan struct{}), release: make(chan struct{}), calls: map[string]int{}}
-			dir := testDir(t)
+			dir := testutil.Dir(t)
 			osfs, err := OpenOSFS(dir)
 			if err != nil {
 				t.Fatal(err)
@@ -118,7 +120,7 @@ func TestNewFilesShareDirectorySyncs(t *testing.T) {
 			}
 			// The others wait for the held fsync of d or the next, or,
 			// one each, sync d themselves.
-			waitFor(t, "the other files to reach d's sync", func() bool {
+			testutil.WaitFor(t, "the other files to reach d's sync", func() bool {
 				if tt.mode == FsyncPerCall {
 					return held.count("d") == n
 				}

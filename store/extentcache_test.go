@@ -16,6 +16,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"golang.org/x/sys/unix"
+
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // extentsCounter is an FS wrapper that counts, by name, the calls of
@@ -237,7 +239,7 @@ func TestReopenTakesExtentsFromCache(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
-			dir := testDir(t)
+			dir := testutil.Dir(t)
 			osfs, err := OpenOSFS(dir)
 			if err != nil {
 				t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/store"
 	"github.com/filewrite/filewrite/store/faultfs"
 )
@@ -80,21 +81,6 @@ func checkOutcome(t *testing.T, who string, err error, want outcome) {
 	}
 }
 
-// gate is a Hold channel that the test opens once, and that opens by itself
-// when the test ends so that a failing test leaves no sync held.
-type gate struct {
-	c    chan struct{}
-	once sync.Once
-}
-
-func newGate(t *testing.T) *gate {
-	g := &gate{c: make(chan struct{})}
-	t.Cleanup(g.open)
-	return g
-}
-
-func (g *gate) open() { g.once.Do(func() { close(g.c) }) }
-
 // TestSyncFailureGroup: with group commit, every caller covered by a failed
 // fdatasync/fsync gets ErrSyncFailed; the batch right after it gets
 // ErrSyncFailed too although its own syscall succeeded (Linux reports a
@@ -153,7 +139,7 @@ func TestSyncFailureGroup(t *testing.T) {
 				t.Fatal(err)
 			}
 			errs := make([][]error, len(tt.batches))
-			var prev *gate
+			var prev *testutil.Gate
 			var prevDone *sync.WaitGroup
 			var all []*sync.WaitGroup
 			caller := 0
@@ -161,14 +147,14 @@ func TestSyncFailureGroup(t *testing.T) {
 				if !b.queued && len(b.callers) != 1 || i == 0 && b.queued {
 					t.Fatalf("batch %d: only a queued batch (not the first) can have several callers", i)
 				}
-				g := newGate(t)
+				g := testutil.NewGate(t)
 				var errno syscall.Errno
 				if b.fail {
 					errno = syscall.EIO
 				}
-				rule := fs.fsys.Inject(faultfs.Rule{Op: faultfs.OpSync, Path: faultPath, Err: errno, Times: 1, Hold: g.c})
+				rule := fs.fsys.Inject(faultfs.Rule{Op: faultfs.OpSync, Path: faultPath, Err: errno, Times: 1, Hold: g.Opened()})
 				if !b.queued && prev != nil {
-					prev.open()
+					prev.Open()
 					prevDone.Wait()
 				}
 				errs[i] = make([]error, len(b.callers))
@@ -182,17 +168,17 @@ func TestSyncFailureGroup(t *testing.T) {
 					caller++
 				}
 				if b.queued {
-					waitFor(t, fmt.Sprintf("batch %d to queue", i), func() bool {
+					testutil.WaitFor(t, fmt.Sprintf("batch %d to queue", i), func() bool {
 						n, err := store.PendingSyncCallers(fs.Store, faultPath)
 						return err == nil && n == len(b.callers)
 					})
-					prev.open()
+					prev.Open()
 				}
-				waitFor(t, fmt.Sprintf("the sync of batch %d", i), func() bool { return rule.Hits() == 1 })
+				testutil.WaitFor(t, fmt.Sprintf("the sync of batch %d", i), func() bool { return rule.Hits() == 1 })
 				prev, prevDone = g, done
 				all = append(all, done)
 			}
-			prev.open()
+			prev.Open()
 			for _, done := range all {
 				done.Wait()
 			}
@@ -248,22 +234,22 @@ func TestSyncFailurePerCall(t *testing.T) {
 			if _, err := fs.Write(context.Background(), faultPath, 0, pattern(64<<10, 'a'), store.SyncData); err != nil {
 				t.Fatal(err)
 			}
-			gates := make([]*gate, len(tt.held))
+			gates := make([]*testutil.Gate, len(tt.held))
 			dones := make([]chan error, len(tt.held))
 			for i, h := range tt.held {
-				gates[i] = newGate(t)
+				gates[i] = testutil.NewGate(t)
 				var errno syscall.Errno
 				if h.fail {
 					errno = syscall.EIO
 				}
-				rule := fs.fsys.Inject(faultfs.Rule{Op: faultfs.OpSync, Path: faultPath, Err: errno, Times: 1, Hold: gates[i].c})
+				rule := fs.fsys.Inject(faultfs.Rule{Op: faultfs.OpSync, Path: faultPath, Err: errno, Times: 1, Hold: gates[i].Opened()})
 				dones[i] = make(chan error, 1)
 				go func() { dones[i] <- h.call.run(fs.Store, i) }()
-				waitFor(t, fmt.Sprintf("sync %d", i), func() bool { return rule.Hits() == 1 })
+				testutil.WaitFor(t, fmt.Sprintf("sync %d", i), func() bool { return rule.Hits() == 1 })
 			}
 			errs := make([]error, len(tt.held))
 			for _, i := range tt.release {
-				gates[i].open()
+				gates[i].Open()
 				errs[i] = <-dones[i]
 			}
 			for i, h := range tt.held {
@@ -377,17 +363,17 @@ func TestSyncAllHoldsOneFileAtATime(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	g := newGate(t)
-	held := fs.fsys.Inject(faultfs.Rule{Op: faultfs.OpSync, Path: "a", Hold: g.c, Times: 1})
+	g := testutil.NewGate(t)
+	held := fs.fsys.Inject(faultfs.Rule{Op: faultfs.OpSync, Path: "a", Hold: g.Opened(), Times: 1})
 	bSyncs := fs.fsys.Inject(faultfs.Rule{Op: faultfs.OpSync, Path: "b"})
 	syncAll := make(chan error, 1)
 	go func() { syncAll <- fs.SyncAll(ctx) }()
-	waitFor(t, "SyncAll to sync a", func() bool { return held.Hits() == 1 })
+	testutil.WaitFor(t, "SyncAll to sync a", func() bool { return held.Hits() == 1 })
 	// SyncAll holds "a"; "b" is idle and can make room.
 	if _, err := fs.Write(ctx, "c", 0, []byte("c"), store.SyncNone); err != nil {
 		t.Errorf("Write of a new file while SyncAll waits for another: got %v, want success", err)
 	}
-	g.open()
+	g.Open()
 	if err := <-syncAll; err != nil {
 		t.Errorf("SyncAll: %v", err)
 	}

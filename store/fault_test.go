@@ -21,8 +21,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
+	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/store"
 	"github.com/filewrite/filewrite/store/faultfs"
 )
@@ -31,27 +31,6 @@ import (
 // parent directory, and distinctive, so that error messages can be checked
 // for it.
 const faultPath = "ckpt/rank-3.bin"
-
-// newDir returns a fresh absolute directory next to the package source (not
-// under /tmp, which may be tmpfs, where FIEMAP and O_DIRECT behave
-// differently) and removes it when the test ends.
-func newDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp(".", "testdata-tmp-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err = filepath.Abs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := os.RemoveAll(dir); err != nil {
-			t.Errorf("remove test directory: %v", err)
-		}
-	})
-	return dir
-}
 
 // faultStore is a store over faultfs over a directory of real files.
 type faultStore struct {
@@ -70,7 +49,7 @@ func (fs faultStore) close() error {
 
 func newFaultStore(t *testing.T, opts store.Options) faultStore {
 	t.Helper()
-	return openFaultStore(t, newDir(t), opts)
+	return openFaultStore(t, testutil.Dir(t), opts)
 }
 
 func openFaultStore(t *testing.T, dir string, opts store.Options) faultStore {
@@ -171,19 +150,6 @@ func checkContent(t *testing.T, what string, got, want []byte) {
 		i++
 	}
 	t.Errorf("%s: got %d bytes, want %d; first difference at byte %d", what, len(got), len(want), i)
-}
-
-// waitFor polls cond. It is not a timing assertion: it fails only when cond
-// stays false for a minute, which means the store is stuck.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // TestWriteFaults: a write that fails part-way (ENOSPC or EDQUOT after a

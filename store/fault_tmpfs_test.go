@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -27,7 +28,7 @@ func mountTmpfs(t *testing.T) string {
 	if os.Geteuid() != 0 {
 		t.Skip("a real ENOSPC needs a small tmpfs, and mounting one needs root (CI runs as root)")
 	}
-	mnt := filepath.Join(newDir(t), "tmpfs")
+	mnt := filepath.Join(testutil.Dir(t), "tmpfs")
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // fiemapFile creates an empty file in a test directory on the project
@@ -18,7 +20,7 @@ import (
 // free to allocate differently.
 func fiemapFile(t *testing.T, flag int, ext4Only bool) (*os.File, int64) {
 	t.Helper()
-	f, err := os.OpenFile(filepath.Join(testDir(t), "f"), os.O_RDWR|os.O_CREATE|os.O_EXCL|flag, 0o644)
+	f, err := os.OpenFile(filepath.Join(testutil.Dir(t), "f"), os.O_RDWR|os.O_CREATE|os.O_EXCL|flag, 0o644)
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}

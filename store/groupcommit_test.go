@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"testing"
+
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // TestBatchTakesStrongestMode: callers that queue behind a running sync
@@ -41,7 +43,7 @@ func TestBatchTakesStrongestMode(t *testing.T) {
 			for _, mode := range tt.queued {
 				go func() { done <- g.waitDurable(ctx, mode) }()
 			}
-			waitFor(t, "the callers to queue", func() bool {
+			testutil.WaitFor(t, "the callers to queue", func() bool {
 				g.mu.Lock()
 				defer g.mu.Unlock()
 				return g.pending != nil && g.pending.callers == len(tt.queued)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/store"
 	"github.com/filewrite/filewrite/store/faultfs"
 )
@@ -108,8 +109,8 @@ func TestHandleSyncDoesNotHoldBackWrites(t *testing.T) {
 			if _, err := h.Write(ctx, 0, pattern(8192, 0), store.SyncNone); err != nil {
 				t.Fatal(err)
 			}
-			g := newGate(t)
-			held := s.fsys.Inject(faultfs.Rule{Op: faultfs.OpSync, Hold: g.c, Times: 1})
+			g := testutil.NewGate(t)
+			held := s.fsys.Inject(faultfs.Rule{Op: faultfs.OpSync, Hold: g.Opened(), Times: 1})
 
 			first := make(chan error, 1)
 			go func() {
@@ -119,7 +120,7 @@ func TestHandleSyncDoesNotHoldBackWrites(t *testing.T) {
 				}
 				first <- err
 			}()
-			waitFor(t, "the first write's sync to be held", func() bool { return held.Hits() == 1 })
+			testutil.WaitFor(t, "the first write's sync to be held", func() bool { return held.Hits() == 1 })
 
 			second := make(chan error, 1)
 			go func() {
@@ -127,7 +128,7 @@ func TestHandleSyncDoesNotHoldBackWrites(t *testing.T) {
 				second <- err
 			}()
 			if policy == store.PolicyExclusive {
-				waitFor(t, "the second write to queue for the lock", func() bool {
+				testutil.WaitFor(t, "the second write to queue for the lock", func() bool {
 					locks := s.Locks(1)
 					return len(locks) == 1 && locks[0].Waiting == 1
 				})
@@ -139,7 +140,7 @@ func TestHandleSyncDoesNotHoldBackWrites(t *testing.T) {
 			} else if err := <-second; err != nil {
 				t.Fatalf("second write while the first one's sync is held: %v", err)
 			}
-			g.open()
+			g.Open()
 			if err := <-first; err != nil {
 				t.Errorf("first write: %v", err)
 			}

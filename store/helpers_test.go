@@ -6,13 +6,15 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // newTestStore opens a store over a fresh directory on the project
 // filesystem and returns it with the directory.
 func newTestStore(t testing.TB, opts Options) (*Store, string) {
 	t.Helper()
-	dir := testDir(t)
+	dir := testutil.Dir(t)
 	fsys, err := OpenOSFS(dir)
 	if err != nil {
 		t.Fatal(err)

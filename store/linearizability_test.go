@@ -20,6 +20,8 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"golang.org/x/sys/unix"
+
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // The linearizability test drives a few small files with several
@@ -749,7 +751,7 @@ func jitter() {
 // newJitterStore is newTestStore over a jitterFS.
 func newJitterStore(t *testing.T, opts Options) (*Store, string) {
 	t.Helper()
-	dir := testDir(t)
+	dir := testutil.Dir(t)
 	fsys, err := OpenOSFS(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -769,7 +771,7 @@ func newJitterStore(t *testing.T, opts Options) (*Store, string) {
 // writeVisualization writes porcupine's HTML view of a failed history and
 // returns its path. With go test -artifacts it goes to the test's artifact
 // directory; otherwise to a directory next to the package that is kept
-// (testDir's would be removed with the test), named like testDir's so that
+// (testutil.Dir's would be removed with the test), named like testutil.Dir's so that
 // git ignores it.
 func writeVisualization(t *testing.T, info porcupine.LinearizationInfo, name string) string {
 	t.Helper()

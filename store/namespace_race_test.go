@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // TestDeleteAndRenameWaitForWrites: under every policy, writes held inside
@@ -57,7 +59,7 @@ func TestDeleteAndRenameWaitForWrites(t *testing.T) {
 				}
 				done := make(chan error, 1)
 				go func() { done <- ops[opName](ctx, s) }()
-				waitFor(t, opName+" to wait for the writes", func() bool {
+				testutil.WaitFor(t, opName+" to wait for the writes", func() bool {
 					fl := fileLocks(s, "f")
 					holds := len(fl.Holders) == 1 && fl.Holders[0].Op == opName && fl.Inflight == int64(writers)
 					return holds || fl.Waiting == 1
@@ -411,7 +413,7 @@ func TestCreationIsOneStep(t *testing.T) {
 				n, err := looks[name](s)
 				looked <- result{n, err}
 			}()
-			waitFor(t, name+" to wait for the creating write", func() bool {
+			testutil.WaitFor(t, name+" to wait for the creating write", func() bool {
 				select {
 				case r := <-looked:
 					t.Fatalf("%s returned %d, %v while the write that creates the file was inside", name, r.n, r.err)

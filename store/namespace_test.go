@@ -12,6 +12,8 @@ import (
 	"slices"
 	"syscall"
 	"testing"
+
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // tree is the files below a root as a user sees them: regular files by
@@ -257,7 +259,7 @@ func (f failingRenameFS) Rename(oldName, newName string, noReplace bool) error {
 // create put a file into.
 func TestFailedRenameRemovesNewParents(t *testing.T) {
 	ctx := context.Background()
-	dir := testDir(t)
+	dir := testutil.Dir(t)
 	base, err := OpenOSFS(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -426,7 +428,7 @@ func TestRemovedFileLeavesNothingBehind(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dir := testDir(t)
+			dir := testutil.Dir(t)
 			osfs, err := OpenOSFS(dir)
 			if err != nil {
 				t.Fatal(err)

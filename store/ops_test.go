@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // fileModel is what a file should hold: its bytes (len is the size).
@@ -252,7 +254,7 @@ func TestOperationsAgainstFIEMAP(t *testing.T) {
 // and extent map from the files.
 func TestReopenRebuildsState(t *testing.T) {
 	ctx := context.Background()
-	dir := testDir(t)
+	dir := testutil.Dir(t)
 	open := func() *Store {
 		fsys, err := OpenOSFS(dir)
 		if err != nil {

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // The root is the daemon's; these tests change files behind the store's
@@ -143,7 +145,7 @@ func (f countedFile) Stat() (FileInfo, error) {
 // an unsynced write of an open file nothing, and a synced one at most the
 // one fstat(2) of the sync that covers it.
 func TestNoSystemCallPerWrite(t *testing.T) {
-	dir := testDir(t)
+	dir := testutil.Dir(t)
 	osfs, err := OpenOSFS(dir)
 	if err != nil {
 		t.Fatal(err)

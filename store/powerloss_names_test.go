@@ -23,6 +23,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/store"
 	"github.com/filewrite/filewrite/store/crashfs"
 )
@@ -225,7 +226,7 @@ type plNameCut struct {
 func cutNames(t *testing.T, c plNameCase, opts store.Options, at int) (plNameCut, int) {
 	t.Helper()
 	ctx := context.Background()
-	base, err := store.OpenOSFS(newDir(t))
+	base, err := store.OpenOSFS(testutil.Dir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +254,7 @@ func cutNames(t *testing.T, c plNameCase, opts store.Options, at int) (plNameCut
 		want = want[1:]
 	}
 	for _, keep := range everySubset(st.Pieces()) {
-		dir := newDir(t)
+		dir := testutil.Dir(t)
 		img, werr := st.Write(dir, keep.keep)
 		if werr != nil {
 			t.Fatalf("cut before call %d: image %s: %v", cutAt, keep.name, werr)

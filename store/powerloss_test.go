@@ -28,6 +28,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/store"
 	"github.com/filewrite/filewrite/store/crashfs"
 )
@@ -522,11 +523,11 @@ func powerLoss(t *testing.T, r *plRun, images func(*crashfs.State, *rand.Rand) [
 }) []string {
 	t.Helper()
 	ctx := context.Background()
-	r.run(t, newDir(t))
+	r.run(t, testutil.Dir(t))
 	rng := rand.New(rand.NewPCG(r.seed, 0))
 	var v []string
 	for _, img := range images(r.state, rng) {
-		dir := newDir(t)
+		dir := testutil.Dir(t)
 		kept, err := r.state.Write(dir, img.keep)
 		if err != nil {
 			t.Fatalf("%v: image %s: %v", r, img.name, err)
@@ -599,7 +600,7 @@ func TestPowerLoss(t *testing.T) {
 // O_DIRECT.
 func skipWithoutODirect(t *testing.T) {
 	t.Helper()
-	dir := newDir(t)
+	dir := testutil.Dir(t)
 	f, err := os.OpenFile(filepath.Join(dir, "probe"), os.O_RDWR|os.O_CREATE|0x4000, 0o644) // O_DIRECT
 	if err != nil {
 		t.Skipf("O_DIRECT is not supported here: %v", err)

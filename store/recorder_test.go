@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // syncRecorder is an FS wrapper that records when each sync started and
@@ -76,7 +78,7 @@ func (f recordedFile) Sync(mode SyncMode) error {
 // newRecordedStore is newTestStore with syncs recorded by rec.
 func newRecordedStore(t testing.TB, rec *syncRecorder, opts Options) (*Store, string) {
 	t.Helper()
-	dir := testDir(t)
+	dir := testutil.Dir(t)
 	fsys, err := OpenOSFS(dir)
 	if err != nil {
 		t.Fatal(err)

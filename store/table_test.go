@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // fileState is what a user can see of a file through the store.
@@ -264,7 +266,7 @@ func TestInodeTableAliases(t *testing.T) {
 				_, err := s.Write(ctx, tc.second, bs, bytes.Repeat([]byte{2}, bs), SyncNone)
 				done <- err
 			}()
-			waitFor(t, "the second writer to queue", func() bool { return fileLocks(s, tc.first).Waiting == 1 })
+			testutil.WaitFor(t, "the second writer to queue", func() bool { return fileLocks(s, tc.first).Waiting == 1 })
 			if got := len(g.arrived); got != 0 {
 				t.Fatalf("%d writers through %s got inside while one through %s held the lock, want 0", got, tc.second, tc.first)
 			}

@@ -13,35 +13,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/filewrite/filewrite/internal/testutil"
 )
-
-// spanStarts is a span processor that reports the name of every span that
-// starts, so that a test can let a holder go only once the waiter's wait
-// span has begun: no sleeping, no timing.
-type spanStarts struct {
-	sdktrace.SpanProcessor // the recorder: ends go to it
-	started                chan string
-}
-
-func (p spanStarts) OnStart(ctx context.Context, s sdktrace.ReadWriteSpan) {
-	p.SpanProcessor.OnStart(ctx, s)
-	p.started <- s.Name()
-}
-
-// awaitStart waits for a span called name to start, skipping others.
-func (p spanStarts) awaitStart(t *testing.T, name string) {
-	t.Helper()
-	for {
-		select {
-		case got := <-p.started:
-			if got == name {
-				return
-			}
-		case <-t.Context().Done():
-			t.Fatalf("no %s span started", name)
-		}
-	}
-}
 
 // tracedStore is a store whose telemetry records into an in-memory span
 // recorder and a manual metric reader.
@@ -49,14 +23,14 @@ type tracedStore struct {
 	*Store
 	tp      *sdktrace.TracerProvider
 	rec     *tracetest.SpanRecorder
-	starts  spanStarts
+	starts  *testutil.SpanStarts
 	metrics *sdkmetric.ManualReader
 }
 
 func newTracedStore(t *testing.T, fsys func(FS) FS, opts Options) *tracedStore {
 	t.Helper()
 	rec := tracetest.NewSpanRecorder()
-	starts := spanStarts{SpanProcessor: rec, started: make(chan string, 64)}
+	starts := testutil.NewSpanStarts(rec)
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSpanProcessor(starts))
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
@@ -65,7 +39,7 @@ func newTracedStore(t *testing.T, fsys func(FS) FS, opts Options) *tracedStore {
 		t.Fatal(err)
 	}
 	opts.Telemetry = tel
-	base, err := OpenOSFS(testDir(t))
+	base, err := OpenOSFS(testutil.Dir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +121,7 @@ func TestLockWaitSpanLinksToHolder(t *testing.T) {
 		_, err := ts.Write(waitCtx, "f", 4096, make([]byte, 4096), SyncNone)
 		waited <- err
 	}()
-	ts.starts.awaitStart(t, SpanLockWait)
+	ts.starts.AwaitStart(t, SpanLockWait)
 	g.open()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -199,7 +173,7 @@ func TestInflightWaitSpanLinksToWriters(t *testing.T) {
 	tctx, tspan := ts.op("truncate")
 	truncated := make(chan error, 1)
 	go func() { truncated <- ts.Truncate(tctx, "f", 0) }()
-	ts.starts.awaitStart(t, SpanInflightWait)
+	ts.starts.AwaitStart(t, SpanInflightWait)
 	g.open()
 	for range writers {
 		if err := <-done; err != nil {
@@ -286,7 +260,7 @@ func TestFsyncWaitSpanLinksToRunningSync(t *testing.T) {
 	<-held.arrived // the lead's sync runs
 	waitCtx, waitSpan := ts.op("follower")
 	go func() { done <- ts.Fsync(waitCtx, "f", SyncData) }()
-	ts.starts.awaitStart(t, SpanFsyncWait)
+	ts.starts.AwaitStart(t, SpanFsyncWait)
 	close(held.release)
 	for range 2 {
 		if err := <-done; err != nil {
@@ -442,7 +416,7 @@ func TestLockWaitLinksSharedHolders(t *testing.T) {
 	}
 	tctx, _ := ts.op("truncate")
 	go func() { done <- ts.Truncate(tctx, "f", 0) }()
-	ts.starts.awaitStart(t, SpanLockWait)
+	ts.starts.AwaitStart(t, SpanLockWait)
 	g.open()
 	for range holders + 1 {
 		if err := <-done; err != nil {
@@ -486,7 +460,7 @@ func TestDeleteAndRenameLockWaitSpans(t *testing.T) {
 			waitCtx, waitSpan := ts.op(reason)
 			waited := make(chan error, 1)
 			go func() { waited <- ops[reason](waitCtx, ts.Store) }()
-			ts.starts.awaitStart(t, SpanLockWait)
+			ts.starts.AwaitStart(t, SpanLockWait)
 			g.open()
 			if err := <-done; err != nil {
 				t.Fatal(err)

@@ -14,6 +14,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // treeEntry is what a rejected request must leave as it was: the kind of
@@ -96,7 +98,7 @@ func treeDiff(before, after map[string]treeEntry) string {
 //	file that does not exist yet.
 func validationFixture(t *testing.T, opts Options) (s *Store, base string) {
 	t.Helper()
-	base = testDir(t)
+	base = testutil.Dir(t)
 	root := filepath.Join(base, "root")
 	outside := filepath.Join(base, "outside")
 	for _, d := range []string{filepath.Join(root, "dir"), filepath.Join(outside, "sub")} {

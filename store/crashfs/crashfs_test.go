@@ -15,37 +15,17 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/store"
 	"github.com/filewrite/filewrite/store/crashfs"
 	"github.com/filewrite/filewrite/store/faultfs"
 	"golang.org/x/sys/unix"
 )
 
-// newDir returns a fresh absolute directory next to the package source (not
-// under /tmp, which may be tmpfs, where FIEMAP and O_DIRECT behave
-// differently) and removes it when the test ends.
-func newDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp(".", "testdata-tmp-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err = filepath.Abs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := os.RemoveAll(dir); err != nil {
-			t.Errorf("remove test directory: %v", err)
-		}
-	})
-	return dir
-}
-
 // newBase returns an empty FS over a fresh directory and the directory.
 func newBase(t *testing.T) (*store.OSFS, string) {
 	t.Helper()
-	dir := newDir(t)
+	dir := testutil.Dir(t)
 	osfs, err := store.OpenOSFS(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +46,7 @@ func newCrashFS(t *testing.T) (*crashfs.FS, string) {
 // trailing slash and no content.
 func image(t *testing.T, st *crashfs.State, keep crashfs.Keep) map[string]string {
 	t.Helper()
-	dir := newDir(t)
+	dir := testutil.Dir(t)
 	if _, err := st.Write(dir, keep); err != nil {
 		t.Fatalf("Write: %v", err)
 	}
@@ -431,7 +411,7 @@ func TestRenameIsOnePiece(t *testing.T) {
 			t.Errorf("%s: got %q, want %q", tt.name, got, tt.want)
 		}
 	}
-	if img, err := st.Write(newDir(t), func(p crashfs.Piece) bool { return p.Kind == crashfs.PieceRename }); err != nil || img.Kept != 3 || img.Lost != 0 {
+	if img, err := st.Write(testutil.Dir(t), func(p crashfs.Piece) bool { return p.Kind == crashfs.PieceRename }); err != nil || img.Kept != 3 || img.Lost != 0 {
 		t.Errorf("Write keeping the rename: %+v, %v; want the 3 pieces kept", img, err)
 	}
 }
@@ -656,7 +636,7 @@ func TestImageExtents(t *testing.T) {
 	must(t, err)
 	st := fsys.Crash()
 	for name, keep := range map[string]crashfs.Keep{"none": crashfs.KeepNone, "all": crashfs.KeepAll} {
-		dir := newDir(t)
+		dir := testutil.Dir(t)
 		if _, err := st.Write(dir, keep); err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/store"
 	"github.com/filewrite/filewrite/store/faultfs"
 )
@@ -17,15 +18,7 @@ import (
 // (not /tmp, which may be tmpfs) and returns it with the directory.
 func newFS(t *testing.T) (*faultfs.FS, string) {
 	t.Helper()
-	dir, err := os.MkdirTemp(".", "testdata-tmp-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err = filepath.Abs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := testutil.Dir(t)
 	base, err := store.OpenOSFS(dir)
 	if err != nil {
 		t.Fatal(err)

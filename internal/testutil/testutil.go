@@ -1,0 +1,93 @@
+// Package testutil holds the helpers that the tests of several packages
+// share: fresh directories, polling, gates, span starts, and the daemon
+// binary started as a child process. It imports neither store nor service,
+// so that the tests of both (in package and external) can import it.
+package testutil
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Dir returns a fresh absolute directory next to the test's package source
+// and removes it when the test ends. It is not under os.TempDir because
+// /tmp may be tmpfs, where FIEMAP, O_DIRECT and unwritten extents behave
+// differently from the filesystem the store is meant to run on. Its name
+// starts with "testdata-tmp-", which git ignores; the path is absolute so
+// that it survives a t.Chdir.
+func Dir(t testing.TB) string {
+	t.Helper()
+	base, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatalf("package directory: %v", err)
+	}
+	dir, err := os.MkdirTemp(base, "testdata-tmp-")
+	if err != nil {
+		t.Fatalf("create test directory: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("remove test directory: %v", err)
+		}
+	})
+	return dir
+}
+
+// WaitFor polls cond until it holds. It is not a timing assertion: it
+// fails only when cond stays false for a minute, which means the code
+// under test is stuck.
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Gate holds whoever waits on it (a faultfs Rule's Hold, say) until the
+// test opens it, and opens by itself when the test ends, so that a failing
+// test leaves nothing held.
+type Gate struct {
+	c    chan struct{}
+	once sync.Once
+}
+
+// NewGate returns a gate that holds its waiters until Open.
+func NewGate(t testing.TB) *Gate {
+	g := &Gate{c: make(chan struct{})}
+	t.Cleanup(g.Open)
+	return g
+}
+
+// Opened is closed once the gate is open.
+func (g *Gate) Opened() <-chan struct{} { return g.c }
+
+// Open lets every waiter through, now and later; opening twice is fine.
+func (g *Gate) Open() { g.once.Do(func() { close(g.c) }) }
+
+// LockedBuffer is a bytes.Buffer for one writer and concurrent readers: a
+// child process's log that the test reads while it runs.
+type LockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *LockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String is what was written so far.
+func (b *LockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
