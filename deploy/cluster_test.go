@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"bytes"
 	"github.com/filewrite/filewrite/internal/daemonproc"
 	"github.com/filewrite/filewrite/internal/testutil"
 )
@@ -83,6 +84,61 @@ func owners(ds []*clusterDaemon, rel string) []int {
 		}
 	}
 	return got
+}
+
+// checkSharding holds a way of reaching the cluster to its promise. It
+// runs lifecycle for every file (clusterFiles of them, on 8 workers), and
+// checks that each file is whole, as written and truncated, on exactly one
+// daemon, and that each daemon has some. It then stops one daemon and runs
+// afterStop for every file with its daemon and the stopped one (on 64
+// workers: a call to a stopped daemon may be retried for long), and checks
+// that no file moved: none of the stopped daemon's is recreated elsewhere.
+func checkSharding(t *testing.T, ds []*clusterDaemon, lifecycle func(i int) error, afterStop func(i, owner, down int) error) {
+	t.Helper()
+	errs := make([]error, clusterFiles)
+	forEach(clusterFiles, 8, func(i int) { errs[i] = lifecycle(i) })
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("file %d: %v", i, err)
+		}
+	}
+	owner := make([]int, clusterFiles)
+	perDaemon := make([]int, len(ds))
+	for i := range owner {
+		got := owners(ds, clusterPath(i))
+		if len(got) != 1 {
+			t.Fatalf("%s is on daemons %v, want exactly one", clusterPath(i), got)
+		}
+		owner[i] = got[0]
+		perDaemon[got[0]]++
+		data, err := os.ReadFile(filepath.Join(ds[got[0]].root, clusterPath(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := content(i, 2*halfSize)[:truncSize]; !bytes.Equal(data, want) {
+			t.Fatalf("%s on daemon %d: %d bytes, not the %d written and truncated", clusterPath(i), got[0], len(data), len(want))
+		}
+	}
+	t.Logf("files per daemon: %v", perDaemon)
+	for d, n := range perDaemon {
+		if n == 0 {
+			t.Fatalf("daemon %d owns none of %d files: %v", d, clusterFiles, perDaemon)
+		}
+	}
+
+	const down = 1
+	ds[down].stop()
+	forEach(clusterFiles, 64, func(i int) { errs[i] = afterStop(i, owner[i], down) })
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("file %d: %v", i, err)
+		}
+	}
+	for i := range owner {
+		if got := owners(ds, clusterPath(i)); len(got) != 1 || got[0] != owner[i] {
+			t.Errorf("%s is on daemons %v after daemon %d stopped, want only %d", clusterPath(i), got, down, owner[i])
+		}
+	}
 }
 
 // freeAddr is a loopback address with a port nobody listened on a moment

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -71,67 +69,27 @@ func grpcLifecycle(ctx context.Context, fc filewritev1.FileServiceClient, path s
 func checkGRPCSharding(t *testing.T, ds []*clusterDaemon, fc filewritev1.FileServiceClient) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	errs := make([]error, clusterFiles)
-	forEach(clusterFiles, 8, func(i int) { errs[i] = grpcLifecycle(ctx, fc, clusterPath(i), i) })
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("file %d: %v", i, err)
-		}
-	}
-	owner := make([]int, clusterFiles)
-	perDaemon := make([]int, len(ds))
-	for i := range owner {
-		got := owners(ds, clusterPath(i))
-		if len(got) != 1 {
-			t.Fatalf("%s is on daemons %v, want exactly one", clusterPath(i), got)
-		}
-		owner[i] = got[0]
-		perDaemon[got[0]]++
-		data, err := os.ReadFile(filepath.Join(ds[got[0]].root, clusterPath(i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := content(i, 2*halfSize)[:truncSize]; !bytes.Equal(data, want) {
-			t.Fatalf("%s on daemon %d: %d bytes, not the %d written and truncated", clusterPath(i), got[0], len(data), len(want))
-		}
-	}
-	t.Logf("files per daemon: %v", perDaemon)
-	for d, n := range perDaemon {
-		if n == 0 {
-			t.Fatalf("daemon %d owns none of %d files: %v", d, clusterFiles, perDaemon)
-		}
-	}
-
-	const down = 1
-	ds[down].stop()
-	forEach(clusterFiles, 64, func(i int) {
-		path := clusterPath(i)
-		_, err := fc.Read(ctx, &filewritev1.ReadRequest{Path: path, Length: truncSize})
-		switch {
-		case owner[i] == down && status.Code(err) != codes.Unavailable:
-			errs[i] = fmt.Errorf("read %s of the stopped daemon: %v, want UNAVAILABLE", path, err)
-		case owner[i] != down && err != nil:
-			errs[i] = fmt.Errorf("read %s of live daemon %d: %v", path, owner[i], err)
-		default:
-			errs[i] = nil
-		}
-		if owner[i] == down {
-			_, err := fc.Write(ctx, &filewritev1.WriteRequest{Path: path, Data: []byte("x")})
-			if status.Code(err) != codes.Unavailable {
-				errs[i] = fmt.Errorf("write %s of the stopped daemon: %v, want UNAVAILABLE", path, err)
+	checkSharding(t, ds,
+		func(i int) error { return grpcLifecycle(ctx, fc, clusterPath(i), i) },
+		func(i, owner, down int) error {
+			path := clusterPath(i)
+			_, err := fc.Read(ctx, &filewritev1.ReadRequest{Path: path, Length: truncSize})
+			switch {
+			case owner == down && status.Code(err) != codes.Unavailable:
+				err = fmt.Errorf("read %s of the stopped daemon: %v, want UNAVAILABLE", path, err)
+			case owner != down && err != nil:
+				err = fmt.Errorf("read %s of live daemon %d: %v", path, owner, err)
+			default:
+				err = nil
 			}
-		}
-	})
-	for i, err := range errs {
-		if err != nil {
-			t.Errorf("file %d: %v", i, err)
-		}
-	}
-	for i := range owner {
-		if got := owners(ds, clusterPath(i)); len(got) != 1 || got[0] != owner[i] {
-			t.Errorf("%s is on daemons %v after daemon %d stopped, want only %d", clusterPath(i), got, down, owner[i])
-		}
-	}
+			if owner == down {
+				_, werr := fc.Write(ctx, &filewritev1.WriteRequest{Path: path, Data: []byte("x")})
+				if status.Code(werr) != codes.Unavailable {
+					err = fmt.Errorf("write %s of the stopped daemon: %v, want UNAVAILABLE", path, werr)
+				}
+			}
+			return err
+		})
 }
 
 // TestHAProxyGRPCShardsByPath: gRPC through deploy/haproxy.cfg, hashing

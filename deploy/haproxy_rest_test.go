@@ -7,11 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 const (
@@ -98,74 +95,28 @@ func TestHAProxyRESTShardsByPath(t *testing.T) {
 	restAddr, _ := startHAProxy(t, ds)
 	base := "http://" + restAddr
 	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	start := time.Now()
-
-	errs := make([]error, clusterFiles)
-	forEach(clusterFiles, 8, func(i int) { errs[i] = restLifecycle(c, base, clusterPath(i), i) })
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("file %d: %v", i, err)
-		}
-	}
-	owner := make([]int, clusterFiles)
-	perDaemon := make([]int, len(ds))
-	for i := range owner {
-		got := owners(ds, clusterPath(i))
-		if len(got) != 1 {
-			t.Fatalf("%s is on daemons %v, want exactly one", clusterPath(i), got)
-		}
-		owner[i] = got[0]
-		perDaemon[got[0]]++
-		data, err := os.ReadFile(filepath.Join(ds[got[0]].root, clusterPath(i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := content(i, 2*halfSize)[:truncSize]; !bytes.Equal(data, want) {
-			t.Fatalf("%s on daemon %d: %d bytes, not the %d written and truncated", clusterPath(i), got[0], len(data), len(want))
-		}
-	}
-	t.Logf("files per daemon: %v (%v)", perDaemon, time.Since(start))
-	for d, n := range perDaemon {
-		if n == 0 {
-			t.Fatalf("daemon %d owns none of %d files: %v", d, clusterFiles, perDaemon)
-		}
-	}
-
-	// Stop daemon 1: its files fail, the others' do not move. HAProxy
-	// retries a refused connection 3 times, a second apart (haproxy.cfg,
-	// "retries"), so these calls take long and run on many workers.
-	const down = 1
-	ds[down].stop()
-	forEach(clusterFiles, 64, func(i int) {
-		u := fmt.Sprintf("%s/v1/files/%s:read?offset=0&length=%d", base, clusterPath(i), truncSize)
-		code, body, err := restCall(c, "GET", u, "", nil)
-		switch {
-		case err != nil:
-			errs[i] = err
-		case owner[i] == down && code != http.StatusServiceUnavailable:
-			errs[i] = fmt.Errorf("read %s of the stopped daemon: status %d, want 503: %s", clusterPath(i), code, body)
-		case owner[i] != down && code != http.StatusOK:
-			errs[i] = fmt.Errorf("read %s of live daemon %d: status %d: %s", clusterPath(i), owner[i], code, body)
-		default:
-			errs[i] = nil
-		}
-		if owner[i] == down {
-			// A write to a file of the stopped daemon must not create it
-			// elsewhere.
-			u := fmt.Sprintf("%s/v1/files/%s?offset=0", base, clusterPath(i))
-			if code, body, err := restCall(c, "PUT", u, "application/octet-stream", []byte("x")); err == nil && code != http.StatusServiceUnavailable {
-				errs[i] = fmt.Errorf("write %s of the stopped daemon: status %d, want 503: %s", clusterPath(i), code, body)
+	// After the stop, HAProxy retries a refused connection 3 times, a
+	// second apart (haproxy.cfg, "retries"), so those calls take long.
+	checkSharding(t, ds,
+		func(i int) error { return restLifecycle(c, base, clusterPath(i), i) },
+		func(i, owner, down int) error {
+			u := fmt.Sprintf("%s/v1/files/%s:read?offset=0&length=%d", base, clusterPath(i), truncSize)
+			code, body, err := restCall(c, "GET", u, "", nil)
+			switch {
+			case err != nil:
+			case owner == down && code != http.StatusServiceUnavailable:
+				err = fmt.Errorf("read %s of the stopped daemon: status %d, want 503: %s", clusterPath(i), code, body)
+			case owner != down && code != http.StatusOK:
+				err = fmt.Errorf("read %s of live daemon %d: status %d: %s", clusterPath(i), owner, code, body)
 			}
-		}
-	})
-	for i, err := range errs {
-		if err != nil {
-			t.Errorf("file %d: %v", i, err)
-		}
-	}
-	for i := range owner {
-		if got := owners(ds, clusterPath(i)); len(got) != 1 || got[0] != owner[i] {
-			t.Errorf("%s is on daemons %v after daemon %d stopped, want only %d", clusterPath(i), got, down, owner[i])
-		}
-	}
+			if owner == down {
+				// A write to a file of the stopped daemon must not create
+				// it elsewhere.
+				u := fmt.Sprintf("%s/v1/files/%s?offset=0", base, clusterPath(i))
+				if code, body, werr := restCall(c, "PUT", u, "application/octet-stream", []byte("x")); werr == nil && code != http.StatusServiceUnavailable {
+					err = fmt.Errorf("write %s of the stopped daemon: status %d, want 503: %s", clusterPath(i), code, body)
+				}
+			}
+			return err
+		})
 }
