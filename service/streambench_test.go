@@ -18,6 +18,25 @@ import (
 	"github.com/filewrite/filewrite/internal/testutil"
 )
 
+// startWriteBenchDaemon starts a daemon in this process for the write
+// benchmarks: gRPC only, no exporters, a quiet log. It shuts down when the
+// benchmark ends.
+func startWriteBenchDaemon(b *testing.B) *Server {
+	b.Setenv("OTEL_TRACES_EXPORTER", "")
+	b.Setenv("OTEL_METRICS_EXPORTER", "")
+	cfg := DefaultConfig()
+	cfg.Root = filepath.Join(testutil.Dir(b), "root")
+	cfg.GRPCAddr = "127.0.0.1:0"
+	cfg.HTTPAddr = ""
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := Start(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { srv.Shutdown() })
+	return srv
+}
+
 // BenchmarkWriteStream drives a daemon in this process with 32 callers,
 // each with a client.File of its own on one path (one Client), writing
 // 4 KiB at random blocks below EOF of a written 64 MiB file; one op is one
@@ -29,19 +48,7 @@ import (
 //	go test -run '^$' -bench WriteStream -benchtime 200000x -memprofile mem.out ./service/
 func BenchmarkWriteStream(b *testing.B) {
 	const fileSize, bs, callers = 64 << 20, 4096, 32
-	b.Setenv("OTEL_TRACES_EXPORTER", "")
-	b.Setenv("OTEL_METRICS_EXPORTER", "")
-	dir := testutil.Dir(b)
-	cfg := DefaultConfig()
-	cfg.Root = filepath.Join(dir, "root")
-	cfg.GRPCAddr = "127.0.0.1:0"
-	cfg.HTTPAddr = ""
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := Start(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Shutdown()
+	srv := startWriteBenchDaemon(b)
 	c, err := client.Dial(srv.GRPCAddr().String())
 	if err != nil {
 		b.Fatal(err)
@@ -103,19 +110,7 @@ func BenchmarkWriteStream(b *testing.B) {
 //	go test -run '^$' -bench WriteUnary -benchtime 100000x -cpuprofile cpu.out ./service/
 func BenchmarkWriteUnary(b *testing.B) {
 	const fileSize, bs, callers = 64 << 20, 4096, 32
-	b.Setenv("OTEL_TRACES_EXPORTER", "")
-	b.Setenv("OTEL_METRICS_EXPORTER", "")
-	dir := testutil.Dir(b)
-	cfg := DefaultConfig()
-	cfg.Root = filepath.Join(dir, "root")
-	cfg.GRPCAddr = "127.0.0.1:0"
-	cfg.HTTPAddr = ""
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := Start(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Shutdown()
+	srv := startWriteBenchDaemon(b)
 	clients := make([]filewritev1.FileServiceClient, callers)
 	for i := range clients {
 		conn, err := grpc.NewClient(srv.GRPCAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
