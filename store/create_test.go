@@ -14,8 +14,6 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-
-	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // hookFS is an FS whose OpenFile and Remove calls a test can see, fail or
@@ -48,24 +46,14 @@ func (h *hookFS) Remove(name string) error {
 // an empty directory "dir".
 func newHookStore(t *testing.T, opts Options) (*Store, *hookFS, string) {
 	t.Helper()
-	dir := testutil.Dir(t)
+	var h *hookFS
+	s, dir := newWrappedStore(t, func(fsys FS) FS {
+		h = &hookFS{FS: fsys}
+		return h
+	}, opts)
 	if err := os.Mkdir(filepath.Join(dir, "dir"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	osfs, err := OpenOSFS(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &hookFS{FS: osfs}
-	s, err := Open(h, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
 	return s, h, dir
 }
 

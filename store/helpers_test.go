@@ -13,11 +13,22 @@ import (
 // newTestStore opens a store over a fresh directory on the project
 // filesystem and returns it with the directory.
 func newTestStore(t testing.TB, opts Options) (*Store, string) {
+	return newWrappedStore(t, nil, opts)
+}
+
+// newWrappedStore is newTestStore over wrap(the directory's OSFS), an FS
+// that counts, holds or reorders calls; over the OSFS itself if wrap is
+// nil. The store is closed when the test ends, and a failed Close fails it.
+func newWrappedStore(t testing.TB, wrap func(FS) FS, opts Options) (*Store, string) {
 	t.Helper()
 	dir := testutil.Dir(t)
-	fsys, err := OpenOSFS(dir)
+	base, err := OpenOSFS(dir)
 	if err != nil {
 		t.Fatal(err)
+	}
+	var fsys FS = base
+	if wrap != nil {
+		fsys = wrap(base)
 	}
 	s, err := Open(fsys, opts)
 	if err != nil {

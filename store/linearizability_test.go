@@ -20,8 +20,6 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"golang.org/x/sys/unix"
-
-	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // The linearizability test drives a few small files with several
@@ -751,28 +749,14 @@ func jitter() {
 // newJitterStore is newTestStore over a jitterFS.
 func newJitterStore(t *testing.T, opts Options) (*Store, string) {
 	t.Helper()
-	dir := testutil.Dir(t)
-	fsys, err := OpenOSFS(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := Open(jitterFS{fsys}, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return s, dir
+	return newWrappedStore(t, func(fsys FS) FS { return jitterFS{fsys} }, opts)
 }
 
 // writeVisualization writes porcupine's HTML view of a failed history and
 // returns its path. With go test -artifacts it goes to the test's artifact
 // directory; otherwise to a directory next to the package that is kept
-// (testutil.Dir's would be removed with the test), named like testutil.Dir's so that
-// git ignores it.
+// (testutil.Dir's would be removed with the test), named like
+// testutil.Dir's so that git ignores it.
 func writeVisualization(t *testing.T, info porcupine.LinearizationInfo, name string) string {
 	t.Helper()
 	var dir string

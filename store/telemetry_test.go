@@ -39,23 +39,7 @@ func newTracedStore(t *testing.T, fsys func(FS) FS, opts Options) *tracedStore {
 		t.Fatal(err)
 	}
 	opts.Telemetry = tel
-	base, err := OpenOSFS(testutil.Dir(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f FS = base
-	if fsys != nil {
-		f = fsys(base)
-	}
-	s, err := Open(f, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	s, _ := newWrappedStore(t, fsys, opts)
 	return &tracedStore{Store: s, tp: tp, rec: rec, starts: starts, metrics: reader}
 }
 
