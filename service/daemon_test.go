@@ -5,10 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,38 +103,11 @@ func TestDaemonDrainsOnSIGTERM(t *testing.T) {
 		grpcDone <- err
 	}()
 
-	// A raw PUT whose body the test holds back: "Expect: 100-continue"
-	// tells it when the daemon's handler has started reading the body.
+	// A raw PUT whose body the test holds back.
 	body := allBytes(1<<20 + 3)
-	pr, pw := io.Pipe()
-	req, err := http.NewRequestWithContext(ctx, "PUT", "http://"+httpAddr+"/v1/files/put.bin?sync=data", pr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.ContentLength = int64(len(body))
-	req.Header.Set("Content-Type", mimeOctetStream)
-	req.Header.Set("Expect", "100-continue")
-	reading := make(chan struct{})
-	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{Got100Continue: func() { close(reading) }}))
-	client := &http.Client{Transport: &http.Transport{ExpectContinueTimeout: 2 * time.Minute}}
-	type putResult struct {
-		status int
-		body   string
-		err    error
-	}
-	putDone := make(chan putResult, 1)
-	go func() {
-		resp, err := client.Do(req)
-		if err != nil {
-			putDone <- putResult{err: err}
-			return
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		putDone <- putResult{resp.StatusCode, string(b), err}
-	}()
+	put := startHeldPut(t, ctx, "http://"+httpAddr+"/v1/files/put.bin?sync=data", body, 2*time.Minute)
 
-	for _, ch := range []chan struct{}{signal.sent, reading} {
+	for _, ch := range []chan struct{}{signal.sent, put.reading} {
 		select {
 		case <-ch:
 		case <-ctx.Done():
@@ -151,18 +122,14 @@ func TestDaemonDrainsOnSIGTERM(t *testing.T) {
 	// takes no new call.) The watch then ends, as watchers do when told.
 	watch(healthpb.HealthCheckResponse_NOT_SERVING)
 	stopWatch()
-	go func() {
-		pw.Write(body)
-		pw.Close()
-	}()
+	put.send()
 
-	put := <-putDone
-	if put.err != nil || put.status != http.StatusOK {
-		t.Errorf("PUT during the drain: %d %s %v, want 200\n%s", put.status, put.body, put.err, logs)
+	if got := <-put.done; got.err != nil || got.status != http.StatusOK {
+		t.Errorf("PUT during the drain: %d %s %v, want 200\n%s", got.status, got.body, got.err, logs)
 	} else {
 		var wr struct{ BytesWritten string }
-		if err := json.Unmarshal([]byte(put.body), &wr); err != nil || wr.BytesWritten != "1048579" {
-			t.Errorf("PUT during the drain answered %s, want bytesWritten 1048579", put.body)
+		if err := json.Unmarshal([]byte(got.body), &wr); err != nil || wr.BytesWritten != "1048579" {
+			t.Errorf("PUT during the drain answered %s, want bytesWritten 1048579", got.body)
 		}
 	}
 	if err := <-grpcDone; err != nil {

@@ -130,31 +130,11 @@ func TestShutdownRefusesNewCallsWhileRESTDrains(t *testing.T) {
 		t.Fatalf("write before the shutdown: %v", err)
 	}
 
-	// A raw PUT whose body the test holds back until the shutdown began;
-	// "Expect: 100-continue" says when the handler started reading it.
+	// A raw PUT whose body the test holds back until the shutdown began.
 	body := allBytes(3<<20 + 5)
-	pr, pw := io.Pipe()
-	req, err := http.NewRequestWithContext(ctx, "PUT", d.url+"/v1/files/put.bin?sync=data", pr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.ContentLength = int64(len(body))
-	req.Header.Set("Content-Type", mimeOctetStream)
-	req.Header.Set("Expect", "100-continue")
-	reading := make(chan struct{})
-	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{Got100Continue: func() { close(reading) }}))
-	client := &http.Client{Transport: &http.Transport{ExpectContinueTimeout: time.Minute}}
-	putDone := make(chan string, 1)
-	go func() {
-		resp, err := client.Do(req)
-		if err != nil {
-			putDone <- err.Error()
-			return
-		}
-		putDone <- resp.Status + " " + readAll(t, resp)
-	}()
+	put := startHeldPut(t, ctx, d.url+"/v1/files/put.bin?sync=data", body, time.Minute)
 	select {
-	case <-reading:
+	case <-put.reading:
 	case <-ctx.Done():
 		t.Fatal("the PUT never reached its handler")
 	}
@@ -173,7 +153,7 @@ func TestShutdownRefusesNewCallsWhileRESTDrains(t *testing.T) {
 		}
 	}
 
-	_, err = d.client.Write(ctx, &filewritev1.WriteRequest{Path: "after.bin", Data: []byte("after")})
+	_, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "after.bin", Data: []byte("after")})
 	if status.Code(err) != codes.Unavailable {
 		t.Errorf("gRPC Write on an open connection after Shutdown began: %v, want UNAVAILABLE", err)
 	}
@@ -188,12 +168,9 @@ func TestShutdownRefusesNewCallsWhileRESTDrains(t *testing.T) {
 	default:
 	}
 
-	go func() {
-		pw.Write(body)
-		pw.Close()
-	}()
-	if got := <-putDone; !strings.HasPrefix(got, "200 OK") {
-		t.Errorf("PUT in flight during the drain: %s, want 200 OK", got)
+	put.send()
+	if got := <-put.done; got.err != nil || got.status != http.StatusOK {
+		t.Errorf("PUT in flight during the drain: %d %s %v, want 200 OK", got.status, got.body, got.err)
 	}
 	if err := <-shutdownDone; err != nil {
 		t.Errorf("Shutdown: %v", err)
@@ -204,6 +181,59 @@ func TestShutdownRefusesNewCallsWhileRESTDrains(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(d.root, "after.bin")); !os.IsNotExist(err) {
 		t.Errorf("after.bin exists (%v): a refused Write was performed", err)
 	}
+}
+
+// heldPut is a raw PUT whose body the test holds back: reading is closed
+// once the daemon's handler has begun to read the body ("Expect:
+// 100-continue" says when), send lets the body go, and done gives the
+// answer.
+type heldPut struct {
+	reading chan struct{}
+	done    chan putResult
+	body    []byte
+	pw      *io.PipeWriter
+}
+
+type putResult struct {
+	status int
+	body   string
+	err    error
+}
+
+// startHeldPut sends a PUT of body to url, a file's raw PUT, without its
+// body; the client waits up to wait for the handler to ask for it.
+func startHeldPut(t *testing.T, ctx context.Context, url string, body []byte, wait time.Duration) *heldPut {
+	t.Helper()
+	pr, pw := io.Pipe()
+	req, err := http.NewRequestWithContext(ctx, "PUT", url, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = int64(len(body))
+	req.Header.Set("Content-Type", mimeOctetStream)
+	req.Header.Set("Expect", "100-continue")
+	p := &heldPut{reading: make(chan struct{}), done: make(chan putResult, 1), body: body, pw: pw}
+	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{Got100Continue: func() { close(p.reading) }}))
+	client := &http.Client{Transport: &http.Transport{ExpectContinueTimeout: wait}}
+	go func() {
+		resp, err := client.Do(req)
+		if err != nil {
+			p.done <- putResult{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		p.done <- putResult{resp.StatusCode, string(b), err}
+	}()
+	return p
+}
+
+// send lets the body go.
+func (p *heldPut) send() {
+	go func() {
+		p.pw.Write(p.body)
+		p.pw.Close()
+	}()
 }
 
 // watchHealth opens a health Watch on conn and returns a function that
