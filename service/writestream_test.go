@@ -92,6 +92,20 @@ func byID(t *testing.T, acks []*filewritev1.StreamAck) map[uint64]*filewritev1.S
 	return m
 }
 
+// closeAndAckAll half-closes stream, reads every ack until the stream
+// ends, which it must with OK, and returns the acks by write ID.
+func closeAndAckAll(t *testing.T, stream writeStreamClient) map[uint64]*filewritev1.StreamAck {
+	t.Helper()
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	e := recvAll(stream)
+	if e.err != nil {
+		t.Fatalf("stream ended with %v, want OK", e.err)
+	}
+	return byID(t, e.acks)
+}
+
 // overlay writes p at off into content, growing it as a file would.
 func overlay(content []byte, off int64, p []byte) []byte {
 	if end := int(off) + len(p); end > len(content) {
@@ -139,14 +153,7 @@ func TestWriteStreamOverlapsLandInOrder(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if err := stream.CloseSend(); err != nil {
-				t.Fatal(err)
-			}
-			e := recvAll(stream)
-			if e.err != nil {
-				t.Fatalf("stream ended with %v, want OK", e.err)
-			}
-			acks := byID(t, e.acks)
+			acks := closeAndAckAll(t, stream)
 			if got, want := len(acks), messages*perMessage; got != want {
 				t.Errorf("got %d acks, want %d", got, want)
 			}
@@ -510,14 +517,7 @@ func TestWriteStreamHalfClose(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := stream.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	e := recvAll(stream)
-	if e.err != nil {
-		t.Fatalf("stream ended with %v, want OK", e.err)
-	}
-	acks := byID(t, e.acks)
+	acks := closeAndAckAll(t, stream)
 	for i := range id {
 		if a := acks[i]; a == nil || a.GetStatus() != nil {
 			t.Errorf("write %d: ack %v, want OK", i, a)
