@@ -69,35 +69,12 @@ func BenchmarkWriteStream(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer conn.Close()
-	chunk := make([]byte, 1<<20)
-	for off := int64(0); off < fileSize; off += int64(len(chunk)) {
-		req := &filewritev1.WriteRequest{Path: "f", Offset: off, Data: chunk}
-		if _, err := filewritev1.NewFileServiceClient(conn).Write(ctx, req); err != nil {
-			b.Fatal(err)
-		}
-	}
+	prepareBenchFile(b, filewritev1.NewFileServiceClient(conn), fileSize)
 	data := make([]byte, bs)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu0 := processCPU(b)
-	for i := range callers {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(i), 1))
-			for next.Add(1) <= int64(b.N) {
-				if _, err := files[i].WriteAt(data, rng.Int64N(fileSize/bs)*bs); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	b.StopTimer()
-	// CPU time per write of this process, client and daemon: other load
-	// on a shared machine disturbs it less than it disturbs ns/op.
-	b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N)/1e3, "cpu-µs/op")
+	runWriteBench(b, fileSize, bs, callers, func(caller int, off int64) error {
+		_, err := files[caller].WriteAt(data, off)
+		return err
+	})
 	for _, f := range files {
 		f.Close()
 	}
@@ -121,13 +98,30 @@ func BenchmarkWriteUnary(b *testing.B) {
 		clients[i] = filewritev1.NewFileServiceClient(conn)
 	}
 	ctx := context.Background()
+	prepareBenchFile(b, clients[0], fileSize)
+	data := make([]byte, bs)
+	runWriteBench(b, fileSize, bs, callers, func(caller int, off int64) error {
+		_, err := clients[caller].Write(ctx, &filewritev1.WriteRequest{Path: "f", Offset: off, Data: data})
+		return err
+	})
+}
+
+// prepareBenchFile writes "f" whole, fileSize bytes, in 1 MiB unary Writes.
+func prepareBenchFile(b *testing.B, fc filewritev1.FileServiceClient, fileSize int64) {
 	chunk := make([]byte, 1<<20)
 	for off := int64(0); off < fileSize; off += int64(len(chunk)) {
-		if _, err := clients[0].Write(ctx, &filewritev1.WriteRequest{Path: "f", Offset: off, Data: chunk}); err != nil {
+		if _, err := fc.Write(context.Background(), &filewritev1.WriteRequest{Path: "f", Offset: off, Data: chunk}); err != nil {
 			b.Fatal(err)
 		}
 	}
-	data := make([]byte, bs)
+}
+
+// runWriteBench is the timed part of the write benchmarks: callers
+// goroutines write at random blocks of bs bytes below fileSize (each
+// caller the same blocks in both benchmarks) until b.N writes are done in
+// all. It also reports the CPU time per write of this process, client and
+// daemon: other load on a shared machine disturbs it less than ns/op.
+func runWriteBench(b *testing.B, fileSize, bs int64, callers int, write func(caller int, off int64) error) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	b.ReportAllocs()
@@ -137,8 +131,7 @@ func BenchmarkWriteUnary(b *testing.B) {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(i), 1))
 			for next.Add(1) <= int64(b.N) {
-				req := &filewritev1.WriteRequest{Path: "f", Offset: rng.Int64N(fileSize/bs) * bs, Data: data}
-				if _, err := clients[i].Write(ctx, req); err != nil {
+				if err := write(i, rng.Int64N(fileSize/bs)*bs); err != nil {
 					b.Error(err)
 					return
 				}
