@@ -18,11 +18,13 @@ import (
 
 // hookFS is an FS whose OpenFile and Remove calls a test can see, fail or
 // hold. beforeOpen runs before each OpenFile and fails it with the error it
-// returns; afterRemove runs after each Remove.
+// returns; afterRemove runs after each Remove; beforeResize, if set when a
+// file is opened, runs before each Truncate and Fallocate of that file.
 type hookFS struct {
 	FS
-	beforeOpen  func(name string, flag int) error
-	afterRemove func(name string, err error)
+	beforeOpen   func(name string, flag int) error
+	afterRemove  func(name string, err error)
+	beforeResize func(name string)
 }
 
 func (h *hookFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
@@ -31,7 +33,28 @@ func (h *hookFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error)
 			return nil, &os.PathError{Op: "openat", Path: name, Err: err}
 		}
 	}
-	return h.FS.OpenFile(name, flag, perm)
+	f, err := h.FS.OpenFile(name, flag, perm)
+	if err != nil || h.beforeResize == nil {
+		return f, err
+	}
+	return hookFile{File: f, name: name, beforeResize: h.beforeResize}, nil
+}
+
+// hookFile is a file of a hookFS with beforeResize set.
+type hookFile struct {
+	File
+	name         string
+	beforeResize func(name string)
+}
+
+func (f hookFile) Truncate(size int64) error {
+	f.beforeResize(f.name)
+	return f.File.Truncate(size)
+}
+
+func (f hookFile) Fallocate(mode uint32, off, length int64) error {
+	f.beforeResize(f.name)
+	return f.File.Fallocate(mode, off, length)
 }
 
 func (h *hookFS) Remove(name string) error {

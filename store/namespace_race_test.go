@@ -431,3 +431,109 @@ func TestCreationIsOneStep(t *testing.T) {
 		})
 	}
 }
+
+// TestCreateAfterDeleteIsOneStep: a Truncate or Fallocate that found the
+// file, which a Delete then removed before the operation locked it,
+// creates the file anew, and like any create it holds the new inode's
+// lock from before anyone can reach it: a Stat meanwhile waits for it
+// rather than see the file empty. The operation once let go of the inode
+// it found and looked the name up again; when the Delete forgot the inode
+// in between, that second lookup created the file unlocked
+// (TestLinearizability saw a Read of it return nothing). The test holds
+// the operation in that gap, where it asks whether it created the file
+// (the found inode's lock's mutex, held here), until the Delete is done.
+func TestCreateAfterDeleteIsOneStep(t *testing.T) {
+	ctx := context.Background()
+	ops := map[string]struct {
+		do   func(s *Store) error
+		size int64
+	}{
+		"truncate": {func(s *Store) error { return s.Truncate(ctx, "f", 3000) }, 3000},
+		"fallocate": {func(s *Store) error {
+			_, err := s.Fallocate(ctx, "f", FallocAllocate, 0, 4096)
+			return err
+		}, 4096},
+	}
+	for _, name := range []string{"truncate", "fallocate"} {
+		op := ops[name]
+		t.Run(name, func(t *testing.T) {
+			s, h, _ := newHookStore(t, Options{})
+			if _, err := s.Write(ctx, "f", 0, make([]byte, 8192), SyncNone); err != nil {
+				t.Fatal(err)
+			}
+			removed, resizing := make(chan struct{}, 1), make(chan struct{}, 1)
+			letDelete, letResize := testutil.NewGate(t), testutil.NewGate(t)
+			h.afterRemove = func(string, error) {
+				removed <- struct{}{}
+				<-letDelete.Opened()
+			}
+			h.beforeResize = func(string) {
+				resizing <- struct{}{}
+				<-letResize.Opened()
+			}
+			old := lookupInode(t, s, "f")
+
+			// The Delete holds the old inode's lock, the file unlinked.
+			deleted := make(chan error, 1)
+			go func() { deleted <- s.Delete(ctx, "f", false) }()
+			<-removed
+
+			// The operation finds the old inode and stops where it asks
+			// whether it created it.
+			old.lock.mu.Lock()
+			done := make(chan error, 1)
+			go func() { done <- op.do(s) }()
+			testutil.WaitFor(t, name+" to find the file", func() bool {
+				s.table.mu.Lock()
+				defer s.table.mu.Unlock()
+				return old.refs == 2 // the Delete's and the operation's
+			})
+			letDelete.Open()
+			testutil.WaitFor(t, "the Delete to forget the file", old.deleted.Load)
+			old.lock.mu.Unlock()
+			if err := <-deleted; err != nil {
+				t.Fatal(err)
+			}
+
+			// The operation has created the file anew and is inside
+			// ftruncate(2) or fallocate(2): a Stat must wait for it.
+			<-resizing
+			type result struct {
+				size int64
+				err  error
+			}
+			statted := make(chan result, 1)
+			go func() {
+				st, err := s.Stat(ctx, "f")
+				statted <- result{st.Size, err}
+			}()
+			testutil.WaitFor(t, "Stat to wait for the "+name+" that creates f", func() bool {
+				select {
+				case r := <-statted:
+					t.Fatalf("Stat returned size %d, %v while the %s that creates f was inside", r.size, r.err, name)
+				default:
+				}
+				return fileLocks(s, "f").Waiting == 1
+			})
+			letResize.Open()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if r := <-statted; r.err != nil || r.size != op.size {
+				t.Errorf("Stat = %d, %v; want the %s's size %d", r.size, r.err, name, op.size)
+			}
+		})
+	}
+}
+
+// lookupInode is the inode the table knows by name, which must be open.
+func lookupInode(t *testing.T, s *Store, name string) *inode {
+	t.Helper()
+	s.table.mu.Lock()
+	defer s.table.mu.Unlock()
+	ino := s.table.byPath[name]
+	if ino == nil {
+		t.Fatalf("%s is not open", name)
+	}
+	return ino
+}

@@ -266,17 +266,22 @@ func (s *Store) write(ctx context.Context, ino *inode, name string, held *holder
 // caller releases the lock.
 func (s *Store) lockFile(ctx context.Context, path string, create bool, mode lockMode, op, reason string) (*inode, *holder, error) {
 	for {
+		var ino *inode
+		var err error
 		if create && mode == lockExclusive {
-			ino, h, err := s.table.getOrCreate(ctx, path, op, reason)
-			if err != nil {
-				return nil, nil, err
-			}
+			var h *holder
+			ino, h, err = s.table.getOrCreate(ctx, path, op, reason)
 			if h != nil {
 				return ino, h, nil // created, and locked before anyone could look
 			}
-			s.table.put(ino)
+			// Found, not created: lock the inode found. Looking path up
+			// again with get would open a new inode, unlocked, if a Delete
+			// forgot this one meanwhile, creating a file that anyone could
+			// see empty before this operation; the Delete is seen below
+			// instead, and the next turn creates the file locked.
+		} else {
+			ino, err = s.table.get(ctx, path, create)
 		}
-		ino, err := s.table.get(ctx, path, create)
 		if err != nil {
 			return nil, nil, err
 		}
