@@ -378,9 +378,13 @@ func TestWaiterLimit(t *testing.T) {
 	}
 }
 
-// TestGroupCommit: 32 concurrent Fsyncs issue far fewer syncs than callers,
-// and each caller was released by a sync that started after it asked, so
-// the write it made just before is covered.
+// TestGroupCommit: 32 concurrent Fsyncs share syncs, and each caller was
+// released by a sync that started after it asked, so the write it made
+// just before is covered. The first caller's sync is held until the 31
+// others have queued behind it, so that the count does not depend on how
+// the goroutines are scheduled: they must all be covered by one more
+// sync, 2 in all. Without a group commit there would be 32; with one that
+// joined a running sync, a caller would be covered by none.
 func TestGroupCommit(t *testing.T) {
 	const callers = 32
 	ctx := context.Background()
@@ -409,11 +413,25 @@ func TestGroupCommit(t *testing.T) {
 		}()
 	}
 	first := rec.count()
+	// If the test fails early, the gate opens and then the callers end,
+	// before the store's Close, which would wait for them.
+	t.Cleanup(wg.Wait)
+	release := testutil.NewGate(t)
+	held := rec.holdNext(release.Opened())
 	close(start)
+	<-held
+	testutil.WaitFor(t, "every other caller to queue behind the held sync", func() bool {
+		n, err := PendingSyncCallers(s, "f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == callers-1
+	})
+	release.Open()
 	wg.Wait()
 	syncs := rec.since(first)
-	if len(syncs) > callers/4 {
-		t.Errorf("%d syncs for %d callers, want at most %d", len(syncs), callers, callers/4)
+	if len(syncs) != 2 {
+		t.Errorf("%d syncs for %d callers, the first held until the others queued: want 2", len(syncs), callers)
 	}
 	for i, c := range calls {
 		covered := false

@@ -12,13 +12,32 @@ import (
 )
 
 // syncRecorder is an FS wrapper that records when each sync started and
-// ended on a logical clock shared with the test.
+// ended on a logical clock shared with the test, and can hold a sync
+// before it starts (holdNext).
 type syncRecorder struct {
 	FS
 	clock atomic.Int64
-	mu    sync.Mutex
-	log   []syncSpan
-	dirs  []string // directories synced, in order
+	// mu guards log, dirs and hold.
+	mu   sync.Mutex
+	log  []syncSpan
+	dirs []string  // directories synced, in order
+	hold *heldSync // for the next file sync; nil: none is held
+}
+
+// heldSync is a sync that waits, before it starts, until release closes.
+type heldSync struct {
+	entered chan struct{} // closed once the sync waits
+	release <-chan struct{}
+}
+
+// holdNext makes the next file sync wait until release is closed, before
+// it starts; the channel returned is closed once it waits.
+func (r *syncRecorder) holdNext(release <-chan struct{}) <-chan struct{} {
+	h := &heldSync{entered: make(chan struct{}), release: release}
+	r.mu.Lock()
+	r.hold = h
+	r.mu.Unlock()
+	return h.entered
 }
 
 type syncSpan struct{ start, end int64 }
@@ -66,6 +85,14 @@ type recordedFile struct {
 }
 
 func (f recordedFile) Sync(mode SyncMode) error {
+	f.r.mu.Lock()
+	h := f.r.hold
+	f.r.hold = nil
+	f.r.mu.Unlock()
+	if h != nil {
+		close(h.entered)
+		<-h.release
+	}
 	start := f.r.now()
 	err := f.File.Sync(mode)
 	end := f.r.now()
