@@ -16,14 +16,16 @@ import (
 	"testing"
 )
 
-// hookFS is an FS whose OpenFile and Remove calls a test can see, fail or
-// hold. beforeOpen runs before each OpenFile and fails it with the error it
-// returns; afterRemove runs after each Remove; beforeResize, if set when a
-// file is opened, runs before each Truncate and Fallocate of that file.
+// hookFS is an FS whose OpenFile, Remove and Rename calls a test can see,
+// fail or hold. beforeOpen runs before each OpenFile and fails it with the
+// error it returns; afterRemove and afterRename run after each Remove and
+// Rename; beforeResize, if set when a file is opened, runs before each
+// Truncate and Fallocate of that file.
 type hookFS struct {
 	FS
 	beforeOpen   func(name string, flag int) error
 	afterRemove  func(name string, err error)
+	afterRename  func(oldName, newName string, err error)
 	beforeResize func(name string)
 }
 
@@ -61,6 +63,14 @@ func (h *hookFS) Remove(name string) error {
 	err := h.FS.Remove(name)
 	if h.afterRemove != nil {
 		h.afterRemove(name, err)
+	}
+	return err
+}
+
+func (h *hookFS) Rename(oldName, newName string, noReplace bool) error {
+	err := h.FS.Rename(oldName, newName, noReplace)
+	if h.afterRename != nil {
+		h.afterRename(oldName, newName, err)
 	}
 	return err
 }

@@ -99,8 +99,11 @@
 // inodeTable.mu under inode locks, to forget a deleted file's inode or to
 // re-key a renamed one once the unlink(2) or rename(2) is done. While
 // rename(2) runs, Rename reserves the new name in the table (an inode that
-// is never ready, like one being opened): a get of that name waits for it
-// holding no lock, and Rename waits for nothing but the syscall meanwhile.
+// is never ready, like one being opened), in place of the inode of the
+// file it replaces: a get of that name waits for it holding no lock, and
+// Rename waits for nothing but the syscall meanwhile. So no one reaches
+// the renamed file by its new name before the table has re-keyed it,
+// which also takes its old name away.
 // Rename's two inode locks are taken in file ID order: the IDs of open
 // inodes are distinct (the kernel does not reuse an inode number while a
 // descriptor holds the file) and never change. A file's creator takes its

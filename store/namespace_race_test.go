@@ -526,6 +526,99 @@ func TestCreateAfterDeleteIsOneStep(t *testing.T) {
 	}
 }
 
+// TestRenameIsOneStepToStat: a Stat of the new name and then one of the
+// old, while Rename(b, dir/c) is between its rename(2) and the table's
+// re-keying, agree with one order of the calls: once the new name shows
+// the renamed file, the old name shows nothing. TestLinearizability once
+// saw both show it: the Stat of dir/c found the file it replaced unlinked
+// (fstat(2) said st_nlink 0), opened dir/c afresh, and reached the renamed
+// file, which the table still knew by b. The test holds the Rename just
+// after rename(2), and a Stat of the new name either returns or waits for
+// the Rename.
+func TestRenameIsOneStepToStat(t *testing.T) {
+	ctx := context.Background()
+	const size, replacedSize = 12289, 8193
+	for _, tt := range []struct {
+		name    string
+		replace bool
+	}{
+		{"over a file", true},
+		{"to a free name", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, h, _ := newHookStore(t, Options{})
+			if _, err := s.Write(ctx, "b", 0, make([]byte, size), SyncNone); err != nil {
+				t.Fatal(err)
+			}
+			if tt.replace {
+				if _, err := s.Write(ctx, "dir/c", 0, make([]byte, replacedSize), SyncNone); err != nil {
+					t.Fatal(err)
+				}
+			}
+			renamed := make(chan struct{}, 1)
+			letRename := testutil.NewGate(t)
+			h.afterRename = func(string, string, error) {
+				renamed <- struct{}{}
+				<-letRename.Opened()
+			}
+			done := make(chan error, 1)
+			go func() { done <- s.Rename(ctx, "b", "dir/c", false, false) }()
+			<-renamed
+
+			type result struct {
+				size int64
+				err  error
+			}
+			statted := make(chan result, 1)
+			go func() {
+				st, err := s.Stat(ctx, "dir/c")
+				statted <- result{st.Size, err}
+			}()
+			var early *result // the Stat of dir/c, if it returned while the Rename was held
+			testutil.WaitFor(t, "Stat(dir/c) to return or wait for the Rename", func() bool {
+				select {
+				case r := <-statted:
+					early = &r
+					return true
+				default:
+				}
+				s.table.mu.Lock()
+				defer s.table.mu.Unlock()
+				ino := s.table.byPath["dir/c"]
+				if ino == nil || ino.refs < 2 {
+					return false
+				}
+				select {
+				case <-ino.ready:
+					return false // an open inode: Stat does not wait for it
+				default:
+					return true // the Rename's reservation, with Stat waiting for it
+				}
+			})
+			old, oldErr := s.Stat(ctx, "b")
+			if early != nil && early.err == nil && early.size == size && oldErr == nil {
+				t.Errorf("while Rename(b, dir/c) ran, Stat(dir/c) = %d and then Stat(b) = %d: the file was under its new name and then under its old",
+					early.size, old.Size)
+			}
+
+			letRename.Open()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if early == nil {
+				r := <-statted
+				early = &r
+			}
+			if early.err != nil || early.size != size {
+				t.Errorf("Stat(dir/c) = %d, %v; want the renamed file's %d", early.size, early.err, size)
+			}
+			if _, err := s.Stat(ctx, "b"); !errors.Is(err, ErrNotFound) {
+				t.Errorf("Stat(b) after the Rename: %v, want %v", err, ErrNotFound)
+			}
+		})
+	}
+}
+
 // lookupInode is the inode the table knows by name, which must be open.
 func lookupInode(t *testing.T, s *Store, name string) *inode {
 	t.Helper()

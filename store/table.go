@@ -389,28 +389,33 @@ var errNameTaken = errors.New("the new name was opened meanwhile")
 // oldName to newName (unless oldName is only an alias of its file), and
 // the inode of the file newName named before, dst, is forgotten.
 //
-// dst is nil when no inode is known by newName. Then newName is reserved
-// for the length of move, so that a get of newName cannot open or create a
-// file there that move would replace under it: the get waits for the
-// reservation, and then finds a. If a file was opened by newName since the
-// caller looked, nothing is done and errNameTaken is returned.
+// dst is nil when no inode is known by newName. newName is reserved for
+// the length of move, in dst's place if there is one: a get of newName
+// waits for the reservation, and then finds a (or, if move failed, dst or
+// nothing). Without dst, no get can open or create a file there that move
+// would replace under it. With dst, no get reaches a by newName before the
+// table knows it by that name: once rename(2) is done, an fstat(2) of dst
+// (Stat, a sync) finds it unlinked, and a lookup that forgot dst for that
+// would open newName afresh and find a, while oldName still found it too.
+// If the table's entry for newName is not what the caller found (a file
+// was opened by newName since, or dst was forgotten as removed from
+// outside), nothing is done and errNameTaken is returned.
 //
 // Preconditions: a.lock and, if dst != nil, dst.lock are held exclusively
 // with no write in flight; oldName names a's file; dst is known by newName.
 func (t *inodeTable) rename(a, dst *inode, oldName, newName string, move func() error) error {
-	var reserved *inode
 	t.mu.Lock()
-	if dst == nil {
-		if t.byPath[newName] != nil {
-			t.mu.Unlock()
-			return errNameTaken
-		}
-		// Never ready, so a get waits for it; not counted in t.open, for it
-		// holds no descriptor; refs 1 (ours), so it is never idle.
-		reserved = &inode{refs: 1, ready: make(chan struct{})}
-		reserved.name.Store(&newName)
-		t.byPath[newName] = reserved
+	if t.byPath[newName] != dst {
+		t.mu.Unlock()
+		return errNameTaken
 	}
+	// Never ready, so a get waits for it; not counted in t.open, for it
+	// holds no descriptor; refs 1 (ours), so it is never idle. dst stays
+	// in byID: the kernel keeps its inode number while its descriptor is
+	// open.
+	reserved := &inode{refs: 1, ready: make(chan struct{})}
+	reserved.name.Store(&newName)
+	t.byPath[newName] = reserved
 	t.mu.Unlock()
 
 	// A file newName names that the table has closed is replaced without
@@ -451,14 +456,19 @@ func (t *inodeTable) rename(a, dst *inode, oldName, newName string, move func() 
 			}
 		}
 	}
-	if reserved != nil {
-		if t.byPath[newName] == reserved {
-			delete(t.byPath, newName)
+	if t.byPath[newName] == reserved {
+		// Not re-keyed. Either move failed, and newName names what it did
+		// before (dst, or a file the table has not opened), or oldName was
+		// an alias, and newName is now another name of a's file, which a
+		// get of it finds as it finds any alias.
+		delete(t.byPath, newName)
+		if err != nil && dst != nil {
+			t.byPath[newName] = dst
 		}
-		reserved.openErr = errAlias
-		close(reserved.ready)
-		t.putLocked(reserved)
 	}
+	reserved.openErr = errAlias
+	close(reserved.ready)
+	t.putLocked(reserved)
 	return err
 }
 
