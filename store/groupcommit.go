@@ -42,6 +42,8 @@ type groupCommit struct {
 	wait waitTrace
 	// ackFromRunning is the deliberate break Hooks.AckFromRunningSync.
 	ackFromRunning bool
+	// onWait is Hooks.WaitingForSync; nil in production.
+	onWait func()
 
 	// syncs counts issued syncs, for tests and benchmarks.
 	syncs atomic.Int64
@@ -105,6 +107,7 @@ func (g *groupCommit) waitDurable(ctx context.Context, mode SyncMode) error {
 		// this caller asked.
 		b := g.runningBatch
 		g.mu.Unlock()
+		g.waiting()
 		select {
 		case <-b.done:
 			return b.err
@@ -136,6 +139,7 @@ func (g *groupCommit) waitDurable(ctx context.Context, mode SyncMode) error {
 		return b.err
 	}
 	ws := g.wait.tel.startWait(ctx, SpanFsyncWait, lockNone, g.mode.String(), g.wait.policy, g.wait.path(), links)
+	g.waiting()
 	select {
 	case <-b.done:
 		ws.end(ctx, b.err)
@@ -143,6 +147,14 @@ func (g *groupCommit) waitDurable(ctx context.Context, mode SyncMode) error {
 	case <-ctx.Done():
 		ws.end(ctx, ctx.Err())
 		return ctx.Err()
+	}
+}
+
+// waiting runs the WaitingForSync hook, if any, as a caller starts to
+// wait for another's sync.
+func (g *groupCommit) waiting() {
+	if g.onWait != nil {
+		g.onWait()
 	}
 }
 

@@ -10,6 +10,10 @@ type Hooks struct {
 	// InsideWrite runs after a write took its lock (or registered in flight,
 	// mode "none") and before its data reaches the file.
 	InsideWrite func(ctx context.Context, path, mode, reason string)
+	// WaitingForSync runs when a caller of a file's group commit starts to
+	// wait for a sync that another caller issues (not when it issues the
+	// sync itself, nor under FsyncPerCall).
+	WaitingForSync func(path string)
 
 	// The fields below break the durability contract on purpose, each in
 	// one way, so that the power-loss test can show that its checker

@@ -178,6 +178,9 @@ func (ino *inode) open(t *inodeTable, create bool) (err error) {
 
 		ackFromRunning: t.opts.Hooks.set(func(h *Hooks) bool { return h.AckFromRunningSync }),
 	}
+	if h := t.opts.Hooks; h != nil && h.WaitingForSync != nil {
+		ino.commit.onWait = func() { h.WaitingForSync(ino.path()) }
+	}
 	return nil
 }
 

@@ -173,6 +173,11 @@ type plRun struct {
 	workers int
 	ops     int // per worker at most
 	crashAt int64
+	// stage, if set, replaces the random workers with a scripted history:
+	// given the crashfs, it returns the FS to open the store over (the
+	// crashfs or a wrapper of it) and the script, which runs operations
+	// with r.do and cuts the power with r.crash. It may set r.opts.Hooks.
+	stage func(t *testing.T, r *plRun, fsys *crashfs.FS) (store.FS, func(ctx context.Context, s *store.Store))
 
 	clock   atomic.Int64
 	ids     atomic.Uint64
@@ -206,7 +211,12 @@ func (r *plRun) run(t *testing.T, dir string) {
 		t.Fatal(err)
 	}
 	fsys := crashfs.New(base)
-	s, err := store.Open(fsys, r.opts)
+	var open store.FS = fsys
+	var script func(context.Context, *store.Store)
+	if r.stage != nil {
+		open, script = r.stage(t, r, fsys)
+	}
+	s, err := store.Open(open, r.opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,6 +226,12 @@ func (r *plRun) run(t *testing.T, dir string) {
 		path := []string{"a", "d1/b", "d1/d2/c", "d3/e"}[i%4]
 		r.files = append(r.files, path)
 		r.do(ctx, s, &plOp{kind: plWrite, path: path, off: 0, n: plBlock, sync: store.SyncFull})
+	}
+	if script != nil {
+		script(ctx, s)
+		r.crash(fsys)
+		s.Close() // fails: the disk is gone
+		return
 	}
 	var wg sync.WaitGroup
 	for w := range r.workers {
@@ -611,10 +627,12 @@ func skipWithoutODirect(t *testing.T) {
 // TestPowerLossCatchesBrokenDurability turns on, one at a time, three
 // deliberate breaks of the durability contract (store.Hooks) and expects
 // the power-loss checker to report each, on the image that keeps nothing
-// unsynced, within a few cuts. Each break's run uses the operations that
-// give it a chance: concurrent synced writers of one file for the group
-// commit, new files for the directory sync, unaligned synced writes in
-// direct mode for the writeback.
+// unsynced. Each break's run uses the operations that give it a chance:
+// new files for the directory sync, unaligned synced writes in direct mode
+// for the writeback, each caught within a few random cuts. The group
+// commit's break needs an interleaving that random cuts under load did
+// not always give, so its run is staged (ackFromRunningStage): the checker
+// must report it with the break and never without.
 func TestPowerLossCatchesBrokenDurability(t *testing.T) {
 	onlyNone := func(*crashfs.State, *rand.Rand) []struct {
 		name string
@@ -631,6 +649,9 @@ func TestPowerLossCatchesBrokenDurability(t *testing.T) {
 		opts  store.Options
 		mix   plMix
 		want  string // in the violation
+		// stage, if set, replaces the random cuts with one staged run
+		// (plRun.stage), made with and without the break.
+		stage func(t *testing.T, r *plRun, fsys *crashfs.FS) (store.FS, func(ctx context.Context, s *store.Store))
 	}{
 		{
 			name:  "group commit acknowledges a write that completed after its sync started",
@@ -638,6 +659,7 @@ func TestPowerLossCatchesBrokenDurability(t *testing.T) {
 			opts:  store.Options{Policy: store.PolicyUnlockedBelowEOF, Fsync: store.FsyncGroup},
 			mix:   plMix{write: 1, syncs: []store.SyncMode{store.SyncData}, files: 1},
 			want:  "was acknowledged durable",
+			stage: ackFromRunningStage,
 		},
 		{
 			name:  "a new file's first sync skips its directories",
@@ -672,6 +694,31 @@ func TestPowerLossCatchesBrokenDurability(t *testing.T) {
 					t.Fatalf("without the break (%v): %s", r, strings.Join(v, "\n"))
 				}
 			}
+			if tt.stage != nil {
+				for _, broken := range []bool{false, true} {
+					opts := tt.opts
+					if broken {
+						opts.Hooks = &tt.hooks
+					}
+					r := &plRun{opts: opts, mix: tt.mix, seed: seed, stage: tt.stage}
+					v := powerLoss(t, r, onlyNone)
+					for _, op := range r.history {
+						if !r.acked(op) {
+							t.Fatalf("broken=%v: %v did not return OK before the cut (%v): the stage did not run as planned", broken, op, op.err)
+						}
+					}
+					caught := slices.ContainsFunc(v, func(msg string) bool { return strings.Contains(msg, tt.want) })
+					switch {
+					case !broken && len(v) > 0:
+						t.Errorf("without the break: %s", strings.Join(v, "\n"))
+					case broken && !caught:
+						t.Errorf("with the break, the checker reported no violation containing %q: %q", tt.want, v)
+					case broken:
+						t.Logf("caught: %s", v[0])
+					}
+				}
+				return
+			}
 			for i := range cuts {
 				opts := tt.opts
 				opts.Hooks = &tt.hooks
@@ -687,4 +734,81 @@ func TestPowerLossCatchesBrokenDurability(t *testing.T) {
 			t.Errorf("the checker reported no violation containing %q in %d cuts", tt.want, cuts)
 		})
 	}
+}
+
+// ackFromRunningStage stages the interleaving that the break
+// AckFromRunningSync needs: a synced write W of file a completes while a
+// sync of a runs that started before it, and W's caller then waits in the
+// group commit. The sync is held after its syscall (so what it covers is
+// fixed) until W's caller waits; then every sync runs freely, and the
+// power is cut once both writes returned. With the break, W's caller is
+// released by the held sync, which did not cover W, and nothing syncs W
+// before the cut; without it, W returns only after a sync that started
+// after it asked.
+func ackFromRunningStage(t *testing.T, r *plRun, fsys *crashfs.FS) (store.FS, func(ctx context.Context, s *store.Store)) {
+	hold := &holdSyncFS{FS: fsys, held: make(chan struct{}), release: make(chan struct{})}
+	waiting := make(chan struct{}, 1)
+	var hooks store.Hooks
+	if r.opts.Hooks != nil {
+		hooks = *r.opts.Hooks
+	}
+	hooks.WaitingForSync = func(string) {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	}
+	r.opts.Hooks = &hooks
+	return hold, func(ctx context.Context, s *store.Store) {
+		if len(r.files) != 1 {
+			t.Fatalf("the stage wants one file, not %v", r.files)
+		}
+		path := r.files[0] // made with one synced block
+		var wg sync.WaitGroup
+		hold.armed.Store(true)
+		wg.Go(func() {
+			r.do(ctx, s, &plOp{kind: plWrite, path: path, off: 0, n: plBlock, sync: store.SyncData})
+		})
+		<-hold.held // its sync is done and covers no later write
+		wg.Go(func() {
+			r.do(ctx, s, &plOp{kind: plWrite, path: path, off: plBlock, n: plBlock, sync: store.SyncData})
+		})
+		<-waiting // W's caller waits in the group commit
+		close(hold.release)
+		wg.Wait()
+	}
+}
+
+// holdSyncFS passes every call to its FS, except that the first file Sync
+// after armed is set, once its syscall has returned, signals held and
+// waits for release to be closed before it returns.
+type holdSyncFS struct {
+	store.FS
+	armed   atomic.Bool
+	held    chan struct{}
+	release chan struct{}
+}
+
+var _ store.FS = (*holdSyncFS)(nil)
+
+func (h *holdSyncFS) OpenFile(name string, flag int, perm fs.FileMode) (store.File, error) {
+	f, err := h.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return holdSyncFile{File: f, fs: h}, nil
+}
+
+type holdSyncFile struct {
+	store.File
+	fs *holdSyncFS
+}
+
+func (f holdSyncFile) Sync(mode store.SyncMode) error {
+	err := f.File.Sync(mode)
+	if f.fs.armed.CompareAndSwap(true, false) {
+		f.fs.held <- struct{}{}
+		<-f.fs.release
+	}
+	return err
 }
