@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -157,6 +158,130 @@ func TestTruncateWaitsForInflight(t *testing.T) {
 	if st, _ := s.Stat(ctx, "f"); st.Size != bs {
 		t.Errorf("Stat size = %d, want %d", st.Size, bs)
 	}
+}
+
+// TestExtendingWaitsForInflight lines up the race of an extending write with
+// an overlapping write below EOF in flight: the extending write lands its
+// bytes, the unlocked write lands its own over them and reads the size, and
+// only then does the extending write store its new size. The unlocked write
+// then returns the old size (it came first) while its bytes win (it came
+// last), which no serial order gives. An extending write that waits for
+// writes in flight, as truncate does, orders them all before itself.
+func TestExtendingWaitsForInflight(t *testing.T) {
+	const bs = 4096
+	for _, io := range []IOMode{IOBuffered, IODirect} {
+		t.Run(io.String(), func(t *testing.T) {
+			ctx := context.Background()
+			extData := make(chan struct{}) // the extending write's bytes landed
+			unlockedDone := make(chan struct{})
+			wrap := func(fsys FS) FS {
+				return afterWriteFS{fsys, func(p []byte, off int64) {
+					if off == bs && len(p) == 2*bs { // the extending write
+						close(extData)
+						<-unlockedDone
+					}
+				}}
+			}
+			s, _ := newWrappedStore(t, wrap, Options{Policy: PolicyUnlockedBelowEOF, IO: io})
+			if _, err := s.Write(ctx, "f", 0, bytes.Repeat([]byte{1}, 2*bs), SyncNone); err != nil {
+				if errors.Is(err, ErrUnsupported) {
+					t.Skipf("O_DIRECT is not supported here: %v", err)
+				}
+				t.Fatal(err)
+			}
+			ino, err := s.table.get(ctx, "f", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.table.put(ino)
+
+			// U: block 1, below EOF, held in flight before its bytes.
+			g := newGate(t, 2)
+			s.opts.Hooks = &Hooks{InsideWrite: func(ctx context.Context, path, mode, reason string) {
+				if mode == lockNone.String() {
+					g.arrived <- mode
+					<-g.release
+				}
+			}}
+			var uSize int64
+			go func() {
+				defer close(unlockedDone)
+				res, err := s.Write(ctx, "f", bs, bytes.Repeat([]byte{28}, bs), SyncNone)
+				if err != nil {
+					t.Error(err)
+				}
+				uSize = res.Size
+			}()
+			<-g.arrived
+
+			// E: blocks 1 and 2, extending, started while U is in flight.
+			type result struct {
+				size int64
+				err  error
+			}
+			extended := make(chan result, 1)
+			go func() {
+				res, err := s.Write(ctx, "f", bs, bytes.Repeat([]byte{23}, 2*bs), SyncNone)
+				extended <- result{res.Size, err}
+			}()
+			// Either E waits for U (the fix), or its bytes landed and it
+			// is held before it stores the size (the race).
+			testutil.WaitFor(t, "the extending write to wait for the write in flight or to land its bytes", func() bool {
+				select {
+				case <-extData:
+					return true
+				default:
+					return ino.inflight.waiting.Load()
+				}
+			})
+			g.open()
+			e := <-extended
+			if e.err != nil {
+				t.Fatal(e.err)
+			}
+			<-unlockedDone
+			s.opts.Hooks = nil
+
+			got, err := s.Read(ctx, "f", bs, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// U then E: E's bytes, U saw a size of at least 2 blocks.
+			// E then U: U's bytes, U saw E's size.
+			uFirst := got[0] == 23 && uSize >= 2*bs && e.size == 3*bs
+			eFirst := got[0] == 28 && uSize == 3*bs && e.size == 3*bs
+			if !uFirst && !eFirst {
+				t.Errorf("block 1 = %d, the write below EOF returned size %d, the extending write %d: no serial order gives that (U;E: 23, >=%d, %d; E;U: 28, %d, %d)",
+					got[0], uSize, e.size, 2*bs, 3*bs, 3*bs, 3*bs)
+			}
+		})
+	}
+}
+
+// afterWriteFS calls after once each WriteAt to a file it opened returned,
+// with the write's bytes and offset: before the store sees the result.
+type afterWriteFS struct {
+	FS
+	after func(p []byte, off int64)
+}
+
+func (f afterWriteFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
+	file, err := f.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return afterWriteFile{file, f.after}, nil
+}
+
+type afterWriteFile struct {
+	File
+	after func(p []byte, off int64)
+}
+
+func (f afterWriteFile) WriteAt(p []byte, off int64) (int, error) {
+	n, err := f.File.WriteAt(p, off)
+	f.after(p, off)
+	return n, err
 }
 
 // TestTruncateStress races writers below EOF with truncates under every

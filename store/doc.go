@@ -22,7 +22,12 @@
 // metrics, /debug/locks). "Unaligned" means the write does not start and end
 // on block boundaries. In IODirect mode an unaligned write always takes X,
 // reason unaligned: it waits for in-flight writes, goes through the page
-// cache and writes that range back before the lock is dropped. Reads take S.
+// cache and writes that range back before the lock is dropped. An
+// extending write, once it holds X, waits for in-flight writes too (like
+// ext4's inode_dio_wait() before an extending write): a write in flight
+// that read the size before the extension was stored but landed its bytes
+// after the extension's would be ordered both before and after it, by its
+// returned size and by its bytes. Reads take S.
 // Fallocate allocate and keep-size take X without waiting for in-flight
 // writes: they change no data.
 //
@@ -40,7 +45,8 @@
 // the sync is part of the first step, under the lock, and holds them back.
 //
 // Only unlocked writes are counted in flight: a locked writer already keeps
-// truncate out, so the count is skipped where it is not needed.
+// truncate and extending writes out, so the count is skipped where it is
+// not needed.
 //
 // # Names
 //

@@ -13,7 +13,8 @@ import (
 )
 
 // inflightCounter counts writes running without the inode lock, so that
-// truncate, punch-hole and zero-range can wait for them. Compare Linux's
+// truncate, punch-hole, zero-range, Delete, Rename and extending or
+// unaligned-direct writes can wait for them. Compare Linux's
 // inode_dio_begin()/inode_dio_end()/inode_dio_wait().
 //
 // One shared atomic would put every parallel writer on one cache line (the
@@ -158,7 +159,8 @@ func (c *inflightCounter) wait(ctx context.Context) error {
 }
 
 // waitInflight waits for writes running without the lock, traced when it
-// has to wait. reason is the waiter's own (truncate, fallocate, unaligned);
+// has to wait. reason is the waiter's own (truncate, fallocate, delete,
+// rename, extending, unaligned);
 // its span links to up to maxLinks of the traced writes it waits for.
 //
 // Preconditions: ino.lock is held exclusively.

@@ -177,10 +177,12 @@ func (in linInput) writeRange() (int64, int64) {
 // through later reads, and through the size they return: at least the size
 // the write leaves, never exactly. The store reads that size after the
 // data landed but while the write still holds its lock mode or is counted
-// in flight, where no truncate can finish but an extending write (which
-// does not wait for writes in flight) can; so it may include an extension
-// that the reads order after this write, and only "at least" holds in
-// every order. A size below the write's own end is illegal in any order.
+// in flight, where no truncate or extending write can finish (they wait for
+// writes in flight) but a Fallocate that grows the file can (it changes no
+// data and does not wait); so it may include a growth that the reads order
+// after this write (another unlocked write landed over it before the
+// growth), and only "at least" holds in every order. A size below the
+// write's own end is illegal in any order.
 // An operation on a name that names no file fails with ErrNotFound unless
 // it creates one (Write, Truncate, Fallocate); a Rename with noReplace onto
 // a name that names a file fails with ErrExists. Any other error is wrong.

@@ -375,11 +375,17 @@ func (s *Store) syncWrite(ctx context.Context, ino *inode, sync SyncMode) error 
 // Preconditions: ino.lock is held exclusively.
 func (s *Store) writeExclusive(ctx context.Context, ino *inode, off int64, data []byte, reason string) (int, error) {
 	end := off + int64(len(data))
-	if ino.direct != nil && !ino.aligned(off, end) {
-		// An unaligned write goes through the page cache, which reads
-		// the edge blocks and writes them back whole: an unlocked direct
-		// write to the rest of such a block must not land in between,
-		// whether this write extends the file or not.
+	// Like ext4's inode_dio_wait() before an extending or unaligned
+	// write. An extending write waits for the writes in flight (the lock
+	// keeps new ones out): one of them that read the size before this
+	// write stored it, but landed its bytes over this write's, would
+	// come both before and after it. An unaligned direct write goes
+	// through the page cache, which reads the edge blocks and writes them
+	// back whole: an unlocked direct write to the rest of such a block
+	// must not land in between, whether this write extends the file or
+	// not. Only unlocked-below-eof counts writes in flight; under other
+	// policies the count is 0 and the wait returns at once.
+	if end > ino.size.Load() || ino.direct != nil && !ino.aligned(off, end) {
 		if err := waitInflight(ctx, ino, reason); err != nil {
 			return 0, err
 		}
