@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 
 	"github.com/google/btree"
 )
@@ -53,15 +54,44 @@ type extentMap struct {
 }
 
 // newExtentMap returns an empty map (all holes) for blocks of blockSize
-// bytes.
+// bytes: a recycled one if there is one (recycle).
 func newExtentMap(blockSize int64) *extentMap {
 	if blockSize <= 0 {
 		panic(fmt.Sprintf("extentMap: block size %d", blockSize))
+	}
+	if m, _ := recycledExtentMaps.Get().(*extentMap); m != nil {
+		m.blockSize = blockSize
+		return m
 	}
 	return &extentMap{
 		blockSize: blockSize,
 		tree:      btree.NewG(extentMapDegree, runLess),
 	}
+}
+
+// recycledExtentMaps holds emptied maps of inodes closed for room, for the
+// next inodes to open (newExtentMap): a store with more files than
+// descriptors opens a file for most writes, and a map is a B-tree with a
+// free list of its own, a node and two scratch slices, which a recycled
+// map keeps. A sync.Pool, so that the collector bounds it.
+var recycledExtentMaps sync.Pool
+
+// recycleRuns bounds the maps recycled: emptying one returns its nodes to
+// its free list one by one, and a fragmented file's map is better left to
+// the collector than walked while the table is locked.
+const recycleRuns = 4 * extentMapDegree
+
+// recycle empties m for newExtentMap, unless it has more than recycleRuns
+// runs; either way the caller drops m.
+//
+// Preconditions: nothing can reach m any more.
+func (m *extentMap) recycle() {
+	if m.tree.Len() > recycleRuns {
+		return
+	}
+	m.tree.Clear(true)
+	m.allocated = 0
+	recycledExtentMaps.Put(m)
 }
 
 // extentMapOf builds the map of a file whose allocated extents are list

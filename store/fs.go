@@ -345,6 +345,11 @@ func (d osDir) Lstat(name string) (FileInfo, error) {
 	if err != nil {
 		return FileInfo{}, &os.PathError{Op: "fstatat", Path: path.Join(d.name, name), Err: err}
 	}
+	return fileInfoOfStat(&st), nil
+}
+
+// fileInfoOfStat takes what the store uses from a stat(2).
+func fileInfoOfStat(st *unix.Stat_t) FileInfo {
 	fi := FileInfo{
 		Size:      st.Size,
 		Blocks512: st.Blocks,
@@ -369,7 +374,7 @@ func (d osDir) Lstat(name string) (FileInfo, error) {
 		fi.Type = fs.ModeDevice
 	}
 	fi.IsDir = fi.Type == fs.ModeDir
-	return fi, nil
+	return fi
 }
 
 func (d osDir) Close() error { return relative(d.f.Close(), d.name) }
@@ -386,6 +391,9 @@ var _ File = osFile{}
 
 // relative names the file of a *os.PathError by name.
 func relative(err error, name string) error {
+	if err == nil {
+		return nil // before errors.As, whose target would escape
+	}
 	var pe *os.PathError
 	if errors.As(err, &pe) {
 		return &os.PathError{Op: pe.Op, Path: name, Err: pe.Err}
@@ -473,12 +481,22 @@ func (f osFile) Extents() ([]Extent, error) {
 	return list, nil
 }
 
+// Stat is fstat(2) into the caller's frame: os.File.Stat allocates its
+// answer, and a file reopened for a write is stat twice, at its open and
+// at its close.
 func (f osFile) Stat() (FileInfo, error) {
-	fi, err := f.File.Stat()
-	if err != nil {
-		return FileInfo{}, relative(err, f.name)
+	var st unix.Stat_t
+	var err error
+	for {
+		if err = unix.Fstat(int(f.File.Fd()), &st); err != unix.EINTR {
+			break
+		}
 	}
-	return fileInfoOf(fi)
+	runtime.KeepAlive(f.File)
+	if err != nil {
+		return FileInfo{}, &os.PathError{Op: "fstat", Path: f.name, Err: err}
+	}
+	return fileInfoOfStat(&st), nil
 }
 
 // fileInfoOf takes what the store uses from an os.FileInfo of Linux.

@@ -55,7 +55,12 @@ type inflightShard struct {
 	_    cpu.CacheLinePad
 }
 
+// newInflightCounter returns a counter with no write in flight: a recycled
+// one if there is one (recycle).
 func newInflightCounter() *inflightCounter {
+	if c, _ := recycledInflightCounters.Get().(*inflightCounter); c != nil {
+		return c
+	}
 	n := 1
 	for n < 4*runtime.GOMAXPROCS(0) && n < 64 {
 		n <<= 1
@@ -65,6 +70,32 @@ func newInflightCounter() *inflightCounter {
 		mask:   uint32(n - 1),
 		wake:   make(chan struct{}, 1),
 	}
+}
+
+// recycledInflightCounters holds the counters of inodes closed for room,
+// for the next inodes to open (newInflightCounter): a store with more
+// files than descriptors opens a file for most writes, and a counter is a
+// slice of padded shards, a channel and a sync.Pool of its own, which the
+// runtime registers on first use. A sync.Pool, so that the collector
+// bounds it.
+var recycledInflightCounters sync.Pool
+
+// recycle gives c to newInflightCounter, if no write is in flight (a
+// shard's count returns to zero with each end, and a span slot to nil with
+// each untrack), with no wake-up left for a waiter that is gone.
+//
+// Preconditions: no write can begin and no one waits: the inode has no
+// reference left and is out of the table.
+func (c *inflightCounter) recycle() {
+	if c.count() != 0 {
+		return
+	}
+	select {
+	case <-c.wake:
+	default:
+	}
+	c.waiting.Store(false)
+	recycledInflightCounters.Put(c)
 }
 
 // begin registers one write; pass the result to end. Like inode_dio_begin().

@@ -43,7 +43,9 @@ type inode struct {
 	// size is the file size. Read without locks (like i_size_read());
 	// written only with lock held exclusively.
 	size atomic.Int64
-	// inflight counts writes below EOF that run without lock.
+	// inflight counts writes below EOF that run without lock. It and
+	// extents are recycled, and set to nil, when the table closes the
+	// inode for room (inodeTable.closeIdleLocked).
 	inflight *inflightCounter
 
 	// extentMu guards extents: the i_data_sem analogue. Taken after lock

@@ -540,6 +540,12 @@ func (t *inodeTable) closeIdleLocked(ino *inode) bool {
 			t.keepExtentsLocked(ino)
 		}
 	}
+	// Nothing reaches ino's counter and map any more (no reference, out of
+	// the table): the next inodes to open reuse them. nil, so that a bug
+	// that reached them would fault rather than count or map another file.
+	ino.inflight.recycle()
+	ino.extents.recycle()
+	ino.inflight, ino.extents = nil, nil
 	t.open--
 	t.telemetry.recordClose()
 	return true

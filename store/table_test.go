@@ -394,3 +394,50 @@ func TestCheckMaxOpenFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestRecycledStateStartsEmpty: the in-flight counters and extent maps
+// that inodes closed for room give back are emptied for the next inodes:
+// no write in flight, no wake-up left over for a waiter, no runs, and
+// newInflightCounter and newExtentMap hand them out so, with the block
+// size asked for. A map too large to empty cheaply is not kept.
+func TestRecycledStateStartsEmpty(t *testing.T) {
+	const n = 64
+	for i := range n {
+		c := newInflightCounter()
+		c.end(c.begin())
+		c.waiting.Store(true)
+		c.end(c.begin()) // leaves a wake-up no waiter takes
+		c.waiting.Store(false)
+		c.recycle()
+		select {
+		case <-c.wake:
+			t.Fatalf("counter %d: recycled with a wake-up left in it", i)
+		default:
+		}
+
+		m := newExtentMap(4096)
+		m.set(0, 4, ExtentWritten)
+		m.set(8, 9, ExtentUnwritten)
+		m.recycle()
+		if m.runs() != 0 || m.allocated != 0 {
+			t.Fatalf("map %d: recycled with %d runs, %d allocated", i, m.runs(), m.allocated)
+		}
+	}
+	for i := range n {
+		if c := newInflightCounter(); c.count() != 0 || c.waiting.Load() || len(c.wake) != 0 {
+			t.Fatalf("counter %d: %d writes in flight, waiting %v, %d wake-ups; want none", i, c.count(), c.waiting.Load(), len(c.wake))
+		}
+		if m := newExtentMap(512); m.runs() != 0 || m.allocated != 0 || m.blockSize != 512 {
+			t.Fatalf("map %d: %d runs, %d allocated, block size %d; want empty, block size 512", i, m.runs(), m.allocated, m.blockSize)
+		}
+	}
+
+	large := newExtentMap(4096)
+	for i := range int64(recycleRuns + 1) {
+		large.set(2*i, 2*i+1, ExtentWritten)
+	}
+	large.recycle()
+	if large.runs() != recycleRuns+1 {
+		t.Errorf("a map of %d runs was emptied for reuse; want it left to the collector", recycleRuns+1)
+	}
+}
