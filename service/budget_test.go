@@ -3,10 +3,8 @@ package service
 import (
 	"context"
 	"errors"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -109,19 +107,7 @@ func TestBudgetMakesRequestsWait(t *testing.T) {
 	for budget.waiting.Load() < 1 {
 		time.Sleep(time.Millisecond)
 	}
-	go func() {
-		req, err := http.NewRequestWithContext(ctx, "PUT", d.url+"/v1/files/put.bin", strings.NewReader("put"))
-		if err == nil {
-			var resp *http.Response
-			if resp, err = http.DefaultClient.Do(req); err == nil {
-				readAll(t, resp)
-				if resp.StatusCode != http.StatusOK {
-					err = errors.New(resp.Status)
-				}
-			}
-		}
-		waited <- err
-	}()
+	go func() { waited <- putRaw(ctx, d.url+"/v1/files/put.bin", "put") }()
 	for budget.waiting.Load() < 2 {
 		time.Sleep(time.Millisecond)
 	}

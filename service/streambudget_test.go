@@ -2,10 +2,7 @@ package service
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -187,19 +184,7 @@ func TestStreamsAndUnaryShareTheBudget(t *testing.T) {
 		unary <- err
 	}()
 	waitForWaiters(t, budget, 1, "a gRPC Write", unary)
-	go func() {
-		req, err := http.NewRequestWithContext(ctx, "PUT", d.url+"/v1/files/put.bin", strings.NewReader("rest"))
-		if err == nil {
-			var resp *http.Response
-			if resp, err = http.DefaultClient.Do(req); err == nil {
-				readAll(t, resp)
-				if resp.StatusCode != http.StatusOK {
-					err = errors.New(resp.Status)
-				}
-			}
-		}
-		unary <- err
-	}()
+	go func() { unary <- putRaw(ctx, d.url+"/v1/files/put.bin", "rest") }()
 	waitForWaiters(t, budget, 2, "a REST PUT", unary)
 
 	gate.open()
