@@ -56,7 +56,8 @@ type streamBudget struct {
 	// mu guards excess: the part of held that inflight did not grant,
 	// because a message cost more than the whole of it (acquire clamps).
 	// give hands that part back first, so that what goes back to inflight
-	// never passes what it granted.
+	// never passes what it granted. A leaf lock: nothing is locked or
+	// waited for under it.
 	mu     sync.Mutex
 	excess int64
 
@@ -74,16 +75,12 @@ func newStreamBudget(limit int64, daemon *atomic.Int64, inflight *inflightBudget
 // budget has them: it waits until then, or until ctx ends, and then
 // returns ctx's error holding nothing more.
 func (b *streamBudget) take(ctx context.Context, n int64) error {
-	granted := n
-	if b.inflight != nil {
-		granted = b.inflight.clamp(n)
-	}
-	if err := b.inflight.acquire(ctx, granted); err != nil {
+	if err := b.inflight.acquire(ctx, n); err != nil {
 		return err
 	}
-	if granted < n {
+	if b.inflight != nil && n > b.inflight.capacity {
 		b.mu.Lock()
-		b.excess += n - granted
+		b.excess += n - b.inflight.capacity
 		b.mu.Unlock()
 	}
 	b.held.Add(n)
