@@ -7,9 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
@@ -36,11 +34,7 @@ func TestDaemonCrashKeepsDurableWrites(t *testing.T) {
 	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", root)
 	grpcAddr := proc.GRPCAddr
 
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialInsecure(t, grpcAddr)
 	client := filewritev1.NewFileServiceClient(conn)
 
 	const writers = 8
@@ -78,11 +72,7 @@ func TestDaemonCrashKeepsDurableWrites(t *testing.T) {
 	// Restart on the same root.
 	restarted, logs := testutil.StartDaemon(t, ctx, bin, "--root", root)
 	grpcAddr = restarted.GRPCAddr
-	conn2, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn2.Close()
+	conn2 := dialInsecure(t, grpcAddr)
 	client = filewritev1.NewFileServiceClient(conn2)
 
 	contents := map[string][]byte{}

@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
@@ -77,11 +76,7 @@ func TestDaemonClosesUnauthenticatedConnections(t *testing.T) {
 
 	// A client with a token, whose connection waits in the accept queue
 	// behind the strangers'.
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialInsecure(t, grpcAddr)
 	c := filewritev1.NewFileServiceClient(conn)
 	write := func() error {
 		wctx, wcancel := context.WithTimeout(withAuth(ctx, "Bearer "+tokenAlpha), time.Minute)
@@ -135,11 +130,7 @@ func TestDaemonOutOfDescriptors(t *testing.T) {
 	root := filepath.Join(dir, "root")
 	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", root)
 	grpcAddr := proc.GRPCAddr
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialInsecure(t, grpcAddr)
 	c := filewritev1.NewFileServiceClient(conn)
 	write := func(path string) error {
 		_, err := c.Write(ctx, &filewritev1.WriteRequest{Path: path, Data: []byte("x")})

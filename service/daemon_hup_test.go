@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
@@ -40,11 +38,7 @@ func TestDaemonSurvivesSIGHUP(t *testing.T) {
 			root := filepath.Join(dir, "root", string(rune('a'+i)))
 			proc, logs := testutil.StartDaemon(t, ctx, bin, append([]string{"--root", root}, tt.args...)...)
 			grpcAddr := proc.GRPCAddr
-			conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
+			conn := dialInsecure(t, grpcAddr)
 			authCtx := withAuth(ctx, "Bearer "+tokenAlpha)
 			exited := make(chan error, 1)
 			go func() { exited <- proc.Wait() }()
@@ -79,6 +73,7 @@ func TestDaemonSurvivesSIGHUP(t *testing.T) {
 				t.Fatal(err)
 			}
 			sent := 0
+			var err error
 		hups:
 			for {
 				select {

@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
@@ -51,11 +50,7 @@ func TestDaemonDrainsUnderLoad(t *testing.T) {
 	errs := make([]error, writers)
 	for w := range grpcWriters {
 		// A connection each, as separate clients would have.
-		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
+		conn := dialInsecure(t, grpcAddr)
 		wg.Go(func() {
 			errs[w] = grpcLoadWriter(ctx, filewritev1.NewFileServiceClient(conn), &acks, files, writers, w)
 		})

@@ -13,8 +13,6 @@ import (
 	"time"
 
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
@@ -82,11 +80,7 @@ func TestDaemonExportsTracesOnShutdown(t *testing.T) {
 	defer cancel()
 	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", filepath.Join(dir, "root"))
 	grpcAddr := proc.GRPCAddr
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialInsecure(t, grpcAddr)
 	if _, err := filewritev1.NewFileServiceClient(conn).Write(ctx, &filewritev1.WriteRequest{Path: "f", Data: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
