@@ -34,7 +34,7 @@ func TestDaemonCrashKeepsDurableWrites(t *testing.T) {
 	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", root)
 	grpcAddr := proc.GRPCAddr
 
-	conn := dialInsecure(t, grpcAddr)
+	conn := plaintextConn(t, grpcAddr)
 	client := filewritev1.NewFileServiceClient(conn)
 
 	const writers = 8
@@ -72,7 +72,7 @@ func TestDaemonCrashKeepsDurableWrites(t *testing.T) {
 	// Restart on the same root.
 	restarted, logs := testutil.StartDaemon(t, ctx, bin, "--root", root)
 	grpcAddr = restarted.GRPCAddr
-	conn2 := dialInsecure(t, grpcAddr)
+	conn2 := plaintextConn(t, grpcAddr)
 	client = filewritev1.NewFileServiceClient(conn2)
 
 	contents := map[string][]byte{}

@@ -76,7 +76,7 @@ func TestDaemonClosesUnauthenticatedConnections(t *testing.T) {
 
 	// A client with a token, whose connection waits in the accept queue
 	// behind the strangers'.
-	conn := dialInsecure(t, grpcAddr)
+	conn := plaintextConn(t, grpcAddr)
 	c := filewritev1.NewFileServiceClient(conn)
 	write := func() error {
 		wctx, wcancel := context.WithTimeout(withAuth(ctx, "Bearer "+tokenAlpha), time.Minute)
@@ -130,7 +130,7 @@ func TestDaemonOutOfDescriptors(t *testing.T) {
 	root := filepath.Join(dir, "root")
 	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", root)
 	grpcAddr := proc.GRPCAddr
-	conn := dialInsecure(t, grpcAddr)
+	conn := plaintextConn(t, grpcAddr)
 	c := filewritev1.NewFileServiceClient(conn)
 	write := func(path string) error {
 		_, err := c.Write(ctx, &filewritev1.WriteRequest{Path: path, Data: []byte("x")})

@@ -38,7 +38,7 @@ func TestDaemonSurvivesSIGHUP(t *testing.T) {
 			root := filepath.Join(dir, "root", string(rune('a'+i)))
 			proc, logs := testutil.StartDaemon(t, ctx, bin, append([]string{"--root", root}, tt.args...)...)
 			grpcAddr := proc.GRPCAddr
-			conn := dialInsecure(t, grpcAddr)
+			conn := plaintextConn(t, grpcAddr)
 			authCtx := withAuth(ctx, "Bearer "+tokenAlpha)
 			exited := make(chan error, 1)
 			go func() { exited <- proc.Wait() }()

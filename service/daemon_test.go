@@ -71,7 +71,7 @@ func TestDaemonDrainsOnSIGTERM(t *testing.T) {
 	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", root, "--drain-timeout", "2m")
 	grpcAddr, httpAddr := proc.GRPCAddr, proc.HTTPAddr
 
-	conn := dialInsecure(t, grpcAddr)
+	conn := plaintextConn(t, grpcAddr)
 	health := healthpb.NewHealthClient(conn)
 	if resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health before SIGTERM: %v, %v; want SERVING\n%s", resp.GetStatus(), err, logs)

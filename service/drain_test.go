@@ -50,7 +50,7 @@ func TestDaemonDrainsUnderLoad(t *testing.T) {
 	errs := make([]error, writers)
 	for w := range grpcWriters {
 		// A connection each, as separate clients would have.
-		conn := dialInsecure(t, grpcAddr)
+		conn := plaintextConn(t, grpcAddr)
 		wg.Go(func() {
 			errs[w] = grpcLoadWriter(ctx, filewritev1.NewFileServiceClient(conn), &acks, files, writers, w)
 		})

@@ -80,7 +80,7 @@ func TestDaemonExportsTracesOnShutdown(t *testing.T) {
 	defer cancel()
 	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", filepath.Join(dir, "root"))
 	grpcAddr := proc.GRPCAddr
-	conn := dialInsecure(t, grpcAddr)
+	conn := plaintextConn(t, grpcAddr)
 	if _, err := filewritev1.NewFileServiceClient(conn).Write(ctx, &filewritev1.WriteRequest{Path: "f", Data: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}

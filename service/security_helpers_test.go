@@ -9,9 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // readAll reads and closes a response body.
@@ -54,16 +51,4 @@ func putRaw(ctx context.Context, url, body string) error {
 		return errors.New(resp.Status)
 	}
 	return nil
-}
-
-// dialInsecure connects to a daemon's plaintext gRPC address; the
-// connection closes when the test ends.
-func dialInsecure(t testing.TB, addr string) *grpc.ClientConn {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
 }
