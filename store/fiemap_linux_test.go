@@ -397,7 +397,7 @@ func TestReadFiemapExt4(t *testing.T) {
 				t.Errorf("size: got %d, want %d", got, want)
 			}
 			// loadExtentMap must agree where FIEMAP works.
-			loaded, err := loadExtentMap(osFile{f, "f"}, b)
+			loaded, err := loadExtentMap(newOSFile(f, "f"), b)
 			if err != nil {
 				t.Fatalf("loadExtentMap: %v", err)
 			}
@@ -537,7 +537,7 @@ func TestLoadExtentMapFallback(t *testing.T) {
 		if _, err := readFiemap(f.Fd(), b); !errors.Is(err, ErrUnsupported) {
 			t.Fatalf("readFiemap on tmpfs: got error %v, want ErrUnsupported", err)
 		}
-		m, err := loadExtentMap(osFile{f, "f"}, b)
+		m, err := loadExtentMap(newOSFile(f, "f"), b)
 		if err != nil {
 			t.Fatalf("loadExtentMap: %v", err)
 		}
@@ -552,7 +552,7 @@ func TestLoadExtentMapFallback(t *testing.T) {
 		}
 		defer r.Close()
 		defer w.Close()
-		m, err := loadExtentMap(osFile{r, "r"}, 4096)
+		m, err := loadExtentMap(newOSFile(r, "r"), 4096)
 		if err != nil {
 			t.Fatalf("loadExtentMap: %v", err)
 		}

@@ -189,7 +189,7 @@ func (f *OSFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
 	if f.beneath != nil && flag&os.O_CREATE == 0 {
 		fd, err := openat2(f.beneath, name, flag)
 		if err == nil {
-			return osFile{os.NewFile(uintptr(fd), name), name}, nil
+			return &osFile{fd: fd, name: name}, nil
 		}
 		if errors.Is(err, unix.ENOENT) {
 			return nil, &os.PathError{Op: "openat2", Path: name, Err: err}
@@ -199,7 +199,7 @@ func (f *OSFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return osFile{file, name}, nil
+	return newOSFile(file, name), nil
 }
 
 // openat2 opens name below dir, by resolveBeneath, with the open(2) flags
@@ -379,15 +379,34 @@ func fileInfoOfStat(st *unix.Stat_t) FileInfo {
 
 func (d osDir) Close() error { return relative(d.f.Close(), d.name) }
 
-// osFile adapts *os.File to File. Its errors name the file by name, its
-// path below the root: the *os.File's own name starts with the root's
-// path, which is the daemon's business, not its callers'.
+// osFile adapts one of the operating system's descriptors to File. It
+// holds the descriptor as an int, not as an *os.File: a store with more
+// files than descriptors opens a file for most writes, and an os.File
+// costs each open an fcntl(2), an attempt to join the network poller
+// (epoll_ctl(2), which a regular file refuses), two allocations and a
+// finalizer. What an os.File's reference count guards against, a close
+// while a call still uses the descriptor, the table rules out: it closes
+// a file's descriptors once no reference to its inode is left, and every
+// call comes with one (inodeTable).
+//
+// Its errors name the file by name, its path below the root: the
+// root's own path is the daemon's business, not its callers'.
 type osFile struct {
-	*os.File
+	fd   int
 	name string
+	// owner is the *os.File that owns fd where os.Root opened it (a
+	// create, a path through a symlink), which closes fd with it; nil
+	// for a descriptor of openat2's.
+	owner *os.File
 }
 
-var _ File = osFile{}
+var _ File = (*osFile)(nil)
+
+// newOSFile adapts a descriptor os opened. Fd puts it in blocking mode,
+// which a regular file's I/O ignores anyway (openFlags).
+func newOSFile(f *os.File, name string) *osFile {
+	return &osFile{fd: int(f.Fd()), name: name, owner: f}
+}
 
 // relative names the file of a *os.PathError by name.
 func relative(err error, name string) error {
@@ -401,82 +420,105 @@ func relative(err error, name string) error {
 	return err
 }
 
-func (f osFile) ReadAt(p []byte, off int64) (int, error) {
-	n, err := f.File.ReadAt(p, off)
-	return n, relative(err, f.name)
+// pathError is a syscall's error, naming f.
+func (f *osFile) pathError(op string, err error) error {
+	return &os.PathError{Op: op, Path: f.name, Err: err}
 }
 
-func (f osFile) Truncate(size int64) error { return relative(f.File.Truncate(size), f.name) }
-
-func (f osFile) Close() error { return relative(f.File.Close(), f.name) }
-
-// WriteAt is pwrite(2), repeated until p is written. It does not use
-// os.File.WriteAt, which loses the bytes of a write cut short by an error:
-// its inner loop returns (bytes written, ENOSPC) and os.File.WriteAt
-// reports 0, so the store would neither count nor map data that reached
-// the file (seen on a full tmpfs).
-func (f osFile) WriteAt(p []byte, off int64) (int, error) {
-	fd := int(f.File.Fd())
-	defer runtime.KeepAlive(f.File)
-	written := 0
-	for written < len(p) {
-		n, err := unix.Pwrite(fd, p[written:], off+int64(written))
+// ReadAt is pread(2), repeated until p is full, as os.File.ReadAt does:
+// io.EOF once the file ends first.
+func (f *osFile) ReadAt(p []byte, off int64) (int, error) {
+	read := 0
+	for read < len(p) {
+		n, err := unix.Pread(f.fd, p[read:], off+int64(read))
 		switch {
 		case err == unix.EINTR:
 			continue
 		case err != nil:
-			return written, &os.PathError{Op: "write", Path: f.name, Err: err}
+			return read, f.pathError("read", err)
 		case n == 0:
-			return written, &os.PathError{Op: "write", Path: f.name, Err: io.ErrUnexpectedEOF}
+			return read, io.EOF
+		}
+		read += n
+	}
+	return read, nil
+}
+
+func (f *osFile) Truncate(size int64) error {
+	return f.retry("truncate", func() error { return unix.Ftruncate(f.fd, size) })
+}
+
+// Close closes the descriptor once: a second Close is EBADF, or, had
+// another open reused the number, would close someone else's.
+func (f *osFile) Close() error {
+	if f.owner != nil {
+		return relative(f.owner.Close(), f.name)
+	}
+	// Not retried on EINTR: Linux frees the descriptor whatever close(2)
+	// returns.
+	if err := unix.Close(f.fd); err != nil {
+		return f.pathError("close", err)
+	}
+	return nil
+}
+
+// WriteAt is pwrite(2), repeated until p is written. Like os.File.WriteAt it
+// goes on after a short write, but it reports the bytes a write cut short by
+// an error wrote: os.File.WriteAt's inner loop returns (bytes written,
+// ENOSPC) and it reports 0, so the store would neither count nor map data
+// that reached the file (seen on a full tmpfs).
+func (f *osFile) WriteAt(p []byte, off int64) (int, error) {
+	written := 0
+	for written < len(p) {
+		n, err := unix.Pwrite(f.fd, p[written:], off+int64(written))
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return written, f.pathError("write", err)
+		case n == 0:
+			return written, f.pathError("write", io.ErrUnexpectedEOF)
 		}
 		written += n
 	}
 	return written, nil
 }
 
-func (f osFile) Fallocate(mode uint32, off, length int64) error {
+// retry runs call until it is not interrupted (EINTR), naming f and op in
+// its error.
+func (f *osFile) retry(op string, call func() error) error {
 	for {
-		err := unix.Fallocate(int(f.File.Fd()), mode, off, length)
+		err := call()
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
-			return &os.PathError{Op: "fallocate", Path: f.name, Err: err}
+			return f.pathError(op, err)
 		}
 		return nil
 	}
 }
 
-func (f osFile) Sync(mode SyncMode) error {
+func (f *osFile) Fallocate(mode uint32, off, length int64) error {
+	return f.retry("fallocate", func() error { return unix.Fallocate(f.fd, mode, off, length) })
+}
+
+func (f *osFile) Sync(mode SyncMode) error {
 	if mode == SyncFull {
-		return relative(f.File.Sync(), f.name)
+		return f.retry("fsync", func() error { return unix.Fsync(f.fd) })
 	}
-	for {
-		err := unix.Fdatasync(int(f.File.Fd()))
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return &os.PathError{Op: "fdatasync", Path: f.name, Err: err}
-		}
-		return nil
-	}
+	return f.retry("fdatasync", func() error { return unix.Fdatasync(f.fd) })
 }
 
-func (f osFile) WriteBack(off, n int64) error {
+func (f *osFile) WriteBack(off, n int64) error {
 	const flags = unix.SYNC_FILE_RANGE_WAIT_BEFORE | unix.SYNC_FILE_RANGE_WRITE | unix.SYNC_FILE_RANGE_WAIT_AFTER
-	err := unix.SyncFileRange(int(f.File.Fd()), off, n, flags)
-	if err != nil {
-		return &os.PathError{Op: "sync_file_range", Path: f.name, Err: err}
-	}
-	return nil
+	return f.retry("sync_file_range", func() error { return unix.SyncFileRange(f.fd, off, n, flags) })
 }
 
-func (f osFile) Extents() ([]Extent, error) {
-	defer runtime.KeepAlive(f.File)
-	list, err := fileExtents(f.File.Fd())
+func (f *osFile) Extents() ([]Extent, error) {
+	list, err := fileExtents(uintptr(f.fd))
 	if err != nil {
-		return nil, &os.PathError{Op: "extents", Path: f.Name(), Err: err}
+		return nil, f.pathError("extents", err)
 	}
 	return list, nil
 }
@@ -484,17 +526,10 @@ func (f osFile) Extents() ([]Extent, error) {
 // Stat is fstat(2) into the caller's frame: os.File.Stat allocates its
 // answer, and a file reopened for a write is stat twice, at its open and
 // at its close.
-func (f osFile) Stat() (FileInfo, error) {
+func (f *osFile) Stat() (FileInfo, error) {
 	var st unix.Stat_t
-	var err error
-	for {
-		if err = unix.Fstat(int(f.File.Fd()), &st); err != unix.EINTR {
-			break
-		}
-	}
-	runtime.KeepAlive(f.File)
-	if err != nil {
-		return FileInfo{}, &os.PathError{Op: "fstat", Path: f.name, Err: err}
+	if err := f.retry("fstat", func() error { return unix.Fstat(f.fd, &st) }); err != nil {
+		return FileInfo{}, err
 	}
 	return fileInfoOfStat(&st), nil
 }
