@@ -69,18 +69,24 @@ type closedFile struct {
 	size      int64
 	ctime     int64
 	blockSize int64
-	runs      []extentRun
+	// runs are the map's runs (extentMap.appendRuns): in one, most
+	// often, for a file of one run spares an allocation.
+	runs []extentRun
+	one  [1]extentRun
 	// prev is the entry closed more recently, next the one closed before.
 	prev, next *closedFile
 }
 
 // closedFileCost approximates what an entry holds in memory besides its
-// runs: the struct and its slot in the map (measured by
-// TestExtentCacheCost).
+// runs: the struct, less its run held inline, and its slot in the map.
 const closedFileCost = 160
 
 func (c *closedFile) cost() int64 {
-	return closedFileCost + int64(cap(c.runs))*extentRunSize
+	n := closedFileCost + int64(len(c.one))*extentRunSize
+	if cap(c.runs) > len(c.one) {
+		n += int64(cap(c.runs)) * extentRunSize // spilled out of one
+	}
+	return n
 }
 
 // extentRunSize is the size of an extentRun: two int64s and a state.
@@ -145,7 +151,8 @@ func (c *extentCache) put(fi FileInfo, m *extentMap) {
 	if !c.settled(fi.Ctime, c.now()) {
 		return
 	}
-	e := &closedFile{id: fileID{fi.Dev, fi.Ino}, size: fi.Size, ctime: fi.Ctime, blockSize: m.blockSize, runs: m.snapshot()}
+	e := &closedFile{id: fileID{fi.Dev, fi.Ino}, size: fi.Size, ctime: fi.Ctime, blockSize: m.blockSize}
+	e.runs = m.appendRuns(e.one[:0])
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old := c.byID[e.id]; old != nil {

@@ -466,11 +466,13 @@ func satSub(a, b int64) int64 {
 	return a - b
 }
 
-// snapshot lists the runs in order, in a slice of exactly their number:
-// what the extent cache keeps of a closed file, at 24 bytes a run rather
-// than a B-tree's nodes.
-func (m *extentMap) snapshot() []extentRun {
-	runs := make([]extentRun, 0, m.tree.Len())
+// appendRuns appends the runs, in order, to runs: what the extent cache
+// keeps of a closed file, at 24 bytes a run rather than a B-tree's nodes.
+// Where runs has no room for them it grows to exactly their number.
+func (m *extentMap) appendRuns(runs []extentRun) []extentRun {
+	if need := len(runs) + m.tree.Len(); need > cap(runs) {
+		runs = append(make([]extentRun, 0, need), runs...)
+	}
 	m.tree.Ascend(func(r extentRun) bool {
 		runs = append(runs, r)
 		return true
@@ -478,9 +480,9 @@ func (m *extentMap) snapshot() []extentRun {
 	return runs
 }
 
-// extentMapOfRuns rebuilds the map that snapshot listed.
+// extentMapOfRuns rebuilds the map that appendRuns listed.
 //
-// Preconditions: runs came from snapshot of a map of blockSize blocks.
+// Preconditions: runs came from appendRuns of a map of blockSize blocks.
 func extentMapOfRuns(runs []extentRun, blockSize int64) *extentMap {
 	m := newExtentMap(blockSize)
 	for _, r := range runs {
