@@ -34,8 +34,10 @@ import (
 type groupCommit struct {
 	mode  FsyncMode
 	delay time.Duration
-	// sync is the file's fdatasync (SyncData) or fsync (SyncFull).
-	sync func(mode SyncMode) error
+	// sync is the file's fdatasync (SyncData) or fsync (SyncFull): the
+	// inode itself, which an interface holds without allocating, where a
+	// closure over it would cost each open an allocation.
+	sync syncer
 	// onBatch reports how many callers one sync covered.
 	onBatch func(callers int)
 	// wait says where the callers' waits are reported.
@@ -67,6 +69,11 @@ type groupCommit struct {
 	// runningSpan is the span of the caller whose request opened the
 	// running batch: waiters link to it.
 	runningSpan trace.SpanContext
+}
+
+// syncer makes a file's writes durable (groupCommit.sync).
+type syncer interface {
+	syncFile(mode SyncMode) error
 }
 
 // syncBatch is one sync and the callers it covers.
@@ -179,7 +186,7 @@ func (g *groupCommit) startLocked(b *syncBatch) {
 func (g *groupCommit) issue(b *syncBatch) {
 	g.syncs.Add(1)
 	g.onBatch(b.callers)
-	err := g.sync(b.mode)
+	err := g.sync.syncFile(b.mode)
 	g.mu.Lock()
 	overlapped := g.failures != b.failuresBefore
 	if err != nil {

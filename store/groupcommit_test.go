@@ -13,6 +13,11 @@ import (
 // TestBatchTakesStrongestMode: callers that queue behind a running sync
 // share the next one, which syncs in the strongest mode any of them asked
 // for: fsync if one asked for SyncFull, else fdatasync.
+// syncFunc is a syncer made of a function.
+type syncFunc func(mode SyncMode) error
+
+func (f syncFunc) syncFile(mode SyncMode) error { return f(mode) }
+
 func TestBatchTakesStrongestMode(t *testing.T) {
 	tests := []struct {
 		queued []SyncMode
@@ -28,11 +33,11 @@ func TestBatchTakesStrongestMode(t *testing.T) {
 			synced := make(chan SyncMode, 2)
 			g := &groupCommit{
 				mode: FsyncGroup,
-				sync: func(mode SyncMode) error {
+				sync: syncFunc(func(mode SyncMode) error {
 					synced <- mode
 					<-release
 					return nil
-				},
+				}),
 				onBatch: func(int) {},
 				wait:    waitTrace{tel: noopTelemetry},
 			}

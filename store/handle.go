@@ -26,6 +26,7 @@ type Handle struct {
 	s      *Store
 	ino    *inode
 	path   string // opened by
+	gone   <-chan struct{}
 	closed atomic.Bool
 }
 
@@ -41,7 +42,7 @@ func (s *Store) OpenHandle(ctx context.Context, path string) (*Handle, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Handle{s: s, ino: ino, path: path}, nil
+	return &Handle{s: s, ino: ino, path: path, gone: s.table.goneChan(ino)}, nil
 }
 
 // Path is the path the handle was opened by, whatever a Rename made of it
@@ -54,7 +55,7 @@ func (h *Handle) Deleted() bool { return h.ino.deleted.Load() }
 
 // Gone is closed once the file is deleted (Deleted), so that a holder can
 // stop without waiting for its next Write to fail.
-func (h *Handle) Gone() <-chan struct{} { return h.ino.gone }
+func (h *Handle) Gone() <-chan struct{} { return h.gone }
 
 // Size is the file's size now (like i_size_read(): no lock taken).
 func (h *Handle) Size() int64 { return h.ino.size.Load() }

@@ -14,14 +14,18 @@ import (
 // inode is the store's per-file state; see doc.go for the lock order.
 type inode struct {
 	// name is the path the file is known by, its key in the table: the
-	// path it was opened by until a Rename moves it. Read it with path(),
-	// without locks; Rename stores it with inodeTable.mu held and lock held
-	// exclusively.
+	// path it was opened by (openedAs) until a Rename moves it. Read it
+	// with path(), without locks; Rename stores it with inodeTable.mu held
+	// and lock held exclusively.
 	name atomic.Pointer[string]
+	// openedAs is the path the inode was opened by: name points here
+	// first, so that an open allocates no string header of its own.
+	openedAs string
 
 	// Immutable after open.
-	file      File // buffered descriptor; reads always use it
-	direct    File // O_DIRECT descriptor in IODirect mode, else nil
+	table     *inodeTable // that opened it
+	file      File        // buffered descriptor; reads always use it
+	direct    File        // O_DIRECT descriptor in IODirect mode, else nil
 	blockSize int64
 	dev, ino  uint64
 	created   bool      // this open created the file
@@ -38,7 +42,9 @@ type inode struct {
 	// inode itself, a Handle, fails with ErrDeleted.
 	deleted atomic.Bool
 	// gone is closed when deleted is set, for a Handle's holder to learn of
-	// it without writing (Handle.Gone).
+	// it without writing (Handle.Gone). It is made for the first Handle
+	// (inodeTable.goneChan): most inodes never have one. Guarded by
+	// inodeTable.mu.
 	gone chan struct{}
 	// size is the file size. Read without locks (like i_size_read());
 	// written only with lock held exclusively.
@@ -144,7 +150,7 @@ func (ino *inode) open(t *inodeTable, create bool) (err error) {
 		f.Close()
 		return fmt.Errorf("%w: %s is a %s", ErrNotRegular, ino.path(), fileKind(fi.Type))
 	}
-	ino.file = f
+	ino.table, ino.file = t, f
 	ino.dev, ino.ino = fi.Dev, fi.Ino
 	ino.blockSize = fi.BlockSize
 	if ino.blockSize <= 0 {
@@ -174,8 +180,8 @@ func (ino *inode) open(t *inodeTable, create bool) (err error) {
 	ino.commit = groupCommit{
 		mode:    t.opts.Fsync,
 		delay:   t.opts.FsyncTimerDelay,
-		sync:    func(mode SyncMode) error { return ino.syncFile(t, mode) },
-		onBatch: t.telemetry.recordBatch,
+		sync:    ino,
+		onBatch: t.recordBatch,
 		wait:    ino.wait,
 
 		ackFromRunning: t.opts.Hooks.set(func(h *Hooks) bool { return h.AckFromRunningSync }),
@@ -227,7 +233,8 @@ func fileKind(t fs.FileMode) string {
 // It then checks, with one fstat(2) for the whole batch, that the file
 // still has a name (inode.unlinked): a sync of a file removed from outside
 // makes its data durable in a file that nobody can reach.
-func (ino *inode) syncFile(t *inodeTable, mode SyncMode) error {
+func (ino *inode) syncFile(mode SyncMode) error {
+	t := ino.table
 	if err := ino.file.Sync(mode); err != nil {
 		return err
 	}

@@ -19,6 +19,9 @@ type inodeTable struct {
 	fsys      FS
 	opts      *Options
 	telemetry *Telemetry
+	// recordBatch is telemetry.recordBatch, bound once rather than at
+	// every open (groupCommit.onBatch).
+	recordBatch func(callers int)
 
 	// mu guards every field below and the table fields of each inode. It is
 	// taken before any inode lock and never held across I/O, except the
@@ -47,7 +50,7 @@ type inodeTable struct {
 	// dirs merges the syncs of directories (created files' pendingDirs,
 	// and the closed ones' unsyncedDirs). It has its own lock.
 	dirs *dirSyncs
-	// unsyncedDirs holds, by ID, the pending directories
+	// unsyncedDirs holds, by ID, the pending directory records
 	// (inode.pendingDirs) of the files this store created and closed while
 	// idle before a sync made their names durable. It is kept apart from
 	// the inodes, like failedSync, and never evicted: the inode that
@@ -59,23 +62,24 @@ type inodeTable struct {
 	// it), their records of the file go too (forgetClosedLocked), because
 	// the kernel may give its inode number to the next file created, which
 	// must not start poisoned or syncing directories it was never in.
-	unsyncedDirs map[fileID][]string
+	unsyncedDirs map[fileID]*dirRecord
 	// drained is signalled when the last reference is dropped after close.
 	drained *sync.Cond
 }
 
 func newInodeTable(fsys FS, opts *Options, tel *Telemetry) *inodeTable {
 	t := &inodeTable{
-		fsys:      fsys,
-		opts:      opts,
-		telemetry: tel,
-		byPath:    make(map[string]*inode),
-		byID:      make(map[fileID]*inode),
+		fsys:        fsys,
+		opts:        opts,
+		telemetry:   tel,
+		recordBatch: tel.recordBatch,
+		byPath:      make(map[string]*inode),
+		byID:        make(map[fileID]*inode),
 	}
 	t.failedSync = make(map[fileID]string)
 	t.closedExtents = newExtentCache(opts.ExtentCacheBytes)
 	t.dirs = newDirSyncs(fsys, opts, tel)
-	t.unsyncedDirs = make(map[fileID][]string)
+	t.unsyncedDirs = make(map[fileID]*dirRecord)
 	t.drained = sync.NewCond(&t.mu)
 	return t
 }
@@ -95,9 +99,13 @@ func (t *inodeTable) get(ctx context.Context, name string, create bool) (*inode,
 // other processes can). Otherwise the holder is nil and the caller locks
 // as usual. A caller that keeps the inode for long, a Handle, uses get.
 func (t *inodeTable) getOrCreate(ctx context.Context, name, op, reason string) (*inode, *holder, error) {
-	h := &holder{mode: lockExclusive, op: op, reason: reason, span: trace.SpanContextFromContext(ctx)}
+	// From holderPool, like lockInode's: most calls find the file, and
+	// then nothing refers to h (acquireNew never ran with it).
+	h := holderPool.Get().(*holder)
+	*h = holder{mode: lockExclusive, op: op, reason: reason, span: trace.SpanContextFromContext(ctx)}
 	ino, err := t.getInode(ctx, name, true, h)
 	if err != nil || !ino.lock.createdBy(h) {
+		putHolder(h)
 		return ino, nil, err
 	}
 	return ino, h, nil
@@ -128,14 +136,17 @@ func (t *inodeTable) getInode(ctx context.Context, name string, create bool, cre
 			}
 			return ino, nil
 		}
-		evicted, err := t.makeRoomLocked()
+		// One file is evicted at a time but at most: its slot lives in
+		// this frame, not the heap.
+		var room [1]*inode
+		evicted, err := t.makeRoomLocked(room[:0])
 		if err != nil {
 			t.mu.Unlock()
 			closeAllFiles(evicted)
 			return nil, err
 		}
-		ino := &inode{refs: 1, ready: make(chan struct{}), gone: make(chan struct{})}
-		ino.name.Store(&name)
+		ino := &inode{refs: 1, ready: make(chan struct{}), openedAs: name}
+		ino.name.Store(&ino.openedAs)
 		t.byPath[name] = ino
 		t.open++
 		t.mu.Unlock()
@@ -166,13 +177,15 @@ func (t *inodeTable) getInode(ctx context.Context, name string, create bool, cre
 				delete(t.failedSync, id)
 				ino.commit.poison()
 			}
-			if dirs, ok := t.unsyncedDirs[id]; ok {
+			if rec, ok := t.unsyncedDirs[id]; ok {
 				delete(t.unsyncedDirs, id)
 				if p := ino.pendingDirs.Load(); p != nil {
-					dirs = append(slices.Clip(p.dirs), dirs...)
+					// This open made a record too (a file created
+					// with the number of one removed from outside):
+					// both, made before now, whenever that was.
+					rec = &dirRecord{dirs: append(slices.Clip(p.dirs), rec.dirs...), since: t.dirs.now()}
 				}
-				// Made before now, whenever that was.
-				ino.pendingDirs.Store(&dirRecord{dirs: dirs, since: t.dirs.now()})
+				ino.pendingDirs.Store(rec)
 			}
 		} else {
 			ino.openErr = err
@@ -191,6 +204,20 @@ func (t *inodeTable) getInode(ctx context.Context, name string, create bool, cre
 		t.mu.Unlock()
 		return ino, nil
 	}
+}
+
+// goneChan returns ino.gone, made now if no Handle asked before: closed
+// already if ino was deleted meanwhile.
+func (t *inodeTable) goneChan(ino *inode) <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if ino.gone == nil {
+		ino.gone = make(chan struct{})
+		if ino.deleted.Load() {
+			close(ino.gone)
+		}
+	}
+	return ino.gone
 }
 
 // errAlias marks a throw-away inode that found its file already open, and
@@ -332,7 +359,7 @@ func (t *inodeTable) deleteLocked(ino *inode) {
 	// back), but forget them all the same: that the open took them is not
 	// what should keep a new file with this inode number from them.
 	t.forgetClosedLocked(ino.id(), 1)
-	if !ino.deleted.Swap(true) {
+	if !ino.deleted.Swap(true) && ino.gone != nil {
 		close(ino.gone)
 	}
 }
@@ -488,21 +515,20 @@ func (t *inodeTable) unlinkIdleLocked(ino *inode) {
 }
 
 // makeRoomLocked takes least recently used idle files out of the table
-// until one more may open, and returns them for the caller to close once
-// it has dropped t.mu (closeAllFiles): close(2) need not hold up every
-// other lookup, and until it runs the table counts one descriptor fewer
-// than are open, by at most one file per caller doing this at once. An
-// idle file has no reference, so no operation holds its lock, and one
-// whose group commit still runs (for callers who gave up waiting) is
-// skipped. Its state is rebuilt on the next open, from the extent cache
+// until one more may open, and returns them, appended to evicted, for the
+// caller to close once it has dropped t.mu (closeAllFiles): close(2) need
+// not hold up every other lookup, and until it runs the table counts one
+// descriptor fewer than are open, by at most one file per caller doing
+// this at once. An idle file has no reference, so no operation holds its
+// lock, and one whose group commit still runs (for callers who gave up
+// waiting) is skipped. Its state is rebuilt on the next open, from the extent cache
 // (closedExtents) if the file is unchanged by then, else from the file;
 // except what the file cannot tell, which is kept apart and never dropped:
 // a failed sync not yet reported (failedSync) and directories not yet
 // synced (unsyncedDirs).
 //
 // Preconditions: t.mu is held.
-func (t *inodeTable) makeRoomLocked() ([]*inode, error) {
-	var evicted []*inode
+func (t *inodeTable) makeRoomLocked(evicted []*inode) ([]*inode, error) {
 	for ino := t.idleTail; t.open >= t.opts.MaxOpenFiles && ino != nil; {
 		prev := ino.idlePrev
 		if t.closeIdleLocked(ino) {
@@ -534,7 +560,7 @@ func (t *inodeTable) closeIdleLocked(ino *inode) bool {
 			t.failedSync[fileID{ino.dev, ino.ino}] = ino.path()
 		}
 		if p := ino.pendingDirs.Load(); p != nil {
-			t.unsyncedDirs[fileID{ino.dev, ino.ino}] = p.dirs
+			t.unsyncedDirs[fileID{ino.dev, ino.ino}] = p
 		}
 		if !poisoned && !ino.extentsInDoubt.Load() {
 			t.keepExtentsLocked(ino)
@@ -615,10 +641,10 @@ func (t *inodeTable) syncClosedDirs() error {
 		return err
 	}
 	t.mu.Lock()
-	for id, dirs := range records {
-		// A file reopened and closed again meanwhile may have a new
-		// record: only the one synced is forgotten.
-		if slices.Equal(t.unsyncedDirs[id], dirs) {
+	for id, rec := range records {
+		// A file reopened and renamed meanwhile has a new record: only
+		// the one synced is forgotten.
+		if t.unsyncedDirs[id] == rec {
 			delete(t.unsyncedDirs, id)
 		}
 	}
@@ -627,12 +653,12 @@ func (t *inodeTable) syncClosedDirs() error {
 }
 
 // syncDirs syncs each directory named in records once.
-func (t *inodeTable) syncDirs(records map[fileID][]string) error {
+func (t *inodeTable) syncDirs(records map[fileID]*dirRecord) error {
 	since := t.dirs.now() // the entries were made before
 	synced := make(map[string]bool)
 	var errs []error
-	for _, dirs := range records {
-		for _, dir := range dirs {
+	for _, rec := range records {
+		for _, dir := range rec.dirs {
 			if synced[dir] {
 				continue
 			}
