@@ -153,3 +153,50 @@ func TestHandleSyncDoesNotHoldBackWrites(t *testing.T) {
 		})
 	}
 }
+
+// TestHandleGone: Gone is open while the file keeps its name, shared by
+// every Handle of the file, and closed by a Delete; a new file by the
+// name has a Gone of its own.
+func TestHandleGone(t *testing.T) {
+	ctx := context.Background()
+	s := newFaultStore(t, store.Options{})
+	h1, err := s.OpenHandle(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h1.Close()
+	h2, err := s.OpenHandle(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h2.Close()
+	if h1.Gone() != h2.Gone() {
+		t.Error("two Handles of one file have two Gone channels")
+	}
+	select {
+	case <-h1.Gone():
+		t.Fatal("Gone is closed before any Delete")
+	default:
+	}
+	if err := s.Delete(ctx, "a", false); err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range []*store.Handle{h1, h2} {
+		select {
+		case <-h.Gone():
+		default:
+			t.Errorf("handle %d: Gone is open after the Delete", i+1)
+		}
+	}
+	// A new file by the name is another file, with a Gone of its own.
+	h3, err := s.OpenHandle(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h3.Close()
+	select {
+	case <-h3.Gone():
+		t.Error("the new file's Gone is closed")
+	default:
+	}
+}
