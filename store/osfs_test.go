@@ -5,8 +5,10 @@ package store
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -110,4 +112,58 @@ func sameSentinel(a, b error) bool {
 		}
 	}
 	return true
+}
+
+// TestOSFileCalls: the descriptor OSFS hands out does what os.File would:
+// positional reads and writes, a short read at EOF with io.EOF, and errors
+// that name the file by its path below the root, never by the root's own
+// path, for descriptors of openat2 and of os.Root (a create) alike.
+func TestOSFileCalls(t *testing.T) {
+	dir := testutil.Dir(t)
+	fsys, err := OpenOSFS(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fsys.Close()
+	if err := fsys.MkdirAll("d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	created, err := fsys.OpenFile("d/f", openFlags|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened, err := fsys.OpenFile("d/f", openFlags, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []File{created, opened} {
+		if n, err := f.WriteAt([]byte("hello"), 2); n != 5 || err != nil {
+			t.Fatalf("WriteAt: %d, %v", n, err)
+		}
+		buf := make([]byte, 10)
+		n, err := f.ReadAt(buf, 0)
+		if n != 7 || err != io.EOF || string(buf[:n]) != "\x00\x00hello" {
+			t.Errorf("ReadAt past EOF: %d %q, %v; want 7 \"\\x00\\x00hello\", EOF", n, buf[:n], err)
+		}
+		if n, err := f.ReadAt(buf[:3], 4); n != 3 || err != nil || string(buf[:3]) != "llo" {
+			t.Errorf("ReadAt inside the file: %d %q, %v", n, buf[:3], err)
+		}
+		if fi, err := f.Stat(); err != nil || fi.Size != 7 || fi.Nlink != 1 {
+			t.Errorf("Stat: %+v, %v", fi, err)
+		}
+		if err := f.Truncate(3); err != nil {
+			t.Errorf("Truncate: %v", err)
+		}
+		if err := f.Sync(SyncFull); err != nil {
+			t.Errorf("Sync: %v", err)
+		}
+		if err := f.Fallocate(0, -1, 1); err == nil || !strings.Contains(err.Error(), "fallocate d/f: ") || strings.Contains(err.Error(), dir) {
+			t.Errorf("Fallocate with a negative offset: %v, want an error naming d/f and not the root", err)
+		}
+	}
+	for _, f := range []File{created, opened} {
+		if err := f.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}
 }
