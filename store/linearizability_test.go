@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -556,6 +557,7 @@ func changeOutside(s *Store, dir, name string, in linInput) (bool, error) {
 //
 // Preconditions: t.mu is held and name is closed.
 func reopenMatchesFile(t *inodeTable, name string) error {
+	source := extentsSource(t, name)
 	ino := &inode{ready: make(chan struct{})}
 	ino.name.Store(&name)
 	if err := ino.open(t, false); err != nil {
@@ -567,7 +569,8 @@ func reopenMatchesFile(t *inodeTable, name string) error {
 		return err
 	}
 	if !ino.extents.equal(fromFile) {
-		return fmt.Errorf("reopened after a change from outside, the extent map is %v, FIEMAP says %v", ino.extents, fromFile)
+		return fmt.Errorf("reopened after a change from outside, the extent map (%s) is %v, FIEMAP says %v; %s",
+			source, ino.extents, fromFile, mapMismatch(ino.extents, fromFile, ino.file, ino.size.Load()))
 	}
 	t.keepExtentsLocked(ino)
 	return nil
@@ -686,6 +689,12 @@ func TestLinearizability(t *testing.T) {
 // the map saying "written" over a block the kernel punched afterwards.
 func extentsMatchFile(t *testing.T, s *Store, name string) bool {
 	t.Helper()
+	s.table.mu.Lock()
+	source := "the map of the open file"
+	if s.table.byPath[name] == nil {
+		source = extentsSource(s.table, name)
+	}
+	s.table.mu.Unlock()
 	ino, err := s.table.get(context.Background(), name, false)
 	if err != nil {
 		t.Fatal(err)
@@ -698,10 +707,74 @@ func extentsMatchFile(t *testing.T, s *Store, name string) bool {
 	ino.extentMu.Lock()
 	defer ino.extentMu.Unlock()
 	if !ino.extents.equal(fromFile) {
-		t.Errorf("%s: extent map after the history = %v, FIEMAP of the file = %v", name, ino.extents, fromFile)
+		t.Errorf("%s: extent map after the history (%s) = %v, FIEMAP of the file = %v; %s",
+			name, source, ino.extents, fromFile, mapMismatch(ino.extents, fromFile, ino.file, ino.size.Load()))
 		return false
 	}
 	return true
+}
+
+// extentsSource says where the next open of name will take its extent map
+// from: the extent cache, if it holds an entry that fits the file as it is
+// now, or FIEMAP. A map that is wrong only when it came from the cache
+// points at the cache's rule (an entry used for a file that changed);
+// one that is wrong when just read from FIEMAP points at the kernel.
+//
+// Preconditions: t.mu is held, so that no open takes the entry meanwhile.
+func extentsSource(t *inodeTable, name string) string {
+	fi, err := t.fsys.Lstat(name)
+	if err != nil {
+		return fmt.Sprintf("to be read from FIEMAP (lstat: %v)", err)
+	}
+	c := t.closedExtents
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.byID[fileID{fi.Dev, fi.Ino}]; e != nil && e.size == fi.Size && e.ctime == fi.Ctime {
+		return fmt.Sprintf("reopened from the extent cache, entry of size %d and ctime %d", e.size, e.ctime)
+	}
+	return "reopened from FIEMAP"
+}
+
+// mapMismatch describes, for a failure message, how the store's map m
+// differs from fromFile, FIEMAP's map of the file f of size bytes: the
+// blocks where they disagree, where EOF falls (a difference past it is
+// preallocation, which no read can see), and what FIEMAP says when asked
+// once more, since if that differs from fromFile as well, the kernel's
+// answer moved while nothing of the store ran.
+func mapMismatch(m, fromFile *extentMap, f File, size int64) string {
+	var bounds []int64
+	for _, r := range fromFile.appendRuns(m.appendRuns(nil)) {
+		bounds = append(bounds, r.start, r.end)
+	}
+	slices.Sort(bounds)
+	bounds = slices.Compact(bounds)
+	state := func(m *extentMap, start, end int64) ExtentState {
+		switch _, unwritten, written := m.classify(start, end); {
+		case written:
+			return ExtentWritten
+		case unwritten:
+			return ExtentUnwritten
+		}
+		return ExtentHole
+	}
+	var b strings.Builder
+	for i := 0; i+1 < len(bounds); i++ {
+		// No run of either map starts or ends inside [start, end): one
+		// state each.
+		start, end := bounds[i], bounds[i+1]
+		if mine, theirs := state(m, start, end), state(fromFile, start, end); mine != theirs {
+			fmt.Fprintf(&b, "blocks [%d,%d) are %v in the store's map, %v in FIEMAP's; ", start, end, mine, theirs)
+		}
+	}
+	fmt.Fprintf(&b, "the size is %d bytes (blocks from %d on are past EOF)", size, ceilBlock(size, m.blockSize))
+	if again, err := loadExtentMap(f, m.blockSize); err != nil {
+		fmt.Fprintf(&b, "; FIEMAP again: %v", err)
+	} else if again.equal(fromFile) {
+		b.WriteString("; FIEMAP again says the same")
+	} else {
+		fmt.Fprintf(&b, "; FIEMAP again says %v, not what it said just before", again)
+	}
+	return b.String()
 }
 
 // jitterFS pauses now and then around the store's reads and writes, to
