@@ -58,10 +58,26 @@ type extentCache struct {
 	// inodeTable.mu, and never held across a syscall.
 	mu    sync.Mutex
 	bytes int64
-	byID  map[fileID]*closedFile
-	// head is the most recently closed file, tail the next to drop.
-	head, tail *closedFile
+	// The entries live in one slice, linked by index, and byID maps a
+	// file to its slot: neither holds a pointer, so the garbage collector
+	// never scans them, where a node per entry cost every collection a
+	// walk of the whole cache (100,000 closed files: a fifth of the
+	// daemon's CPU went to marking). The slice keeps the most slots it
+	// ever held; freed ones are reused first.
+	entries []closedFile
+	byID    map[fileID]int32
+	free    []int32
+	// spilled holds the runs of the entries that have more than one, by
+	// slot: few files are that fragmented, and the rest keep their one
+	// run inline.
+	spilled map[int32][]extentRun
+	// head is the slot of the most recently closed file, tail the next to
+	// drop; noSlot when empty.
+	head, tail int32
 }
+
+// noSlot ends the list of entries.
+const noSlot = -1
 
 // closedFile is what the cache keeps of one closed file.
 type closedFile struct {
@@ -69,32 +85,35 @@ type closedFile struct {
 	size      int64
 	ctime     int64
 	blockSize int64
-	// runs are the map's runs (extentMap.appendRuns): in one, most
-	// often, for a file of one run spares an allocation.
-	runs []extentRun
-	one  [1]extentRun
-	// prev is the entry closed more recently, next the one closed before.
-	prev, next *closedFile
+	// runs counts the map's runs (extentMap.appendRuns); one holds it if
+	// there is one, spilled the slice if there are more.
+	runs int32
+	one  extentRun
+	// prev is the slot of the entry closed more recently, next of the one
+	// closed before.
+	prev, next int32
 }
 
 // closedFileCost approximates what an entry holds in memory besides its
-// runs: the struct, less its run held inline, and its slot in the map.
+// runs: its slot with one run inline, its key in byID and its place in the
+// free list.
 const closedFileCost = 160
 
-func (c *closedFile) cost() int64 {
-	n := closedFileCost + int64(len(c.one))*extentRunSize
-	if cap(c.runs) > len(c.one) {
-		n += int64(cap(c.runs)) * extentRunSize // spilled out of one
+func (e *closedFile) cost() int64 {
+	if e.runs > 1 {
+		return closedFileCost + int64(e.runs)*extentRunSize
 	}
-	return n
+	return closedFileCost + extentRunSize
 }
 
 // extentRunSize is the size of an extentRun: two int64s and a state.
 const extentRunSize = 24
 
 func newExtentCache(maxBytes int64) *extentCache {
-	c := &extentCache{maxBytes: max(0, maxBytes), now: coarseNow, tick: coarseTick(), byID: make(map[fileID]*closedFile)}
-	return c
+	return &extentCache{
+		maxBytes: max(0, maxBytes), now: coarseNow, tick: coarseTick(),
+		byID: make(map[fileID]int32), spilled: make(map[int32][]extentRun), head: noSlot, tail: noSlot,
+	}
 }
 
 // coarseNow reads CLOCK_REALTIME_COARSE: the clock the kernel stamps ctime
@@ -151,23 +170,40 @@ func (c *extentCache) put(fi FileInfo, m *extentMap) {
 	if !c.settled(fi.Ctime, c.now()) {
 		return
 	}
-	e := &closedFile{id: fileID{fi.Dev, fi.Ino}, size: fi.Size, ctime: fi.Ctime, blockSize: m.blockSize}
-	e.runs = m.appendRuns(e.one[:0])
+	e := closedFile{id: fileID{fi.Dev, fi.Ino}, size: fi.Size, ctime: fi.Ctime, blockSize: m.blockSize, runs: int32(m.runs())}
+	var runs []extentRun
+	if e.runs > 1 {
+		runs = m.appendRuns(nil)
+	} else if e.runs == 1 {
+		var one [1]extentRun
+		e.one = m.appendRuns(one[:0])[0]
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if old := c.byID[e.id]; old != nil {
+	if old, ok := c.byID[e.id]; ok {
 		c.removeLocked(old)
 	}
-	c.byID[e.id] = e
-	e.next = c.head
-	if c.head != nil {
-		c.head.prev = e
+	var i int32
+	if n := len(c.free); n > 0 {
+		i, c.free = c.free[n-1], c.free[:n-1]
 	} else {
-		c.tail = e
+		i = int32(len(c.entries))
+		c.entries = append(c.entries, closedFile{})
 	}
-	c.head = e
+	e.prev, e.next = noSlot, c.head
+	c.entries[i] = e
+	if runs != nil {
+		c.spilled[i] = runs
+	}
+	c.byID[e.id] = i
+	if c.head != noSlot {
+		c.entries[c.head].prev = i
+	} else {
+		c.tail = i
+	}
+	c.head = i
 	c.bytes += e.cost()
-	for c.bytes > c.maxBytes && c.tail != nil {
+	for c.bytes > c.maxBytes && c.tail != noSlot {
 		c.removeLocked(c.tail)
 	}
 }
@@ -181,42 +217,55 @@ func (c *extentCache) take(fi FileInfo, blockSize int64) *extentMap {
 		return nil
 	}
 	c.mu.Lock()
-	e := c.byID[fileID{fi.Dev, fi.Ino}]
-	if e != nil {
-		c.removeLocked(e)
-	}
-	c.mu.Unlock()
-	if e == nil || e.size != fi.Size || e.ctime != fi.Ctime || e.blockSize != blockSize {
+	i, ok := c.byID[fileID{fi.Dev, fi.Ino}]
+	if !ok {
+		c.mu.Unlock()
 		return nil
 	}
-	return extentMapOfRuns(e.runs, blockSize)
+	e, runs := c.entries[i], c.spilled[i]
+	c.removeLocked(i)
+	c.mu.Unlock()
+	if e.size != fi.Size || e.ctime != fi.Ctime || e.blockSize != blockSize {
+		return nil
+	}
+	if e.runs == 1 {
+		runs = []extentRun{e.one}
+	}
+	return extentMapOfRuns(runs, blockSize)
 }
 
 // forget drops the entry of id, if any: the file is open again under
 // another name, or gone.
 func (c *extentCache) forget(id fileID) {
 	c.mu.Lock()
-	if e := c.byID[id]; e != nil {
-		c.removeLocked(e)
+	if i, ok := c.byID[id]; ok {
+		c.removeLocked(i)
 	}
 	c.mu.Unlock()
 }
 
-// Preconditions: c.mu is held and e is in the cache.
-func (c *extentCache) removeLocked(e *closedFile) {
-	if e.prev != nil {
-		e.prev.next = e.next
+// removeLocked drops the entry in slot i.
+//
+// Preconditions: c.mu is held and slot i holds an entry.
+func (c *extentCache) removeLocked(i int32) {
+	e := &c.entries[i]
+	if e.prev != noSlot {
+		c.entries[e.prev].next = e.next
 	} else {
 		c.head = e.next
 	}
-	if e.next != nil {
-		e.next.prev = e.prev
+	if e.next != noSlot {
+		c.entries[e.next].prev = e.prev
 	} else {
 		c.tail = e.prev
 	}
-	e.prev, e.next = nil, nil
 	delete(c.byID, e.id)
+	if e.runs > 1 {
+		delete(c.spilled, i)
+	}
 	c.bytes -= e.cost()
+	*e = closedFile{}
+	c.free = append(c.free, i)
 }
 
 // size reports the entries and the bytes they are counted as (gauges).

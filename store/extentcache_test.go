@@ -5,8 +5,10 @@ package store
 import (
 	"context"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -182,6 +184,81 @@ func TestExtentCacheBound(t *testing.T) {
 	c.put(fi(9), oneRun)
 	if m := c.take(fi(9), bs); m != nil {
 		t.Errorf("a cache of 0 bytes gave back %v", m)
+	}
+}
+
+// TestExtentCacheSlots: puts, takes and forgets in random order, of maps
+// of one run and of several, against a model of the cache (an LRU list of
+// the files and their maps): the slots freed and reused, the runs kept
+// apart for the maps of several, and the bytes counted, stay as the model
+// says, and every take gives back the map put, or nothing once the file
+// was dropped for room.
+func TestExtentCacheSlots(t *testing.T) {
+	const bs, files = 4096, 40
+	rng := rand.New(rand.NewPCG(7, 7))
+	maps := make([]*extentMap, files)
+	for i := range maps {
+		maps[i] = newExtentMap(bs)
+		for r := range int64(1 + i%4) { // 1 to 4 runs
+			maps[i].set(3*r, 3*r+1+int64(i%2), ExtentWritten)
+		}
+	}
+	fi := func(i int) FileInfo { return FileInfo{Dev: 1, Ino: uint64(i), Size: 16 * bs, Ctime: 1e9 + 1} }
+	cost := func(i int) int64 { return closedFileCost + int64(maps[i].runs())*extentRunSize }
+	c := newExtentCache(12 * (closedFileCost + extentRunSize))
+	c.now = func() int64 { return 5e9 }
+	var lru []int // the model: most recently put first
+	remove := func(i int) bool {
+		for j, f := range lru {
+			if f == i {
+				lru = slices.Delete(lru, j, j+1)
+				return true
+			}
+		}
+		return false
+	}
+	for step := range 5000 {
+		i := rng.IntN(files)
+		switch op := rng.IntN(3); op {
+		case 0:
+			c.put(fi(i), maps[i])
+			remove(i)
+			lru = slices.Insert(lru, 0, i)
+			var total int64
+			for _, f := range lru {
+				total += cost(f)
+			}
+			for total > c.maxBytes {
+				total -= cost(lru[len(lru)-1])
+				lru = lru[:len(lru)-1]
+			}
+		case 1:
+			m := c.take(fi(i), bs)
+			if kept := remove(i); kept != (m != nil) || (m != nil && !m.equal(maps[i])) {
+				t.Fatalf("step %d: take(%d) = %v, want the map put: %v", step, i, m, kept)
+			}
+		default:
+			c.forget(fileID{1, uint64(i)})
+			remove(i)
+		}
+		var want int64
+		for _, f := range lru {
+			want += cost(f)
+		}
+		if n, b := c.size(); n != len(lru) || b != want {
+			t.Fatalf("step %d: %d entries of %d bytes, want %d of %d", step, n, b, len(lru), want)
+		}
+		if len(c.spilled) > len(lru) || len(c.entries)-len(c.free) != len(lru) {
+			t.Fatalf("step %d: %d slots, %d free, %d spilled, for %d entries", step, len(c.entries), len(c.free), len(c.spilled), len(lru))
+		}
+	}
+	// Newest first, as the model has them.
+	var order []int
+	for i := c.head; i != noSlot; i = c.entries[i].next {
+		order = append(order, int(c.entries[i].id.ino))
+	}
+	if !slices.Equal(order, lru) {
+		t.Errorf("entries newest first: %v, want %v", order, lru)
 	}
 }
 

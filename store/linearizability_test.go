@@ -729,7 +729,8 @@ func extentsSource(t *inodeTable, name string) string {
 	c := t.closedExtents
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e := c.byID[fileID{fi.Dev, fi.Ino}]; e != nil && e.size == fi.Size && e.ctime == fi.Ctime {
+	if i, ok := c.byID[fileID{fi.Dev, fi.Ino}]; ok && c.entries[i].size == fi.Size && c.entries[i].ctime == fi.Ctime {
+		e := c.entries[i]
 		return fmt.Sprintf("reopened from the extent cache, entry of size %d and ctime %d", e.size, e.ctime)
 	}
 	return "reopened from FIEMAP"

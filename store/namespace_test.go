@@ -503,7 +503,7 @@ func kept(s *Store, id fileID) (cached, failedSync, unsyncedDirs bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.closedExtents.mu.Lock()
-	cached = t.closedExtents.byID[id] != nil
+	_, cached = t.closedExtents.byID[id]
 	t.closedExtents.mu.Unlock()
 	_, failedSync = t.failedSync[id]
 	_, unsyncedDirs = t.unsyncedDirs[id]
