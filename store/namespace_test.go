@@ -506,7 +506,7 @@ func kept(s *Store, id fileID) (cached, failedSync, unsyncedDirs bool) {
 	_, cached = t.closedExtents.byID[id]
 	t.closedExtents.mu.Unlock()
 	_, failedSync = t.failedSync[id]
-	_, unsyncedDirs = t.unsyncedDirs[id]
+	unsyncedDirs = t.unsyncedDirs.has(id)
 	return cached, failedSync, unsyncedDirs
 }
 

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 
@@ -62,7 +61,7 @@ type inodeTable struct {
 	// it), their records of the file go too (forgetClosedLocked), because
 	// the kernel may give its inode number to the next file created, which
 	// must not start poisoned or syncing directories it was never in.
-	unsyncedDirs map[fileID]*dirRecord
+	unsyncedDirs *closedDirs
 	// drained is signalled when the last reference is dropped after close.
 	drained *sync.Cond
 }
@@ -79,7 +78,7 @@ func newInodeTable(fsys FS, opts *Options, tel *Telemetry) *inodeTable {
 	t.failedSync = make(map[fileID]string)
 	t.closedExtents = newExtentCache(opts.ExtentCacheBytes)
 	t.dirs = newDirSyncs(fsys, opts, tel)
-	t.unsyncedDirs = make(map[fileID]*dirRecord)
+	t.unsyncedDirs = newClosedDirs()
 	t.drained = sync.NewCond(&t.mu)
 	return t
 }
@@ -177,8 +176,7 @@ func (t *inodeTable) getInode(ctx context.Context, name string, create bool, cre
 				delete(t.failedSync, id)
 				ino.commit.poison()
 			}
-			if rec, ok := t.unsyncedDirs[id]; ok {
-				delete(t.unsyncedDirs, id)
+			if rec := t.unsyncedDirs.take(id); rec != nil {
 				if p := ino.pendingDirs.Load(); p != nil {
 					// This open made a record too (a file created
 					// with the number of one removed from outside):
@@ -379,7 +377,7 @@ func (t *inodeTable) forgetClosedLocked(id fileID, nlink uint64) {
 	t.closedExtents.forget(id)
 	if nlink <= 1 {
 		delete(t.failedSync, id)
-		delete(t.unsyncedDirs, id)
+		t.unsyncedDirs.forget(id)
 	}
 }
 
@@ -560,7 +558,7 @@ func (t *inodeTable) closeIdleLocked(ino *inode) bool {
 			t.failedSync[fileID{ino.dev, ino.ino}] = ino.path()
 		}
 		if p := ino.pendingDirs.Load(); p != nil {
-			t.unsyncedDirs[fileID{ino.dev, ino.ino}] = p
+			t.unsyncedDirs.put(fileID{ino.dev, ino.ino}, p)
 		}
 		if !poisoned && !ino.extentsInDoubt.Load() {
 			t.keepExtentsLocked(ino)
@@ -618,11 +616,13 @@ func (t *inodeTable) closeAll() error {
 	for _, key := range t.failedSync {
 		errs = append(errs, fmt.Errorf("sync %s: %w: a sync failed and the file was closed before a later one could report it", key, ErrSyncFailed))
 	}
-	if err := t.syncDirs(t.unsyncedDirs); err != nil {
-		errs = append(errs, err)
+	if lists, _ := t.unsyncedDirs.snapshot(); len(lists) > 0 {
+		if err := t.syncDirs(lists); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	t.idleHead, t.idleTail = nil, nil
-	t.byPath, t.byID, t.open, t.failedSync, t.unsyncedDirs = nil, nil, 0, nil, nil
+	t.byPath, t.byID, t.open, t.failedSync, t.unsyncedDirs = nil, nil, 0, nil, newClosedDirs()
 	t.mu.Unlock()
 	return errors.Join(errs...)
 }
@@ -632,33 +632,27 @@ func (t *inodeTable) closeAll() error {
 // durable.
 func (t *inodeTable) syncClosedDirs() error {
 	t.mu.Lock()
-	records := maps.Clone(t.unsyncedDirs)
+	lists, records := t.unsyncedDirs.snapshot()
 	t.mu.Unlock()
 	if len(records) == 0 {
 		return nil
 	}
-	if err := t.syncDirs(records); err != nil {
+	if err := t.syncDirs(lists); err != nil {
 		return err
 	}
 	t.mu.Lock()
-	for id, rec := range records {
-		// A file reopened and renamed meanwhile has a new record: only
-		// the one synced is forgotten.
-		if t.unsyncedDirs[id] == rec {
-			delete(t.unsyncedDirs, id)
-		}
-	}
+	t.unsyncedDirs.forgetIf(records)
 	t.mu.Unlock()
 	return nil
 }
 
-// syncDirs syncs each directory named in records once.
-func (t *inodeTable) syncDirs(records map[fileID]*dirRecord) error {
+// syncDirs syncs each directory named in lists once.
+func (t *inodeTable) syncDirs(lists [][]string) error {
 	since := t.dirs.now() // the entries were made before
 	synced := make(map[string]bool)
 	var errs []error
-	for _, rec := range records {
-		for _, dir := range rec.dirs {
+	for _, dirs := range lists {
+		for _, dir := range dirs {
 			if synced[dir] {
 				continue
 			}
