@@ -34,6 +34,14 @@ type comparison struct {
 	columns []column
 	// ratios are the figures the scenario is judged by, numerator first.
 	ratios [][2]string
+	// paired runs each ratio's denominator again just before its
+	// numerator, in every round, and takes the ratio to that run: on a
+	// shared machine the CPUs' speed drifts, over the minutes a round of
+	// many columns takes, by more than the differences measured (the files
+	// scenario saw the one-file row's daemon CPU per write vary by 1.5x
+	// between rounds). The denominator's own column keeps its place in
+	// the order; the runs made for pairing count only in the ratios.
+	paired bool
 	// preparation says how the columns' files are prepared, the same for
 	// every column: a ratio means nothing otherwise.
 	preparation string
@@ -119,6 +127,9 @@ type comparisonResult struct {
 	Failed bool `json:"failed"`
 
 	runs map[string][]*runResult // by column, in round order
+	// pairRuns are, by numerator column, the runs of its denominator made
+	// just before it (comparison.paired), in round order.
+	pairRuns map[string][]*runResult
 }
 
 type columnSummary struct {
@@ -193,7 +204,11 @@ type ratioSummary struct {
 	Name string `json:"name"` // "after/before"
 	// IOPSPerRound is each round's IOPS ratio; IOPS their median.
 	IOPSPerRound []float64 `json:"iops_per_round"`
-	IOPS         float64   `json:"iops"`
+	// BaseIOPSPerRound, for a paired comparison, is the IOPS of each
+	// round's run of the denominator made just before the numerator's,
+	// which IOPSPerRound divides by.
+	BaseIOPSPerRound []float64 `json:"base_iops_per_round,omitempty"`
+	IOPS             float64   `json:"iops"`
 	// Clat is the ratio of the median percentiles (below 1: the numerator
 	// is faster).
 	Clat []percentileUS `json:"clat"`
@@ -202,7 +217,9 @@ type ratioSummary struct {
 // runComparison runs c: it starts one daemon per distinct set of flags (or
 // uses -target), sets every column up, then runs rounds, each running every
 // column once, in alternating order so that drift (page cache, writeback,
-// other load on the machine) does not always favour the same side.
+// other load on the machine) does not always favour the same side; a
+// paired comparison runs each ratio's denominator again just before its
+// numerator.
 func (e *env) runComparison(ctx context.Context, c *comparison) (_ *comparisonResult, err error) {
 	cols := c.columns
 	if e.opts.target != "" && c.byServer {
@@ -213,7 +230,7 @@ func (e *env) runComparison(ctx context.Context, c *comparison) (_ *comparisonRe
 	res := &comparisonResult{
 		Name: c.name, Title: c.title, Preparation: c.preparation, Clients: c.clients, Connections: e.opts.connections, BS: c.bs,
 		Duration: e.duration(false).String(), Rounds: e.opts.rounds,
-		runs: map[string][]*runResult{},
+		runs: map[string][]*runResult{}, pairRuns: map[string][]*runResult{},
 	}
 	fmt.Fprintf(e.log, "\n== %s: %s\n", c.name, c.title)
 	if c.preparation != "" {
@@ -296,6 +313,20 @@ func (e *env) runComparison(ctx context.Context, c *comparison) (_ *comparisonRe
 		}
 	}
 
+	// pairOf gives, where c is paired, each numerator column the index of
+	// its denominator's.
+	pairOf := map[string]int{}
+	if c.paired {
+		index := map[string]int{}
+		for i, col := range cols {
+			index[col.name] = i
+		}
+		for _, rt := range c.ratios {
+			if i, ok := index[rt[1]]; ok {
+				pairOf[rt[0]] = i
+			}
+		}
+	}
 	for round := 1; round <= e.opts.rounds; round++ {
 		order := make([]int, len(cols))
 		for i := range order {
@@ -306,6 +337,14 @@ func (e *env) runComparison(ctx context.Context, c *comparison) (_ *comparisonRe
 		}
 		for _, i := range order {
 			col, s := cols[i], sessions[i]
+			if j, ok := pairOf[col.name]; ok {
+				sessions[j].round = round
+				r, err := e.runColumn(ctx, c, cols[j], sessions[j])
+				if err != nil {
+					return nil, fmt.Errorf("%s/%s round %d, before %s: %w", c.name, cols[j].name, round, col.name, err)
+				}
+				res.pairRuns[col.name] = append(res.pairRuns[col.name], r)
+			}
 			s.round = round
 			r, err := e.runColumn(ctx, c, col, s)
 			if err != nil {
@@ -480,8 +519,14 @@ func (e *env) summarize(res *comparisonResult, c *comparison, cols []column) {
 			continue // a column left out by -target
 		}
 		rs := ratioSummary{Name: rt[0] + "/" + rt[1]}
+		pairs := res.pairRuns[rt[0]]
 		for i := range num.Rounds {
-			if d := den.Rounds[i].IOPS; d > 0 {
+			d := den.Rounds[i].IOPS
+			if i < len(pairs) {
+				d = pairs[i].IOPS()
+				rs.BaseIOPSPerRound = append(rs.BaseIOPSPerRound, d)
+			}
+			if d > 0 {
 				rs.IOPSPerRound = append(rs.IOPSPerRound, num.Rounds[i].IOPS/d)
 			}
 		}

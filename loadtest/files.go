@@ -93,6 +93,7 @@ func (e *env) files() *comparison {
 		clients:     e.clients(32),
 		bs:          bs,
 		daemonStats: true,
+		paired:      true,
 		print:       printFilesTable,
 	}
 	for _, row := range e.filesRows(bs) {

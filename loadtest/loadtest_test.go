@@ -343,6 +343,13 @@ func TestFilesScenario(t *testing.T) {
 	if len(files.Ratios) != len(cols)-2 {
 		t.Errorf("%d ratios, want one per many-file column: %v", len(files.Ratios), files.Ratios)
 	}
+	// Paired: each ratio is to a run of its one-file row made just before
+	// its own, one a round.
+	for _, r := range files.Ratios {
+		if len(r.BaseIOPSPerRound) != files.Rounds || len(r.IOPSPerRound) != files.Rounds || slices.Contains(r.BaseIOPSPerRound, 0) {
+			t.Errorf("ratio %s: per round %v to the one-file runs %v, want %d of each", r.Name, r.IOPSPerRound, r.BaseIOPSPerRound, files.Rounds)
+		}
+	}
 	for _, c := range create.Columns {
 		for _, r := range c.Rounds {
 			d := r.Daemon

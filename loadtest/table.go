@@ -100,7 +100,8 @@ func printTable(w io.Writer, res *comparisonResult, columns []string) {
 
 // printFilesTable prints the files comparison one row per configuration:
 // throughput and p99 (medians over rounds), the ratio to the one-file row
-// of the same transport (median of the per-round ratios), and what the
+// of the same transport (median of the per-round ratios, each to a
+// one-file run made just before the row's: comparison.paired), and what the
 // daemon held when the runs ended (the largest over rounds): resident
 // memory, the memory per file above the one-file row's, descriptors, open
 // files and extent-cache entries; then reopens per second and the share of
@@ -172,7 +173,8 @@ func printFilesTable(w io.Writer, res *comparisonResult) {
 			strconv.Itoa(st.fds), strconv.FormatInt(st.open, 10), strconv.FormatInt(st.entries, 10), reopens, hits,
 			strconv.Itoa(c.Errors), strconv.FormatFloat(c.CPU.OtherCores, 'f', 2, 64)})
 	}
-	fmt.Fprintf(w, "   %d clients, %s per run, %d rounds alternating; iops and p99 are medians over rounds, memory and descriptors the most after any run\n",
+	fmt.Fprintf(w, "   %d clients, %s per run, %d rounds alternating; iops and p99 are medians over rounds, memory and descriptors the most after any run;\n"+
+		"   vs 1-file: the median over rounds of the ratio to a one-file run of the same transport made just before\n",
 		res.Clients, res.Duration, res.Rounds)
 	printRows(w, rows)
 	printErrors(w, res)
