@@ -428,20 +428,7 @@ func (f *osFile) pathError(op string, err error) error {
 // ReadAt is pread(2), repeated until p is full, as os.File.ReadAt does:
 // io.EOF once the file ends first.
 func (f *osFile) ReadAt(p []byte, off int64) (int, error) {
-	read := 0
-	for read < len(p) {
-		n, err := unix.Pread(f.fd, p[read:], off+int64(read))
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err != nil:
-			return read, f.pathError("read", err)
-		case n == 0:
-			return read, io.EOF
-		}
-		read += n
-	}
-	return read, nil
+	return f.whole("read", unix.Pread, p, off)
 }
 
 func (f *osFile) Truncate(size int64) error {
@@ -468,20 +455,30 @@ func (f *osFile) Close() error {
 // ENOSPC) and it reports 0, so the store would neither count nor map data
 // that reached the file (seen on a full tmpfs).
 func (f *osFile) WriteAt(p []byte, off int64) (int, error) {
-	written := 0
-	for written < len(p) {
-		n, err := unix.Pwrite(f.fd, p[written:], off+int64(written))
+	return f.whole("write", unix.Pwrite, p, off)
+}
+
+// whole repeats call, pread(2) or pwrite(2), until all of p is moved,
+// retrying where a signal interrupted it, and returns how many bytes
+// moved. A call that moves none ends it: the end of the file for a read
+// (io.EOF), an error for a write.
+func (f *osFile) whole(op string, call func(fd int, p []byte, off int64) (int, error), p []byte, off int64) (int, error) {
+	done := 0
+	for done < len(p) {
+		n, err := call(f.fd, p[done:], off+int64(done))
 		switch {
 		case err == unix.EINTR:
 			continue
 		case err != nil:
-			return written, f.pathError("write", err)
+			return done, f.pathError(op, err)
+		case n == 0 && op == "read":
+			return done, io.EOF
 		case n == 0:
-			return written, f.pathError("write", io.ErrUnexpectedEOF)
+			return done, f.pathError(op, io.ErrUnexpectedEOF)
 		}
-		written += n
+		done += n
 	}
-	return written, nil
+	return done, nil
 }
 
 // retry runs call until it is not interrupted (EINTR), naming f and op in
