@@ -215,15 +215,10 @@ func TestExtendingWaitsForInflight(t *testing.T) {
 			<-g.arrived
 
 			// E: blocks 1 and 2, extending, started while U is in flight.
-			type result struct {
-				size int64
-				err  error
-			}
-			extended := make(chan result, 1)
-			go func() {
+			extended := inBackground(func() (int64, error) {
 				res, err := s.Write(ctx, "f", bs, bytes.Repeat([]byte{23}, 2*bs), SyncNone)
-				extended <- result{res.Size, err}
-			}()
+				return res.Size, err
+			})
 			// Either E waits for U (the fix), or its bytes landed and it
 			// is held before it stores the size (the race).
 			testutil.WaitFor(t, "the extending write to wait for the write in flight or to land its bytes", func() bool {

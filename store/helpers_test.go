@@ -50,3 +50,22 @@ func readFile(t testing.TB, dir, name string) []byte {
 	}
 	return b
 }
+
+// sizeResult is what a call started by inBackground returned: a size or
+// a byte count, and the error.
+type sizeResult struct {
+	size int64
+	err  error
+}
+
+// inBackground runs call in its own goroutine and returns the channel
+// that receives its result, so that a test can hold the call inside the
+// store and check whether it has returned yet.
+func inBackground(call func() (int64, error)) <-chan sizeResult {
+	c := make(chan sizeResult, 1)
+	go func() {
+		n, err := call()
+		c <- sizeResult{n, err}
+	}()
+	return c
+}

@@ -404,19 +404,11 @@ func TestCreationIsOneStep(t *testing.T) {
 				wrote <- err
 			}()
 			<-g.arrived
-			type result struct {
-				n   int64
-				err error
-			}
-			looked := make(chan result, 1)
-			go func() {
-				n, err := looks[name](s)
-				looked <- result{n, err}
-			}()
+			looked := inBackground(func() (int64, error) { return looks[name](s) })
 			testutil.WaitFor(t, name+" to wait for the creating write", func() bool {
 				select {
 				case r := <-looked:
-					t.Fatalf("%s returned %d, %v while the write that creates the file was inside", name, r.n, r.err)
+					t.Fatalf("%s returned %d, %v while the write that creates the file was inside", name, r.size, r.err)
 				default:
 				}
 				return fileLocks(s, "new").Waiting == 1
@@ -425,8 +417,8 @@ func TestCreationIsOneStep(t *testing.T) {
 			if err := <-wrote; err != nil {
 				t.Fatal(err)
 			}
-			if r := <-looked; r.err != nil || r.n != 8192 {
-				t.Errorf("%s = %d, %v; want the 8192 bytes written", name, r.n, r.err)
+			if r := <-looked; r.err != nil || r.size != 8192 {
+				t.Errorf("%s = %d, %v; want the 8192 bytes written", name, r.size, r.err)
 			}
 		})
 	}
@@ -498,15 +490,10 @@ func TestCreateAfterDeleteIsOneStep(t *testing.T) {
 			// The operation has created the file anew and is inside
 			// ftruncate(2) or fallocate(2): a Stat must wait for it.
 			<-resizing
-			type result struct {
-				size int64
-				err  error
-			}
-			statted := make(chan result, 1)
-			go func() {
+			statted := inBackground(func() (int64, error) {
 				st, err := s.Stat(ctx, "f")
-				statted <- result{st.Size, err}
-			}()
+				return st.Size, err
+			})
 			testutil.WaitFor(t, "Stat to wait for the "+name+" that creates f", func() bool {
 				select {
 				case r := <-statted:
@@ -565,16 +552,11 @@ func TestRenameIsOneStepToStat(t *testing.T) {
 			go func() { done <- s.Rename(ctx, "b", "dir/c", false, false) }()
 			<-renamed
 
-			type result struct {
-				size int64
-				err  error
-			}
-			statted := make(chan result, 1)
-			go func() {
+			statted := inBackground(func() (int64, error) {
 				st, err := s.Stat(ctx, "dir/c")
-				statted <- result{st.Size, err}
-			}()
-			var early *result // the Stat of dir/c, if it returned while the Rename was held
+				return st.Size, err
+			})
+			var early *sizeResult // the Stat of dir/c, if it returned while the Rename was held
 			testutil.WaitFor(t, "Stat(dir/c) to return or wait for the Rename", func() bool {
 				select {
 				case r := <-statted:
