@@ -201,12 +201,23 @@ func (flt *Fault) Remove() {
 type verdict struct {
 	err   syscall.Errno   // 0: the call goes through
 	allow int64           // OpWrite: bytes that reach the file before err
-	hold  <-chan struct{} // wait for it to close first, unless nil
+	hold  <-chan struct{} // check waits for it to close, unless nil
 }
 
 // check finds the rule for a call of op on name over [off, off+n) and
-// charges it: a hit, and for a write the bytes it may still write.
+// charges it (decide), then waits for the rule's Hold, if any, with f's
+// lock dropped: every call waits before it fails or goes through.
 func (f *FS) check(op Op, name string, off, n int64) verdict {
+	v := f.decide(op, name, off, n)
+	if v.hold != nil {
+		<-v.hold
+	}
+	return v
+}
+
+// decide is check without the wait: the rule for the call, charged with a
+// hit, and for a write the bytes it may still write.
+func (f *FS) decide(op Op, name string, off, n int64) verdict {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, flt := range f.rules {
@@ -252,9 +263,6 @@ func (r Rule) overlaps(op Op, off, n int64) bool {
 // returns is subject to the others.
 func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (store.File, error) {
 	v := f.check(OpOpen, name, 0, 0)
-	if v.hold != nil {
-		<-v.hold
-	}
 	if v.err != 0 {
 		return nil, &os.PathError{Op: "open", Path: name, Err: v.err}
 	}
@@ -314,9 +322,6 @@ func (f *faultFile) fail(op string, errno syscall.Errno) error {
 
 func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
 	v := f.fsys.check(OpWrite, f.name, off, int64(len(p)))
-	if v.hold != nil {
-		<-v.hold
-	}
 	if v.err == 0 {
 		return f.File.WriteAt(p, off)
 	}
@@ -335,9 +340,6 @@ func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
 
 func (f *faultFile) Sync(mode store.SyncMode) error {
 	v := f.fsys.check(OpSync, f.name, 0, 0)
-	if v.hold != nil {
-		<-v.hold
-	}
 	if v.err != 0 {
 		op := "fsync"
 		if mode != store.SyncFull {
@@ -350,9 +352,6 @@ func (f *faultFile) Sync(mode store.SyncMode) error {
 
 func (f *faultFile) Fallocate(mode uint32, off, length int64) error {
 	v := f.fsys.check(OpFallocate, f.name, off, length)
-	if v.hold != nil {
-		<-v.hold
-	}
 	if v.err != 0 {
 		return f.fail("fallocate", v.err)
 	}
@@ -361,9 +360,6 @@ func (f *faultFile) Fallocate(mode uint32, off, length int64) error {
 
 func (f *faultFile) Truncate(size int64) error {
 	v := f.fsys.check(OpTruncate, f.name, size, 0)
-	if v.hold != nil {
-		<-v.hold
-	}
 	if v.err != 0 {
 		return f.fail("truncate", v.err)
 	}
@@ -372,9 +368,6 @@ func (f *faultFile) Truncate(size int64) error {
 
 func (f *faultFile) WriteBack(off, n int64) error {
 	v := f.fsys.check(OpWriteBack, f.name, off, n)
-	if v.hold != nil {
-		<-v.hold
-	}
 	if v.err != 0 {
 		return f.fail("sync_file_range", v.err)
 	}
@@ -383,9 +376,6 @@ func (f *faultFile) WriteBack(off, n int64) error {
 
 func (f *faultFile) Extents() ([]store.Extent, error) {
 	v := f.fsys.check(OpExtents, f.name, 0, 0)
-	if v.hold != nil {
-		<-v.hold
-	}
 	if v.err != 0 {
 		return nil, f.fail("extents", v.err)
 	}
