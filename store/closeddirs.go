@@ -2,6 +2,8 @@
 
 package store
 
+import "maps"
+
 // closedDirs holds, by file, the pending directories (inode.pendingDirs)
 // of the files the table closed while idle before a sync made their names
 // durable (inodeTable.unsyncedDirs). A service that creates many files
@@ -105,20 +107,20 @@ func (c *closedDirs) has(id fileID) bool {
 	return ok
 }
 
+// dirLists lists the directories of the records, each list once.
+func (c *closedDirs) dirLists() [][]string {
+	dirs := make([][]string, 0, len(c.byKey))
+	for _, i := range c.byKey {
+		dirs = append(dirs, c.lists[i].dirs)
+	}
+	return dirs
+}
+
 // snapshot lists every record's directories, and the records, so that a
 // caller can sync them without the table's lock and then forget those
 // that did not change meanwhile (forgetIf).
 func (c *closedDirs) snapshot() (dirs [][]string, records map[fileID]closedDirRecord) {
-	records = make(map[fileID]closedDirRecord, len(c.byID))
-	seen := make(map[int32]bool)
-	for id, r := range c.byID {
-		records[id] = r
-		if !seen[r.list] {
-			seen[r.list] = true
-			dirs = append(dirs, c.lists[r.list].dirs)
-		}
-	}
-	return dirs, records
+	return c.dirLists(), maps.Clone(c.byID)
 }
 
 // forgetIf forgets the records of snapshot that are still as they were: a

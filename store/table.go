@@ -519,11 +519,11 @@ func (t *inodeTable) unlinkIdleLocked(ino *inode) {
 // descriptor fewer than are open, by at most one file per caller doing
 // this at once. An idle file has no reference, so no operation holds its
 // lock, and one whose group commit still runs (for callers who gave up
-// waiting) is skipped. Its state is rebuilt on the next open, from the extent cache
-// (closedExtents) if the file is unchanged by then, else from the file;
-// except what the file cannot tell, which is kept apart and never dropped:
-// a failed sync not yet reported (failedSync) and directories not yet
-// synced (unsyncedDirs).
+// waiting) is skipped. Its state is rebuilt on the next open, from the
+// extent cache (closedExtents) if the file is unchanged by then, else from
+// the file; except what the file cannot tell, which is kept apart and
+// never dropped: a failed sync not yet reported (failedSync) and
+// directories not yet synced (unsyncedDirs).
 //
 // Preconditions: t.mu is held.
 func (t *inodeTable) makeRoomLocked(evicted []*inode) ([]*inode, error) {
@@ -616,10 +616,8 @@ func (t *inodeTable) closeAll() error {
 	for _, key := range t.failedSync {
 		errs = append(errs, fmt.Errorf("sync %s: %w: a sync failed and the file was closed before a later one could report it", key, ErrSyncFailed))
 	}
-	if lists, _ := t.unsyncedDirs.snapshot(); len(lists) > 0 {
-		if err := t.syncDirs(lists); err != nil {
-			errs = append(errs, err)
-		}
+	if err := t.syncDirs(t.unsyncedDirs.dirLists()); err != nil {
+		errs = append(errs, err)
 	}
 	t.idleHead, t.idleTail = nil, nil
 	t.byPath, t.byID, t.open, t.failedSync, t.unsyncedDirs = nil, nil, 0, nil, newClosedDirs()
