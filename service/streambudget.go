@@ -111,14 +111,12 @@ func (b *streamBudget) takeExcess(n int64) int64 {
 }
 
 // wait returns true once the stream holds less than its bound, false if
-// ctx ends or stop closes first.
-func (b *streamBudget) wait(ctx context.Context, stop <-chan struct{}) bool {
+// ctx ends first.
+func (b *streamBudget) wait(ctx context.Context) bool {
 	for b.held.Load() >= b.limit {
 		select {
 		case <-b.room:
 		case <-ctx.Done():
-			return false
-		case <-stop:
 			return false
 		}
 	}

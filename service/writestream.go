@@ -84,11 +84,11 @@ type writeStream struct {
 	ss     grpc.BidiStreamingServer[filewritev1.WriteStreamRequest, filewritev1.WriteStreamResponse]
 	ctx    context.Context
 	budget *streamBudget
-	// waitCtx is ctx, also cancelled by stop: the reader waits for the
-	// daemon's budget within it, so that a stream told to stop stops
-	// waiting too. cancelWait is its cancel.
-	waitCtx    context.Context
-	cancelWait context.CancelFunc
+	// stopped is ctx, also cancelled by stop: the reader reads no further
+	// message, and stops waiting for the budgets. cancelStop is its
+	// cancel.
+	stopped    context.Context
+	cancelStop context.CancelFunc
 
 	// h is the file, set by the reader once it opened it and before it
 	// hands out a write; immutable after.
@@ -96,8 +96,6 @@ type writeStream struct {
 	// users counts the handler and the reader: the last to finish closes
 	// h and the budget.
 	users atomic.Int32
-	// stopped is closed by stop: the reader reads no further message.
-	stopped chan struct{}
 	// wake has one slot: something for the sender (an ack, the answer to
 	// the first message, the end).
 	wake chan struct{}
@@ -136,11 +134,10 @@ func newWriteStream(files *fileServer, ss grpc.BidiStreamingServer[filewritev1.W
 		ss:      ss,
 		ctx:     ss.Context(),
 		budget:  newStreamBudget(files.maxStreamBytes, &files.streamHeld, files.budget),
-		stopped: make(chan struct{}),
 		wake:    make(chan struct{}, 1),
 		unacked: make(map[uint64]struct{}),
 	}
-	ws.waitCtx, ws.cancelWait = context.WithCancel(ws.ctx)
+	ws.stopped, ws.cancelStop = context.WithCancel(ws.ctx)
 	ws.workCond.L = &ws.mu
 	ws.syncCond.L = &ws.mu
 	return ws
@@ -257,8 +254,7 @@ func (ws *writeStream) stop(end error) {
 	}
 	ws.stopping = true
 	ws.end = end
-	close(ws.stopped)
-	ws.cancelWait()
+	ws.cancelStop()
 	ws.wakeSenderLocked()
 }
 
@@ -271,7 +267,7 @@ func (ws *writeStream) watchDelete() {
 	select {
 	case <-ws.h.Gone():
 		ws.stop(ws.deletedStatus())
-	case <-ws.stopped:
+	case <-ws.stopped.Done():
 	}
 }
 
@@ -298,7 +294,7 @@ func (ws *writeStream) release() {
 	if ws.h != nil {
 		ws.h.Close()
 	}
-	ws.cancelWait()
+	ws.cancelStop()
 	ws.budget.close()
 	ws.files.streamMetrics.closed(context.Background())
 }
@@ -308,7 +304,7 @@ func (ws *writeStream) release() {
 func (ws *writeStream) read() {
 	defer ws.release()
 	defer ws.readerExit()
-	for ws.budget.wait(ws.ctx, ws.stopped) {
+	for ws.budget.wait(ws.stopped) {
 		req := new(streamRequest)
 		err := ws.ss.RecvMsg(req)
 		if errors.Is(err, io.EOF) {
@@ -367,7 +363,7 @@ func (ws *writeStream) accept(req *streamRequest) error {
 		}
 		w.err = err
 	}
-	if err := ws.budget.take(ws.waitCtx, cost); err != nil {
+	if err := ws.budget.take(ws.stopped, cost); err != nil {
 		req.release()
 		if err := ws.ctx.Err(); err != nil {
 			return toStatus(err)
