@@ -2,6 +2,21 @@
 // FileService, its REST gateway, health, and the start-up and drain of both
 // listeners. Handlers are thin: they translate enums, call store, and map
 // store's errors to gRPC codes in one function, toStatus.
+//
+// Lock order:
+//
+//	writeStream.mu         (one WriteStream's queues; held across no store
+//	                        call, Send or Recv, and across no wait for a
+//	                        budget)
+//
+//	streamBudget.mu        (a stream's cost beyond the daemon's budget; a leaf)
+//	budgetedStream.mu      (what a stream's last message holds; a leaf)
+//	tokenAuth.reloadMu     (serialises token reloads; a leaf, held across
+//	                        the read of the token file)
+//
+// None of them is held while waiting for inflightBudget, nor while giving
+// back to it: a stream takes and gives its budget outside writeStream.mu,
+// and budgetedStream releases after unlocking.
 package service
 
 import (
