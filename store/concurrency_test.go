@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -175,12 +174,13 @@ func TestExtendingWaitsForInflight(t *testing.T) {
 			extData := make(chan struct{}) // the extending write's bytes landed
 			unlockedDone := make(chan struct{})
 			wrap := func(fsys FS) FS {
-				return afterWriteFS{fsys, func(p []byte, off int64) {
+				after := func(p []byte, off int64) {
 					if off == bs && len(p) == 2*bs { // the extending write
 						close(extData)
 						<-unlockedDone
 					}
-				}}
+				}
+				return fileWrapFS{fsys, func(f File) File { return afterWriteFile{f, after} }}
 			}
 			s, _ := newWrappedStore(t, wrap, Options{Policy: PolicyUnlockedBelowEOF, IO: io})
 			if _, err := s.Write(ctx, "f", 0, bytes.Repeat([]byte{1}, 2*bs), SyncNone); err != nil {
@@ -253,21 +253,8 @@ func TestExtendingWaitsForInflight(t *testing.T) {
 	}
 }
 
-// afterWriteFS calls after once each WriteAt to a file it opened returned,
-// with the write's bytes and offset: before the store sees the result.
-type afterWriteFS struct {
-	FS
-	after func(p []byte, off int64)
-}
-
-func (f afterWriteFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
-	file, err := f.FS.OpenFile(name, flag, perm)
-	if err != nil {
-		return nil, err
-	}
-	return afterWriteFile{file, f.after}, nil
-}
-
+// afterWriteFile calls after once each WriteAt returned, with the write's
+// bytes and offset: before the store sees the result.
 type afterWriteFile struct {
 	File
 	after func(p []byte, off int64)

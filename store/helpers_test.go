@@ -3,6 +3,7 @@
 package store
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -40,6 +41,21 @@ func newWrappedStore(t testing.TB, wrap func(FS) FS, opts Options) (*Store, stri
 		}
 	})
 	return s, dir
+}
+
+// fileWrapFS is an FS whose every opened file is wrap(the file): how a
+// test puts a File that pauses, holds or lies under the store.
+type fileWrapFS struct {
+	FS
+	wrap func(File) File
+}
+
+func (f fileWrapFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
+	file, err := f.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return f.wrap(file), nil
 }
 
 func readFile(t testing.TB, dir, name string) []byte {

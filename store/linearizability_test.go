@@ -783,7 +783,7 @@ func mapMismatch(m, fromFile *extentMap, f File, size int64) string {
 	return b.String()
 }
 
-// jitterFS pauses now and then around the store's reads and writes, to
+// jitterFile pauses now and then around the store's reads and writes, to
 // widen the windows a missing lock or wait would open: between a write's
 // decision and its data landing (where a truncate that did not wait would
 // be overtaken), between the data landing and the write updating the
@@ -791,16 +791,6 @@ func mapMismatch(m, fromFile *extentMap, f File, size int64) string {
 // and between a read loading the size and reading the bytes (where a read
 // without the lock would meet a truncate). Unpaused, each window is a few
 // instructions wide and the scheduler rarely lands in it.
-type jitterFS struct{ FS }
-
-func (f jitterFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
-	file, err := f.FS.OpenFile(name, flag, perm)
-	if err != nil {
-		return nil, err
-	}
-	return jitterFile{file}, nil
-}
-
 type jitterFile struct{ File }
 
 func (f jitterFile) WriteAt(p []byte, off int64) (int, error) {
@@ -827,10 +817,10 @@ func jitter() {
 	}
 }
 
-// newJitterStore is newTestStore over a jitterFS.
+// newJitterStore is newTestStore with every file a jitterFile.
 func newJitterStore(t *testing.T, opts Options) (*Store, string) {
 	t.Helper()
-	return newWrappedStore(t, func(fsys FS) FS { return jitterFS{fsys} }, opts)
+	return newWrappedStore(t, func(fsys FS) FS { return fileWrapFS{fsys, func(f File) File { return jitterFile{f} }} }, opts)
 }
 
 // writeVisualization writes porcupine's HTML view of a failed history and

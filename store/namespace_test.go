@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -377,23 +376,13 @@ func TestRenameMovesPendingDirectories(t *testing.T) {
 	}
 }
 
-// stillCtimeFS reports one ctime for every file, as a filesystem might
+// stillCtimeFile reports one ctime for every file, as a filesystem might
 // whose clock was set back between changes: the extent cache's ctime check
 // cannot tell one file from another, and only what the store forgets
 // keeps a removed file's state from a new file with its inode number.
-type stillCtimeFS struct{ FS }
+type stillCtimeFile struct{ File }
 
 const stillCtime = int64(1e9)
-
-func (f stillCtimeFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
-	file, err := f.FS.OpenFile(name, flag, perm)
-	if err != nil {
-		return nil, err
-	}
-	return stillCtimeFile{file}, nil
-}
-
-type stillCtimeFile struct{ File }
 
 func (f stillCtimeFile) Stat() (FileInfo, error) {
 	fi, err := f.File.Stat()
@@ -408,7 +397,7 @@ func (f stillCtimeFile) Stat() (FileInfo, error) {
 // the same inode number, created from outside with the same size, is then
 // opened with its own extent map, its first sync believed, and Close
 // reports nothing of the removed file. The new file's ctime is made to
-// tell nothing (stillCtimeFS), so that the cache's ctime check cannot be
+// tell nothing (stillCtimeFile), so that the cache's ctime check cannot be
 // what saves it.
 func TestRemovedFileLeavesNothingBehind(t *testing.T) {
 	ctx := context.Background()
@@ -433,7 +422,7 @@ func TestRemovedFileLeavesNothingBehind(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, err := Open(stillCtimeFS{osfs}, Options{})
+			s, err := Open(fileWrapFS{osfs, func(f File) File { return stillCtimeFile{f} }}, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

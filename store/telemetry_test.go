@@ -4,7 +4,6 @@ package store
 
 import (
 	"context"
-	"io/fs"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -197,25 +196,17 @@ func TestInflightWaitSpanLinksToWriters(t *testing.T) {
 	}, linked...)
 }
 
-// heldSyncFS blocks every Sync until the test releases it, reporting each
-// arrival: it makes a group commit's sync last as long as a test needs.
-type heldSyncFS struct {
-	FS
+// syncHolds blocks every Sync of a heldSyncFile until the test releases
+// it, reporting each arrival: it makes a group commit's sync last as long
+// as a test needs.
+type syncHolds struct {
 	arrived chan struct{}
 	release chan struct{}
 }
 
-func (h heldSyncFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
-	f, err := h.FS.OpenFile(name, flag, perm)
-	if err != nil {
-		return nil, err
-	}
-	return heldSyncFile{f, h}, nil
-}
-
 type heldSyncFile struct {
 	File
-	h heldSyncFS
+	h syncHolds
 }
 
 func (f heldSyncFile) Sync(mode SyncMode) error {
@@ -225,8 +216,10 @@ func (f heldSyncFile) Sync(mode SyncMode) error {
 }
 
 func TestFsyncWaitSpanLinksToRunningSync(t *testing.T) {
-	held := heldSyncFS{arrived: make(chan struct{}, 4), release: make(chan struct{})}
-	ts := newTracedStore(t, func(base FS) FS { held.FS = base; return held }, Options{Fsync: FsyncGroup})
+	held := syncHolds{arrived: make(chan struct{}, 4), release: make(chan struct{})}
+	ts := newTracedStore(t, func(base FS) FS {
+		return fileWrapFS{base, func(f File) File { return heldSyncFile{f, held} }}
+	}, Options{Fsync: FsyncGroup})
 	t.Cleanup(func() {
 		select {
 		case <-held.release:
