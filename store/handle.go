@@ -25,8 +25,8 @@ import (
 type Handle struct {
 	s      *Store
 	ino    *inode
-	path   string // opened by
-	gone   <-chan struct{}
+	path   string          // opened by
+	gone   <-chan struct{} // the inode's, made for the first Handle (inodeTable.goneChan)
 	closed atomic.Bool
 }
 
