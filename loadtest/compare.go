@@ -127,9 +127,9 @@ type comparisonResult struct {
 	Failed bool `json:"failed"`
 
 	runs map[string][]*runResult // by column, in round order
-	// pairRuns are, by numerator column, the runs of its denominator made
-	// just before it (comparison.paired), in round order.
-	pairRuns map[string][]*runResult
+	// pairRuns are, by ratio, the runs of its denominator made just before
+	// its numerator's (comparison.paired), in round order.
+	pairRuns map[[2]string][]*runResult
 }
 
 type columnSummary struct {
@@ -230,7 +230,7 @@ func (e *env) runComparison(ctx context.Context, c *comparison) (_ *comparisonRe
 	res := &comparisonResult{
 		Name: c.name, Title: c.title, Preparation: c.preparation, Clients: c.clients, Connections: e.opts.connections, BS: c.bs,
 		Duration: e.duration(false).String(), Rounds: e.opts.rounds,
-		runs: map[string][]*runResult{}, pairRuns: map[string][]*runResult{},
+		runs: map[string][]*runResult{}, pairRuns: map[[2]string][]*runResult{},
 	}
 	fmt.Fprintf(e.log, "\n== %s: %s\n", c.name, c.title)
 	if c.preparation != "" {
@@ -313,17 +313,22 @@ func (e *env) runComparison(ctx context.Context, c *comparison) (_ *comparisonRe
 		}
 	}
 
-	// pairOf gives, where c is paired, each numerator column the index of
-	// its denominator's.
-	pairOf := map[string]int{}
+	// pairOf gives, where c is paired, each numerator column its ratios
+	// and the indexes of their denominators' columns: a numerator may
+	// have several.
+	type pair struct {
+		ratio [2]string
+		den   int
+	}
+	pairOf := map[string][]pair{}
 	if c.paired {
 		index := map[string]int{}
 		for i, col := range cols {
 			index[col.name] = i
 		}
 		for _, rt := range c.ratios {
-			if i, ok := index[rt[1]]; ok {
-				pairOf[rt[0]] = i
+			if j, ok := index[rt[1]]; ok {
+				pairOf[rt[0]] = append(pairOf[rt[0]], pair{rt, j})
 			}
 		}
 	}
@@ -337,13 +342,14 @@ func (e *env) runComparison(ctx context.Context, c *comparison) (_ *comparisonRe
 		}
 		for _, i := range order {
 			col, s := cols[i], sessions[i]
-			if j, ok := pairOf[col.name]; ok {
+			for _, p := range pairOf[col.name] {
+				j := p.den
 				sessions[j].round = round
 				r, err := e.runColumn(ctx, c, cols[j], sessions[j])
 				if err != nil {
 					return nil, fmt.Errorf("%s/%s round %d, before %s: %w", c.name, cols[j].name, round, col.name, err)
 				}
-				res.pairRuns[col.name] = append(res.pairRuns[col.name], r)
+				res.pairRuns[p.ratio] = append(res.pairRuns[p.ratio], r)
 			}
 			s.round = round
 			r, err := e.runColumn(ctx, c, col, s)
@@ -519,7 +525,7 @@ func (e *env) summarize(res *comparisonResult, c *comparison, cols []column) {
 			continue // a column left out by -target
 		}
 		rs := ratioSummary{Name: rt[0] + "/" + rt[1]}
-		pairs := res.pairRuns[rt[0]]
+		pairs := res.pairRuns[rt]
 		for i := range num.Rounds {
 			d := den.Rounds[i].IOPS
 			if i < len(pairs) {
