@@ -114,14 +114,18 @@ func Start(ctx context.Context, bin string, args []string, log io.Writer) (*Proc
 		select {
 		case l, ok := <-found:
 			if !ok {
-				<-p.exited
-				return nil, fmt.Errorf("the daemon exited before it logged its addresses: %v", p.err)
+				// Standard error ended, or a line was too long to scan
+				// and the daemon runs on: either way it exits or ctx ends.
+				found = nil
+				continue
 			}
 			if l.Protocol == "grpc" {
 				p.GRPCAddr = l.Addr
 			} else {
 				p.HTTPAddr = l.Addr
 			}
+		case <-p.exited:
+			return nil, fmt.Errorf("the daemon exited while Start waited for its addresses: %v", p.err)
 		case <-ctx.Done():
 			p.Kill()
 			<-p.exited
