@@ -1,6 +1,6 @@
 // Command filewrite is the daemon: it serves positional writes into the
 // files below --root over gRPC and, through a gateway, over REST. It is
-// configured by flags alone (see README.md); everything else happens in
+// configured by flags alone (see docs/operations.md); everything else happens in
 // package service.
 //
 // To add a flag, register it in registerFlags against a field of
@@ -86,7 +86,7 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 		"most `bytes` of unacknowledged writes one WriteStream holds (each write counts its data plus 256, against --max-inflight-bytes too); at it the stream reads no more until acks go out")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout,
 		"on SIGINT/SIGTERM, how long to wait for requests in flight before cancelling them")
-	// Authentication, TLS and resource limits (README: "Guarantees and limits").
+	// Authentication, TLS and resource limits (docs/guarantees.md).
 	fs.StringVar(&cfg.AuthTokenFile, "auth-token-file", cfg.AuthTokenFile,
 		"`file` of bearer tokens, one per line, reread on SIGHUP; every RPC but health then needs one")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "PEM certificate `file`: both listeners serve TLS (with --tls-key)")

@@ -258,7 +258,7 @@ type hostInfo struct {
 	Storage *storageInfo `json:"storage,omitempty"`
 }
 
-// String is the machine line the output and the README's tables carry.
+// String is the machine line the output and the benchmark records carry.
 func (h hostInfo) String() string {
 	s := fmt.Sprintf("%d CPUs (%s), Linux %s, %s", h.CPUs, h.CPUModel, h.Kernel, h.GoVersion)
 	if h.Storage != nil {

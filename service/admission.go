@@ -20,8 +20,8 @@ import (
 // connection's reader goroutine: it must be quick and must not block, and
 // what it refuses is answered at once and never read further.
 
-// Limits of the public gRPC listener, per connection (README: "Guarantees
-// and limits").
+// Limits of the public gRPC listener, per connection (docs/guarantees.md,
+// "Connections").
 const (
 	// maxConcurrentStreams bounds the calls one connection may have open
 	// at once; a client that opens more has them refused (REFUSED_STREAM,

@@ -26,7 +26,7 @@ import (
 // alive: the copies of its data that the path it takes makes (see
 // grpcCopies and the gateway's reservations), not just its data. That is
 // what lets the daemon's resident memory stay under the bound plus a fixed
-// overhead (README: "Guarantees and limits").
+// overhead (docs/guarantees.md, "Memory").
 //
 // Who may call what: acquire and release are safe for concurrent use.
 // Every acquire(ctx, n) that returns nil must be matched by releases that

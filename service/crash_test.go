@@ -23,8 +23,8 @@ import (
 // SIGKILL ends the process, not the machine: the page cache survives, so
 // this test cannot tell a durable write from one that merely reached the
 // kernel. It checks the daemon's side of the promise (nothing acknowledged
-// is lost in the daemon, and state is rebuilt from disk at start); the
-// README says how power loss would be tested.
+// is lost in the daemon, and state is rebuilt from disk at start);
+// docs/guarantees.md says how power loss is and would be tested.
 func TestDaemonCrashKeepsDurableWrites(t *testing.T) {
 	dir := testutil.Dir(t)
 	bin := testutil.BuildDaemon(t, dir, raceEnabled)

@@ -117,7 +117,7 @@ func TestDeadlineWhileWaitingForLock(t *testing.T) {
 // while it waits for a group commit fails with DEADLINE_EXCEEDED; the
 // sync that was running goes on for the callers it covers. (Its data was
 // written: DEADLINE_EXCEEDED from a synced write means "not known
-// durable", see the README.)
+// durable", see docs/guarantees.md.)
 func TestDeadlineWhileWaitingForSync(t *testing.T) {
 	gate := newWriteGate("")
 	var ffs **faultfs.FS

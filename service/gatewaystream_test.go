@@ -170,7 +170,7 @@ func rawRequest(addr, head string, body []string, pause time.Duration) (*http.Re
 // TestBodyTimeout: a REST body that stops, or trickles, fails with 408
 // once 64 KiB have taken longer than --body-timeout to arrive, while one
 // that keeps coming, however slowly overall, goes through. A raw PUT that
-// breaks midway leaves the chunks it wrote (README, durability contract).
+// breaks midway leaves the chunks it wrote (docs/guarantees.md, durability contract).
 func TestBodyTimeout(t *testing.T) {
 	d := startDaemon(t, func(c *Config) { c.BodyTimeout = time.Second })
 	addr := strings.TrimPrefix(d.url, "http://")

@@ -61,7 +61,7 @@ func newGRPCServer(files *fileServer, hs *health.Server, maxRequestBytes int64, 
 	limit := maxMessageBytes(maxRequestBytes)
 	opts := append([]grpc.ServerOption{
 		grpc.StatsHandler(tel.serverHandler()),
-		// Performance (README, "Performance"): a pool of goroutines per
+		// Performance (docs/benchmarks.md, the stream path): a pool of goroutines per
 		// CPU serves new RPCs instead of a goroutine each; gRPC's buffers
 		// come from a pool that does not zero them (internal/bufpool);
 		// fixed windows hold a stream's pipeline of writes without

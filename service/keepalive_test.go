@@ -14,8 +14,8 @@ import (
 // TestPingFloodIsRefused: a connection that pings more often than
 // keepaliveMinTime, here four pings back to back with no call open, is
 // told GOAWAY ENHANCE_YOUR_CALM ("too_many_pings") and closed, so a
-// stranger cannot keep the daemon answering pings (README: "Guarantees and
-// limits"). grpc-go's default policy refuses such a flood too; what
+// stranger cannot keep the daemon answering pings (docs/guarantees.md,
+// "Connections"). grpc-go's default policy refuses such a flood too; what
 // publicServerOptions adds is the 10 s floor, which lets a client's idle
 // keepalive through instead of closing its connection after three pings
 // (that part takes half a minute to show and is not tested here).

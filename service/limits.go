@@ -8,7 +8,7 @@ import "time"
 // get RESOURCE_EXHAUSTED at once and may back off. It is far above the
 // concurrency the load scenarios use against one file. The other limits'
 // defaults are the store's (store.DefaultMaxFileSize and the rest); see
-// README, "Guarantees and limits".
+// docs/guarantees.md.
 const DefaultMaxWaitersPerFile = 1024
 
 // DefaultConnAuthTimeout bounds how long a connection may hold a

@@ -344,8 +344,8 @@ func Start(cfg Config) (_ *Server, err error) {
 		"fsync", st.Fsync.String(), "max_file_size", st.MaxFileSize, "max_request_bytes", st.MaxRequestBytes,
 		"max_open_files", st.MaxOpenFiles, "rlimit_nofile", store.NoFileLimit(), "extent_cache_bytes", max(st.ExtentCacheBytes, 0),
 		"max_inflight_bytes", cfg.MaxInflightBytes)
-	// The listening records are a contract (README, "The listening
-	// records"): whoever starts the daemon on port 0 learns its addresses
+	// The listening records are a contract (docs/operations.md, "The
+	// listening records"): whoever starts the daemon on port 0 learns its addresses
 	// from them, with internal/daemonproc.ParseListening. Keep the message,
 	// the attributes' names and values, and their order.
 	log.Info("listening", "protocol", "grpc", "addr", s.grpcLis.Addr().String())

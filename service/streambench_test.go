@@ -63,7 +63,7 @@ func BenchmarkWriteStream(b *testing.B) {
 	}
 	// Prepared as the load harness prepares its files, in 1 MiB unary
 	// Writes: how a file was first written decides what a 4 KiB
-	// overwrite costs the kernel later (README, "Performance").
+	// overwrite costs the kernel later (docs/benchmarks.md, the stream path).
 	conn, err := grpc.NewClient(srv.GRPCAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		b.Fatal(err)

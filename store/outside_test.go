@@ -14,7 +14,7 @@ import (
 )
 
 // The root is the daemon's; these tests change files behind the store's
-// back, as an operator's rm or mv would, and check the contract the README
+// back, as an operator's rm or mv would, and check the contract docs/guarantees.md
 // states for that: the store notices when it next syncs, stats or opens
 // the file, and never calls data durable that went to a file no name
 // reaches.

@@ -5,7 +5,7 @@ package store_test
 // The power-loss test: random operations from several goroutines through
 // store/crashfs, a power cut at a random moment, a store reopened on each
 // of several crashed images, and a checker that holds each image to the
-// durability contract of the README. The checker knows nothing of crashfs's
+// durability contract of docs/guarantees.md. The checker knows nothing of crashfs's
 // model: it works from the history of calls and their acknowledgements,
 // and from stamps that every written unit carries (the write's id and the
 // unit's offset), so that any byte can be traced to the write that put it

@@ -401,8 +401,8 @@ func TestValidateArguments(t *testing.T) {
 	}
 }
 
-// TestHardLinkOutOfTheRootIsServed pins a documented limit (README, "What
-// it does not promise"): a hard link in the root to a file outside it is
+// TestHardLinkOutOfTheRootIsServed pins a documented limit (docs/guarantees.md,
+// "What it does not promise"): a hard link in the root to a file outside it is
 // that file, not a pointer to it, and the store serves it like any other
 // name. Symlinks out of the root are refused (TestValidateEscapes) because
 // a symlink can be read; a hard link cannot be told from the file's first
