@@ -151,3 +151,26 @@ func headingAnchors(md string) map[string]bool {
 	}
 	return anchors
 }
+
+// TestBenchmarkRecordsAreLinked checks that docs/benchmarks.md links every
+// record in docs/benchmarks/, so that a run committed there is findable.
+func TestBenchmarkRecordsAreLinked(t *testing.T) {
+	records, err := filepath.Glob(filepath.Join("docs", "benchmarks", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(filepath.Join("docs", "benchmarks.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	linked := map[string]bool{}
+	for _, l := range relativeLinks(string(page)) {
+		target, _, _ := strings.Cut(l, "#")
+		linked[filepath.Join("docs", filepath.FromSlash(target))] = true
+	}
+	for _, r := range records {
+		if !linked[r] {
+			t.Errorf("docs/benchmarks.md does not link the record %s", r)
+		}
+	}
+}

@@ -442,6 +442,63 @@ func TestTarget(t *testing.T) {
 	}
 }
 
+// TestRecord checks -record: each run becomes a file of its own, named by
+// date, commit and scenario, holding the command, the machine, the load
+// and the tables the run printed, and no path of the machine it ran on.
+func TestRecord(t *testing.T) {
+	dir := testutil.Dir(t)
+	d, err := startDaemon(context.Background(), "target", daemonBin, filepath.Join(dir, "data"), filepath.Join(dir, "log"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.stop()
+	records := filepath.Join(dir, "records")
+	args := []string{"-scenario", "below-eof", "-rounds", "1", "-target", d.addr, "-record", records}
+	var outs []string
+	for range 2 {
+		_, out, table := shortRun(t, "below-eof", func(o *options) {
+			o.target, o.daemon, o.rounds, o.record, o.args = d.addr, "", 1, records, args
+		})
+		outs = append(outs, out)
+		if !strings.Contains(table, "the record of this run is "+records) {
+			t.Errorf("the output does not name the record:\n%s", table)
+		}
+	}
+	names, err := filepath.Glob(filepath.Join(records, "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit, _ := checkoutCommit(context.Background())
+	base := time.Now().UTC().Format(time.DateOnly) + "-" + commit + "-below-eof"
+	want := []string{filepath.Join(records, base+"-2.md"), filepath.Join(records, base+".md")}
+	if !slices.Equal(names, want) {
+		t.Fatalf("records %q, want %q", names, want)
+	}
+	b, err := os.ReadFile(want[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := string(b)
+	for _, s := range []string{
+		"- command: `go -C loadtest run . " + strings.Join(args, " ") + "`",
+		"- commit: " + commit,
+		"- machine: ",
+		"- other load: load average ",
+		"- result: every request succeeded",
+		"== below-eof: ",
+		"iops by round",
+	} {
+		if !strings.Contains(rec, s) {
+			t.Errorf("the record lacks %q:\n%s", s, rec)
+		}
+	}
+	for _, out := range outs {
+		if strings.Contains(rec, out) {
+			t.Errorf("the record names the run's output directory %s:\n%s", out, rec)
+		}
+	}
+}
+
 // TestTargetToken runs against a daemon that asks for a bearer token: with
 // -token-file every call of every kind (ghz's, the harness's own clients',
 // setup's) carries it; without it the runs fail as UNAUTHENTICATED.

@@ -33,6 +33,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -66,6 +67,11 @@ type options struct {
 	token       string   // from -token-file; "" sends none
 	daemon      string   // a prebuilt daemon binary; "" builds one
 	keepData    bool
+	// record is the directory -record writes the run's dated record
+	// into; "" writes none.
+	record string
+	// args is the command line parseOptions read, for the record.
+	args []string
 	// transport is unary, stream or both; "": both for "all" and
 	// "files", unary otherwise.
 	transport string
@@ -126,6 +132,7 @@ func parseOptions(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&o.daemon, "daemon", "", "a filewrite binary to start instead of building one from this checkout")
 	fs.StringVar(&o.transport, "transport", "", "how the clients reach the daemon: unary (one RPC per write), stream (WriteStream through the client package, a File per client) or both, alternated (default: both for all and files, unary otherwise)")
 	fs.BoolVar(&o.keepData, "keep-data", false, "keep the daemons' data directories and logs after each scenario")
+	fs.StringVar(&o.record, "record", "", "also write the run as a dated record, DATE-COMMIT-SCENARIO.md, into this `dir` (docs/benchmarks keeps them)")
 	files := fs.String("files", "1000,10000,100000", "files: the file counts of the many-file rows, comma-separated")
 	fs.IntVar(&o.maxOpenFiles, "max-open-files", o.maxOpenFiles, "files: the daemon's --max-open-files in the second run of each many-file row")
 	fs.IntVar(&o.streams, "streams", o.streams, "files: most idle WriteStreams (one per file) the stream transport keeps open; with one per client in use, keep the sum below -max-open-files")
@@ -136,6 +143,7 @@ func parseOptions(args []string, out io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	o.args = args
 	switch o.scenario {
 	case "":
 		return o, errors.New("-scenario is required (" + strings.Join(scenarioNames, ", ") + ", all or soak)")
@@ -325,10 +333,14 @@ func run(ctx context.Context, opts options, stdout, progressOut io.Writer) (*sum
 		return nil, err
 	}
 	opts.out = out
+	// Everything the run prints but the progress line is also kept for
+	// its record (-record).
+	var transcript bytes.Buffer
+	info := recordInfo{scenario: opts.scenario, args: opts.args, started: time.Now(), loadStart: loadAverage()}
 	e := &env{
 		opts:     opts,
 		work:     filepath.Join(out, "work"),
-		log:      stdout,
+		log:      io.MultiWriter(stdout, &transcript),
 		progress: newProgress(progressOut),
 		// argv[0] of "go run" is a temporary path; the command is what matters.
 		summary: &summary{Command: append([]string{"loadtest"}, os.Args[1:]...), Started: time.Now().UTC().Format(time.RFC3339),
@@ -349,11 +361,11 @@ func run(ctx context.Context, opts options, stdout, progressOut io.Writer) (*sum
 		}
 		e.summary.Host.Storage = &st
 	}
-	fmt.Fprintf(stdout, "machine: %s\n", e.summary.Host)
+	fmt.Fprintf(e.log, "machine: %s\n", e.summary.Host)
 	if opts.target == "" && len(opts.targets) == 0 {
 		e.bin = opts.daemon
 		if e.bin == "" {
-			fmt.Fprintln(stdout, "building the daemon ...")
+			fmt.Fprintln(e.log, "building the daemon ...")
 			if e.bin, err = daemonproc.Build(ctx, e.work, false); err != nil {
 				return nil, err
 			}
@@ -385,7 +397,7 @@ func run(ctx context.Context, opts options, stdout, progressOut io.Writer) (*sum
 			comparisons = append(comparisons, e.files, e.filesCreate)
 		case "peer":
 			if tool := peerMissing(); tool != "" {
-				fmt.Fprintf(stdout, "\n== peer: skipped: %s is not installed (apt-get install nbdkit fio)\n", tool)
+				fmt.Fprintf(e.log, "\n== peer: skipped: %s is not installed (apt-get install nbdkit fio)\n", tool)
 				break
 			}
 			comparisons = append(comparisons, func() *comparison { return e.peer(false) }, func() *comparison { return e.peer(true) })
@@ -419,6 +431,16 @@ func run(ctx context.Context, opts options, stdout, progressOut io.Writer) (*sum
 		if err := e.writeSummary(); err != nil {
 			return e.summary, err
 		}
+	}
+	if opts.record != "" {
+		info.commit, info.dirty = checkoutCommit(ctx)
+		info.finished, info.loadEnd = time.Now(), loadAverage()
+		info.host, info.target, info.failed = e.summary.Host, opts.target, e.summary.failed()
+		path, err := writeRecord(opts.record, info, transcript.Bytes())
+		if err != nil {
+			return e.summary, fmt.Errorf("-record: %w", err)
+		}
+		fmt.Fprintf(stdout, "\nthe record of this run is %s\n", path)
 	}
 	fmt.Fprintf(stdout, "\nreports, charts and summary.json are in %s\n", out)
 	return e.summary, nil
