@@ -83,7 +83,11 @@ func (s *fileServer) Write(ctx context.Context, req *filewritev1.WriteRequest) (
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	res, err := s.store.Write(ctx, req.GetPath(), req.GetOffset(), req.GetData(), sync)
+	open, err := openModeFromProto(req.GetOpenMode())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	res, err := s.store.WriteOpen(ctx, req.GetPath(), open, req.GetOffset(), req.GetData(), sync)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -207,6 +211,20 @@ func syncModeFromProto(m filewritev1.SyncMode) (store.SyncMode, error) {
 		return store.SyncFull, nil
 	}
 	return 0, fmt.Errorf("%w: sync mode %d (want SYNC_MODE_UNSPECIFIED, SYNC_MODE_DATA or SYNC_MODE_FULL)", store.ErrInvalidMode, int32(m))
+}
+
+// openModeFromProto rejects unknown numbers: a mode this daemon does not
+// know might have forbidden the create it would do.
+func openModeFromProto(m filewritev1.OpenMode) (store.OpenMode, error) {
+	switch m {
+	case filewritev1.OpenMode_OPEN_MODE_UNSPECIFIED:
+		return store.OpenCreate, nil
+	case filewritev1.OpenMode_OPEN_MODE_MUST_EXIST:
+		return store.OpenMustExist, nil
+	case filewritev1.OpenMode_OPEN_MODE_EXCLUSIVE:
+		return store.OpenExclusive, nil
+	}
+	return 0, fmt.Errorf("%w: open mode %d (want OPEN_MODE_UNSPECIFIED, OPEN_MODE_MUST_EXIST or OPEN_MODE_EXCLUSIVE)", store.ErrInvalidMode, int32(m))
 }
 
 // fallocateModeFromProto rejects FALLOCATE_MODE_UNSPECIFIED as well as

@@ -26,6 +26,7 @@ import (
 const (
 	fieldRequestPath   = 1 // WriteStreamRequest.path
 	fieldRequestWrites = 2 // WriteStreamRequest.writes
+	fieldRequestOpen   = 3 // WriteStreamRequest.open_mode
 	fieldWriteID       = 1 // StreamWrite.id
 	fieldWriteOffset   = 2
 	fieldWriteData     = 3
@@ -42,6 +43,8 @@ const (
 type streamRequest struct {
 	path   string
 	writes []streamWrite
+	// openMode is the raw open_mode, read in the first message only.
+	openMode filewritev1.OpenMode
 	// size is the message's size on the wire.
 	size int
 	// bad says why the message did not decode; "" if it did. Like
@@ -151,6 +154,13 @@ func (r *streamRequest) decode(b []byte) error {
 			if err := r.writes[len(r.writes)-1].decode(v); err != nil {
 				return err
 			}
+			b = b[l:]
+		case num == fieldRequestOpen && typ == protowire.VarintType:
+			v, l := protowire.ConsumeVarint(b)
+			if l < 0 {
+				return errTruncated
+			}
+			r.openMode = filewritev1.OpenMode(int32(v))
 			b = b[l:]
 		default:
 			if l = protowire.ConsumeFieldValue(num, typ, b); l < 0 {

@@ -32,7 +32,7 @@ func split(b []byte, n int) mem.BufferSlice {
 // and refuses what does not parse.
 func TestDecodeStreamRequest(t *testing.T) {
 	crc := uint32(0xdeadbeef)
-	msg := &filewritev1.WriteStreamRequest{Path: "a/b", Writes: []*filewritev1.StreamWrite{
+	msg := &filewritev1.WriteStreamRequest{Path: "a/b", OpenMode: filewritev1.OpenMode_OPEN_MODE_EXCLUSIVE, Writes: []*filewritev1.StreamWrite{
 		{Id: 0, Offset: 0, Data: nil},
 		{Id: 7, Offset: 4096, Data: []byte("hello"), Sync: filewritev1.SyncMode_SYNC_MODE_DATA, Crc32C: &crc},
 		{Id: math.MaxUint64, Offset: -1, Data: make([]byte, 1000), Sync: 42},
@@ -75,6 +75,9 @@ func TestDecodeStreamRequest(t *testing.T) {
 		}
 		if r.path != msg.Path || len(r.writes) != len(msg.Writes) {
 			t.Fatalf("%s: path %q, %d writes; want %q, %d", tt.name, r.path, len(r.writes), msg.Path, len(msg.Writes))
+		}
+		if r.openMode != msg.OpenMode {
+			t.Errorf("%s: open mode %v, want %v", tt.name, r.openMode, msg.OpenMode)
 		}
 		for i, w := range r.writes {
 			want := msg.Writes[i]

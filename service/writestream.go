@@ -425,7 +425,11 @@ func (ws *writeStream) check(req *streamRequest) error {
 		return status.Errorf(codes.ResourceExhausted, "a message of %d bytes: the limit is %d (--max-request-bytes plus %d)", req.size, ws.files.maxMessageBytes, messageOverhead)
 	}
 	if ws.h == nil {
-		h, err := ws.files.store.OpenHandle(ws.ctx, req.path)
+		open, err := openModeFromProto(req.openMode)
+		if err != nil {
+			return toStatus(err)
+		}
+		h, err := ws.files.store.OpenHandle(ws.ctx, req.path, open)
 		if err != nil {
 			return toStatus(err)
 		}

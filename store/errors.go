@@ -40,11 +40,13 @@ var (
 	// a regular file nor a directory: a FIFO, a socket, a device.
 	ErrNotRegular = errors.New("not a regular file")
 	// ErrNotFound is returned by Read, Stat, Extents, Fsync, Delete and
-	// Rename for a file that does not exist, and by List for a directory
-	// that does not.
+	// Rename for a file that does not exist, by WriteOpen and OpenHandle
+	// with OpenMustExist for one that does not, and by List for a
+	// directory that does not.
 	ErrNotFound = errors.New("file not found")
 	// ErrExists is returned by Rename with noReplace when the new name is
-	// taken.
+	// taken, and by WriteOpen and OpenHandle with OpenExclusive when the
+	// file exists.
 	ErrExists = errors.New("file exists")
 	// ErrInvalidPage is returned by List for a page size below 0 or above
 	// MaxListPageSize, or a page token that no List returned.

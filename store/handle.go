@@ -4,6 +4,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 )
 
@@ -30,15 +31,39 @@ type Handle struct {
 	closed atomic.Bool
 }
 
-// OpenHandle opens path for writing, creating it and its missing parent
-// directories like Write. It fails like Write would before writing:
-// ErrInvalidPath and its kin, ErrTooManyOpenFiles when every open file is
-// in use, ErrClosed.
-func (s *Store) OpenHandle(ctx context.Context, path string) (*Handle, error) {
+// OpenHandle opens path for writing as open says: creating it and its
+// missing parent directories like Write (OpenCreate), only if it exists
+// (OpenMustExist: ErrNotFound otherwise, nothing created), or only if this
+// call creates it (OpenExclusive: ErrExists otherwise). It fails like
+// Write would before writing: ErrInvalidPath and its kin,
+// ErrTooManyOpenFiles when every open file is in use, ErrClosed.
+func (s *Store) OpenHandle(ctx context.Context, path string, open OpenMode) (*Handle, error) {
 	if err := validatePath(path); err != nil {
 		return nil, err
 	}
-	ino, err := s.table.get(ctx, path, true)
+	if err := validateOpenMode(open); err != nil {
+		return nil, err
+	}
+	var ino *inode
+	var err error
+	switch open {
+	case OpenExclusive:
+		// getOrCreate tells whether this call created the file: O_EXCL
+		// decided it, and callers of the store racing for the path wait
+		// for that one open. The lock it hands the creator is of no use
+		// to a handle, which writes later.
+		var created *holder
+		ino, created, err = s.table.getOrCreate(ctx, path, "open", ReasonExtending)
+		if err == nil {
+			if created == nil {
+				s.table.put(ino)
+				return nil, fmt.Errorf("%w: %s (exclusive create)", ErrExists, path)
+			}
+			ino.lock.release(created)
+		}
+	default:
+		ino, err = s.table.get(ctx, path, open == OpenCreate)
+	}
 	if err != nil {
 		return nil, err
 	}

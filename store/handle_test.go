@@ -37,7 +37,7 @@ func TestHandleWrite(t *testing.T) {
 	ctx := context.Background()
 	opts := store.Options{MaxRequestBytes: maxRequest, MaxFileSize: 1 << 30}
 	viaWrite, viaHandle := newFaultStore(t, opts), newFaultStore(t, opts)
-	h, err := viaHandle.OpenHandle(ctx, faultPath)
+	h, err := viaHandle.OpenHandle(ctx, faultPath, store.OpenCreate)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestHandleWrite(t *testing.T) {
 func TestHandleHoldsTheFile(t *testing.T) {
 	ctx := context.Background()
 	s := newFaultStore(t, store.Options{MaxOpenFiles: 1})
-	h, err := s.OpenHandle(ctx, "a")
+	h, err := s.OpenHandle(ctx, "a", store.OpenCreate)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestHandleHoldsTheFile(t *testing.T) {
 	if _, err := s.Write(ctx, "b", 0, []byte("b"), store.SyncNone); err != nil {
 		t.Errorf("Write to another file after Close: %v", err)
 	}
-	if _, err := s.OpenHandle(ctx, "../x"); !errors.Is(err, store.ErrInvalidPath) {
+	if _, err := s.OpenHandle(ctx, "../x", store.OpenCreate); !errors.Is(err, store.ErrInvalidPath) {
 		t.Errorf("OpenHandle(../x): got %v, want %v", err, store.ErrInvalidPath)
 	}
 }
@@ -101,7 +101,7 @@ func TestHandleSyncDoesNotHoldBackWrites(t *testing.T) {
 		t.Run(policy.String(), func(t *testing.T) {
 			ctx := context.Background()
 			s := newFaultStore(t, store.Options{Policy: policy})
-			h, err := s.OpenHandle(ctx, faultPath)
+			h, err := s.OpenHandle(ctx, faultPath, store.OpenCreate)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -160,12 +160,12 @@ func TestHandleSyncDoesNotHoldBackWrites(t *testing.T) {
 func TestHandleGone(t *testing.T) {
 	ctx := context.Background()
 	s := newFaultStore(t, store.Options{})
-	h1, err := s.OpenHandle(ctx, "a")
+	h1, err := s.OpenHandle(ctx, "a", store.OpenCreate)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer h1.Close()
-	h2, err := s.OpenHandle(ctx, "a")
+	h2, err := s.OpenHandle(ctx, "a", store.OpenCreate)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestHandleGone(t *testing.T) {
 		}
 	}
 	// A new file by the name is another file, with a Gone of its own.
-	h3, err := s.OpenHandle(ctx, "a")
+	h3, err := s.OpenHandle(ctx, "a", store.OpenCreate)
 	if err != nil {
 		t.Fatal(err)
 	}

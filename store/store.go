@@ -100,15 +100,27 @@ func (s *Store) SyncAll(ctx context.Context) error {
 // It is Handle.Write and Handle.Wait in one call, on a file looked up by
 // path for this call only.
 func (s *Store) Write(ctx context.Context, path string, off int64, data []byte, sync SyncMode) (WriteResult, error) {
+	return s.WriteOpen(ctx, path, OpenCreate, off, data, sync)
+}
+
+// WriteOpen is Write with the file opened as open says: with OpenCreate it
+// is Write; with OpenMustExist a missing file is ErrNotFound; with
+// OpenExclusive a file that exists is ErrExists. Either refusal writes and
+// creates nothing. An exclusive write that creates the file holds its lock
+// from the create until its bytes are in, so no other caller of the store
+// sees the file before them (an empty write creates an empty file).
+func (s *Store) WriteOpen(ctx context.Context, path string, open OpenMode, off int64, data []byte, sync SyncMode) (WriteResult, error) {
 	if err := validatePath(path); err != nil {
+		return WriteResult{}, err
+	}
+	if err := validateOpenMode(open); err != nil {
 		return WriteResult{}, err
 	}
 	if err := s.validateWrite(off, data, sync); err != nil {
 		return WriteResult{}, err
 	}
 	for {
-		// Any write into a file it creates extends it.
-		ino, created, err := s.table.getOrCreate(ctx, path, "write", ReasonExtending)
+		ino, created, err := s.openForWrite(ctx, path, open)
 		if err != nil {
 			return WriteResult{}, err
 		}
@@ -126,6 +138,25 @@ func (s *Store) Write(ctx context.Context, path string, off int64, data []byte, 
 		s.table.put(ino)
 		return w.WriteResult, err
 	}
+}
+
+// openForWrite returns path's inode, opened as open says, with a reference
+// held; if this call created the file, the holder of its lock too (see
+// getOrCreate).
+func (s *Store) openForWrite(ctx context.Context, path string, open OpenMode) (*inode, *holder, error) {
+	if open == OpenMustExist {
+		ino, err := s.table.get(ctx, path, false)
+		return ino, nil, err
+	}
+	// Any write into a file it creates extends it.
+	ino, created, err := s.table.getOrCreate(ctx, path, "write", ReasonExtending)
+	if err == nil && open == OpenExclusive && created == nil {
+		// Found open, or opened without O_CREAT, or O_EXCL lost to
+		// another creator: either way not created by this call.
+		s.table.put(ino)
+		return nil, nil, fmt.Errorf("%w: %s (exclusive create)", ErrExists, path)
+	}
+	return ino, created, err
 }
 
 // Read returns up to length bytes at off: short at EOF, empty past it. It

@@ -95,6 +95,35 @@ func ParseIOMode(s string) (IOMode, error) {
 	return 0, fmt.Errorf("unknown io mode %q (want buffered or direct)", s)
 }
 
+// OpenMode says whether a write may create its file, like open(2)'s
+// O_CREAT and O_EXCL (WriteOpen, OpenHandle).
+type OpenMode int
+
+const (
+	// OpenCreate opens the file, creating it and its missing parent
+	// directories if it does not exist.
+	OpenCreate OpenMode = iota
+	// OpenMustExist opens an existing file only: ErrNotFound otherwise,
+	// and nothing is created.
+	OpenMustExist
+	// OpenExclusive creates the file, with its missing parents: ErrExists
+	// if it exists. The create is O_EXCL's, so of two callers racing to
+	// create one path, in this store or another process, one wins.
+	OpenExclusive
+)
+
+func (m OpenMode) String() string {
+	switch m {
+	case OpenCreate:
+		return "create"
+	case OpenMustExist:
+		return "must-exist"
+	case OpenExclusive:
+		return "exclusive"
+	}
+	return fmt.Sprintf("OpenMode(%d)", int(m))
+}
+
 // SyncMode is the durability a Write asks for.
 type SyncMode int
 

@@ -96,3 +96,10 @@ func validateFallocate(m FallocateMode, off, length, maxSize int64) error {
 	}
 	return validateRange(off, length, maxSize)
 }
+
+func validateOpenMode(m OpenMode) error {
+	if m < OpenCreate || m > OpenExclusive {
+		return fmt.Errorf("%w: open mode %d (want create, must-exist or exclusive)", ErrInvalidMode, int(m))
+	}
+	return nil
+}

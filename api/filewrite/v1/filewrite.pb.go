@@ -149,6 +149,66 @@ func (FallocateMode) EnumDescriptor() ([]byte, []int) {
 	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{1}
 }
 
+// OpenMode says whether a Write or a WriteStream may create its file, like
+// open(2)'s O_CREAT and O_EXCL. The check and the create are one step in
+// the daemon: no other caller, of this daemon or another process, can
+// create or remove the file in between.
+type OpenMode int32
+
+const (
+	// Open the file, creating it and its missing parent directories if it
+	// does not exist (O_CREAT).
+	OpenMode_OPEN_MODE_UNSPECIFIED OpenMode = 0
+	// Open an existing file only: NOT_FOUND if it does not exist, and
+	// nothing is created.
+	OpenMode_OPEN_MODE_MUST_EXIST OpenMode = 1
+	// Create the file, with its missing parents: ALREADY_EXISTS if it exists
+	// (O_CREAT|O_EXCL). Of two callers racing to create one path, exactly
+	// one succeeds.
+	OpenMode_OPEN_MODE_EXCLUSIVE OpenMode = 2
+)
+
+// Enum value maps for OpenMode.
+var (
+	OpenMode_name = map[int32]string{
+		0: "OPEN_MODE_UNSPECIFIED",
+		1: "OPEN_MODE_MUST_EXIST",
+		2: "OPEN_MODE_EXCLUSIVE",
+	}
+	OpenMode_value = map[string]int32{
+		"OPEN_MODE_UNSPECIFIED": 0,
+		"OPEN_MODE_MUST_EXIST":  1,
+		"OPEN_MODE_EXCLUSIVE":   2,
+	}
+)
+
+func (x OpenMode) Enum() *OpenMode {
+	p := new(OpenMode)
+	*p = x
+	return p
+}
+
+func (x OpenMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OpenMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_filewrite_v1_filewrite_proto_enumTypes[2].Descriptor()
+}
+
+func (OpenMode) Type() protoreflect.EnumType {
+	return &file_filewrite_v1_filewrite_proto_enumTypes[2]
+}
+
+func (x OpenMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OpenMode.Descriptor instead.
+func (OpenMode) EnumDescriptor() ([]byte, []int) {
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{2}
+}
+
 // ExtentState is what backs a range of a file.
 type ExtentState int32
 
@@ -190,11 +250,11 @@ func (x ExtentState) String() string {
 }
 
 func (ExtentState) Descriptor() protoreflect.EnumDescriptor {
-	return file_filewrite_v1_filewrite_proto_enumTypes[2].Descriptor()
+	return file_filewrite_v1_filewrite_proto_enumTypes[3].Descriptor()
 }
 
 func (ExtentState) Type() protoreflect.EnumType {
-	return &file_filewrite_v1_filewrite_proto_enumTypes[2]
+	return &file_filewrite_v1_filewrite_proto_enumTypes[3]
 }
 
 func (x ExtentState) Number() protoreflect.EnumNumber {
@@ -203,7 +263,7 @@ func (x ExtentState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ExtentState.Descriptor instead.
 func (ExtentState) EnumDescriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{2}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{3}
 }
 
 // WriteRequest is one positional write.
@@ -217,7 +277,10 @@ type WriteRequest struct {
 	// at most --max-file-size.
 	Data []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
 	// The durability the reply promises.
-	Sync          SyncMode `protobuf:"varint,4,opt,name=sync,proto3,enum=filewrite.v1.SyncMode" json:"sync,omitempty"`
+	Sync SyncMode `protobuf:"varint,4,opt,name=sync,proto3,enum=filewrite.v1.SyncMode" json:"sync,omitempty"`
+	// Whether the write may create the file, or must; a write refused for
+	// it (NOT_FOUND, ALREADY_EXISTS) changes nothing.
+	OpenMode      OpenMode `protobuf:"varint,5,opt,name=open_mode,json=openMode,proto3,enum=filewrite.v1.OpenMode" json:"open_mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -278,6 +341,13 @@ func (x *WriteRequest) GetSync() SyncMode {
 		return x.Sync
 	}
 	return SyncMode_SYNC_MODE_UNSPECIFIED
+}
+
+func (x *WriteRequest) GetOpenMode() OpenMode {
+	if x != nil {
+		return x.OpenMode
+	}
+	return OpenMode_OPEN_MODE_UNSPECIFIED
 }
 
 // WriteResponse reports a successful write.
@@ -1084,7 +1154,11 @@ type WriteStreamRequest struct {
 	// like Write); later messages leave it empty or repeat it exactly.
 	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	// The writes of this message, applied in order.
-	Writes        []*StreamWrite `protobuf:"bytes,2,rep,name=writes,proto3" json:"writes,omitempty"`
+	Writes []*StreamWrite `protobuf:"bytes,2,rep,name=writes,proto3" json:"writes,omitempty"`
+	// Whether the stream may create the file, or must; read in the first
+	// message only. A stream refused for it ends with NOT_FOUND or
+	// ALREADY_EXISTS before any write, having changed nothing.
+	OpenMode      OpenMode `protobuf:"varint,3,opt,name=open_mode,json=openMode,proto3,enum=filewrite.v1.OpenMode" json:"open_mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1131,6 +1205,13 @@ func (x *WriteStreamRequest) GetWrites() []*StreamWrite {
 		return x.Writes
 	}
 	return nil
+}
+
+func (x *WriteStreamRequest) GetOpenMode() OpenMode {
+	if x != nil {
+		return x.OpenMode
+	}
+	return OpenMode_OPEN_MODE_UNSPECIFIED
 }
 
 // StreamWrite is one positional write of a WriteStream.
@@ -1728,12 +1809,13 @@ var File_filewrite_v1_filewrite_proto protoreflect.FileDescriptor
 
 const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\n" +
-	"\x1cfilewrite/v1/filewrite.proto\x12\ffilewrite.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x17google/rpc/status.proto\"z\n" +
+	"\x1cfilewrite/v1/filewrite.proto\x12\ffilewrite.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x17google/rpc/status.proto\"\xaf\x01\n" +
 	"\fWriteRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12*\n" +
-	"\x04sync\x18\x04 \x01(\x0e2\x16.filewrite.v1.SyncModeR\x04sync\"H\n" +
+	"\x04sync\x18\x04 \x01(\x0e2\x16.filewrite.v1.SyncModeR\x04sync\x123\n" +
+	"\topen_mode\x18\x05 \x01(\x0e2\x16.filewrite.v1.OpenModeR\bopenMode\"H\n" +
 	"\rWriteResponse\x12#\n" +
 	"\rbytes_written\x18\x01 \x01(\x03R\fbytesWritten\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\"?\n" +
@@ -1780,10 +1862,11 @@ const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\x06Extent\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x16\n" +
 	"\x06length\x18\x02 \x01(\x03R\x06length\x12/\n" +
-	"\x05state\x18\x03 \x01(\x0e2\x19.filewrite.v1.ExtentStateR\x05state\"[\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x19.filewrite.v1.ExtentStateR\x05state\"\x90\x01\n" +
 	"\x12WriteStreamRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x121\n" +
-	"\x06writes\x18\x02 \x03(\v2\x19.filewrite.v1.StreamWriteR\x06writes\"\x9d\x01\n" +
+	"\x06writes\x18\x02 \x03(\v2\x19.filewrite.v1.StreamWriteR\x06writes\x123\n" +
+	"\topen_mode\x18\x03 \x01(\x0e2\x16.filewrite.v1.OpenModeR\bopenMode\"\x9d\x01\n" +
 	"\vStreamWrite\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
@@ -1830,7 +1913,11 @@ const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\x17FALLOCATE_MODE_ALLOCATE\x10\x01\x12\x1c\n" +
 	"\x18FALLOCATE_MODE_KEEP_SIZE\x10\x02\x12\x1d\n" +
 	"\x19FALLOCATE_MODE_PUNCH_HOLE\x10\x03\x12\x1d\n" +
-	"\x19FALLOCATE_MODE_ZERO_RANGE\x10\x04*x\n" +
+	"\x19FALLOCATE_MODE_ZERO_RANGE\x10\x04*X\n" +
+	"\bOpenMode\x12\x19\n" +
+	"\x15OPEN_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14OPEN_MODE_MUST_EXIST\x10\x01\x12\x17\n" +
+	"\x13OPEN_MODE_EXCLUSIVE\x10\x02*x\n" +
 	"\vExtentState\x12\x1c\n" +
 	"\x18EXTENT_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11EXTENT_STATE_HOLE\x10\x01\x12\x1a\n" +
@@ -1862,77 +1949,80 @@ func file_filewrite_v1_filewrite_proto_rawDescGZIP() []byte {
 	return file_filewrite_v1_filewrite_proto_rawDescData
 }
 
-var file_filewrite_v1_filewrite_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_filewrite_v1_filewrite_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_filewrite_v1_filewrite_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_filewrite_v1_filewrite_proto_goTypes = []any{
 	(SyncMode)(0),               // 0: filewrite.v1.SyncMode
 	(FallocateMode)(0),          // 1: filewrite.v1.FallocateMode
-	(ExtentState)(0),            // 2: filewrite.v1.ExtentState
-	(*WriteRequest)(nil),        // 3: filewrite.v1.WriteRequest
-	(*WriteResponse)(nil),       // 4: filewrite.v1.WriteResponse
-	(*FsyncRequest)(nil),        // 5: filewrite.v1.FsyncRequest
-	(*FsyncResponse)(nil),       // 6: filewrite.v1.FsyncResponse
-	(*TruncateRequest)(nil),     // 7: filewrite.v1.TruncateRequest
-	(*TruncateResponse)(nil),    // 8: filewrite.v1.TruncateResponse
-	(*FallocateRequest)(nil),    // 9: filewrite.v1.FallocateRequest
-	(*FallocateResponse)(nil),   // 10: filewrite.v1.FallocateResponse
-	(*ReadRequest)(nil),         // 11: filewrite.v1.ReadRequest
-	(*ReadResponse)(nil),        // 12: filewrite.v1.ReadResponse
-	(*StatRequest)(nil),         // 13: filewrite.v1.StatRequest
-	(*StatResponse)(nil),        // 14: filewrite.v1.StatResponse
-	(*ExtentsRequest)(nil),      // 15: filewrite.v1.ExtentsRequest
-	(*ExtentsResponse)(nil),     // 16: filewrite.v1.ExtentsResponse
-	(*Extent)(nil),              // 17: filewrite.v1.Extent
-	(*WriteStreamRequest)(nil),  // 18: filewrite.v1.WriteStreamRequest
-	(*StreamWrite)(nil),         // 19: filewrite.v1.StreamWrite
-	(*WriteStreamResponse)(nil), // 20: filewrite.v1.WriteStreamResponse
-	(*StreamAck)(nil),           // 21: filewrite.v1.StreamAck
-	(*DeleteRequest)(nil),       // 22: filewrite.v1.DeleteRequest
-	(*DeleteResponse)(nil),      // 23: filewrite.v1.DeleteResponse
-	(*RenameRequest)(nil),       // 24: filewrite.v1.RenameRequest
-	(*RenameResponse)(nil),      // 25: filewrite.v1.RenameResponse
-	(*ListRequest)(nil),         // 26: filewrite.v1.ListRequest
-	(*ListResponse)(nil),        // 27: filewrite.v1.ListResponse
-	(*DirEntry)(nil),            // 28: filewrite.v1.DirEntry
-	(*status.Status)(nil),       // 29: google.rpc.Status
+	(OpenMode)(0),               // 2: filewrite.v1.OpenMode
+	(ExtentState)(0),            // 3: filewrite.v1.ExtentState
+	(*WriteRequest)(nil),        // 4: filewrite.v1.WriteRequest
+	(*WriteResponse)(nil),       // 5: filewrite.v1.WriteResponse
+	(*FsyncRequest)(nil),        // 6: filewrite.v1.FsyncRequest
+	(*FsyncResponse)(nil),       // 7: filewrite.v1.FsyncResponse
+	(*TruncateRequest)(nil),     // 8: filewrite.v1.TruncateRequest
+	(*TruncateResponse)(nil),    // 9: filewrite.v1.TruncateResponse
+	(*FallocateRequest)(nil),    // 10: filewrite.v1.FallocateRequest
+	(*FallocateResponse)(nil),   // 11: filewrite.v1.FallocateResponse
+	(*ReadRequest)(nil),         // 12: filewrite.v1.ReadRequest
+	(*ReadResponse)(nil),        // 13: filewrite.v1.ReadResponse
+	(*StatRequest)(nil),         // 14: filewrite.v1.StatRequest
+	(*StatResponse)(nil),        // 15: filewrite.v1.StatResponse
+	(*ExtentsRequest)(nil),      // 16: filewrite.v1.ExtentsRequest
+	(*ExtentsResponse)(nil),     // 17: filewrite.v1.ExtentsResponse
+	(*Extent)(nil),              // 18: filewrite.v1.Extent
+	(*WriteStreamRequest)(nil),  // 19: filewrite.v1.WriteStreamRequest
+	(*StreamWrite)(nil),         // 20: filewrite.v1.StreamWrite
+	(*WriteStreamResponse)(nil), // 21: filewrite.v1.WriteStreamResponse
+	(*StreamAck)(nil),           // 22: filewrite.v1.StreamAck
+	(*DeleteRequest)(nil),       // 23: filewrite.v1.DeleteRequest
+	(*DeleteResponse)(nil),      // 24: filewrite.v1.DeleteResponse
+	(*RenameRequest)(nil),       // 25: filewrite.v1.RenameRequest
+	(*RenameResponse)(nil),      // 26: filewrite.v1.RenameResponse
+	(*ListRequest)(nil),         // 27: filewrite.v1.ListRequest
+	(*ListResponse)(nil),        // 28: filewrite.v1.ListResponse
+	(*DirEntry)(nil),            // 29: filewrite.v1.DirEntry
+	(*status.Status)(nil),       // 30: google.rpc.Status
 }
 var file_filewrite_v1_filewrite_proto_depIdxs = []int32{
 	0,  // 0: filewrite.v1.WriteRequest.sync:type_name -> filewrite.v1.SyncMode
-	1,  // 1: filewrite.v1.FallocateRequest.mode:type_name -> filewrite.v1.FallocateMode
-	17, // 2: filewrite.v1.ExtentsResponse.extents:type_name -> filewrite.v1.Extent
-	2,  // 3: filewrite.v1.Extent.state:type_name -> filewrite.v1.ExtentState
-	19, // 4: filewrite.v1.WriteStreamRequest.writes:type_name -> filewrite.v1.StreamWrite
-	0,  // 5: filewrite.v1.StreamWrite.sync:type_name -> filewrite.v1.SyncMode
-	21, // 6: filewrite.v1.WriteStreamResponse.acks:type_name -> filewrite.v1.StreamAck
-	29, // 7: filewrite.v1.StreamAck.status:type_name -> google.rpc.Status
-	28, // 8: filewrite.v1.ListResponse.entries:type_name -> filewrite.v1.DirEntry
-	3,  // 9: filewrite.v1.FileService.Write:input_type -> filewrite.v1.WriteRequest
-	5,  // 10: filewrite.v1.FileService.Fsync:input_type -> filewrite.v1.FsyncRequest
-	7,  // 11: filewrite.v1.FileService.Truncate:input_type -> filewrite.v1.TruncateRequest
-	9,  // 12: filewrite.v1.FileService.Fallocate:input_type -> filewrite.v1.FallocateRequest
-	13, // 13: filewrite.v1.FileService.Stat:input_type -> filewrite.v1.StatRequest
-	11, // 14: filewrite.v1.FileService.Read:input_type -> filewrite.v1.ReadRequest
-	15, // 15: filewrite.v1.FileService.Extents:input_type -> filewrite.v1.ExtentsRequest
-	18, // 16: filewrite.v1.FileService.WriteStream:input_type -> filewrite.v1.WriteStreamRequest
-	22, // 17: filewrite.v1.FileService.Delete:input_type -> filewrite.v1.DeleteRequest
-	24, // 18: filewrite.v1.FileService.Rename:input_type -> filewrite.v1.RenameRequest
-	26, // 19: filewrite.v1.FileService.List:input_type -> filewrite.v1.ListRequest
-	4,  // 20: filewrite.v1.FileService.Write:output_type -> filewrite.v1.WriteResponse
-	6,  // 21: filewrite.v1.FileService.Fsync:output_type -> filewrite.v1.FsyncResponse
-	8,  // 22: filewrite.v1.FileService.Truncate:output_type -> filewrite.v1.TruncateResponse
-	10, // 23: filewrite.v1.FileService.Fallocate:output_type -> filewrite.v1.FallocateResponse
-	14, // 24: filewrite.v1.FileService.Stat:output_type -> filewrite.v1.StatResponse
-	12, // 25: filewrite.v1.FileService.Read:output_type -> filewrite.v1.ReadResponse
-	16, // 26: filewrite.v1.FileService.Extents:output_type -> filewrite.v1.ExtentsResponse
-	20, // 27: filewrite.v1.FileService.WriteStream:output_type -> filewrite.v1.WriteStreamResponse
-	23, // 28: filewrite.v1.FileService.Delete:output_type -> filewrite.v1.DeleteResponse
-	25, // 29: filewrite.v1.FileService.Rename:output_type -> filewrite.v1.RenameResponse
-	27, // 30: filewrite.v1.FileService.List:output_type -> filewrite.v1.ListResponse
-	20, // [20:31] is the sub-list for method output_type
-	9,  // [9:20] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	2,  // 1: filewrite.v1.WriteRequest.open_mode:type_name -> filewrite.v1.OpenMode
+	1,  // 2: filewrite.v1.FallocateRequest.mode:type_name -> filewrite.v1.FallocateMode
+	18, // 3: filewrite.v1.ExtentsResponse.extents:type_name -> filewrite.v1.Extent
+	3,  // 4: filewrite.v1.Extent.state:type_name -> filewrite.v1.ExtentState
+	20, // 5: filewrite.v1.WriteStreamRequest.writes:type_name -> filewrite.v1.StreamWrite
+	2,  // 6: filewrite.v1.WriteStreamRequest.open_mode:type_name -> filewrite.v1.OpenMode
+	0,  // 7: filewrite.v1.StreamWrite.sync:type_name -> filewrite.v1.SyncMode
+	22, // 8: filewrite.v1.WriteStreamResponse.acks:type_name -> filewrite.v1.StreamAck
+	30, // 9: filewrite.v1.StreamAck.status:type_name -> google.rpc.Status
+	29, // 10: filewrite.v1.ListResponse.entries:type_name -> filewrite.v1.DirEntry
+	4,  // 11: filewrite.v1.FileService.Write:input_type -> filewrite.v1.WriteRequest
+	6,  // 12: filewrite.v1.FileService.Fsync:input_type -> filewrite.v1.FsyncRequest
+	8,  // 13: filewrite.v1.FileService.Truncate:input_type -> filewrite.v1.TruncateRequest
+	10, // 14: filewrite.v1.FileService.Fallocate:input_type -> filewrite.v1.FallocateRequest
+	14, // 15: filewrite.v1.FileService.Stat:input_type -> filewrite.v1.StatRequest
+	12, // 16: filewrite.v1.FileService.Read:input_type -> filewrite.v1.ReadRequest
+	16, // 17: filewrite.v1.FileService.Extents:input_type -> filewrite.v1.ExtentsRequest
+	19, // 18: filewrite.v1.FileService.WriteStream:input_type -> filewrite.v1.WriteStreamRequest
+	23, // 19: filewrite.v1.FileService.Delete:input_type -> filewrite.v1.DeleteRequest
+	25, // 20: filewrite.v1.FileService.Rename:input_type -> filewrite.v1.RenameRequest
+	27, // 21: filewrite.v1.FileService.List:input_type -> filewrite.v1.ListRequest
+	5,  // 22: filewrite.v1.FileService.Write:output_type -> filewrite.v1.WriteResponse
+	7,  // 23: filewrite.v1.FileService.Fsync:output_type -> filewrite.v1.FsyncResponse
+	9,  // 24: filewrite.v1.FileService.Truncate:output_type -> filewrite.v1.TruncateResponse
+	11, // 25: filewrite.v1.FileService.Fallocate:output_type -> filewrite.v1.FallocateResponse
+	15, // 26: filewrite.v1.FileService.Stat:output_type -> filewrite.v1.StatResponse
+	13, // 27: filewrite.v1.FileService.Read:output_type -> filewrite.v1.ReadResponse
+	17, // 28: filewrite.v1.FileService.Extents:output_type -> filewrite.v1.ExtentsResponse
+	21, // 29: filewrite.v1.FileService.WriteStream:output_type -> filewrite.v1.WriteStreamResponse
+	24, // 30: filewrite.v1.FileService.Delete:output_type -> filewrite.v1.DeleteResponse
+	26, // 31: filewrite.v1.FileService.Rename:output_type -> filewrite.v1.RenameResponse
+	28, // 32: filewrite.v1.FileService.List:output_type -> filewrite.v1.ListResponse
+	22, // [22:33] is the sub-list for method output_type
+	11, // [11:22] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_filewrite_v1_filewrite_proto_init() }
@@ -1947,7 +2037,7 @@ func file_filewrite_v1_filewrite_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_filewrite_v1_filewrite_proto_rawDesc), len(file_filewrite_v1_filewrite_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,

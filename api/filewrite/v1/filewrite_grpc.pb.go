@@ -55,7 +55,7 @@ const (
 // ":read" asked with "Accept: application/octet-stream" answers the bytes.
 type FileServiceClient interface {
 	// Write writes data at offset, creating the file and its missing parent
-	// directories. The file grows if the write ends past its end; a gap
+	// directories unless open_mode says otherwise. The file grows if the write ends past its end; a gap
 	// between the old end and offset reads as zeros.
 	//
 	// Durable when it returns OK: with SYNC_MODE_UNSPECIFIED nothing (the
@@ -113,15 +113,16 @@ type FileServiceClient interface {
 	// WriteStream carries many writes to one file on one bidirectional stream.
 	//
 	// The first message names the file (created with its missing parents,
-	// like Write); the server answers it with a response once the file is
-	// open, so a client learns of an open error at once. The file ends up as
-	// if the writes of one stream were applied one by one in arrival order;
-	// writes that do not overlap may run concurrently. Each write gets the
-	// validation, limits, lock policy, tracing and durability of a unary
-	// Write, and its own ack (matched by id; acks may come out of order and
-	// several in one response). A write's error comes in its ack and the
-	// stream goes on; a refused write changes nothing. The stream ends, after
-	// every write already read has been applied and acked, with
+	// like Write, as its open_mode says); the server answers it with a
+	// response once the file is open, so a client learns of an open error
+	// at once (NOT_FOUND or ALREADY_EXISTS for an open_mode refused). The
+	// file ends up as if the writes of one stream were applied one by one in
+	// arrival order; writes that do not overlap may run concurrently. Each
+	// write gets the validation, limits, lock policy, tracing and durability
+	// of a unary Write, and its own ack (matched by id; acks may come out of
+	// order and several in one response). A write's error comes in its ack
+	// and the stream goes on; a refused write changes nothing. The stream
+	// ends, after every write already read has been applied and acked, with
 	// INVALID_ARGUMENT for a missing or invalid path, a different path in a
 	// later message or a duplicate id of an unacknowledged write;
 	// RESOURCE_EXHAUSTED for a message over the size limit; UNAVAILABLE when
@@ -284,7 +285,7 @@ func (c *fileServiceClient) List(ctx context.Context, in *ListRequest, opts ...g
 // ":read" asked with "Accept: application/octet-stream" answers the bytes.
 type FileServiceServer interface {
 	// Write writes data at offset, creating the file and its missing parent
-	// directories. The file grows if the write ends past its end; a gap
+	// directories unless open_mode says otherwise. The file grows if the write ends past its end; a gap
 	// between the old end and offset reads as zeros.
 	//
 	// Durable when it returns OK: with SYNC_MODE_UNSPECIFIED nothing (the
@@ -342,15 +343,16 @@ type FileServiceServer interface {
 	// WriteStream carries many writes to one file on one bidirectional stream.
 	//
 	// The first message names the file (created with its missing parents,
-	// like Write); the server answers it with a response once the file is
-	// open, so a client learns of an open error at once. The file ends up as
-	// if the writes of one stream were applied one by one in arrival order;
-	// writes that do not overlap may run concurrently. Each write gets the
-	// validation, limits, lock policy, tracing and durability of a unary
-	// Write, and its own ack (matched by id; acks may come out of order and
-	// several in one response). A write's error comes in its ack and the
-	// stream goes on; a refused write changes nothing. The stream ends, after
-	// every write already read has been applied and acked, with
+	// like Write, as its open_mode says); the server answers it with a
+	// response once the file is open, so a client learns of an open error
+	// at once (NOT_FOUND or ALREADY_EXISTS for an open_mode refused). The
+	// file ends up as if the writes of one stream were applied one by one in
+	// arrival order; writes that do not overlap may run concurrently. Each
+	// write gets the validation, limits, lock policy, tracing and durability
+	// of a unary Write, and its own ack (matched by id; acks may come out of
+	// order and several in one response). A write's error comes in its ack
+	// and the stream goes on; a refused write changes nothing. The stream
+	// ends, after every write already read has been applied and acked, with
 	// INVALID_ARGUMENT for a missing or invalid path, a different path in a
 	// later message or a duplicate id of an unacknowledged write;
 	// RESOURCE_EXHAUSTED for a message over the size limit; UNAVAILABLE when
