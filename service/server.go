@@ -150,7 +150,7 @@ func (c Config) validate() error {
 		return fmt.Errorf("--max-open-files %d: want at least 1", c.Store.MaxOpenFiles)
 	}
 	if err := store.CheckMaxOpenFiles(c.Store.MaxOpenFiles, c.Store.IO, store.NoFileLimit()); err != nil {
-		return err
+		return fmt.Errorf("--max-open-files: %w", err)
 	}
 	if c.Store.MaxWaitersPerFile < 0 {
 		return fmt.Errorf("--max-waiters-per-file %d is negative (0 means unbounded)", c.Store.MaxWaitersPerFile)

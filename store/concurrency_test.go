@@ -475,7 +475,7 @@ func TestWaiterLimit(t *testing.T) {
 	if !errors.Is(err, ErrTooManyWaiters) {
 		t.Fatalf("error = %v, want ErrTooManyWaiters", err)
 	}
-	if want := "max-waiters-per-file=2"; !bytes.Contains([]byte(err.Error()), []byte(want)) {
+	if want := "the limit is 2"; !bytes.Contains([]byte(err.Error()), []byte(want)) {
 		t.Errorf("error %q does not name the limit %q", err, want)
 	}
 	g.open()

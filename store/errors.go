@@ -91,6 +91,44 @@ var (
 	ErrClosed = errors.New("store closed")
 )
 
+// A Refusal is the error of a request that the store refused before it
+// changed anything, carrying what a caller needs to report it in a
+// structured form (the service's google.rpc.ErrorInfo and BadRequest):
+// which argument was refused, and which limit was reached. errors.Is
+// matches its sentinel; its message is the sentinel's, then Detail.
+// Messages name no daemon flag: which flag sets a limit is the daemon's
+// business, not the store's.
+type Refusal struct {
+	// Err is the sentinel: ErrInvalidPath, ErrPathTooLong, ErrInvalidOffset,
+	// ErrInvalidMode, ErrInvalidPage, ErrFileTooLarge, ErrRequestTooLarge,
+	// ErrTooManyOpenFiles or ErrTooManyWaiters.
+	Err error
+	// Arg is the argument refused, by the API's name for it ("path",
+	// "new_path", "offset", "length", "size", "data", "sync", "mode",
+	// "page_size", "page_token"); empty when no one argument is at fault
+	// (a busy file).
+	Arg string
+	// Limit is the limit reached (Options.MaxFileSize, MaxPathLen, ...) in
+	// its unit (bytes, files, callers); 0 when the refusal is of no limit.
+	Limit int64
+	// Detail says what was refused, naming the values.
+	Detail string
+}
+
+func (r *Refusal) Error() string { return r.Err.Error() + ": " + r.Detail }
+
+func (r *Refusal) Unwrap() error { return r.Err }
+
+// refuse returns a *Refusal of arg by sentinel, with no limit.
+func refuse(sentinel error, arg, format string, a ...any) error {
+	return &Refusal{Err: sentinel, Arg: arg, Detail: fmt.Sprintf(format, a...)}
+}
+
+// refuseLimit returns a *Refusal by the limit of sentinel.
+func refuseLimit(sentinel error, arg string, limit int64, format string, a ...any) error {
+	return &Refusal{Err: sentinel, Arg: arg, Limit: limit, Detail: fmt.Sprintf(format, a...)}
+}
+
 // ErrDeleted is returned by Handle.Write once the file was deleted, or
 // replaced by a Rename over it, through the store: no name reaches it any
 // more. It is an ErrNotFound. (An operation that came by path does not see
@@ -134,8 +172,8 @@ func ioError(op, path string, err error, written int) error {
 func noDescriptors(op, name string, err error) error {
 	switch {
 	case errors.Is(err, syscall.EMFILE):
-		return fmt.Errorf("%w: %s %s: the daemon has as many descriptors open as its limit allows "+
-			"(RLIMIT_NOFILE %d, connections included): raise it, or lower --max-open-files: %w",
+		return fmt.Errorf("%w: %s %s: the process has as many descriptors open as its limit allows "+
+			"(RLIMIT_NOFILE %d, connections included): raise it, or lower the bound on open files: %w",
 			ErrNoDescriptors, op, name, NoFileLimit(), syscall.EMFILE)
 	case errors.Is(err, syscall.ENFILE):
 		return fmt.Errorf("%w: %s %s: the system's table of open files is full (sysctl fs.file-max): %w",

@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"slices"
@@ -64,7 +63,7 @@ func (s *Store) List(ctx context.Context, dir string, pageSize int, pageToken st
 	case pageSize == 0:
 		pageSize = DefaultListPageSize
 	case pageSize < 0 || pageSize > MaxListPageSize:
-		return nil, "", fmt.Errorf("%w: page size %d, want 1 to %d (0 for %d)", ErrInvalidPage, pageSize, MaxListPageSize, DefaultListPageSize)
+		return nil, "", refuseLimit(ErrInvalidPage, "page_size", MaxListPageSize, "page size %d, want 1 to %d (0 for %d)", pageSize, MaxListPageSize, DefaultListPageSize)
 	}
 	after, err := decodePageToken(pageToken)
 	if err != nil {
@@ -160,7 +159,7 @@ func decodePageToken(tok string) (string, error) {
 	b, err := base64.RawURLEncoding.DecodeString(tok)
 	name, ok := strings.CutPrefix(string(b), pageTokenPrefix)
 	if err != nil || !ok || name == "" || strings.ContainsAny(name, "/\x00") {
-		return "", fmt.Errorf("%w: page token %q was not returned by List", ErrInvalidPage, tok)
+		return "", refuse(ErrInvalidPage, "page_token", "page token %q was not returned by List", tok)
 	}
 	return name, nil
 }

@@ -104,7 +104,7 @@ type HolderInfo struct {
 
 // errTooManyWaiters is the formatted ErrTooManyWaiters for a limit.
 func errTooManyWaiters(limit int) error {
-	return fmt.Errorf("%w: %d callers already wait for this file (--max-waiters-per-file=%d)", ErrTooManyWaiters, limit, limit)
+	return refuseLimit(ErrTooManyWaiters, "", int64(limit), "%d callers already wait for this file, the limit is %d", limit, limit)
 }
 
 // tryLocked grants h at once when nobody queues ahead of it and the mode is

@@ -88,6 +88,10 @@ func (s *Store) Rename(ctx context.Context, oldName, newName string, noReplace, 
 		return err
 	}
 	if err := validatePath(newName); err != nil {
+		var r *Refusal
+		if errors.As(err, &r) {
+			r.Arg = "new_path"
+		}
 		return err
 	}
 	if oldName == newName {

@@ -169,7 +169,7 @@ func (s *Store) Read(ctx context.Context, path string, off, length int64) ([]byt
 	if err := validateRange(off, length, math.MaxInt64); err != nil {
 		return nil, err
 	}
-	if err := validateRequestLength(length, s.opts.MaxRequestBytes); err != nil {
+	if err := validateRequestLength("length", length, s.opts.MaxRequestBytes); err != nil {
 		return nil, err
 	}
 	ino, h, err := s.lockFile(ctx, path, false, lockShared, "read", ReasonRead)
@@ -230,10 +230,10 @@ func (s *Store) Truncate(ctx context.Context, path string, size int64) error {
 		return err
 	}
 	if size < 0 {
-		return fmt.Errorf("%w: size %d is negative", ErrInvalidOffset, size)
+		return refuse(ErrInvalidOffset, "size", "size %d is negative", size)
 	}
 	if size > s.opts.MaxFileSize {
-		return fmt.Errorf("%w: size %d, the maximum file size is %d bytes", ErrFileTooLarge, size, s.opts.MaxFileSize)
+		return refuseLimit(ErrFileTooLarge, "size", s.opts.MaxFileSize, "size %d, the maximum file size is %d bytes", size, s.opts.MaxFileSize)
 	}
 	ino, h, err := s.lockFile(ctx, path, true, lockExclusive, "truncate", ReasonTruncate)
 	if err != nil {

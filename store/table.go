@@ -535,7 +535,7 @@ func (t *inodeTable) makeRoomLocked(evicted []*inode) ([]*inode, error) {
 		ino = prev
 	}
 	if t.open >= t.opts.MaxOpenFiles {
-		return evicted, fmt.Errorf("%w: %d files are in use (--max-open-files=%d)", ErrTooManyOpenFiles, t.open, t.opts.MaxOpenFiles)
+		return evicted, refuseLimit(ErrTooManyOpenFiles, "", int64(t.opts.MaxOpenFiles), "%d files are in use, the limit is %d", t.open, t.opts.MaxOpenFiles)
 	}
 	return evicted, nil
 }

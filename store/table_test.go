@@ -191,7 +191,7 @@ func TestInodeTableFull(t *testing.T) {
 			if !errors.Is(err, ErrTooManyOpenFiles) {
 				t.Fatalf("got %v, want ErrTooManyOpenFiles", err)
 			}
-			if want := "max-open-files=2"; !strings.Contains(err.Error(), want) {
+			if want := "the limit is 2"; !strings.Contains(err.Error(), want) {
 				t.Errorf("error %q does not name the limit (%q)", err, want)
 			}
 			for _, p := range []string{"new", "newdir"} {

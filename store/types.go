@@ -372,8 +372,8 @@ func NoFileLimit() uint64 {
 	return lim.Cur
 }
 
-// CheckMaxOpenFiles refuses a bound on open files (an explicit
-// --max-open-files) whose descriptors, in io mode, would not fit in nofile
+// CheckMaxOpenFiles refuses a bound on open files (Options.MaxOpenFiles,
+// given explicitly) whose descriptors, in io mode, would not fit in nofile
 // with MinSpareDescriptors to spare.
 func CheckMaxOpenFiles(maxOpenFiles int, io IOMode, nofile uint64) error {
 	need := uint64(maxOpenFiles) * uint64(DescriptorsPerFile(io))
@@ -384,7 +384,7 @@ func CheckMaxOpenFiles(maxOpenFiles int, io IOMode, nofile uint64) error {
 	if io == IODirect {
 		per = " (two per file with --io=direct)"
 	}
-	return fmt.Errorf("--max-open-files %d needs %d descriptors%s and %d to spare, but RLIMIT_NOFILE is %d: raise the limit (ulimit -n, systemd's LimitNOFILE=) or lower --max-open-files (%d is the default here)",
+	return fmt.Errorf("%d open files need %d descriptors%s and %d to spare, but RLIMIT_NOFILE is %d: raise the limit (ulimit -n, systemd's LimitNOFILE=) or lower the bound (%d is the default here)",
 		maxOpenFiles, need, per, MinSpareDescriptors, nofile, MaxOpenFilesFor(nofile, io))
 }
 

@@ -3,7 +3,6 @@
 package store
 
 import (
-	"fmt"
 	"math"
 	"path"
 	"strings"
@@ -21,28 +20,28 @@ import (
 func validatePath(name string) error {
 	switch {
 	case name == "":
-		return fmt.Errorf("%w: empty", ErrInvalidPath)
+		return refuse(ErrInvalidPath, "path", "empty")
 	case len(name) > MaxPathLen:
-		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrPathTooLong, len(name), MaxPathLen)
+		return refuseLimit(ErrPathTooLong, "path", MaxPathLen, "%d bytes, the limit is %d", len(name), MaxPathLen)
 	case strings.IndexByte(name, 0) >= 0:
-		return fmt.Errorf("%w: contains a NUL byte", ErrInvalidPath)
+		return refuse(ErrInvalidPath, "path", "contains a NUL byte")
 	case !utf8.ValidString(name):
-		return fmt.Errorf("%w: %q is not valid UTF-8", ErrInvalidPath, name)
+		return refuse(ErrInvalidPath, "path", "%q is not valid UTF-8", name)
 	case strings.HasPrefix(name, "/"):
-		return fmt.Errorf("%w: %q is absolute, want a path relative to the root", ErrInvalidPath, name)
+		return refuse(ErrInvalidPath, "path", "%q is absolute, want a path relative to the root", name)
 	case name == ".":
-		return fmt.Errorf("%w: %q names the root itself, want a file below it", ErrInvalidPath, name)
+		return refuse(ErrInvalidPath, "path", "%q names the root itself, want a file below it", name)
 	}
 	for elem := range strings.SplitSeq(name, "/") {
 		if elem == ".." {
-			return fmt.Errorf("%w: %q contains \"..\"", ErrInvalidPath, name)
+			return refuse(ErrInvalidPath, "path", "%q contains \"..\"", name)
 		}
 		if len(elem) > MaxNameLen {
-			return fmt.Errorf("%w: an element of %d bytes (%.16q...), the limit is %d", ErrPathTooLong, len(elem), elem, MaxNameLen)
+			return refuseLimit(ErrPathTooLong, "path", MaxNameLen, "an element of %d bytes (%.16q...), the limit is %d", len(elem), elem, MaxNameLen)
 		}
 	}
 	if clean := path.Clean(name); clean != name {
-		return fmt.Errorf("%w: %q is not clean (want %q)", ErrInvalidPath, name, clean)
+		return refuse(ErrInvalidPath, "path", "%q is not clean (want %q)", name, clean)
 	}
 	return nil
 }
@@ -51,48 +50,49 @@ func validatePath(name string) error {
 // end stays within maxEnd (the file size limit).
 func validateRange(off, length, maxEnd int64) error {
 	if off < 0 {
-		return fmt.Errorf("%w: offset %d is negative", ErrInvalidOffset, off)
+		return refuse(ErrInvalidOffset, "offset", "offset %d is negative", off)
 	}
 	if length < 0 {
-		return fmt.Errorf("%w: length %d is negative", ErrInvalidOffset, length)
+		return refuse(ErrInvalidOffset, "length", "length %d is negative", length)
 	}
 	if off > math.MaxInt64-length {
-		return fmt.Errorf("%w: offset %d + length %d overflows int64", ErrInvalidOffset, off, length)
+		return refuse(ErrInvalidOffset, "offset", "offset %d + length %d overflows int64", off, length)
 	}
 	if end := off + length; end > maxEnd {
-		return fmt.Errorf("%w: range ends at %d, the maximum file size is %d bytes", ErrFileTooLarge, end, maxEnd)
+		return refuseLimit(ErrFileTooLarge, "offset", maxEnd, "range ends at %d, the maximum file size is %d bytes", end, maxEnd)
 	}
 	return nil
 }
 
-// validateRequestLength bounds the bytes moved by one Write or Read.
-func validateRequestLength(length, maxRequest int64) error {
+// validateRequestLength bounds the bytes moved by one Write or Read; arg
+// is the argument that says how many ("data", "length").
+func validateRequestLength(arg string, length, maxRequest int64) error {
 	if length > maxRequest {
-		return fmt.Errorf("%w: %d bytes, the maximum per request is %d", ErrRequestTooLarge, length, maxRequest)
+		return refuseLimit(ErrRequestTooLarge, arg, maxRequest, "%d bytes, the maximum per request is %d", length, maxRequest)
 	}
 	return nil
 }
 
 func validateSync(m SyncMode) error {
 	if m < SyncNone || m > SyncFull {
-		return fmt.Errorf("%w: sync mode %d (want none, data or full)", ErrInvalidMode, int(m))
+		return refuse(ErrInvalidMode, "sync", "sync mode %d (want none, data or full)", int(m))
 	}
 	return nil
 }
 
 func validateFsync(m SyncMode) error {
 	if m != SyncData && m != SyncFull {
-		return fmt.Errorf("%w: fsync mode %v (want data or full)", ErrInvalidMode, m)
+		return refuse(ErrInvalidMode, "data_only", "fsync mode %v (want data or full)", m)
 	}
 	return nil
 }
 
 func validateFallocate(m FallocateMode, off, length, maxSize int64) error {
 	if m < FallocAllocate || m > FallocZeroRange {
-		return fmt.Errorf("%w: fallocate mode %d (want allocate, keep-size, punch-hole or zero-range)", ErrInvalidMode, int(m))
+		return refuse(ErrInvalidMode, "mode", "fallocate mode %d (want allocate, keep-size, punch-hole or zero-range)", int(m))
 	}
 	if length <= 0 {
-		return fmt.Errorf("%w: fallocate length %d must be positive", ErrInvalidOffset, length)
+		return refuse(ErrInvalidOffset, "length", "fallocate length %d must be positive", length)
 	}
 	return validateRange(off, length, maxSize)
 }

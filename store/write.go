@@ -109,7 +109,7 @@ func (s *Store) validateWrite(off int64, data []byte, sync SyncMode) error {
 		return err
 	}
 	n := int64(len(data))
-	if err := validateRequestLength(n, s.opts.MaxRequestBytes); err != nil {
+	if err := validateRequestLength("data", n, s.opts.MaxRequestBytes); err != nil {
 		return err
 	}
 	return validateRange(off, n, s.opts.MaxFileSize)
