@@ -15,11 +15,12 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 )
 
 // tokenAuth checks bearer tokens on both protocols. The gRPC servers' tap
@@ -149,7 +150,7 @@ func (a *tokenAuth) checkCall(method string, md metadata.MD) error {
 		return nil
 	}
 	if err := a.check(md.Get("authorization")); err != nil {
-		return status.Error(codes.Unauthenticated, err.Error())
+		return unauthenticated(err).Err()
 	}
 	return nil
 }
@@ -185,10 +186,19 @@ func (a *tokenAuth) httpMiddleware(next http.Handler) http.Handler {
 	})
 }
 
+// unauthenticated is the status of a call that check refused.
+func unauthenticated(err error) *status.Status {
+	reason := filewritev1.ErrorReason_TOKEN_MISSING
+	if errors.Is(err, errBadToken) {
+		reason = filewritev1.ErrorReason_TOKEN_INVALID
+	}
+	return newRefusal(reason, nil, err.Error())
+}
+
 // writeUnauthenticated answers like the gateway answers an UNAUTHENTICATED
-// status: 401 with {"code":16,"message":...,"details":[]}.
+// status: 401 with {"code":16,"message":...,"details":[ErrorInfo]}.
 func writeUnauthenticated(w http.ResponseWriter, err error) {
-	body, merr := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(status.New(codes.Unauthenticated, err.Error()).Proto())
+	body, merr := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(unauthenticated(err).Proto())
 	if merr != nil {
 		body = []byte(`{"code":16,"message":"unauthenticated","details":[]}`)
 	}

@@ -53,7 +53,7 @@ func (b *inflightBudget) clamp(n int64) int64 {
 }
 
 // acquire waits until n bytes are free or ctx ends, and takes them. On
-// error (ctx's) it holds nothing. A nil budget is unbounded.
+// error (ctx's, as a *budgetWaitError) it holds nothing. A nil budget is unbounded.
 func (b *inflightBudget) acquire(ctx context.Context, n int64) error {
 	if b == nil {
 		return nil
@@ -65,10 +65,13 @@ func (b *inflightBudget) acquire(ctx context.Context, n int64) error {
 	b.waiting.Add(1)
 	err := b.sem.Acquire(ctx, n)
 	b.waiting.Add(-1)
-	if err == nil {
-		b.held.Add(n)
+	if err != nil {
+		// Said apart from a deadline that passed elsewhere: the request
+		// was never performed, and may be retried once memory frees up.
+		return &budgetWaitError{capacity: b.capacity, err: err}
 	}
-	return err
+	b.held.Add(n)
+	return nil
 }
 
 // release gives back n bytes taken by acquire.

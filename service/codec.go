@@ -2,16 +2,15 @@ package service
 
 import (
 	"context"
-	"fmt"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	protocodec "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 )
 
 // A request that does not decode (malformed wire data, a string field that
@@ -86,7 +85,7 @@ func undecodable(m any) (string, bool) {
 }
 
 func malformed(msg string) error {
-	return status.Error(codes.InvalidArgument, fmt.Sprintf("malformed request: %s", msg))
+	return refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "malformed request: %s", msg)
 }
 
 // rejectUndecodableUnary answers a unary call whose request did not decode.

@@ -5,19 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/errorinfo"
 )
 
 const mimeOctetStream = "application/octet-stream"
@@ -94,7 +96,7 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		// It would reach the gRPC client as a path that proto3 cannot
 		// encode, and fail there as INTERNAL.
 		_, out := runtime.MarshalerForRequest(g.mux, r)
-		runtime.HTTPError(r.Context(), g.mux, out, w, r, status.Errorf(codes.InvalidArgument, "path %q is not valid UTF-8", r.URL.Path))
+		runtime.HTTPError(r.Context(), g.mux, out, w, r, refusal(filewritev1.ErrorReason_PATH_INVALID, map[string]string{errorinfo.KeyField: "path"}, "path %q is not valid UTF-8", r.URL.Path))
 		return
 	}
 	if r.ContentLength > g.maxBodyBytes {
@@ -141,21 +143,46 @@ func (g *gateway) holds(r *http.Request) int64 {
 }
 
 func (g *gateway) bodyTooLarge() error {
-	return status.Errorf(codes.ResourceExhausted,
+	return refusal(filewritev1.ErrorReason_REQUEST_TOO_LARGE, g.requestLimit(),
 		"request body exceeds %d bytes: --max-request-bytes is %d bytes of data, which JSON carries as base64",
 		g.maxBodyBytes, g.maxRequestBytes)
 }
 
-// handleError reports an over-long chunked body as RESOURCE_EXHAUSTED and
+// requestLimit is the ErrorInfo metadata of a REQUEST_TOO_LARGE refusal.
+func (g *gateway) requestLimit() map[string]string {
+	return map[string]string{errorinfo.KeyLimit: strconv.FormatInt(g.maxRequestBytes, 10)}
+}
+
+// handleError reports an over-long chunked body as REQUEST_TOO_LARGE and
 // a stalled one as 408: the generated handlers turn every body-decoding
-// error into INVALID_ARGUMENT.
+// error into INVALID_ARGUMENT. A status that came without an ErrorInfo
+// (grpc-gateway's own, such as a body that is not JSON) gets the reason
+// its code implies, and one that says to retry sets Retry-After. The body
+// is the status with its details, as grpc-gateway writes it.
 func (g *gateway) handleError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 	if b, ok := r.Body.(*requestBody); ok {
 		if berr := g.bodyError(b, nil); berr != nil {
 			err = berr
 		}
 	}
+	err = withReasonHTTP(err)
+	if d, ok := retryDelay(err); ok {
+		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(d.Seconds())), 10))
+	}
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
+}
+
+// withReasonHTTP is withReason for an error that reaches the gateway's
+// error handler, which may wrap a status in a *runtime.HTTPStatusError.
+func withReasonHTTP(err error) error {
+	if he, ok := err.(*runtime.HTTPStatusError); ok {
+		return &runtime.HTTPStatusError{HTTPStatus: he.HTTPStatus, Err: withReasonHTTP(he.Err)}
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err // grpc-gateway answers it as INTERNAL
+	}
+	return withReason(st).Err()
 }
 
 // bodyError is the error to answer for a body that failed to arrive: too
@@ -167,11 +194,11 @@ func (g *gateway) bodyError(b *requestBody, err error) error {
 	case b.timedOut:
 		return &runtime.HTTPStatusError{
 			HTTPStatus: http.StatusRequestTimeout,
-			Err: status.Errorf(codes.DeadlineExceeded,
+			Err: refusal(filewritev1.ErrorReason_BODY_TIMEOUT, map[string]string{errorinfo.KeyLimit: g.bodyTimeout.String()},
 				"request body: less than %d bytes arrived in %v (--body-timeout)", bodyProgressBytes, g.bodyTimeout),
 		}
 	case err != nil:
-		return status.Errorf(codes.InvalidArgument, "read request body: %v", err)
+		return refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "read request body: %v", err)
 	}
 	return nil
 }
@@ -265,5 +292,5 @@ func parseRawSync(s string) (filewritev1.SyncMode, error) {
 	if v, ok := filewritev1.SyncMode_value[s]; ok {
 		return filewritev1.SyncMode(v), nil
 	}
-	return 0, status.Errorf(codes.InvalidArgument, "sync %q: want none, data or full", s)
+	return 0, refusal(filewritev1.ErrorReason_MODE_INVALID, map[string]string{errorinfo.KeyField: "sync"}, "sync %q: want none, data or full", s)
 }

@@ -345,10 +345,10 @@ func TestGatewayRejects(t *testing.T) {
 		wantStatus int
 		wantCode   codes.Code
 	}{
-		{"raw body over the limit", "PUT", "/v1/files/p", bytes.NewReader(make([]byte, limit+1)), octet, 429, codes.ResourceExhausted},
-		{"chunked raw body over the limit", "PUT", "/v1/files/p", chunked(make([]byte, limit+1)), octet, 429, codes.ResourceExhausted},
-		{"JSON body over the limit", "POST", "/v1/files/p:write", strings.NewReader(bigJSON), json, 429, codes.ResourceExhausted},
-		{"chunked JSON body over the limit", "POST", "/v1/files/p:write", chunked([]byte(bigJSON)), json, 429, codes.ResourceExhausted},
+		{"raw body over the limit", "PUT", "/v1/files/p", bytes.NewReader(make([]byte, limit+1)), octet, 400, codes.InvalidArgument},
+		{"chunked raw body over the limit", "PUT", "/v1/files/p", chunked(make([]byte, limit+1)), octet, 400, codes.InvalidArgument},
+		{"JSON body over the limit", "POST", "/v1/files/p:write", strings.NewReader(bigJSON), json, 400, codes.InvalidArgument},
+		{"chunked JSON body over the limit", "POST", "/v1/files/p:write", chunked([]byte(bigJSON)), json, 400, codes.InvalidArgument},
 		{"raw body of another media type", "PUT", "/v1/files/p", strings.NewReader("x"), map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 415, codes.InvalidArgument},
 		{"offset not a number", "PUT", "/v1/files/p?offset=ten", strings.NewReader("x"), octet, 400, codes.InvalidArgument},
 		{"offset overflowing int64", "PUT", "/v1/files/p?offset=9223372036854775808", strings.NewReader("x"), octet, 400, codes.InvalidArgument},

@@ -15,12 +15,11 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/errorinfo"
 )
 
 // What the gateway accepts from a request besides its path: everything that
@@ -120,22 +119,22 @@ func queryFields(fields protoreflect.FieldDescriptors, filter *utilities.DoubleA
 func rawWriteQuery(rawQuery string) (offset int64, sync filewritev1.SyncMode, err error) {
 	q, err := url.ParseQuery(rawQuery)
 	if err != nil {
-		return 0, 0, status.Errorf(codes.InvalidArgument, "query %q: %v", rawQuery, err)
+		return 0, 0, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "query %q: %v", rawQuery, err)
 	}
 	for _, key := range slices.Sorted(maps.Keys(q)) {
 		vals := q[key]
 		switch {
 		case key != "offset" && key != "sync":
-			return 0, 0, status.Errorf(codes.InvalidArgument, "unknown query parameter %q: PUT takes offset and sync", key)
+			return 0, 0, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: key}, "unknown query parameter %q: PUT takes offset and sync", key)
 		case len(vals) > 1:
-			return 0, 0, status.Errorf(codes.InvalidArgument, "query parameter %q given %d times", key, len(vals))
+			return 0, 0, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: key}, "query parameter %q given %d times", key, len(vals))
 		case vals[0] == "":
-			return 0, 0, status.Errorf(codes.InvalidArgument, "query parameter %q is empty", key)
+			return 0, 0, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: key}, "query parameter %q is empty", key)
 		}
 	}
 	if s, ok := q["offset"]; ok {
 		if offset, err = strconv.ParseInt(s[0], 10, 64); err != nil {
-			return 0, 0, status.Errorf(codes.InvalidArgument, "offset %q is not an int64", s[0])
+			return 0, 0, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "offset"}, "offset %q is not an int64", s[0])
 		}
 	}
 	if s, ok := q["sync"]; ok {

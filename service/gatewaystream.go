@@ -14,8 +14,6 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/store"
@@ -57,7 +55,7 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != mimeOctetStream {
 			fail(&runtime.HTTPStatusError{
 				HTTPStatus: http.StatusUnsupportedMediaType,
-				Err: status.Errorf(codes.InvalidArgument,
+				Err: refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil,
 					"PUT takes an %s body, not %q; JSON writes go to POST /v1/files/{path}:write", mimeOctetStream, ct),
 			})
 			return
@@ -73,8 +71,8 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 		fail(g.dataTooLarge(n))
 		return
 	} else if n > 0 && offset >= 0 && offset <= math.MaxInt64-n && offset+n > g.maxFileSize {
-		fail(toStatus(fmt.Errorf("%w: a PUT of %d bytes at offset %d ends at %d, the maximum file size is %d bytes",
-			store.ErrFileTooLarge, n, offset, offset+n, g.maxFileSize)))
+		fail(toStatus(&store.Refusal{Err: store.ErrFileTooLarge, Arg: "offset", Limit: g.maxFileSize,
+			Detail: fmt.Sprintf("a PUT of %d bytes at offset %d ends at %d, the maximum file size is %d bytes", n, offset, offset+n, g.maxFileSize)}))
 		return
 	}
 	ctx, err = runtime.AnnotateContext(ctx, g.mux, r, filewritev1.FileService_Write_FullMethodName,
@@ -172,9 +170,9 @@ func (l *lookahead) fill(p []byte) (int, error) {
 
 func (g *gateway) dataTooLarge(n int64) error {
 	if n < 0 {
-		return status.Errorf(codes.ResourceExhausted, "body exceeds --max-request-bytes (%d bytes)", g.maxRequestBytes)
+		return refusal(filewritev1.ErrorReason_REQUEST_TOO_LARGE, g.requestLimit(), "body exceeds --max-request-bytes (%d bytes)", g.maxRequestBytes)
 	}
-	return status.Errorf(codes.ResourceExhausted, "body of %d bytes exceeds --max-request-bytes (%d bytes)", n, g.maxRequestBytes)
+	return refusal(filewritev1.ErrorReason_REQUEST_TOO_LARGE, g.requestLimit(), "body of %d bytes exceeds --max-request-bytes (%d bytes)", n, g.maxRequestBytes)
 }
 
 // readPattern is the REST route of Read.
@@ -203,11 +201,11 @@ func (g *gateway) readStreamed(w http.ResponseWriter, r *http.Request, pathParam
 
 	req := &filewritev1.ReadRequest{Path: pathParams["path"]}
 	if err := r.ParseForm(); err != nil {
-		fail(status.Error(codes.InvalidArgument, err.Error()))
+		fail(refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "%v", err))
 		return
 	}
 	if err := runtime.PopulateQueryParameters(req, r.Form, readQuery); err != nil {
-		fail(status.Error(codes.InvalidArgument, err.Error()))
+		fail(refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "%v", err))
 		return
 	}
 	ctx, err := runtime.AnnotateContext(ctx, g.mux, r, filewritev1.FileService_Read_FullMethodName,

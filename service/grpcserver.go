@@ -87,11 +87,22 @@ func newGRPCServer(files *fileServer, hs *health.Server, maxRequestBytes int64, 
 	return srv
 }
 
+// ensureReason gives a status that leaves the daemon without an ErrorInfo
+// the reason its code implies (withReason): the last chance, outermost in
+// the interceptor chain, for one that came from gRPC itself, such as a
+// deadline that passed in the transport.
+func ensureReason(err error) error {
+	if err == nil {
+		return nil
+	}
+	return toStatus(err)
+}
+
 // logStream logs every stream when it ends, as logUnary logs a call.
 func logStream(log *slog.Logger) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		start := time.Now()
-		err := handler(srv, ss)
+		err := ensureReason(handler(srv, ss))
 		logRPC(ss.Context(), log, info.FullMethod, start, err)
 		return err
 	}
@@ -104,6 +115,7 @@ func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
 		resp, err := handler(ctx, req)
+		err = ensureReason(err)
 		logRPC(ctx, log, info.FullMethod, start, err)
 		return resp, err
 	}

@@ -210,7 +210,7 @@ func syncModeFromProto(m filewritev1.SyncMode) (store.SyncMode, error) {
 	case filewritev1.SyncMode_SYNC_MODE_FULL:
 		return store.SyncFull, nil
 	}
-	return 0, fmt.Errorf("%w: sync mode %d (want SYNC_MODE_UNSPECIFIED, SYNC_MODE_DATA or SYNC_MODE_FULL)", store.ErrInvalidMode, int32(m))
+	return 0, &store.Refusal{Err: store.ErrInvalidMode, Arg: "sync", Detail: fmt.Sprintf("sync mode %d (want SYNC_MODE_UNSPECIFIED, SYNC_MODE_DATA or SYNC_MODE_FULL)", int32(m))}
 }
 
 // openModeFromProto rejects unknown numbers: a mode this daemon does not
@@ -240,7 +240,7 @@ func fallocateModeFromProto(m filewritev1.FallocateMode) (store.FallocateMode, e
 	case filewritev1.FallocateMode_FALLOCATE_MODE_ZERO_RANGE:
 		return store.FallocZeroRange, nil
 	}
-	return 0, fmt.Errorf("%w: fallocate mode %s (want ALLOCATE, KEEP_SIZE, PUNCH_HOLE or ZERO_RANGE)", store.ErrInvalidMode, m)
+	return 0, &store.Refusal{Err: store.ErrInvalidMode, Arg: "mode", Detail: fmt.Sprintf("fallocate mode %s (want ALLOCATE, KEEP_SIZE, PUNCH_HOLE or ZERO_RANGE)", m)}
 }
 
 func extentStateToProto(s store.ExtentState) filewritev1.ExtentState {

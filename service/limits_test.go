@@ -10,10 +10,14 @@ import (
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/errorinfo"
 )
 
-// TestLimits: each limit refuses a request with RESOURCE_EXHAUSTED and a
-// message that names the limit, and the refused request changes nothing.
+// TestLimits: each limit refuses a request with its reason, a code that
+// says whether waiting helps (RESOURCE_EXHAUSTED only for the limits that
+// pass as other requests end; INVALID_ARGUMENT and OUT_OF_RANGE for a
+// request that can never succeed as it is), the limit and its flag in the
+// ErrorInfo and the message, and the refused request changes nothing.
 // The open-file and waiter limits need a file held busy: a write to
 // "busy.bin" is held inside the store until the check is done.
 func TestLimits(t *testing.T) {
@@ -32,16 +36,22 @@ func TestLimits(t *testing.T) {
 		limit func(*Config)
 		// busy holds a write to busy.bin inside the store, and, with a
 		// waiter limit, queues one more behind it, before call runs.
-		busy     bool
-		queueOne bool
-		call     func(*daemon, context.Context) error
-		wantMsg  []string
+		busy      bool
+		queueOne  bool
+		call      func(*daemon, context.Context) error
+		code      codes.Code
+		reason    string
+		wantLimit string
+		wantMsg   []string
 	}{
 		{
-			name:    "request size",
-			limit:   func(c *Config) { c.Store.MaxRequestBytes = maxRequest },
-			call:    write("new.bin", 0, maxRequest+1),
-			wantMsg: []string{"request size limit exceeded", "4097 bytes", "4096"},
+			name:      "request size",
+			limit:     func(c *Config) { c.Store.MaxRequestBytes = maxRequest },
+			call:      write("new.bin", 0, maxRequest+1),
+			code:      codes.InvalidArgument,
+			reason:    "REQUEST_TOO_LARGE",
+			wantLimit: "4096",
+			wantMsg:   []string{"request size limit exceeded", "4097 bytes", "4096"},
 		},
 		{
 			name:  "read size",
@@ -50,13 +60,17 @@ func TestLimits(t *testing.T) {
 				_, err := d.client.Read(ctx, &filewritev1.ReadRequest{Path: "existing.bin", Length: maxRequest + 1})
 				return err
 			},
+			code: codes.InvalidArgument, reason: "REQUEST_TOO_LARGE", wantLimit: "4096",
 			wantMsg: []string{"request size limit exceeded", "4096"},
 		},
 		{
-			name:    "file size, write",
-			limit:   func(c *Config) { c.Store.MaxFileSize = maxFile },
-			call:    write("existing.bin", maxFile-1, 2),
-			wantMsg: []string{"file size limit exceeded", "1048577", "1048576"},
+			name:      "file size, write",
+			limit:     func(c *Config) { c.Store.MaxFileSize = maxFile },
+			call:      write("existing.bin", maxFile-1, 2),
+			code:      codes.OutOfRange,
+			reason:    "FILE_TOO_LARGE",
+			wantLimit: "1048576",
+			wantMsg:   []string{"file size limit exceeded", "1048577", "1048576"},
 		},
 		{
 			name:  "file size, truncate",
@@ -65,6 +79,7 @@ func TestLimits(t *testing.T) {
 				_, err := d.client.Truncate(ctx, &filewritev1.TruncateRequest{Path: "new.bin", Size: maxFile + 1})
 				return err
 			},
+			code: codes.OutOfRange, reason: "FILE_TOO_LARGE", wantLimit: "1048576",
 			wantMsg: []string{"file size limit exceeded", "1048576"},
 		},
 		{
@@ -75,22 +90,29 @@ func TestLimits(t *testing.T) {
 					Mode: filewritev1.FallocateMode_FALLOCATE_MODE_KEEP_SIZE, Offset: 1, Length: maxFile})
 				return err
 			},
+			code: codes.OutOfRange, reason: "FILE_TOO_LARGE", wantLimit: "1048576",
 			wantMsg: []string{"file size limit exceeded", "1048576"},
 		},
 		{
-			name:    "open files",
-			limit:   func(c *Config) { c.Store.MaxOpenFiles = 1 },
-			busy:    true,
-			call:    write("new.bin", 0, 10),
-			wantMsg: []string{"open file limit reached", "--max-open-files=1"},
+			name:      "open files",
+			limit:     func(c *Config) { c.Store.MaxOpenFiles = 1 },
+			busy:      true,
+			call:      write("new.bin", 0, 10),
+			code:      codes.ResourceExhausted,
+			reason:    "TOO_MANY_OPEN_FILES",
+			wantLimit: "1",
+			wantMsg:   []string{"open file limit reached", "the limit is 1 (--max-open-files)"},
 		},
 		{
-			name:     "waiters per file",
-			limit:    func(c *Config) { c.Store.MaxWaitersPerFile = 1 },
-			busy:     true,
-			queueOne: true,
-			call:     write("busy.bin", 1<<16, 10),
-			wantMsg:  []string{"per-file waiter limit reached", "--max-waiters-per-file=1"},
+			name:      "waiters per file",
+			limit:     func(c *Config) { c.Store.MaxWaitersPerFile = 1 },
+			busy:      true,
+			queueOne:  true,
+			call:      write("busy.bin", 1<<16, 10),
+			code:      codes.ResourceExhausted,
+			reason:    "TOO_MANY_WAITERS",
+			wantLimit: "1",
+			wantMsg:   []string{"per-file waiter limit reached", "the limit is 1 (--max-waiters-per-file)"},
 		},
 	}
 	for _, tt := range tests {
@@ -129,7 +151,11 @@ func TestLimits(t *testing.T) {
 			before := snapshot(t, d.root)
 
 			err := tt.call(d, ctx)
-			wantCode(t, tt.name, err, codes.ResourceExhausted)
+			wantCode(t, tt.name, err, tt.code)
+			info := errorinfo.From(err)
+			if info.GetReason() != tt.reason || info.GetMetadata()["limit"] != tt.wantLimit || !strings.HasPrefix(info.GetMetadata()["flag"], "--max-") {
+				t.Errorf("ErrorInfo %v, want reason %s with limit %s and its flag", info, tt.reason, tt.wantLimit)
+			}
 			msg := status.Convert(err).Message()
 			for _, want := range tt.wantMsg {
 				if !strings.Contains(msg, want) {
@@ -154,8 +180,8 @@ func TestLimits(t *testing.T) {
 	}
 }
 
-// TestLimitsHTTP: the same limits reach REST users as 429 with the limit
-// named.
+// TestLimitsHTTP: the same limits reach REST users as 400 (a status
+// clients do not retry) with the limit named.
 func TestLimitsHTTP(t *testing.T) {
 	d := startDaemon(t, func(c *Config) {
 		c.Store.MaxRequestBytes = 4096
@@ -165,20 +191,25 @@ func TestLimitsHTTP(t *testing.T) {
 	tests := []struct {
 		name, path string
 		body       string
+		code       codes.Code
+		reason     string
 		want       string
 	}{
-		{"raw body over --max-request-bytes", "/v1/files/a.bin", strings.Repeat("x", 4097), "--max-request-bytes"},
-		{"write past --max-file-size", "/v1/files/a.bin?offset=1048575", "xy", "maximum file size is 1048576"},
+		{"raw body over --max-request-bytes", "/v1/files/a.bin", strings.Repeat("x", 4097), codes.InvalidArgument, "REQUEST_TOO_LARGE", "--max-request-bytes"},
+		{"write past --max-file-size", "/v1/files/a.bin?offset=1048575", "xy", codes.OutOfRange, "FILE_TOO_LARGE", "maximum file size is 1048576"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := snapshot(t, d.root)
 			r := doHTTP(t, "PUT", d.url+tt.path, strings.NewReader(tt.body), octet)
-			if r.status != 429 {
-				t.Fatalf("status %d (%s), want 429", r.status, r.body)
+			if r.status != 400 {
+				t.Fatalf("status %d (%s), want 400", r.status, r.body)
 			}
-			if e := parseErrorBody(t, r); e.Code != codes.ResourceExhausted || !strings.Contains(e.Message, tt.want) {
-				t.Errorf("error %+v, want RESOURCE_EXHAUSTED naming %q", e, tt.want)
+			if e := parseErrorBody(t, r); e.Code != tt.code || !strings.Contains(e.Message, tt.want) {
+				t.Errorf("error %+v, want %v naming %q", e, tt.code, tt.want)
+			}
+			if !strings.Contains(string(r.body), `"reason":"`+tt.reason+`"`) {
+				t.Errorf("body %s does not carry the reason %s", r.body, tt.reason)
 			}
 			checkUnchanged(t, d.root, before)
 		})

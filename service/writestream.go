@@ -12,10 +12,10 @@ import (
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/errorinfo"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -163,7 +163,7 @@ func (ws *writeStream) serve() error {
 			runtime.Gosched()
 		case <-draining:
 			draining = nil
-			ws.stop(status.Error(codes.Unavailable, "the daemon is shutting down: writes read before are acked, resend the others"))
+			ws.stop(refusal(filewritev1.ErrorReason_SHUTTING_DOWN, nil, "the daemon is shutting down: writes read before are acked, resend the others"))
 		case <-ws.ctx.Done():
 			ws.stop(ws.ctx.Err())
 			return toStatus(ws.ctx.Err())
@@ -272,7 +272,7 @@ func (ws *writeStream) watchDelete() {
 }
 
 func (ws *writeStream) deletedStatus() error {
-	return status.Errorf(codes.NotFound, "%s was deleted or replaced while the stream wrote to it: writes read before are acked", ws.h.Path())
+	return refusal(filewritev1.ErrorReason_FILE_DELETED, nil, "%s was deleted or replaced while the stream wrote to it: writes read before are acked", ws.h.Path())
 }
 
 // wakeSenderLocked tells the sender to look again.
@@ -358,7 +358,7 @@ func (ws *writeStream) accept(req *streamRequest) error {
 		var err error
 		if w.sync, err = syncModeFromProto(w.syncRaw); err == nil && w.hasCRC {
 			if sum := crc32.Checksum(w.data, castagnoli); sum != w.crc {
-				err = status.Errorf(codes.InvalidArgument, "the CRC-32C of the data is %#08x, the write says %#08x: nothing written", sum, w.crc)
+				err = crcMismatch(sum, w.crc)
 			}
 		}
 		w.err = err
@@ -394,7 +394,7 @@ func (ws *writeStream) queue(req *streamRequest) (bool, error) {
 			for _, v := range req.writes[:i] {
 				delete(ws.unacked, v.id)
 			}
-			return false, status.Errorf(codes.InvalidArgument, "write id %d is already in use by a write not yet acknowledged", id)
+			return false, writeIDInUse(id)
 		}
 		ws.unacked[id] = struct{}{}
 	}
@@ -422,7 +422,7 @@ func (ws *writeStream) check(req *streamRequest) error {
 		return malformed(req.bad)
 	}
 	if int64(req.size) > ws.files.maxMessageBytes {
-		return status.Errorf(codes.ResourceExhausted, "a message of %d bytes: the limit is %d (--max-request-bytes plus %d)", req.size, ws.files.maxMessageBytes, messageOverhead)
+		return messageTooLarge(req.size, ws.files.maxMessageBytes)
 	}
 	if ws.h == nil {
 		open, err := openModeFromProto(req.openMode)
@@ -442,7 +442,7 @@ func (ws *writeStream) check(req *streamRequest) error {
 		return nil
 	}
 	if req.path != "" && req.path != ws.h.Path() {
-		return status.Errorf(codes.InvalidArgument, "the message names %q but the stream writes %q: a stream writes one file, named in its first message", req.path, ws.h.Path())
+		return refusal(filewritev1.ErrorReason_STREAM_PATH_CHANGED, map[string]string{errorinfo.KeyField: "path"}, "the message names %q but the stream writes %q: a stream writes one file, named in its first message", req.path, ws.h.Path())
 	}
 	return nil
 }

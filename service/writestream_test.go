@@ -290,8 +290,8 @@ func TestWriteStreamPerWriteErrors(t *testing.T) {
 	}{
 		{"written", streamWriteOf(1, 0, []byte("abc"), 0), codes.OK, 3, 3},
 		{"negative offset", streamWriteOf(2, -1, []byte("x"), 0), codes.InvalidArgument, 0, 3},
-		{"over --max-request-bytes", streamWriteOf(3, 0, make([]byte, 64<<10+1), 0), codes.ResourceExhausted, 0, 3},
-		{"past --max-file-size", streamWriteOf(4, 1<<20, []byte("x"), 0), codes.ResourceExhausted, 0, 3},
+		{"over --max-request-bytes", streamWriteOf(3, 0, make([]byte, 64<<10+1), 0), codes.InvalidArgument, 0, 3},
+		{"past --max-file-size", streamWriteOf(4, 1<<20, []byte("x"), 0), codes.OutOfRange, 0, 3},
 		{"unknown sync mode", streamWriteOf(5, 0, []byte("x"), 99), codes.InvalidArgument, 0, 3},
 		{"CRC-32C mismatch", badCRC, codes.InvalidArgument, 0, 3},
 		{"no CRC-32C", &filewritev1.StreamWrite{Id: 7, Offset: 3, Data: []byte("def")}, codes.OK, 3, 6},
@@ -385,7 +385,7 @@ func TestWriteStreamErrors(t *testing.T) {
 			},
 			bad: &filewritev1.WriteStreamRequest{Writes: []*filewritev1.StreamWrite{
 				streamWriteOf(3, 100, make([]byte, 4096+messageOverhead), 0)}},
-			want: codes.ResourceExhausted,
+			want: codes.InvalidArgument,
 		},
 		{
 			name:      "no room for another open file",
