@@ -222,7 +222,7 @@ func TestCoalescing(t *testing.T) {
 		case 5:
 			return -1 // INVALID_ARGUMENT
 		case 9:
-			return 1 << 20 // past --max-file-size: RESOURCE_EXHAUSTED
+			return 1 << 20 // past --max-file-size: OUT_OF_RANGE
 		}
 		return int64(i) * 100
 	}
@@ -251,7 +251,7 @@ func TestCoalescing(t *testing.T) {
 		case 5:
 			want = codes.InvalidArgument
 		case 9:
-			want = codes.ResourceExhausted
+			want = codes.OutOfRange
 		}
 		if got := status.Code(r.err); got != want {
 			t.Errorf("caller %d: %v, want %v", i, r.err, want)

@@ -35,8 +35,8 @@ const (
 	soakMaxWrite = 64 << 10
 	soakFiles    = 4
 	// soakMaxFileSize is the daemon's --max-file-size during the soak, so
-	// that a client can ask for a write past it and expect
-	// RESOURCE_EXHAUSTED and no change.
+	// that a client can ask for a write past it and expect OUT_OF_RANGE
+	// (FILE_TOO_LARGE) and no change.
 	soakMaxFileSize = 1 << 30
 )
 

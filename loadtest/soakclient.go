@@ -174,7 +174,7 @@ func (c *soakClient) badRequest(ctx context.Context) {
 		want = codes.InvalidArgument // no mode
 	case c.ownDaemon:
 		_, err = c.c.Write(ctx, &filewritev1.WriteRequest{Path: c.file.path, Offset: soakMaxFileSize - 100, Data: c.randomData(4096)})
-		want = codes.ResourceExhausted
+		want = codes.OutOfRange // FILE_TOO_LARGE: no retry makes it fit
 	default:
 		_, err = c.c.Truncate(ctx, &filewritev1.TruncateRequest{Path: c.file.path, Size: -1})
 		want = codes.InvalidArgument
