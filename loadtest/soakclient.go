@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/client"
 )
 
 // The soak's clients and the model they keep: see soak.go for why the
@@ -161,26 +162,27 @@ func (c *soakClient) slotStep(ctx context.Context) {
 func (c *soakClient) badRequest(ctx context.Context) {
 	var err error
 	var want codes.Code
+	var reason filewritev1.ErrorReason
 	t0 := time.Now()
 	switch k := c.rng.IntN(4); {
 	case k == 0:
 		_, err = c.c.Read(ctx, &filewritev1.ReadRequest{Path: fmt.Sprintf("soak/missing-%d", c.id), Length: 10})
-		want = codes.NotFound
+		want, reason = codes.NotFound, filewritev1.ErrorReason_FILE_NOT_FOUND
 	case k == 1:
 		_, err = c.c.Write(ctx, &filewritev1.WriteRequest{Path: "soak/../../escape", Data: []byte("x")})
-		want = codes.InvalidArgument
+		want, reason = codes.InvalidArgument, filewritev1.ErrorReason_PATH_INVALID
 	case k == 2:
 		_, err = c.c.Fallocate(ctx, &filewritev1.FallocateRequest{Path: c.file.path, Offset: 0, Length: 4096})
-		want = codes.InvalidArgument // no mode
+		want, reason = codes.InvalidArgument, filewritev1.ErrorReason_MODE_INVALID // no mode
 	case c.ownDaemon:
 		_, err = c.c.Write(ctx, &filewritev1.WriteRequest{Path: c.file.path, Offset: soakMaxFileSize - 100, Data: c.randomData(4096)})
-		want = codes.OutOfRange // FILE_TOO_LARGE: no retry makes it fit
+		want, reason = codes.OutOfRange, filewritev1.ErrorReason_FILE_TOO_LARGE // no retry makes it fit
 	default:
 		_, err = c.c.Truncate(ctx, &filewritev1.TruncateRequest{Path: c.file.path, Size: -1})
-		want = codes.InvalidArgument
+		want, reason = codes.InvalidArgument, filewritev1.ErrorReason_RANGE_INVALID
 	}
-	if got := status.Code(err); got != want {
-		c.unexpected("bad-request", "got %v (%v), want %v", got, err, want)
+	if got, gotReason := status.Code(err), client.Reason(err); got != want || gotReason != reason.String() {
+		c.unexpected("bad-request", "got %v %s (%v), want %v %s", got, gotReason, err, want, reason)
 		return
 	}
 	c.lat["bad-request"] = append(c.lat["bad-request"], time.Since(t0))
