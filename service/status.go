@@ -25,12 +25,16 @@ import (
 // reasonRule is what a status of one ErrorReason carries besides its
 // message: the gRPC code (and through it the HTTP status), the delay its
 // RetryInfo suggests (none: retrying does not help, or not before someone
-// acts), and the flag that sets the limit it reports. docs/errors.md is
+// acts), the flag that sets the limit it reports, and the field it blames
+// by default. docs/errors.md is
 // this table for readers; TestErrorsTable keeps the two in step.
 type reasonRule struct {
 	code  codes.Code
 	retry time.Duration
 	flag  string
+	// field is the request field to name when the error does not say
+	// (a path that open(2) refused).
+	field string
 }
 
 // reasonRules has every reason the daemon returns. A request that can
@@ -39,11 +43,11 @@ type reasonRule struct {
 // passes with time, and those of them that pass on their own say when to
 // try again.
 var reasonRules = map[filewritev1.ErrorReason]reasonRule{
-	filewritev1.ErrorReason_PATH_INVALID:        {code: codes.InvalidArgument},
-	filewritev1.ErrorReason_PATH_TOO_LONG:       {code: codes.InvalidArgument},
-	filewritev1.ErrorReason_PATH_ESCAPES_ROOT:   {code: codes.InvalidArgument},
-	filewritev1.ErrorReason_IS_A_DIRECTORY:      {code: codes.InvalidArgument},
-	filewritev1.ErrorReason_NOT_A_REGULAR_FILE:  {code: codes.InvalidArgument},
+	filewritev1.ErrorReason_PATH_INVALID:        {code: codes.InvalidArgument, field: "path"},
+	filewritev1.ErrorReason_PATH_TOO_LONG:       {code: codes.InvalidArgument, field: "path"},
+	filewritev1.ErrorReason_PATH_ESCAPES_ROOT:   {code: codes.InvalidArgument, field: "path"},
+	filewritev1.ErrorReason_IS_A_DIRECTORY:      {code: codes.InvalidArgument, field: "path"},
+	filewritev1.ErrorReason_NOT_A_REGULAR_FILE:  {code: codes.InvalidArgument, field: "path"},
 	filewritev1.ErrorReason_RANGE_INVALID:       {code: codes.InvalidArgument},
 	filewritev1.ErrorReason_MODE_INVALID:        {code: codes.InvalidArgument},
 	filewritev1.ErrorReason_PAGE_INVALID:        {code: codes.InvalidArgument},
@@ -155,6 +159,9 @@ func toStatus(err error) error {
 		if r.Limit > 0 {
 			md[errorinfo.KeyLimit] = strconv.FormatInt(r.Limit, 10)
 		}
+	}
+	if md[errorinfo.KeyField] == "" && reasonRules[reason].field != "" {
+		md[errorinfo.KeyField] = reasonRules[reason].field
 	}
 	var bw *budgetWaitError
 	switch {
