@@ -124,9 +124,10 @@ type FileServiceClient interface {
 	// and the stream goes on; a refused write changes nothing. The stream
 	// ends, after every write already read has been applied and acked, with
 	// INVALID_ARGUMENT for a missing or invalid path, a different path in a
-	// later message or a duplicate id of an unacknowledged write;
-	// RESOURCE_EXHAUSTED for a message over the size limit; UNAVAILABLE when
-	// the daemon shuts down; OK when the client half-closes.
+	// later message, a duplicate id of an unacknowledged write, or a message
+	// over the size limit; UNAVAILABLE when the daemon shuts down; OK when
+	// the client half-closes. Every status, in an ack or at the end, carries
+	// a google.rpc.ErrorInfo whose reason is an ErrorReason.
 	//
 	// Durable when a write's ack arrives with no status: as for Write with
 	// the write's sync mode. No REST route: the gateway would serve a stream
@@ -354,9 +355,10 @@ type FileServiceServer interface {
 	// and the stream goes on; a refused write changes nothing. The stream
 	// ends, after every write already read has been applied and acked, with
 	// INVALID_ARGUMENT for a missing or invalid path, a different path in a
-	// later message or a duplicate id of an unacknowledged write;
-	// RESOURCE_EXHAUSTED for a message over the size limit; UNAVAILABLE when
-	// the daemon shuts down; OK when the client half-closes.
+	// later message, a duplicate id of an unacknowledged write, or a message
+	// over the size limit; UNAVAILABLE when the daemon shuts down; OK when
+	// the client half-closes. Every status, in an ack or at the end, carries
+	// a google.rpc.ErrorInfo whose reason is an ErrorReason.
 	//
 	// Durable when a write's ack arrives with no status: as for Write with
 	// the write's sync mode. No REST route: the gateway would serve a stream
