@@ -221,13 +221,8 @@ type ratioSummary struct {
 // paired comparison runs each ratio's denominator again just before its
 // numerator.
 func (e *env) runComparison(ctx context.Context, c *comparison) (_ *comparisonResult, err error) {
-	cols := c.columns
-	if e.opts.target != "" && c.byServer {
-		only := cols[0]
-		only.name = "target"
-		cols = []column{only}
-	}
-	res := &comparisonResult{
+	r := &comparisonRun{e: e, c: c, cols: e.columnsOf(c), daemons: map[string]*daemon{}}
+	r.res = &comparisonResult{
 		Name: c.name, Title: c.title, Preparation: c.preparation, Clients: c.clients, Connections: e.opts.connections, BS: c.bs,
 		Duration: e.duration(false).String(), Rounds: e.opts.rounds,
 		runs: map[string][]*runResult{}, pairRuns: map[[2]string][]*runResult{},
@@ -236,149 +231,233 @@ func (e *env) runComparison(ctx context.Context, c *comparison) (_ *comparisonRe
 	if c.preparation != "" {
 		fmt.Fprintf(e.log, "   files: %s\n", c.preparation)
 	}
-
-	sessions := make([]*session, len(cols))
-	daemons := map[string]*daemon{}
-	var conns []*grpc.ClientConn
 	defer func() {
-		for _, cc := range conns {
-			cc.Close()
-		}
-		for _, d := range daemons {
-			if serr := d.stop(); serr != nil && err == nil {
-				err = serr
-			}
-		}
-		if c.cleanup != nil {
-			if cerr := c.cleanup(); cerr != nil && err == nil {
-				err = cerr
-			}
-		}
-		if !e.opts.keepData {
-			os.RemoveAll(filepath.Join(e.work, c.name))
+		if cerr := r.close(); err == nil {
+			err = cerr
 		}
 	}()
-	for i, col := range cols {
+	if err := r.setUp(ctx); err != nil {
+		return nil, err
+	}
+	pairs := pairsOf(c, r.cols)
+	for round := 1; round <= e.opts.rounds; round++ {
+		if err := r.runRound(ctx, round, pairs); err != nil {
+			return nil, err
+		}
+	}
+	if err := r.report(); err != nil {
+		return nil, err
+	}
+	return r.res, nil
+}
+
+// comparisonRun is the state of one runComparison: the columns it runs,
+// a session per column, the daemons and connections the sessions share,
+// and the result the rounds fill in.
+type comparisonRun struct {
+	e        *env
+	c        *comparison
+	cols     []column
+	sessions []*session // by column index
+	daemons  map[string]*daemon
+	conns    []*grpc.ClientConn
+	res      *comparisonResult
+}
+
+// columnsOf returns the columns to run: c's own, or with -target and a
+// comparison of server flags, one column named "target".
+func (e *env) columnsOf(c *comparison) []column {
+	if e.opts.target != "" && c.byServer {
+		only := c.columns[0]
+		only.name = "target"
+		return []column{only}
+	}
+	return c.columns
+}
+
+// setUp gives every column its session: its directory, its daemon
+// (started once per distinct set of flags, or -target), a connection,
+// and the column's own setup.
+func (r *comparisonRun) setUp(ctx context.Context) error {
+	e, c := r.e, r.c
+	r.sessions = make([]*session, len(r.cols))
+	for i, col := range r.cols {
 		s := &session{clients: c.clients, connections: e.opts.connections, bs: c.bs, duration: e.duration(false),
 			dir: filepath.Join(e.work, c.name, col.name), done: new(atomic.Int64), column: col.name}
 		if err := os.MkdirAll(s.dir, 0o755); err != nil {
-			return nil, err
+			return err
 		}
 		switch {
 		case col.daemon == nil:
 		case e.opts.target != "":
 			s.addr, s.token = e.opts.target, e.opts.token
 		default:
-			key := strings.Join(col.daemon, " ")
-			if col.daemonKey != "" {
-				key = "key " + col.daemonKey
-			}
-			d := daemons[key]
-			if d == nil {
-				args := col.daemon
-				if c.daemonStats {
-					args = append([]string{"--http-addr", "127.0.0.1:0"}, args...)
-				}
-				name := col.name
-				if col.daemonKey != "" {
-					name = col.daemonKey
-				}
-				d, err = startDaemon(ctx, c.name+"/"+col.name, e.bin, filepath.Join(e.work, c.name, name, "data"),
-					filepath.Join(e.work, c.name, name, "daemon.log"), args)
-				if err != nil {
-					return nil, err
-				}
-				daemons[key] = d
-				flags := strings.Join(col.daemon, " ")
-				if flags == "" {
-					flags = "(default flags)"
-				}
-				fmt.Fprintf(e.log, "   daemon %-20s %s at %s\n", col.name, flags, d.addr)
+			d, err := r.daemonFor(ctx, col)
+			if err != nil {
+				return err
 			}
 			s.addr, s.pid, s.daemon = d.addr, d.proc.Pid(), d
 		}
 		if s.addr != "" {
 			cc, err := dial(s.addr, s.token)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			conns = append(conns, cc)
+			r.conns = append(r.conns, cc)
 			s.client = filewritev1.NewFileServiceClient(cc)
 		}
-		sessions[i] = s
+		r.sessions[i] = s
 		if col.setup != nil {
 			if err := col.setup(ctx, s); err != nil {
-				return nil, fmt.Errorf("%s/%s: setup: %w", c.name, col.name, err)
+				return fmt.Errorf("%s/%s: setup: %w", c.name, col.name, err)
 			}
 		}
 	}
+	return nil
+}
 
-	// pairOf gives, where c is paired, each numerator column its ratios
-	// and the indexes of their denominators' columns: a numerator may
-	// have several.
-	type pair struct {
-		ratio [2]string
-		den   int
+// daemonFor returns the daemon col runs against, starting it if no
+// earlier column has the same flags (or daemonKey).
+func (r *comparisonRun) daemonFor(ctx context.Context, col column) (*daemon, error) {
+	e, c := r.e, r.c
+	key := strings.Join(col.daemon, " ")
+	if col.daemonKey != "" {
+		key = "key " + col.daemonKey
 	}
-	pairOf := map[string][]pair{}
-	if c.paired {
-		index := map[string]int{}
-		for i, col := range cols {
-			index[col.name] = i
-		}
-		for _, rt := range c.ratios {
-			if j, ok := index[rt[1]]; ok {
-				pairOf[rt[0]] = append(pairOf[rt[0]], pair{rt, j})
-			}
-		}
+	if d := r.daemons[key]; d != nil {
+		return d, nil
 	}
-	for round := 1; round <= e.opts.rounds; round++ {
-		order := make([]int, len(cols))
-		for i := range order {
-			order[i] = i
-		}
-		if round%2 == 0 {
-			slices.Reverse(order)
-		}
-		for _, i := range order {
-			col, s := cols[i], sessions[i]
-			for _, p := range pairOf[col.name] {
-				j := p.den
-				sessions[j].round = round
-				r, err := e.runColumn(ctx, c, cols[j], sessions[j])
-				if err != nil {
-					return nil, fmt.Errorf("%s/%s round %d, before %s: %w", c.name, cols[j].name, round, col.name, err)
-				}
-				res.pairRuns[p.ratio] = append(res.pairRuns[p.ratio], r)
-			}
-			s.round = round
-			r, err := e.runColumn(ctx, c, col, s)
-			if err != nil {
-				return nil, fmt.Errorf("%s/%s round %d: %w", c.name, col.name, round, err)
-			}
-			for _, d := range daemons {
-				if err := d.alive(); err != nil {
-					return nil, err
-				}
-			}
-			res.runs[col.name] = append(res.runs[col.name], r)
-		}
+	args := col.daemon
+	if c.daemonStats {
+		args = append([]string{"--http-addr", "127.0.0.1:0"}, args...)
 	}
-	var colNames []string
-	for _, col := range cols {
-		colNames = append(colNames, col.name)
+	name := col.name
+	if col.daemonKey != "" {
+		name = col.daemonKey
 	}
-	e.summarize(res, c, cols)
-	res.Chart, err = e.writeChart(res)
+	d, err := startDaemon(ctx, c.name+"/"+col.name, e.bin, filepath.Join(e.work, c.name, name, "data"),
+		filepath.Join(e.work, c.name, name, "daemon.log"), args)
 	if err != nil {
 		return nil, err
 	}
+	r.daemons[key] = d
+	flags := strings.Join(col.daemon, " ")
+	if flags == "" {
+		flags = "(default flags)"
+	}
+	fmt.Fprintf(e.log, "   daemon %-20s %s at %s\n", col.name, flags, d.addr)
+	return d, nil
+}
+
+// close closes the connections, stops the daemons, runs the comparison's
+// cleanup and removes its data unless -keep-data; it returns the first
+// error.
+func (r *comparisonRun) close() error {
+	var errs []error
+	for _, cc := range r.conns {
+		cc.Close()
+	}
+	for _, d := range r.daemons {
+		errs = append(errs, d.stop())
+	}
+	if r.c.cleanup != nil {
+		errs = append(errs, r.c.cleanup())
+	}
+	if !r.e.opts.keepData {
+		os.RemoveAll(filepath.Join(r.e.work, r.c.name))
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pair is one ratio of a paired comparison and the index of its
+// denominator's column.
+type pair struct {
+	ratio [2]string
+	den   int
+}
+
+// pairsOf gives, where c is paired, each numerator column its ratios and
+// the indexes of their denominators' columns: a numerator may have
+// several. It is empty for a comparison that is not paired.
+func pairsOf(c *comparison, cols []column) map[string][]pair {
+	pairs := map[string][]pair{}
+	if !c.paired {
+		return pairs
+	}
+	index := map[string]int{}
+	for i, col := range cols {
+		index[col.name] = i
+	}
+	for _, rt := range c.ratios {
+		if j, ok := index[rt[1]]; ok {
+			pairs[rt[0]] = append(pairs[rt[0]], pair{rt, j})
+		}
+	}
+	return pairs
+}
+
+// runRound runs every column once, in column order in odd rounds and
+// reversed in even ones, each preceded by its pairs' denominators, and
+// checks after each run that every daemon is still up.
+func (r *comparisonRun) runRound(ctx context.Context, round int, pairs map[string][]pair) error {
+	e, c := r.e, r.c
+	order := make([]int, len(r.cols))
+	for i := range order {
+		order[i] = i
+	}
+	if round%2 == 0 {
+		slices.Reverse(order)
+	}
+	for _, i := range order {
+		col, s := r.cols[i], r.sessions[i]
+		for _, p := range pairs[col.name] {
+			j := p.den
+			r.sessions[j].round = round
+			run, err := e.runColumn(ctx, c, r.cols[j], r.sessions[j])
+			if err != nil {
+				return fmt.Errorf("%s/%s round %d, before %s: %w", c.name, r.cols[j].name, round, col.name, err)
+			}
+			r.res.pairRuns[p.ratio] = append(r.res.pairRuns[p.ratio], run)
+		}
+		s.round = round
+		run, err := e.runColumn(ctx, c, col, s)
+		if err != nil {
+			return fmt.Errorf("%s/%s round %d: %w", c.name, col.name, round, err)
+		}
+		for _, d := range r.daemons {
+			if err := d.alive(); err != nil {
+				return err
+			}
+		}
+		r.res.runs[col.name] = append(r.res.runs[col.name], run)
+	}
+	return nil
+}
+
+// report summarizes the rounds into the result, writes its chart and
+// prints its table.
+func (r *comparisonRun) report() error {
+	e, c, res := r.e, r.c, r.res
+	e.summarize(res, c, r.cols)
+	var err error
+	if res.Chart, err = e.writeChart(res); err != nil {
+		return err
+	}
 	if c.print != nil {
 		c.print(e.log, res)
-	} else {
-		printTable(e.log, res, colNames)
+		return nil
 	}
-	return res, nil
+	var colNames []string
+	for _, col := range r.cols {
+		colNames = append(colNames, col.name)
+	}
+	printTable(e.log, res, colNames)
+	return nil
 }
 
 // runColumn is one timed run: before, run (with the progress line), after,

@@ -3,14 +3,14 @@
 // (docs/design.md), each as a before/after pair run in alternation, and reports
 // them in fio's terms. It drives the gRPC API with ghz's runner.
 //
-//	go run ./loadtest -scenario all
-//	go run ./loadtest -scenario below-eof -duration 15s -rounds 3
-//	go run ./loadtest -scenario soak
-//	go run ./loadtest -scenario files -duration 10s
-//	go run ./loadtest -scenario throughput -target 127.0.0.1:50051
-//	go run ./loadtest -scenario stream
-//	go run ./loadtest -scenario cluster
-//	go run ./loadtest -scenario cluster -targets 10.0.0.1:50051,10.0.0.2:50051
+//	go -C loadtest run . -scenario all
+//	go -C loadtest run . -scenario below-eof -duration 15s -rounds 3
+//	go -C loadtest run . -scenario soak
+//	go -C loadtest run . -scenario files -duration 10s
+//	go -C loadtest run . -scenario throughput -target 127.0.0.1:50051
+//	go -C loadtest run . -scenario stream
+//	go -C loadtest run . -scenario cluster
+//	go -C loadtest run . -scenario cluster -targets 10.0.0.1:50051,10.0.0.2:50051
 //
 // By default it builds the daemon from this checkout and starts one daemon
 // per configuration on a loopback port the kernel picks, with its data
@@ -43,6 +43,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -116,27 +117,8 @@ func main() {
 
 func parseOptions(args []string, out io.Writer) (options, error) {
 	o := options{rounds: 3, out: "loadtest-out", maxOpenFiles: 1024, streams: 512, createFiles: 10000}
-	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
-	fs.SetOutput(out)
-	fs.StringVar(&o.scenario, "scenario", "", "what to run: "+strings.Join(scenarioNames, ", ")+", all (those, with both transports), soak, cluster or files")
-	fs.DurationVar(&o.duration, "duration", 0, "length of each timed run (default 15s; 2m for soak)")
-	fs.IntVar(&o.rounds, "rounds", o.rounds, "rounds per comparison; every configuration runs once per round, in alternation")
-	fs.IntVar(&o.concurrency, "concurrency", 0, "concurrent clients (default: the scenario's: 8 below-eof, 10 prealloc-overwrite, 32 fsync, throughput and stream, 64 soak)")
-	fs.IntVar(&o.connections, "connections", 0, "gRPC connections the clients share (default: one per client, as independent clients have)")
-	bs := fs.String("bs", "", "bytes per write, like fio's bs (4k, 16k, 64k; default 4k; prealloc-overwrite runs 4k, 16k and 64k unless set)")
-	fileSize := fs.String("file-size", "", "size of each scenario's file (default: the scenario's, 16m to 4g)")
-	fs.StringVar(&o.out, "out", o.out, "directory for reports, charts, summary.json and the daemons' data while they run")
-	fs.StringVar(&o.target, "target", "", "gRPC address of a running filewrite daemon to load instead of starting daemons")
-	targets := fs.String("targets", "", "with -scenario cluster: comma-separated gRPC addresses of running daemons, routed by ring hash of the path")
-	tokenFile := fs.String("token-file", "", "with -target: a `file` whose first token (one per line, # comments) is sent as the bearer token")
-	fs.StringVar(&o.daemon, "daemon", "", "a filewrite binary to start instead of building one from this checkout")
-	fs.StringVar(&o.transport, "transport", "", "how the clients reach the daemon: unary (one RPC per write), stream (WriteStream through the client package, a File per client) or both, alternated (default: both for all and files, unary otherwise)")
-	fs.BoolVar(&o.keepData, "keep-data", false, "keep the daemons' data directories and logs after each scenario")
-	fs.StringVar(&o.record, "record", "", "also write the run as a dated record, DATE-COMMIT-SCENARIO.md, into this `dir` (docs/benchmarks keeps them)")
-	files := fs.String("files", "1000,10000,100000", "files: the file counts of the many-file rows, comma-separated")
-	fs.IntVar(&o.maxOpenFiles, "max-open-files", o.maxOpenFiles, "files: the daemon's --max-open-files in the second run of each many-file row")
-	fs.IntVar(&o.streams, "streams", o.streams, "files: most idle WriteStreams (one per file) the stream transport keeps open; with one per client in use, keep the sum below -max-open-files")
-	fs.IntVar(&o.createFiles, "create", o.createFiles, "files: how many files files-create makes, ten to a new directory")
+	raw := rawFlags{files: "1000,10000,100000"}
+	fs := o.flagSet(&raw, out)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -144,70 +126,135 @@ func parseOptions(args []string, out io.Writer) (options, error) {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	o.args = args
+	for _, step := range []func(rawFlags) error{o.checkChoices, o.checkCounts, o.parseFiles, o.parseTargets, o.readTokenFile, o.parseSizes} {
+		if err := step(raw); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}
+
+// rawFlags are the flags parseOptions reads as text and checks after
+// parsing.
+type rawFlags struct {
+	bs, fileSize, targets, tokenFile, files string
+}
+
+// flagSet defines every flag, writing into o and raw.
+func (o *options) flagSet(raw *rawFlags, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&o.scenario, "scenario", "", "what to run: "+strings.Join(scenarioNames, ", ")+", all (those, with both transports), soak, cluster or files")
+	fs.DurationVar(&o.duration, "duration", 0, "length of each timed run (default 15s; 2m for soak)")
+	fs.IntVar(&o.rounds, "rounds", o.rounds, "rounds per comparison; every configuration runs once per round, in alternation")
+	fs.IntVar(&o.concurrency, "concurrency", 0, "concurrent clients (default: the scenario's: 8 below-eof, 10 prealloc-overwrite, 32 fsync, throughput and stream, 64 soak)")
+	fs.IntVar(&o.connections, "connections", 0, "gRPC connections the clients share (default: one per client, as independent clients have)")
+	fs.StringVar(&raw.bs, "bs", "", "bytes per write, like fio's bs (4k, 16k, 64k; default 4k; prealloc-overwrite runs 4k, 16k and 64k unless set)")
+	fs.StringVar(&raw.fileSize, "file-size", "", "size of each scenario's file (default: the scenario's, 16m to 4g)")
+	fs.StringVar(&o.out, "out", o.out, "directory for reports, charts, summary.json and the daemons' data while they run")
+	fs.StringVar(&o.target, "target", "", "gRPC address of a running filewrite daemon to load instead of starting daemons")
+	fs.StringVar(&raw.targets, "targets", "", "with -scenario cluster: comma-separated gRPC addresses of running daemons, routed by ring hash of the path")
+	fs.StringVar(&raw.tokenFile, "token-file", "", "with -target: a `file` whose first token (one per line, # comments) is sent as the bearer token")
+	fs.StringVar(&o.daemon, "daemon", "", "a filewrite binary to start instead of building one from this checkout")
+	fs.StringVar(&o.transport, "transport", "", "how the clients reach the daemon: unary (one RPC per write), stream (WriteStream through the client package, a File per client) or both, alternated (default: both for all and files, unary otherwise)")
+	fs.BoolVar(&o.keepData, "keep-data", false, "keep the daemons' data directories and logs after each scenario")
+	fs.StringVar(&o.record, "record", "", "also write the run as a dated record, DATE-COMMIT-SCENARIO.md, into this `dir` (docs/benchmarks keeps them)")
+	fs.StringVar(&raw.files, "files", raw.files, "files: the file counts of the many-file rows, comma-separated")
+	fs.IntVar(&o.maxOpenFiles, "max-open-files", o.maxOpenFiles, "files: the daemon's --max-open-files in the second run of each many-file row")
+	fs.IntVar(&o.streams, "streams", o.streams, "files: most idle WriteStreams (one per file) the stream transport keeps open; with one per client in use, keep the sum below -max-open-files")
+	fs.IntVar(&o.createFiles, "create", o.createFiles, "files: how many files files-create makes, ten to a new directory")
+	return fs
+}
+
+// checkChoices checks -scenario and -transport against their choices.
+func (o *options) checkChoices(rawFlags) error {
 	switch o.scenario {
 	case "":
-		return o, errors.New("-scenario is required (" + strings.Join(scenarioNames, ", ") + ", all or soak)")
+		return errors.New("-scenario is required (" + strings.Join(scenarioNames, ", ") + ", all or soak)")
 	case "all", "soak", "cluster", "files":
 	default:
-		found := false
-		for _, n := range scenarioNames {
-			found = found || n == o.scenario
-		}
-		if !found {
-			return o, fmt.Errorf("unknown -scenario %q (want %s, all or soak)", o.scenario, strings.Join(scenarioNames, ", "))
+		if !slices.Contains(scenarioNames, o.scenario) {
+			return fmt.Errorf("unknown -scenario %q (want %s, all or soak)", o.scenario, strings.Join(scenarioNames, ", "))
 		}
 	}
 	switch o.transport {
 	case "", transportUnary, transportStream, transportBoth:
 	default:
-		return o, fmt.Errorf("unknown -transport %q (want unary, stream or both)", o.transport)
+		return fmt.Errorf("unknown -transport %q (want unary, stream or both)", o.transport)
 	}
+	return nil
+}
+
+// checkCounts checks the numeric flags' ranges.
+func (o *options) checkCounts(rawFlags) error {
 	if o.rounds < 1 || o.duration < 0 || o.concurrency < 0 || o.connections < 0 {
-		return o, errors.New("-rounds must be at least 1; -duration, -concurrency and -connections not negative")
+		return errors.New("-rounds must be at least 1; -duration, -concurrency and -connections not negative")
 	}
-	for _, f := range strings.Split(*files, ",") {
+	if o.maxOpenFiles < 1 || o.streams < 1 || o.createFiles < 1 {
+		return errors.New("-max-open-files, -streams and -create must be at least 1")
+	}
+	return nil
+}
+
+// parseFiles reads -files, the files scenario's file counts.
+func (o *options) parseFiles(raw rawFlags) error {
+	for _, f := range strings.Split(raw.files, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
-			return o, fmt.Errorf("-files %q: want positive counts, like 1000,10000", *files)
+			return fmt.Errorf("-files %q: want positive counts, like 1000,10000", raw.files)
 		}
 		o.files = append(o.files, n)
 	}
-	if o.maxOpenFiles < 1 || o.streams < 1 || o.createFiles < 1 {
-		return o, errors.New("-max-open-files, -streams and -create must be at least 1")
-	}
-	for _, t := range strings.Split(*targets, ",") {
+	return nil
+}
+
+// parseTargets reads -targets, which only the cluster scenario takes.
+func (o *options) parseTargets(raw rawFlags) error {
+	for _, t := range strings.Split(raw.targets, ",") {
 		if t = strings.TrimSpace(t); t != "" {
 			o.targets = append(o.targets, t)
 		}
 	}
 	if len(o.targets) > 0 && (o.scenario != "cluster" || o.target != "") {
-		return o, errors.New("-targets is for -scenario cluster, without -target")
+		return errors.New("-targets is for -scenario cluster, without -target")
 	}
-	if *tokenFile != "" {
-		if o.target == "" && len(o.targets) == 0 {
-			return o, errors.New("-token-file is for -target: the daemons the harness starts ask for no token")
-		}
-		tok, err := readToken(*tokenFile)
-		if err != nil {
-			return o, err
-		}
-		o.token = tok
+	return nil
+}
+
+// readTokenFile reads the token of -token-file, which only running
+// daemons (-target, -targets) ask for.
+func (o *options) readTokenFile(raw rawFlags) error {
+	if raw.tokenFile == "" {
+		return nil
 	}
-	if *bs != "" {
-		n, err := bytesize.Parse(*bs)
+	if o.target == "" && len(o.targets) == 0 {
+		return errors.New("-token-file is for -target: the daemons the harness starts ask for no token")
+	}
+	tok, err := readToken(raw.tokenFile)
+	if err != nil {
+		return err
+	}
+	o.token = tok
+	return nil
+}
+
+// parseSizes reads -bs and -file-size in the daemon's size grammar.
+func (o *options) parseSizes(raw rawFlags) error {
+	if raw.bs != "" {
+		n, err := bytesize.Parse(raw.bs)
 		if err != nil || n <= 0 || n > 64<<20 {
-			return o, fmt.Errorf("-bs %q: want a size from 1 to 64m, like 4k", *bs)
+			return fmt.Errorf("-bs %q: want a size from 1 to 64m, like 4k", raw.bs)
 		}
 		o.bs = int(n)
 	}
-	if *fileSize != "" {
-		n, err := bytesize.Parse(*fileSize)
+	if raw.fileSize != "" {
+		n, err := bytesize.Parse(raw.fileSize)
 		if err != nil || n <= 0 {
-			return o, fmt.Errorf("-file-size %q: want a positive size, like 256m", *fileSize)
+			return fmt.Errorf("-file-size %q: want a positive size, like 256m", raw.fileSize)
 		}
 		o.fileSize = n
 	}
-	return o, nil
+	return nil
 }
 
 // readToken returns the first token of a file in the daemon's

@@ -17,11 +17,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -131,27 +131,6 @@ func (z *zerosReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// onceEncoded is a client codec that sends one message, encoded once:
-// under the race detector, encoding 64 MiB sixteen times takes longer
-// than the rest of the test.
-type onceEncoded struct {
-	msg  proto.Message
-	wire []byte
-}
-
-func (c *onceEncoded) Name() string { return "proto" }
-
-func (c *onceEncoded) Marshal(v any) (mem.BufferSlice, error) {
-	if v != c.msg {
-		return nil, fmt.Errorf("onceEncoded sends only the message it was made with")
-	}
-	return mem.BufferSlice{mem.SliceBuffer(c.wire)}, nil
-}
-
-func (c *onceEncoded) Unmarshal(data mem.BufferSlice, v any) error {
-	return proto.Unmarshal(data.Materialize(), v.(proto.Message))
-}
-
 // TestStrangerIsRefusedBeforeItsMessage: with tokens, calls without one
 // are refused when their headers arrive, so the daemon never reads or
 // decompresses their messages: sixteen 64 MiB Writes that compress to a
@@ -166,7 +145,7 @@ func TestStrangerIsRefusedBeforeItsMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	encodedOnce := grpc.ForceCodecV2(&onceEncoded{msg: big, wire: wire})
+	encodedOnce := grpc.ForceCodecV2(&testutil.OnceEncoded{Msg: big, Wire: wire})
 
 	files := snapshot(t, d.root)
 	before := zeros.decompressed.Load()

@@ -95,7 +95,7 @@ func TestTokenFileRejects(t *testing.T) {
 // with a file in its root that rejected requests must leave alone.
 func startAuthDaemon(t *testing.T) *daemon {
 	t.Helper()
-	tokens := writeTokenFile(t, testutil.Dir(t), "tokens", tokenAlpha, tokenBeta)
+	tokens := testutil.WriteTokenFile(t, testutil.Dir(t), "tokens", tokenAlpha, tokenBeta)
 	d := startDaemon(t, func(c *Config) { c.AuthTokenFile = tokens })
 	if err := os.WriteFile(filepath.Join(d.root, "existing.bin"), []byte("original"), 0o644); err != nil {
 		t.Fatal(err)
@@ -243,7 +243,7 @@ func TestAuthHTTP(t *testing.T) {
 // is no way around authentication.
 func TestGatewayForwardsAuthorization(t *testing.T) {
 	dir := testutil.Dir(t)
-	a, err := newTokenAuth(writeTokenFile(t, dir, "tokens", tokenAlpha), slog.New(slog.DiscardHandler))
+	a, err := newTokenAuth(testutil.WriteTokenFile(t, dir, "tokens", tokenAlpha), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +256,7 @@ func TestGatewayForwardsAuthorization(t *testing.T) {
 	filewritev1.RegisterFileServiceServer(srv, fake)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
-	h, err := newGateway(context.Background(), plaintextConn(t, lis.Addr().String()), gatewayConfig{maxRequestBytes: 1 << 20, maxFileSize: math.MaxInt64})
+	h, err := newGateway(context.Background(), testutil.PlaintextConn(t, lis.Addr().String()), gatewayConfig{maxRequestBytes: 1 << 20, maxFileSize: math.MaxInt64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +304,7 @@ func TestGatewayForwardsAuthorization(t *testing.T) {
 
 func TestReloadAuth(t *testing.T) {
 	dir := testutil.Dir(t)
-	file := writeTokenFile(t, dir, "tokens", tokenAlpha)
+	file := testutil.WriteTokenFile(t, dir, "tokens", tokenAlpha)
 	d := startDaemon(t, func(c *Config) { c.AuthTokenFile = file })
 	stat := func(token string) error {
 		_, err := d.client.Write(withAuth(testContext(t), "Bearer "+token), &filewritev1.WriteRequest{Path: "f", Data: []byte("x")})
@@ -313,7 +313,7 @@ func TestReloadAuth(t *testing.T) {
 	wantCode(t, "alpha before the reload", stat(tokenAlpha), codes.OK)
 	wantCode(t, "beta before the reload", stat(tokenBeta), codes.Unauthenticated)
 
-	writeTokenFile(t, dir, "tokens", tokenBeta)
+	testutil.WriteTokenFile(t, dir, "tokens", tokenBeta)
 	if err := d.srv.ReloadAuth(); err != nil {
 		t.Fatalf("ReloadAuth: %v", err)
 	}
@@ -369,7 +369,7 @@ func TestIsLoopbackAddr(t *testing.T) {
 // so the test listens on nothing but loopback.
 func TestRefuseExposedListener(t *testing.T) {
 	dir := testutil.Dir(t)
-	tokens := writeTokenFile(t, dir, "tokens", tokenAlpha)
+	tokens := testutil.WriteTokenFile(t, dir, "tokens", tokenAlpha)
 	tests := []struct {
 		name            string
 		grpcAddr        string

@@ -43,7 +43,7 @@ func startWriteBenchDaemon(b *testing.B) *Server {
 // write. Client and daemon share the process, so allocs/op counts both:
 // run it with -memprofile and look at the daemon's frames to see the
 // daemon's share (the load harness counts the daemon alone, in its own
-// process: go run ./loadtest -scenario stream).
+// process: go -C loadtest run . -scenario stream).
 //
 //	go test -run '^$' -bench WriteStream -benchtime 200000x -memprofile mem.out ./service/
 func BenchmarkWriteStream(b *testing.B) {

@@ -172,7 +172,7 @@ func TestWriteStreamShutdown(t *testing.T) {
 func TestWriteStreamAuth(t *testing.T) {
 	var tokens string
 	d := startDaemon(t, func(c *Config) {
-		tokens = writeTokenFile(t, filepath.Dir(c.Root), "tokens", "s3cret")
+		tokens = testutil.WriteTokenFile(t, filepath.Dir(c.Root), "tokens", "s3cret")
 		c.AuthTokenFile = tokens
 	})
 	ctx := testContext(t)

@@ -19,18 +19,25 @@ import (
 	"time"
 )
 
-// ModuleRoot is the directory of the go.mod of the module that the working
-// directory is in: the checkout the daemon is built from.
+// modulePath is the filewrite module, whose root holds the daemon's main
+// package.
+const modulePath = "github.com/filewrite/filewrite"
+
+// ModuleRoot is the root directory of the filewrite checkout the daemon is
+// built from: the main module when the working directory is in it, or
+// where a module that requires it (the load harness's, through its
+// replace directive) finds it.
 func ModuleRoot(ctx context.Context) (string, error) {
-	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
+	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", modulePath).Output()
+	dir := strings.TrimSpace(string(out))
+	if err != nil || dir == "" {
+		var stderr string
+		if ee, ok := errors.AsType[*exec.ExitError](err); ok {
+			stderr = strings.TrimSpace(string(ee.Stderr))
+		}
+		return "", fmt.Errorf("finding the %s checkout (run from inside it): go list -m: %v %s", modulePath, err, stderr)
 	}
-	p := strings.TrimSpace(string(gomod))
-	if p == "" || p == os.DevNull {
-		return "", errors.New("not inside the filewrite module: run from a checkout")
-	}
-	return filepath.Dir(p), nil
+	return dir, nil
 }
 
 // Build compiles the daemon (the main package at the module root) into

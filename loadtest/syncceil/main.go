@@ -14,7 +14,7 @@
 // Modes alternate within each round; medians over rounds are printed with
 // each mode's ratio to mutex. Usage:
 //
-//	go run ./loadtest/syncceil -dir DIR [-jobs 8] [-d 3s] [-r 3]
+//	go -C loadtest run ./syncceil -dir DIR [-jobs 8] [-d 3s] [-r 3]
 package main
 
 import (

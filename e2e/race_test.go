@@ -1,6 +1,6 @@
 //go:build race
 
-package service
+package e2e
 
 // raceEnabled: the daemon under test is built with -race too, which also
 // reuses the packages this test binary was built from.

@@ -1,4 +1,4 @@
-package service
+package e2e
 
 import (
 	"context"
@@ -48,12 +48,12 @@ func TestDaemonSecurity(t *testing.T) {
 	t.Run("TLS, tokens and SIGHUP", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 		defer cancel()
-		cert := newTestCert(t, dir, "daemon")
-		tokens := writeTokenFile(t, dir, "tokens", tokenAlpha)
+		cert := testutil.NewCert(t, dir, "daemon")
+		tokens := testutil.WriteTokenFile(t, dir, "tokens", tokenAlpha)
 		proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", filepath.Join(dir, "root"),
-			"--auth-token-file", tokens, "--tls-cert", cert.certFile, "--tls-key", cert.keyFile)
+			"--auth-token-file", tokens, "--tls-cert", cert.CertFile, "--tls-key", cert.KeyFile)
 		grpcAddr, httpAddr := proc.GRPCAddr, proc.HTTPAddr
-		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(cert.clientTLS())))
+		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(cert.ClientTLS())))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,7 +63,7 @@ func TestDaemonSecurity(t *testing.T) {
 			_, err := c.Write(withAuth(ctx, "Bearer "+token), &filewritev1.WriteRequest{Path: "f", Data: []byte("x")})
 			return err
 		}
-		https := &http.Client{Transport: &http.Transport{TLSClientConfig: cert.clientTLS()}}
+		https := &http.Client{Transport: &http.Transport{TLSClientConfig: cert.ClientTLS()}}
 		stat := func(token string) int {
 			req, err := http.NewRequestWithContext(ctx, "GET", "https://"+httpAddr+"/v1/files/f", nil)
 			if err != nil {
@@ -76,7 +76,7 @@ func TestDaemonSecurity(t *testing.T) {
 			if err != nil {
 				t.Fatalf("GET over HTTPS: %v", err)
 			}
-			readAll(t, resp)
+			testutil.ReadAll(t, resp)
 			return resp.StatusCode
 		}
 
@@ -86,7 +86,7 @@ func TestDaemonSecurity(t *testing.T) {
 			t.Errorf("REST stat with alpha: %d, want 200", got)
 		}
 
-		writeTokenFile(t, dir, "tokens", tokenBeta)
+		testutil.WriteTokenFile(t, dir, "tokens", tokenBeta)
 		if err := proc.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package service
+package e2e
 
 import (
 	"bytes"
@@ -71,14 +71,14 @@ func TestDaemonDrainsOnSIGTERM(t *testing.T) {
 	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", root, "--drain-timeout", "2m")
 	grpcAddr, httpAddr := proc.GRPCAddr, proc.HTTPAddr
 
-	conn := plaintextConn(t, grpcAddr)
+	conn := testutil.PlaintextConn(t, grpcAddr)
 	health := healthpb.NewHealthClient(conn)
 	if resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health before SIGTERM: %v, %v; want SERVING\n%s", resp.GetStatus(), err, logs)
 	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	watch := watchHealth(t, watchCtx, conn)
+	watch := testutil.WatchHealth(t, watchCtx, conn)
 	watch(healthpb.HealthCheckResponse_SERVING)
 
 	// A 64 MiB Write with SYNC_MODE_FULL, on a connection of its own.
@@ -101,9 +101,9 @@ func TestDaemonDrainsOnSIGTERM(t *testing.T) {
 
 	// A raw PUT whose body the test holds back.
 	body := allBytes(1<<20 + 3)
-	put := startHeldPut(t, ctx, "http://"+httpAddr+"/v1/files/put.bin?sync=data", body, 2*time.Minute)
+	put := testutil.StartHeldPut(t, ctx, "http://"+httpAddr+"/v1/files/put.bin?sync=data", body, 2*time.Minute)
 
-	for _, ch := range []chan struct{}{signal.sent, put.reading} {
+	for _, ch := range []chan struct{}{signal.sent, put.Reading} {
 		select {
 		case <-ch:
 		case <-ctx.Done():
@@ -118,14 +118,14 @@ func TestDaemonDrainsOnSIGTERM(t *testing.T) {
 	// takes no new call.) The watch then ends, as watchers do when told.
 	watch(healthpb.HealthCheckResponse_NOT_SERVING)
 	stopWatch()
-	put.send()
+	put.Send()
 
-	if got := <-put.done; got.err != nil || got.status != http.StatusOK {
-		t.Errorf("PUT during the drain: %d %s %v, want 200\n%s", got.status, got.body, got.err, logs)
+	if got := <-put.Done; got.Err != nil || got.Status != http.StatusOK {
+		t.Errorf("PUT during the drain: %d %s %v, want 200\n%s", got.Status, got.Body, got.Err, logs)
 	} else {
 		var wr struct{ BytesWritten string }
-		if err := json.Unmarshal([]byte(got.body), &wr); err != nil || wr.BytesWritten != "1048579" {
-			t.Errorf("PUT during the drain answered %s, want bytesWritten 1048579", got.body)
+		if err := json.Unmarshal([]byte(got.Body), &wr); err != nil || wr.BytesWritten != "1048579" {
+			t.Errorf("PUT during the drain answered %s, want bytesWritten 1048579", got.Body)
 		}
 	}
 	if err := <-grpcDone; err != nil {

@@ -1,4 +1,4 @@
-package service
+package e2e
 
 import (
 	"bufio"
@@ -112,14 +112,14 @@ func TestMemorySoak(t *testing.T) {
 
 	// The clients share encoded messages and bodies, so that the test's
 	// own memory does not grow with the number of requests.
-	writeMsgs := make([]*onceEncoded, 16)
+	writeMsgs := make([]*testutil.OnceEncoded, 16)
 	for i := range writeMsgs {
 		msg := &filewritev1.WriteRequest{Path: fmt.Sprintf("grpc/%d.bin", i), Data: data}
 		wire, err := proto.Marshal(msg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		writeMsgs[i] = &onceEncoded{msg: msg, wire: wire}
+		writeMsgs[i] = &testutil.OnceEncoded{Msg: msg, Wire: wire}
 	}
 	jsonBody := []byte(`{"data":"` + base64.StdEncoding.EncodeToString(data) + `"}`)
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}
@@ -160,7 +160,7 @@ func TestMemorySoak(t *testing.T) {
 	clients := []client{
 		{"gRPC Write", 16, func(i int) error {
 			m := writeMsgs[i]
-			_, err := c.Write(ctx, m.msg.(*filewritev1.WriteRequest), grpc.ForceCodecV2(m))
+			_, err := c.Write(ctx, m.Msg.(*filewritev1.WriteRequest), grpc.ForceCodecV2(m))
 			return err
 		}},
 		{"gRPC Read", 16, func(i int) error {

@@ -1,4 +1,4 @@
-package service
+package e2e
 
 import (
 	"context"
@@ -80,7 +80,7 @@ func TestDaemonExportsTracesOnShutdown(t *testing.T) {
 	defer cancel()
 	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", filepath.Join(dir, "root"))
 	grpcAddr := proc.GRPCAddr
-	conn := plaintextConn(t, grpcAddr)
+	conn := testutil.PlaintextConn(t, grpcAddr)
 	if _, err := filewritev1.NewFileServiceClient(conn).Write(ctx, &filewritev1.WriteRequest{Path: "f", Data: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}

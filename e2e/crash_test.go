@@ -1,4 +1,4 @@
-package service
+package e2e
 
 import (
 	"context"
@@ -34,7 +34,7 @@ func TestDaemonCrashKeepsDurableWrites(t *testing.T) {
 	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", root)
 	grpcAddr := proc.GRPCAddr
 
-	conn := plaintextConn(t, grpcAddr)
+	conn := testutil.PlaintextConn(t, grpcAddr)
 	client := filewritev1.NewFileServiceClient(conn)
 
 	const writers = 8
@@ -72,7 +72,7 @@ func TestDaemonCrashKeepsDurableWrites(t *testing.T) {
 	// Restart on the same root.
 	restarted, logs := testutil.StartDaemon(t, ctx, bin, "--root", root)
 	grpcAddr = restarted.GRPCAddr
-	conn2 := plaintextConn(t, grpcAddr)
+	conn2 := testutil.PlaintextConn(t, grpcAddr)
 	client = filewritev1.NewFileServiceClient(conn2)
 
 	contents := map[string][]byte{}

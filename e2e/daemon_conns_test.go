@@ -1,4 +1,4 @@
-package service
+package e2e
 
 import (
 	"context"
@@ -34,7 +34,7 @@ func TestDaemonClosesUnauthenticatedConnections(t *testing.T) {
 	bin := testutil.BuildDaemon(t, dir, raceEnabled)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	tokens := writeTokenFile(t, dir, "tokens", tokenAlpha)
+	tokens := testutil.WriteTokenFile(t, dir, "tokens", tokenAlpha)
 	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", filepath.Join(dir, "root"),
 		"--auth-token-file", tokens, "--conn-auth-timeout", "2s")
 	grpcAddr, httpAddr := proc.GRPCAddr, proc.HTTPAddr
@@ -76,7 +76,7 @@ func TestDaemonClosesUnauthenticatedConnections(t *testing.T) {
 
 	// A client with a token, whose connection waits in the accept queue
 	// behind the strangers'.
-	conn := plaintextConn(t, grpcAddr)
+	conn := testutil.PlaintextConn(t, grpcAddr)
 	c := filewritev1.NewFileServiceClient(conn)
 	write := func() error {
 		wctx, wcancel := context.WithTimeout(withAuth(ctx, "Bearer "+tokenAlpha), time.Minute)
@@ -130,7 +130,7 @@ func TestDaemonOutOfDescriptors(t *testing.T) {
 	root := filepath.Join(dir, "root")
 	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", root)
 	grpcAddr := proc.GRPCAddr
-	conn := plaintextConn(t, grpcAddr)
+	conn := testutil.PlaintextConn(t, grpcAddr)
 	c := filewritev1.NewFileServiceClient(conn)
 	write := func(path string) error {
 		_, err := c.Write(ctx, &filewritev1.WriteRequest{Path: path, Data: []byte("x")})

@@ -1,5 +1,5 @@
 //go:build !race
 
-package service
+package e2e
 
 const raceEnabled = false

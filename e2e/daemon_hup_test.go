@@ -1,4 +1,4 @@
-package service
+package e2e
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 func TestDaemonSurvivesSIGHUP(t *testing.T) {
 	dir := testutil.Dir(t)
 	bin := testutil.BuildDaemon(t, dir, raceEnabled)
-	tokens := writeTokenFile(t, dir, "tokens", tokenAlpha)
+	tokens := testutil.WriteTokenFile(t, dir, "tokens", tokenAlpha)
 	tests := []struct {
 		name    string
 		args    []string
@@ -38,7 +38,7 @@ func TestDaemonSurvivesSIGHUP(t *testing.T) {
 			root := filepath.Join(dir, "root", string(rune('a'+i)))
 			proc, logs := testutil.StartDaemon(t, ctx, bin, append([]string{"--root", root}, tt.args...)...)
 			grpcAddr := proc.GRPCAddr
-			conn := plaintextConn(t, grpcAddr)
+			conn := testutil.PlaintextConn(t, grpcAddr)
 			authCtx := withAuth(ctx, "Bearer "+tokenAlpha)
 			exited := make(chan error, 1)
 			go func() { exited <- proc.Wait() }()

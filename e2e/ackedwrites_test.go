@@ -1,4 +1,4 @@
-package service
+package e2e
 
 import (
 	"bytes"
