@@ -27,6 +27,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
+	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/store/faultfs"
 )
 
@@ -147,7 +148,7 @@ func startErrorsEnv(t *testing.T) *errorsEnv {
 		c.Store.Hooks = env.limGate.hooks()
 	})
 	t.Cleanup(env.limGate.open)
-	tokens := writeTokenFile(t, t.TempDir(), "tokens", errorsToken)
+	tokens := testutil.WriteTokenFile(t, t.TempDir(), "tokens", errorsToken)
 	env.auth = startDaemon(t, func(c *Config) { c.AuthTokenFile = tokens })
 	env.body = startDaemon(t, func(c *Config) { c.BodyTimeout = 200 * time.Millisecond })
 

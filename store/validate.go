@@ -99,7 +99,7 @@ func validateFallocate(m FallocateMode, off, length, maxSize int64) error {
 
 func validateOpenMode(m OpenMode) error {
 	if m < OpenCreate || m > OpenExclusive {
-		return fmt.Errorf("%w: open mode %d (want create, must-exist or exclusive)", ErrInvalidMode, int(m))
+		return refuse(ErrInvalidMode, "open_mode", "open mode %d (want create, must-exist or exclusive)", int(m))
 	}
 	return nil
 }
