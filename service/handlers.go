@@ -224,7 +224,7 @@ func openModeFromProto(m filewritev1.OpenMode) (store.OpenMode, error) {
 	case filewritev1.OpenMode_OPEN_MODE_EXCLUSIVE:
 		return store.OpenExclusive, nil
 	}
-	return 0, fmt.Errorf("%w: open mode %d (want OPEN_MODE_UNSPECIFIED, OPEN_MODE_MUST_EXIST or OPEN_MODE_EXCLUSIVE)", store.ErrInvalidMode, int32(m))
+	return 0, &store.Refusal{Err: store.ErrInvalidMode, Arg: "open_mode", Detail: fmt.Sprintf("open mode %d (want OPEN_MODE_UNSPECIFIED, OPEN_MODE_MUST_EXIST or OPEN_MODE_EXCLUSIVE)", int32(m))}
 }
 
 // fallocateModeFromProto rejects FALLOCATE_MODE_UNSPECIFIED as well as

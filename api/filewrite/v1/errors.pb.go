@@ -60,7 +60,7 @@ const (
 	ErrorReason_NOT_A_REGULAR_FILE ErrorReason = 5
 	// INVALID_ARGUMENT: a negative or overflowing offset, length or size.
 	ErrorReason_RANGE_INVALID ErrorReason = 6
-	// INVALID_ARGUMENT: an unknown sync or fallocate mode.
+	// INVALID_ARGUMENT: an unknown sync, fallocate or open mode.
 	ErrorReason_MODE_INVALID ErrorReason = 7
 	// INVALID_ARGUMENT: a page size out of bounds, or a page token no reply
 	// gave.
@@ -91,8 +91,8 @@ const (
 	// NOT_FOUND: a WriteStream's file was deleted, or replaced by a Rename
 	// over it, while the stream wrote to it.
 	ErrorReason_FILE_DELETED ErrorReason = 31
-	// ALREADY_EXISTS: the name is taken (Rename with no_replace; exclusive
-	// create).
+	// ALREADY_EXISTS: the name is taken (Rename with no_replace; a write
+	// with open_mode exclusive).
 	ErrorReason_ALREADY_EXISTS ErrorReason = 32
 	// RESOURCE_EXHAUSTED: every open file is in use. Passes as requests end.
 	// Metadata: limit, flag.
