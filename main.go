@@ -157,7 +157,7 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	if err := level.UnmarshalText([]byte(l.level)); err != nil {
 		return nil, fmt.Errorf("-log-level %q: want debug, info, warn or error", l.level)
 	}
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationAsString}
 	switch l.format {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
@@ -165,6 +165,16 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("-log-format %q: want text or json", l.format)
+}
+
+// durationAsString writes a duration as Go writes it ("30s", "1.5ms") in
+// both formats: slog's JSON handler would write integer nanoseconds, which
+// no reader takes for a duration.
+func durationAsString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // enumFlag is a flag parsed by one of store's Parse functions. String shows

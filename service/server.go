@@ -97,8 +97,8 @@ type Config struct {
 
 	// TracerProvider receives the daemon's spans; nil means one built from
 	// the OTEL_* environment variables (see telemetry.go), off unless
-	// OTEL_TRACES_EXPORTER is set. The daemon does not shut down a provider
-	// given here.
+	// OTEL_TRACES_EXPORTER or an OTLP endpoint is set. The daemon does not
+	// shut down a provider given here.
 	TracerProvider trace.TracerProvider
 }
 
@@ -340,7 +340,8 @@ func Start(cfg Config) (_ *Server, err error) {
 		}()
 	}
 	st := s.store.Options()
-	log.Info("filewrite started", "root", cfg.Root, "policy", st.Policy.String(), "io", st.IO.String(),
+	build := ReadBuildInfo()
+	log.Info("filewrite started", "version", build.Version, "commit", build.Commit, "traces", s.tel.tracesTo, "root", cfg.Root, "policy", st.Policy.String(), "io", st.IO.String(),
 		"fsync", st.Fsync.String(), "max_file_size", st.MaxFileSize, "max_request_bytes", st.MaxRequestBytes,
 		"max_open_files", st.MaxOpenFiles, "rlimit_nofile", store.NoFileLimit(), "extent_cache_bytes", max(st.ExtentCacheBytes, 0),
 		"max_inflight_bytes", cfg.MaxInflightBytes)
