@@ -97,6 +97,8 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 	fs.StringVar(&cfg.Root, "root", cfg.Root, "directory whose files are served; created if missing")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC listen address: host:port (port 0 picks a free port; the log says which) or unix:PATH")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "REST gateway listen address; empty disables the gateway")
+	fs.StringVar(&cfg.PprofAddr, "pprof-addr", cfg.PprofAddr,
+		"serve net/http/pprof on this host:port (loopback only, unless --insecure-listen); empty serves none")
 	fs.Var(enumFlag[store.Policy]{&cfg.Store.Policy, store.ParsePolicy}, "policy",
 		"inode lock `policy`: exclusive, unlocked-below-eof, shared-written or shared-overwrite")
 	fs.Var(enumFlag[store.IOMode]{&cfg.Store.IO, store.ParseIOMode}, "io",
