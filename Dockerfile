@@ -9,7 +9,14 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/filewrite . \
+# .git is not in the build context, so the binary cannot read its commit
+# from VCS: pass it (docker-compose build --build-arg
+# COMMIT=$(git rev-parse HEAD)); --version and filewrite_build_info show it.
+ARG VERSION=""
+ARG COMMIT=""
+RUN CGO_ENABLED=0 go build -trimpath \
+	-ldflags="-s -w -X github.com/filewrite/filewrite/service.buildVersion=${VERSION} -X github.com/filewrite/filewrite/service.buildCommit=${COMMIT}" \
+	-o /out/filewrite . \
 	&& mkdir -p /out/data
 
 # Run stage: distroless static, no shell, running as the unprivileged
@@ -21,6 +28,9 @@ COPY --from=build --chown=65532:65532 /out/data /data
 VOLUME /data
 # gRPC, then HTTP (REST gateway, /metrics, /debug/locks).
 EXPOSE 50051 8080
+# The image has no shell: the binary is its own probe (docs/operations.md).
+HEALTHCHECK --interval=10s --timeout=5s --start-period=10s --retries=3 \
+	CMD ["/filewrite", "probe", "--grpc-addr", "127.0.0.1:50051"]
 ENTRYPOINT ["/filewrite"]
 # Inside a container the daemon must listen on every interface. It refuses
 # to do that without --auth-token-file (a mounted token file) or an

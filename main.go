@@ -1,10 +1,15 @@
 // Command filewrite is the daemon: it serves positional writes into the
 // files below --root over gRPC and, through a gateway, over REST. It is
-// configured by flags alone (see docs/operations.md); everything else happens in
-// package service.
+// configured by flags, each of which an environment variable can set too
+// (env.go; docs/operations.md); everything else happens in package service.
 //
 // To add a flag, register it in registerFlags against a field of
-// service.Config and give that field its default in service.DefaultConfig.
+// service.Config and give that field its default in service.DefaultConfig:
+// its environment variable follows from its name.
+//
+// Besides the daemon, the binary answers --version and runs one
+// subcommand, "filewrite probe" (probe.go), a health check for containers
+// that have no shell.
 package main
 
 //go:generate bash scripts/generate.sh
@@ -30,8 +35,15 @@ func main() {
 	// SIGHUP must never kill the daemon (see service.Run, which catches it
 	// from its start); until then it is ignored.
 	signal.Ignore(syscall.SIGHUP)
+	if len(os.Args) > 1 && os.Args[1] == "probe" {
+		os.Exit(runProbe(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	cfg, err := parseFlags(os.Args[1:], os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(0)
+	case errors.Is(err, errVersion):
+		fmt.Println(service.ReadBuildInfo())
 		os.Exit(0)
 	}
 	if err != nil {
@@ -45,18 +57,31 @@ func main() {
 	}
 }
 
-// parseFlags turns the command line into a service.Config. Errors and -help
-// go to out.
+// errVersion is returned by parseFlags when --version asks for the version
+// instead of a daemon.
+var errVersion = errors.New("--version given")
+
+// parseFlags turns the command line and the FILEWRITE_* environment
+// variables into a service.Config; a flag on the command line wins over
+// its variable. Errors and -help go to out.
 func parseFlags(args []string, out io.Writer) (service.Config, error) {
 	cfg := service.DefaultConfig()
 	fs := flag.NewFlagSet("filewrite", flag.ContinueOnError)
 	fs.SetOutput(out)
+	fs.Usage = func() { usage(fs) }
 	logs := registerFlags(fs, &cfg)
+	version := fs.Bool("version", false, "print the version, commit and Go version, and exit")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected arguments %q: filewrite takes flags only", fs.Args())
+		return cfg, fmt.Errorf("unexpected arguments %q: filewrite takes flags only (or the subcommand probe, first)", fs.Args())
+	}
+	if *version {
+		return cfg, errVersion
+	}
+	if err := setFromEnv(fs, os.LookupEnv); err != nil {
+		return cfg, err
 	}
 	deriveDefaults(fs, &cfg)
 	var err error
@@ -72,6 +97,8 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 	fs.StringVar(&cfg.Root, "root", cfg.Root, "directory whose files are served; created if missing")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC listen address: host:port (port 0 picks a free port; the log says which) or unix:PATH")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "REST gateway listen address; empty disables the gateway")
+	fs.StringVar(&cfg.PprofAddr, "pprof-addr", cfg.PprofAddr,
+		"serve net/http/pprof on this host:port (loopback only, unless --insecure-listen); empty serves none")
 	fs.Var(enumFlag[store.Policy]{&cfg.Store.Policy, store.ParsePolicy}, "policy",
 		"inode lock `policy`: exclusive, unlocked-below-eof, shared-written or shared-overwrite")
 	fs.Var(enumFlag[store.IOMode]{&cfg.Store.IO, store.ParseIOMode}, "io",
@@ -114,7 +141,9 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 // deriveDefaults redoes, after parsing, the defaults that depend on
 // another flag: the bound on open files (from RLIMIT_NOFILE in
 // service.DefaultConfig) halves with --io=direct, where each file holds
-// two descriptors. A flag given explicitly is left as given.
+// two descriptors. A flag given explicitly, on the command line or by its
+// environment variable (setFromEnv sets it through fs, so fs.Visit sees
+// it), is left as given.
 func deriveDefaults(fs *flag.FlagSet, cfg *service.Config) {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
@@ -130,7 +159,7 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	if err := level.UnmarshalText([]byte(l.level)); err != nil {
 		return nil, fmt.Errorf("-log-level %q: want debug, info, warn or error", l.level)
 	}
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationAsString}
 	switch l.format {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
@@ -138,6 +167,16 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("-log-format %q: want text or json", l.format)
+}
+
+// durationAsString writes a duration as Go writes it ("30s", "1.5ms") in
+// both formats: slog's JSON handler would write integer nanoseconds, which
+// no reader takes for a duration.
+func durationAsString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // enumFlag is a flag parsed by one of store's Parse functions. String shows

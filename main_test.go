@@ -264,3 +264,22 @@ func TestListeningLines(t *testing.T) {
 		}
 	}
 }
+
+// TestLogDurationsAsStrings: a duration is logged as a Go duration string
+// in both formats; slog's JSON handler alone writes integer nanoseconds.
+func TestLogDurationsAsStrings(t *testing.T) {
+	for _, tt := range []struct{ format, want string }{
+		{"json", `"timeout":"30s"`},
+		{"text", "timeout=30s"},
+	} {
+		var out strings.Builder
+		log, err := (&logFlags{level: "info", format: tt.format}).logger(&out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log.Info("draining", "timeout", 30*time.Second)
+		if !strings.Contains(out.String(), tt.want) {
+			t.Errorf("%s log %q lacks %s", tt.format, out.String(), tt.want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"runtime"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -11,6 +12,8 @@ import (
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
@@ -103,7 +106,7 @@ func logStream(log *slog.Logger) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		start := time.Now()
 		err := ensureReason(handler(srv, ss))
-		logRPC(ss.Context(), log, info.FullMethod, start, err)
+		logRPC(ss.Context(), log, info.FullMethod, "", start, err)
 		return err
 	}
 }
@@ -116,14 +119,22 @@ func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 		start := time.Now()
 		resp, err := handler(ctx, req)
 		err = ensureReason(err)
-		logRPC(ctx, log, info.FullMethod, start, err)
+		var path string
+		if r, ok := req.(interface{ GetPath() string }); ok {
+			path = r.GetPath()
+		}
+		logRPC(ctx, log, info.FullMethod, path, start, err)
 		return resp, err
 	}
 }
 
 // logRPC logs the end of an RPC: at error level when its code says the
-// server or the disk failed (failureLevel), else at debug level.
-func logRPC(ctx context.Context, log *slog.Logger, method string, start time.Time, err error) {
+// server or the disk failed (failureLevel), else at debug level. It names
+// the caller (peerAddr) and, for a unary call, the file (path; a
+// WriteStream's files are in its messages, which this does not see).
+// The elapsed time is a Go duration string in either log format: slog's
+// JSON handler would write a duration as integer nanoseconds.
+func logRPC(ctx context.Context, log *slog.Logger, method, path string, start time.Time, err error) {
 	code := status.Code(err)
 	level := failureLevel(code)
 	if !log.Enabled(ctx, level) {
@@ -132,7 +143,11 @@ func logRPC(ctx context.Context, log *slog.Logger, method string, start time.Tim
 	attrs := []slog.Attr{
 		slog.String("method", method),
 		slog.String("code", code.String()),
-		slog.Duration("elapsed", time.Since(start)),
+		slog.String("elapsed", time.Since(start).String()),
+		slog.String("peer", peerAddr(ctx)),
+	}
+	if path != "" {
+		attrs = append(attrs, slog.String("path", path))
 	}
 	if err != nil {
 		attrs = append(attrs, slog.String("error", status.Convert(err).Message()))
@@ -141,6 +156,30 @@ func logRPC(ctx context.Context, log *slog.Logger, method string, start time.Tim
 	// of a failed call.
 	attrs = append(attrs, traceAttrs(ctx)...)
 	log.LogAttrs(ctx, level, "rpc", attrs...)
+}
+
+// peerAddr is the address of whoever made the call in ctx: the gRPC peer,
+// or for a REST call, which reaches the gateway's gRPC server over an
+// in-process pipe, the HTTP client that grpc-gateway appended to
+// X-Forwarded-For (the last entry: earlier ones are whatever the client
+// sent).
+func peerAddr(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return ""
+	}
+	if p.Addr.Network() != (pipeAddr{}).Network() {
+		return p.Addr.String()
+	}
+	fwd := metadata.ValueFromIncomingContext(ctx, "x-forwarded-for")
+	if len(fwd) == 0 {
+		return p.Addr.String()
+	}
+	last := fwd[len(fwd)-1]
+	if i := strings.LastIndexByte(last, ','); i >= 0 {
+		last = last[i+1:]
+	}
+	return strings.TrimSpace(last)
 }
 
 // failureLevel is slog.LevelError for the codes that mean the server or

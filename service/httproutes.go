@@ -2,8 +2,6 @@ package service
 
 import (
 	"net/http"
-
-	"go.opentelemetry.io/otel/propagation"
 )
 
 // httpHandler serves the HTTP address: GET /metrics (Prometheus), GET
@@ -12,12 +10,14 @@ import (
 // redirect the gateway's paths ("a//b", "..") before the store could
 // reject them.
 //
-// A REST call continues its caller's trace: the W3C trace context of the
-// request's headers (traceparent, tracestate, baggage) becomes the parent of
-// the gateway's gRPC client span, whose context reaches the server in the
+// A REST call gets an HTTP server span (telemetry.httpServerHandler), which
+// continues its caller's trace (the request's traceparent, tracestate,
+// baggage, or what OTEL_PROPAGATORS names) and is the parent of the
+// gateway's gRPC client span, whose context reaches the server in the
 // call's metadata. grpc-gateway itself forwards none of these headers.
 func (s *Server) httpHandler(gateway http.Handler) http.Handler {
 	locks := &debugLocks{store: s.store}
+	gateway = s.tel.httpServerHandler(gateway)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var h http.Handler
 		switch r.URL.Path {
@@ -26,8 +26,7 @@ func (s *Server) httpHandler(gateway http.Handler) http.Handler {
 		case "/debug/locks":
 			h = locks
 		default:
-			ctx := s.tel.propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-			gateway.ServeHTTP(w, r.WithContext(ctx))
+			gateway.ServeHTTP(w, r)
 			return
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {

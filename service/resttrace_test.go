@@ -14,10 +14,11 @@ import (
 )
 
 // TestRESTCallContinuesCallersTrace: a REST caller that sends a W3C
-// traceparent finds the daemon's spans in its own trace: the gateway's
-// client span is the child of the caller's span, and the server's span of
-// the gateway's. Without a (valid) traceparent a REST call starts a trace
-// of its own, as before. Spans go through the SDK's in-memory exporter.
+// traceparent finds the daemon's spans in its own trace: the HTTP server
+// span is the child of the caller's span, the gateway's client span of the
+// HTTP span, and the server's span of the gateway's. Without a (valid)
+// traceparent a REST call starts a trace of its own, as before. Spans go
+// through the SDK's in-memory exporter.
 func TestRESTCallContinuesCallersTrace(t *testing.T) {
 	const (
 		callerTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -67,40 +68,42 @@ func TestRESTCallContinuesCallersTrace(t *testing.T) {
 			if r := tc.call(tc.traceparent); r.status != http.StatusOK {
 				t.Fatalf("status %d %s, want 200", r.status, r.body)
 			}
-			var server, client *tracetest.SpanStub
-			testutil.WaitFor(t, "the call's client and server spans", func() bool {
+			var server, client, httpSpan *tracetest.SpanStub
+			testutil.WaitFor(t, "the call's HTTP, client and server spans", func() bool {
 				for _, s := range exp.GetSpans() {
-					if s.Name != tc.rpc {
-						continue
-					}
-					switch s.SpanKind {
-					case trace.SpanKindServer:
+					switch {
+					case s.Name == tc.rpc && s.SpanKind == trace.SpanKindServer:
 						server = &s
-					case trace.SpanKindClient:
+					case s.Name == tc.rpc && s.SpanKind == trace.SpanKindClient:
 						client = &s
+					case strings.HasPrefix(s.Name, "PUT ") || strings.HasPrefix(s.Name, "POST ") || strings.HasPrefix(s.Name, "GET "):
+						httpSpan = &s
 					}
 				}
-				return server != nil && client != nil
+				return server != nil && client != nil && httpSpan != nil
 			})
 			if got, want := server.Parent.SpanID(), client.SpanContext.SpanID(); got != want {
 				t.Errorf("server span's parent = %v, want the gateway's client span %v", got, want)
+			}
+			if got, want := client.Parent.SpanID(), httpSpan.SpanContext.SpanID(); got != want {
+				t.Errorf("gateway's client span's parent = %v, want the HTTP server span %v", got, want)
 			}
 			gotTrace := server.SpanContext.TraceID().String()
 			if tc.continues {
 				if gotTrace != callerTrace {
 					t.Errorf("server span in trace %s, want the caller's %s", gotTrace, callerTrace)
 				}
-				if got := client.Parent.SpanID().String(); got != callerSpan || !client.Parent.IsRemote() {
-					t.Errorf("gateway's client span's parent = %s (remote %v), want the caller's span %s, remote",
-						got, client.Parent.IsRemote(), callerSpan)
+				if got := httpSpan.Parent.SpanID().String(); got != callerSpan || !httpSpan.Parent.IsRemote() {
+					t.Errorf("HTTP server span's parent = %s (remote %v), want the caller's span %s, remote",
+						got, httpSpan.Parent.IsRemote(), callerSpan)
 				}
 				return
 			}
 			if gotTrace == callerTrace {
 				t.Errorf("server span in the caller's trace %s without a valid traceparent", gotTrace)
 			}
-			if client.Parent.IsValid() {
-				t.Errorf("gateway's client span has parent %v, want a new trace", client.Parent.SpanID())
+			if httpSpan.Parent.IsValid() {
+				t.Errorf("HTTP server span has parent %v, want a new trace", httpSpan.Parent.SpanID())
 			}
 			if got, want := gotTrace, client.SpanContext.TraceID().String(); got != want {
 				t.Errorf("server span in trace %s, want the gateway's %s", got, want)

@@ -54,6 +54,9 @@ type Config struct {
 	GRPCAddr string
 	// HTTPAddr is the REST gateway's listen address; empty disables it.
 	HTTPAddr string
+	// PprofAddr is where net/http/pprof is served, host:port; empty (the
+	// default) serves none. Loopback only, unless InsecureListen.
+	PprofAddr string
 	// Store configures the engine: policy, I/O mode, fsync mode and the
 	// limits. Its MaxRequestBytes bounds the data of one Write or Read on
 	// both listeners too: gRPC messages and HTTP bodies may be larger by
@@ -97,8 +100,8 @@ type Config struct {
 
 	// TracerProvider receives the daemon's spans; nil means one built from
 	// the OTEL_* environment variables (see telemetry.go), off unless
-	// OTEL_TRACES_EXPORTER is set. The daemon does not shut down a provider
-	// given here.
+	// OTEL_TRACES_EXPORTER or an OTLP endpoint is set. The daemon does not
+	// shut down a provider given here.
 	TracerProvider trace.TracerProvider
 }
 
@@ -207,6 +210,10 @@ type Server struct {
 	gatewayLis  *pipeListener
 	gatewayConn *grpc.ClientConn
 
+	// pprofSrv serves Config.PprofAddr on pprofLis; nil when it is empty.
+	pprofSrv *http.Server
+	pprofLis net.Listener
+
 	// serveErr receives an error when a listener fails while serving.
 	serveErr chan error
 
@@ -272,7 +279,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{cfg: cfg, log: log, health: health.NewServer(), serveErr: make(chan error, 3)}
+	s := &Server{cfg: cfg, log: log, health: health.NewServer(), serveErr: make(chan error, 4)}
 	defer func() {
 		if err != nil {
 			s.closeAll()
@@ -319,6 +326,11 @@ func Start(cfg Config) (_ *Server, err error) {
 			return nil, err
 		}
 	}
+	if cfg.PprofAddr != "" {
+		if err := s.startPprof(); err != nil {
+			return nil, err
+		}
+	}
 
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(filewritev1.FileService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
@@ -340,7 +352,8 @@ func Start(cfg Config) (_ *Server, err error) {
 		}()
 	}
 	st := s.store.Options()
-	log.Info("filewrite started", "root", cfg.Root, "policy", st.Policy.String(), "io", st.IO.String(),
+	build := ReadBuildInfo()
+	log.Info("filewrite started", "version", build.Version, "commit", build.Commit, "traces", s.tel.tracesTo, "root", cfg.Root, "policy", st.Policy.String(), "io", st.IO.String(),
 		"fsync", st.Fsync.String(), "max_file_size", st.MaxFileSize, "max_request_bytes", st.MaxRequestBytes,
 		"max_open_files", st.MaxOpenFiles, "rlimit_nofile", store.NoFileLimit(), "extent_cache_bytes", max(st.ExtentCacheBytes, 0),
 		"max_inflight_bytes", cfg.MaxInflightBytes)
@@ -351,6 +364,9 @@ func Start(cfg Config) (_ *Server, err error) {
 	log.Info("listening", "protocol", "grpc", "addr", s.grpcLis.Addr().String())
 	if s.httpLis != nil {
 		log.Info("listening", "protocol", "http", "addr", s.httpLis.Addr().String())
+	}
+	if s.pprofLis != nil {
+		log.Info("listening", "protocol", "pprof", "addr", s.pprofLis.Addr().String())
 	}
 	return s, nil
 }
@@ -529,6 +545,12 @@ func (s *Server) closeAll() error {
 	}
 	if s.httpLis != nil {
 		s.httpLis.Close()
+	}
+	if s.pprofSrv != nil {
+		s.pprofSrv.Close()
+	}
+	if s.pprofLis != nil {
+		s.pprofLis.Close()
 	}
 	if s.gatewayConn != nil {
 		s.gatewayConn.Close()

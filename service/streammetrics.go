@@ -6,6 +6,8 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/filewrite/filewrite/store"
 )
 
 // Metric names of the stream path (Prometheus: dots become underscores,
@@ -15,6 +17,17 @@ const (
 	MetricStreamWrites     = "filewrite.stream.message.writes"
 	MetricStreamHeld       = "filewrite.stream.held"
 	MetricStreamsHeldTotal = "filewrite.streams.held"
+)
+
+// The stream path's histograms; like the store's (store.Histograms), /metrics
+// shows them at zero before their first observation.
+var (
+	histStreamWrites = store.Histogram{Name: MetricStreamWrites, Unit: "{write}",
+		Description: "Writes carried by one WriteStream message.",
+		Buckets:     []float64{0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 1024}}
+	histStreamHeld = store.Histogram{Name: MetricStreamHeld, Unit: "By",
+		Description: "Bytes of unacknowledged writes (data plus a fixed overhead each) a WriteStream holds when it reads a message; it reads none at --max-stream-bytes.",
+		Buckets:     []float64{0, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20}}
 )
 
 // streamMetrics are the WriteStream instruments: how many streams are
@@ -33,7 +46,7 @@ func newStreamMetrics(mp metric.MeterProvider, daemonHeld *atomic.Int64) (*strea
 	if mp == nil {
 		mp = metricnoop.NewMeterProvider()
 	}
-	meter := mp.Meter("github.com/filewrite/filewrite/service")
+	meter := mp.Meter(serviceScope)
 	m := &streamMetrics{}
 	var err error
 	if m.open, err = meter.Int64UpDownCounter(MetricStreamsOpen,
@@ -41,16 +54,12 @@ func newStreamMetrics(mp metric.MeterProvider, daemonHeld *atomic.Int64) (*strea
 		metric.WithDescription("WriteStreams open.")); err != nil {
 		return nil, err
 	}
-	if m.writes, err = meter.Int64Histogram(MetricStreamWrites,
-		metric.WithUnit("{write}"),
-		metric.WithDescription("Writes carried by one WriteStream message."),
-		metric.WithExplicitBucketBoundaries(0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 1024)); err != nil {
+	// Like every counter, it starts at 0 on a fresh daemon's /metrics.
+	m.open.Add(context.Background(), 0)
+	if m.writes, err = histStreamWrites.Int64(meter); err != nil {
 		return nil, err
 	}
-	if m.held, err = meter.Int64Histogram(MetricStreamHeld,
-		metric.WithUnit("By"),
-		metric.WithDescription("Bytes of unacknowledged writes (data plus a fixed overhead each) a WriteStream holds when it reads a message; it reads none at --max-stream-bytes."),
-		metric.WithExplicitBucketBoundaries(0, 4<<10, 16<<10, 64<<10, 256<<10, 1<<20, 4<<20, 16<<20, 64<<20)); err != nil {
+	if m.held, err = histStreamHeld.Int64(meter); err != nil {
 		return nil, err
 	}
 	if _, err = meter.Int64ObservableGauge(MetricStreamsHeldTotal,

@@ -1,19 +1,23 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/prometheus/otlptranslator"
 	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/contrib/propagators/autoprop"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -30,6 +34,10 @@ import (
 // telemetryFlushTimeout bounds the flush of spans and metrics on shutdown.
 const telemetryFlushTimeout = 5 * time.Second
 
+// serviceScope is the instrumentation scope of the service package's own
+// metrics.
+const serviceScope = "github.com/filewrite/filewrite/service"
+
 // serviceName is the service.name of the daemon's spans and metrics unless
 // OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES says otherwise.
 const serviceName = "filewrite"
@@ -37,15 +45,19 @@ const serviceName = "filewrite"
 // telemetry is the daemon's OpenTelemetry: the providers that the RPC
 // spans (otelgrpc), the store's wait spans and every metric go through, and
 // the /metrics handler. Traces are exported as the OTEL_* environment
-// variables say and are off unless OTEL_TRACES_EXPORTER names an exporter;
-// metrics are always collected for /metrics, and also pushed when
-// OTEL_METRICS_EXPORTER names an exporter.
+// variables say and are off unless OTEL_TRACES_EXPORTER names an exporter
+// or an OTLP endpoint is set; metrics are always collected for /metrics,
+// and also pushed when OTEL_METRICS_EXPORTER names an exporter.
 type telemetry struct {
 	tracerProvider trace.TracerProvider
-	meterProvider  *sdkmetric.MeterProvider
-	// propagator carries trace context in gRPC metadata (W3C traceparent
-	// and baggage), so that a client's trace continues into the daemon and
-	// the gateway's call into the gRPC server stays one trace.
+	// tracesTo says where spans go, for the start log: "off", or the
+	// exporter and, for OTLP, its protocol and endpoint.
+	tracesTo      string
+	meterProvider *sdkmetric.MeterProvider
+	// propagator carries trace context in gRPC metadata and HTTP headers,
+	// so that a client's trace continues into the daemon and the gateway's
+	// call into the gRPC server stays one trace: OTEL_PROPAGATORS's
+	// (autoprop), W3C traceparent and baggage by default.
 	propagator propagation.TextMapPropagator
 	metrics    http.Handler // GET /metrics
 	store      *store.Telemetry
@@ -58,9 +70,7 @@ type telemetry struct {
 // as it is (tests pass an in-memory one) and is not shut down by the
 // daemon.
 func newTelemetry(ctx context.Context, cfg Config) (_ *telemetry, err error) {
-	t := &telemetry{
-		propagator: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
-	}
+	t := &telemetry{}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, t.shutdown(ctx))
@@ -77,9 +87,12 @@ func newTelemetry(ctx context.Context, cfg Config) (_ *telemetry, err error) {
 		return nil, fmt.Errorf("telemetry resource: %w", err)
 	}
 
-	t.tracerProvider = cfg.TracerProvider
+	if t.propagator, err = propagatorFromEnv(); err != nil {
+		return nil, err
+	}
+	t.tracerProvider, t.tracesTo = cfg.TracerProvider, "the tracer provider in Config"
 	if t.tracerProvider == nil {
-		if t.tracerProvider, err = t.tracesFromEnv(ctx, res); err != nil {
+		if t.tracerProvider, t.tracesTo, err = t.tracesFromEnv(ctx, res); err != nil {
 			return nil, err
 		}
 	}
@@ -92,25 +105,81 @@ func newTelemetry(ctx context.Context, cfg Config) (_ *telemetry, err error) {
 	return t, nil
 }
 
-// tracesFromEnv is autoexport's span exporter, except that an unset
-// OTEL_TRACES_EXPORTER means no tracing (autoexport's own default is OTLP,
-// which would send to a collector nobody asked for). With no exporter the
-// tracer provider is the no-op one, so that spans cost nothing at all.
-func (t *telemetry) tracesFromEnv(ctx context.Context, res *resource.Resource) (trace.TracerProvider, error) {
-	exp, err := autoexport.NewSpanExporter(ctx, autoexport.WithFallbackSpanExporter(
-		func(context.Context) (sdktrace.SpanExporter, error) { return noSpans{}, nil }))
+// propagatorFromEnv is the propagator OTEL_PROPAGATORS names (autoprop:
+// tracecontext, baggage, b3, b3multi, jaeger, xray, ottrace, none), W3C
+// trace context and baggage when it is unset. An unknown name is refused
+// at start, as an unknown exporter is, where autoprop's own
+// NewTextMapPropagator would report it to otel's error handler and go on
+// with the default.
+func propagatorFromEnv() (propagation.TextMapPropagator, error) {
+	v := strings.TrimSpace(os.Getenv("OTEL_PROPAGATORS"))
+	if v == "" {
+		return autoprop.NewTextMapPropagator(), nil
+	}
+	var names []string
+	for n := range strings.SplitSeq(v, ",") {
+		names = append(names, strings.TrimSpace(n))
+	}
+	p, err := autoprop.TextMapPropagator(names...)
 	if err != nil {
-		return nil, fmt.Errorf("trace exporter (OTEL_TRACES_EXPORTER): %w", err)
+		return nil, fmt.Errorf("OTEL_PROPAGATORS=%q: %w", v, err)
+	}
+	return p, nil
+}
+
+// tracesFromEnv is autoexport's span exporter, except that traces are off
+// when neither OTEL_TRACES_EXPORTER nor an OTLP endpoint
+// (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set:
+// autoexport's own default is OTLP to localhost, a collector nobody asked
+// for. An endpoint alone means OTLP, as the OpenTelemetry specification's
+// default exporter is. With no exporter the tracer provider is the no-op
+// one, so that spans cost nothing at all. It returns where spans go.
+func (t *telemetry) tracesFromEnv(ctx context.Context, res *resource.Resource) (trace.TracerProvider, string, error) {
+	exp, err := autoexport.NewSpanExporter(ctx, autoexport.WithFallbackSpanExporter(
+		func(ctx context.Context) (sdktrace.SpanExporter, error) {
+			if otlpTracesEndpoint() == "" {
+				return noSpans{}, nil
+			}
+			return autoexport.NewSpanExporter(ctx) // its default: OTLP
+		}))
+	if err != nil {
+		return nil, "", fmt.Errorf("trace exporter (OTEL_TRACES_EXPORTER): %w", err)
 	}
 	if _, off := exp.(noSpans); off || autoexport.IsNoneSpanExporter(exp) {
-		return tracenoop.NewTracerProvider(), nil
+		return tracenoop.NewTracerProvider(), "off", nil
 	}
 	// The sampler comes from OTEL_TRACES_SAMPLER and
 	// OTEL_TRACES_SAMPLER_ARG (default parentbased_always_on); batch
 	// sizes and delays from OTEL_BSP_*.
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	t.shutdowns = append(t.shutdowns, tp.Shutdown)
-	return tp, nil
+	return tp, tracesDestination(), nil
+}
+
+// otlpTracesEndpoint is the OTLP endpoint the environment sets for traces,
+// "" when none.
+func otlpTracesEndpoint() string {
+	return cmp.Or(os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"))
+}
+
+// tracesDestination describes, for the start log, the exporter that
+// autoexport built from the environment: its name and, for OTLP, the
+// protocol and endpoint with autoexport's and the OTLP exporters'
+// defaults.
+func tracesDestination() string {
+	name := cmp.Or(os.Getenv("OTEL_TRACES_EXPORTER"), "otlp")
+	if name != "otlp" {
+		return name
+	}
+	proto := cmp.Or(os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL"), "http/protobuf")
+	endpoint := otlpTracesEndpoint()
+	if endpoint == "" {
+		endpoint = "http://localhost:4318"
+		if proto == "grpc" {
+			endpoint = "localhost:4317"
+		}
+	}
+	return "otlp " + proto + " " + endpoint
 }
 
 // noSpans stands for "no exporter configured".
@@ -135,7 +204,11 @@ func (t *telemetry) startMetrics(ctx context.Context, res *resource.Resource) er
 		otelprom.WithRegisterer(reg),
 		// Classic Prometheus names (filewrite_lock_wait_duration_seconds),
 		// whatever the client library's default validation scheme.
-		otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes),
+		otelprom.WithTranslationStrategy(promTranslation),
+		// No otel_scope_name/otel_scope_version labels on every series:
+		// each metric's name already says whose it is, and the labels
+		// double what a scrape carries.
+		otelprom.WithoutScopeInfo(),
 	)
 	if err != nil {
 		return fmt.Errorf("prometheus exporter: %w", err)
@@ -151,7 +224,14 @@ func (t *telemetry) startMetrics(ctx context.Context, res *resource.Resource) er
 	}
 	t.meterProvider = sdkmetric.NewMeterProvider(opts...)
 	t.shutdowns = append(t.shutdowns, t.meterProvider.Shutdown)
-	t.metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	if err := registerBuildInfo(t.meterProvider.Meter(serviceScope), ReadBuildInfo()); err != nil {
+		return fmt.Errorf("build info metric: %w", err)
+	}
+	gatherer, err := newZeroHistograms(reg, append(store.Histograms(), histStreamWrites, histStreamHeld))
+	if err != nil {
+		return err
+	}
+	t.metrics = promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})
 	return nil
 }
 
@@ -173,6 +253,43 @@ func (t *telemetry) clientHandler() stats.Handler {
 		otelgrpc.WithMeterProvider(t.meterProvider),
 		otelgrpc.WithPropagators(t.propagator),
 	)
+}
+
+// httpServerHandler wraps the REST gateway in otelhttp: one server span
+// per request, the parent of the gateway's gRPC client span, carrying the
+// HTTP method, route, status and client address, and the http.server.*
+// metrics. Its name is the method and the route, never the file's path
+// (span names are for grouping: "PUT /v1/files/{path}", "POST
+// /v1/files/{path}:write").
+func (t *telemetry) httpServerHandler(h http.Handler) http.Handler {
+	return otelhttp.NewHandler(h, "filewrite",
+		otelhttp.WithTracerProvider(t.tracerProvider),
+		otelhttp.WithMeterProvider(t.meterProvider),
+		otelhttp.WithPropagators(t.propagator),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+			return r.Method + " " + restRoute(r.URL.Path)
+		}),
+	)
+}
+
+// restRoute is the route of a REST path: the file's path replaced by
+// {path}, a custom method (":write") kept. A file whose name ends in a
+// colon and letters looks like one; the span name is then wrong, never
+// the file's name.
+func restRoute(p string) string {
+	const files = "/v1/files/"
+	rest, ok := strings.CutPrefix(p, files)
+	if !ok {
+		return p
+	}
+	route := files + "{path}"
+	// A custom method is lower-case letters; anything else after a colon
+	// is part of a file's name, which must not reach a span name.
+	if i := strings.LastIndexByte(rest, ':'); i >= 0 && i+1 < len(rest) &&
+		strings.Trim(rest[i+1:], "abcdefghijklmnopqrstuvwxyz") == "" {
+		route += rest[i:]
+	}
+	return route
 }
 
 // shutdown flushes the spans and metrics still buffered and stops the

@@ -415,24 +415,29 @@ func TestFailedRPCLogCarriesTraceID(t *testing.T) {
 }
 
 // TestTracesFromEnvironment: traces are off unless OTEL_TRACES_EXPORTER
-// names an exporter (autoexport alone would default to OTLP).
+// names an exporter or an OTLP endpoint is set (autoexport alone would
+// default to OTLP to localhost, with no endpoint set).
 func TestTracesFromEnvironment(t *testing.T) {
+	// A collector that is not there: nothing is sent in this test.
+	const nowhere = "http://127.0.0.1:1"
 	for _, tc := range []struct {
-		exporter string
-		on       bool
-		fails    bool
+		exporter, endpoint, tracesEndpoint string
+		on                                 bool
+		fails                              bool
 	}{
-		{"", false, false},
-		{"none", false, false},
-		{"console", true, false},
-		{"otlp", true, false},
-		{"carrier-pigeon", false, true},
+		{"", "", "", false, false},
+		{"", nowhere, "", true, false},
+		{"", "", nowhere, true, false},
+		{"none", nowhere, "", false, false},
+		{"console", "", "", true, false},
+		{"otlp", nowhere, "", true, false},
+		{"carrier-pigeon", "", "", false, true},
 	} {
-		t.Run("OTEL_TRACES_EXPORTER="+tc.exporter, func(t *testing.T) {
+		t.Run("OTEL_TRACES_EXPORTER="+tc.exporter+",endpoint="+tc.endpoint+",traces_endpoint="+tc.tracesEndpoint, func(t *testing.T) {
 			t.Setenv("OTEL_TRACES_EXPORTER", tc.exporter)
 			t.Setenv("OTEL_METRICS_EXPORTER", "none")
-			// A collector that is not there: nothing is sent in this test.
-			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", tc.endpoint)
+			t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", tc.tracesEndpoint)
 			tel, err := newTelemetry(t.Context(), DefaultConfig())
 			if tc.fails {
 				if err == nil {

@@ -4,6 +4,7 @@ package store
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -73,6 +74,54 @@ var waitBuckets = []float64{
 	1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 }
 
+// batchBuckets are the bounds of the histograms of callers per sync.
+var batchBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256}
+
+// Histogram describes one histogram instrument: NewTelemetry builds the
+// store's from these, and the daemon shows each at zero before its first
+// observation (the OpenTelemetry SDK exports a histogram only once it has
+// one, and a Prometheus exporter has no way to ask for an empty one).
+type Histogram struct {
+	Name        string // the instrument's name, one of the Metric... constants
+	Unit        string // UCUM, as metric.WithUnit takes it
+	Description string
+	Buckets     []float64 // explicit bucket boundaries
+}
+
+// The store's histograms.
+var (
+	histLockWait = Histogram{MetricLockWait, "s",
+		"Time an operation waited for an inode lock, in-flight writes or a group-commit sync.", waitBuckets}
+	histWriteDuration = Histogram{MetricWriteDuration, "s",
+		"Store write latency, lock wait and sync included.", waitBuckets}
+	histFsyncBatch = Histogram{MetricFsyncBatchSize, "{caller}",
+		"Callers covered by one fdatasync/fsync.", batchBuckets}
+	histDirFsyncBatch = Histogram{MetricDirFsyncBatchSize, "{caller}",
+		"Callers (files synced for the first time) covered by one fsync of a directory.", batchBuckets}
+)
+
+// Histograms returns the store's histograms, each with a copy of its
+// buckets.
+func Histograms() []Histogram {
+	out := []Histogram{histLockWait, histWriteDuration, histFsyncBatch, histDirFsyncBatch}
+	for i := range out {
+		out[i].Buckets = slices.Clone(out[i].Buckets)
+	}
+	return out
+}
+
+// Float64 makes h with m.
+func (h Histogram) Float64(m metric.Meter) (metric.Float64Histogram, error) {
+	return m.Float64Histogram(h.Name, metric.WithUnit(h.Unit), metric.WithDescription(h.Description),
+		metric.WithExplicitBucketBoundaries(h.Buckets...))
+}
+
+// Int64 makes h with m.
+func (h Histogram) Int64(m metric.Meter) (metric.Int64Histogram, error) {
+	return m.Int64Histogram(h.Name, metric.WithUnit(h.Unit), metric.WithDescription(h.Description),
+		metric.WithExplicitBucketBoundaries(h.Buckets...))
+}
+
 // Telemetry turns the store's waits into OpenTelemetry spans and metrics.
 // Only waits produce spans: an uncontended acquisition costs none. Spans
 // and histograms may be shared by several stores; the gauges may not (each
@@ -121,28 +170,16 @@ func NewTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*Telemetry,
 	meter := mp.Meter(scope)
 	t := &Telemetry{tracer: tp.Tracer(scope), meter: meter}
 	var err error
-	if t.lockWait, err = meter.Float64Histogram(MetricLockWait,
-		metric.WithUnit("s"),
-		metric.WithDescription("Time an operation waited for an inode lock, in-flight writes or a group-commit sync."),
-		metric.WithExplicitBucketBoundaries(waitBuckets...)); err != nil {
+	if t.lockWait, err = histLockWait.Float64(meter); err != nil {
 		return nil, err
 	}
-	if t.writeTime, err = meter.Float64Histogram(MetricWriteDuration,
-		metric.WithUnit("s"),
-		metric.WithDescription("Store write latency, lock wait and sync included."),
-		metric.WithExplicitBucketBoundaries(waitBuckets...)); err != nil {
+	if t.writeTime, err = histWriteDuration.Float64(meter); err != nil {
 		return nil, err
 	}
-	if t.batchSize, err = meter.Int64Histogram(MetricFsyncBatchSize,
-		metric.WithUnit("{caller}"),
-		metric.WithDescription("Callers covered by one fdatasync/fsync."),
-		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256)); err != nil {
+	if t.batchSize, err = histFsyncBatch.Int64(meter); err != nil {
 		return nil, err
 	}
-	if t.dirBatch, err = meter.Int64Histogram(MetricDirFsyncBatchSize,
-		metric.WithUnit("{caller}"),
-		metric.WithDescription("Callers (files synced for the first time) covered by one fsync of a directory."),
-		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256)); err != nil {
+	if t.dirBatch, err = histDirFsyncBatch.Int64(meter); err != nil {
 		return nil, err
 	}
 	if t.inflight, err = meter.Int64ObservableGauge(MetricInflightWrites,
@@ -165,6 +202,13 @@ func NewTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*Telemetry,
 		metric.WithDescription("Idle files closed to make room for others (--max-open-files).")); err != nil {
 		return nil, err
 	}
+	// The counters start at 0, each series that can exist, so that a
+	// fresh daemon's /metrics shows them before their first file: a rate
+	// over a series that appears at its first increment misses that one.
+	for _, opts := range extentsSourceOpts {
+		t.opens.Add(context.Background(), 0, opts...)
+	}
+	t.closes.Add(context.Background(), 0)
 	if t.cacheEntries, err = meter.Int64ObservableGauge(MetricExtentCacheEntries,
 		metric.WithUnit("{file}"),
 		metric.WithDescription("Closed files whose extent maps the extent cache holds.")); err != nil {
