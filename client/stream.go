@@ -36,6 +36,9 @@ type write struct {
 	data []byte
 	sync SyncMode
 	crc  uint32
+	// buf is the pooled buffer data lies in, for a Writer's writes: the
+	// Writer gives it back once the write is done.
+	buf *[]byte
 
 	// The fields below are guarded by fileStream.mu.
 	state    writeState
