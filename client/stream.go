@@ -348,7 +348,7 @@ func (s *fileStream) sendOne() bool {
 		// stay queued; the others fail with why.
 		keep := s.queue[:0]
 		for _, w := range s.queue {
-			if s.mayRetryLocked(w, err) {
+			if s.mayRetryLocked(w, err, false) {
 				w.attempts++
 				keep = append(keep, w)
 				continue
@@ -437,9 +437,9 @@ func (s *fileStream) ended(conn *streamConn, err error) {
 	s.mu.Lock()
 	conn.broken = true
 	conn.err = err
-	if !cleanEnd || len(conn.inflight) > 0 {
-		// A daemon that ends an idle stream cleanly is not failing: the
-		// next write opens a new one at once.
+	if !cleanEnd {
+		// A daemon that ends a stream cleanly (an idle one, say) is not
+		// failing: the next write opens a new one at once.
 		s.failures++
 	}
 	if status.Code(err) == codes.NotFound {
@@ -465,7 +465,7 @@ func (s *fileStream) ended(conn *streamConn, err error) {
 	var resend []*write
 	for _, id := range ids {
 		w := conn.inflight[id]
-		if !w.gaveUp && s.mayRetryLocked(w, err) {
+		if !w.gaveUp && s.mayRetryLocked(w, err, cleanEnd) {
 			w.attempts++
 			w.state = queued
 			resend = append(resend, w)
@@ -487,13 +487,23 @@ func (s *fileStream) ended(conn *streamConn, err error) {
 }
 
 // mayRetryLocked reports whether w, which failed with err before it was
-// acked, may be sent again: under WithRetry, with attempts left, for an
-// error that says the daemon was not reached (retryable), while the file
-// is not gone and the Client and stream are not closed.
+// acked, may be sent again on a new stream. After a clean end (the daemon
+// ended the stream with OK, having applied and acked every write it read,
+// as it does with a stream it closes for being idle) w was never read:
+// sending it again is its first delivery, so it goes once whatever
+// WithRetry says. Otherwise only under WithRetry, with attempts left, for
+// an error that says the daemon was not reached (retryable). Never once
+// the file is gone or the Client or stream is closed.
 //
 // Preconditions: s.mu is held.
-func (s *fileStream) mayRetryLocked(w *write, err error) bool {
-	return w.attempts < s.c.opts.retries && retryable(err) && s.gone == nil && !s.closed && s.c.ctx.Err() == nil
+func (s *fileStream) mayRetryLocked(w *write, err error, cleanEnd bool) bool {
+	switch {
+	case s.gone != nil || s.closed || s.c.ctx.Err() != nil:
+		return false
+	case cleanEnd:
+		return w.attempts < max(1, s.c.opts.retries)
+	}
+	return w.attempts < s.c.opts.retries && retryable(err)
 }
 
 // finishLocked ends w: its caller, if still waiting, gets the outcome;
