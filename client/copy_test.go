@@ -82,13 +82,13 @@ func TestWriterReportsFailure(t *testing.T) {
 	// ReadFrom waits for every ack: io.Copy reports the failure.
 	w := f.NewWriter(0)
 	_, err = io.Copy(w, struct{ io.Reader }{bytes.NewReader(pattern(200<<10, 1))})
-	if status.Code(err) != codes.ResourceExhausted {
-		t.Errorf("io.Copy past the file size limit: %v, want %v", err, codes.ResourceExhausted)
+	if status.Code(err) != codes.OutOfRange {
+		t.Errorf("io.Copy past the file size limit: %v, want %v", err, codes.OutOfRange)
 	}
-	if _, err := w.Write([]byte("more")); status.Code(err) != codes.ResourceExhausted {
+	if _, err := w.Write([]byte("more")); status.Code(err) != codes.OutOfRange {
 		t.Errorf("Write after the failure: %v, want it again", err)
 	}
-	if err := w.Close(); status.Code(err) != codes.ResourceExhausted {
+	if err := w.Close(); status.Code(err) != codes.OutOfRange {
 		t.Errorf("Close: %v, want the failure", err)
 	}
 	// Write does not wait: Close reports the failure.
@@ -96,8 +96,8 @@ func TestWriterReportsFailure(t *testing.T) {
 	if _, err := w.Write(pattern(200<<10, 2)); err != nil {
 		t.Errorf("Write that fails later: %v, want nil (not yet known)", err)
 	}
-	if err := w.Close(); status.Code(err) != codes.ResourceExhausted {
-		t.Errorf("Close after a failed Write: %v, want %v", err, codes.ResourceExhausted)
+	if err := w.Close(); status.Code(err) != codes.OutOfRange {
+		t.Errorf("Close after a failed Write: %v, want %v", err, codes.OutOfRange)
 	}
 	if _, err := w.Write([]byte("x")); err == nil {
 		t.Error("Write after Close: nil, want an error")

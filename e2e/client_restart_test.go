@@ -1,10 +1,9 @@
-package client_test
+package e2e
 
 import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -12,11 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/client"
 	"github.com/filewrite/filewrite/internal/daemonproc"
 	"github.com/filewrite/filewrite/internal/testutil"
@@ -66,7 +63,7 @@ func TestRetryAcrossRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and restarts the daemon binary")
 	}
-	bin := testutil.BuildDaemon(t, testutil.Dir(t), false)
+	bin := testutil.BuildDaemon(t, testutil.Dir(t), raceEnabled)
 	for _, retry := range []bool{true, false} {
 		t.Run(fmt.Sprintf("retry=%v", retry), func(t *testing.T) {
 			d := newRestartable(t, bin)
@@ -74,8 +71,13 @@ func TestRetryAcrossRestart(t *testing.T) {
 			if retry {
 				opts = append(opts, client.WithRetry(20))
 			}
-			c := dial(t, "unix:"+d.sock, opts...)
-			ctx := testContext(t)
+			c, err := client.Dial("unix:"+d.sock, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+			defer cancel()
 			f, err := c.Open(ctx, "restart/f", client.WithTimeout(30*time.Second))
 			if err != nil {
 				t.Fatal(err)
@@ -83,7 +85,7 @@ func TestRetryAcrossRestart(t *testing.T) {
 			const writers, blocks, bs = 4, 200, 4096
 			block := func(w, i int) (int64, []byte) {
 				off := int64(w*blocks+i) * bs
-				return off, pattern(bs, byte(w*blocks+i))
+				return off, bytes.Repeat([]byte{byte(w*blocks + i)}, bs)
 			}
 			var acked atomic.Int64
 			errs := make([][]error, writers)
@@ -158,67 +160,5 @@ func TestRetryAcrossRestart(t *testing.T) {
 				t.Errorf("the write after the restart is not in the file")
 			}
 		})
-	}
-}
-
-// closingFiles is a FileService whose WriteStream acks the writes of the
-// first message after the opening one and then ends the stream with OK,
-// reading nothing more, as a daemon that closes streams it deems idle
-// would: every write it read is acked, the others were never read.
-type closingFiles struct {
-	filewritev1.UnimplementedFileServiceServer
-	streams atomic.Int64
-}
-
-func (s *closingFiles) WriteStream(ss grpc.BidiStreamingServer[filewritev1.WriteStreamRequest, filewritev1.WriteStreamResponse]) error {
-	s.streams.Add(1)
-	if _, err := ss.Recv(); err != nil {
-		return nil
-	}
-	if err := ss.Send(&filewritev1.WriteStreamResponse{}); err != nil {
-		return err
-	}
-	req, err := ss.Recv()
-	if err != nil {
-		return nil
-	}
-	resp := &filewritev1.WriteStreamResponse{}
-	for _, w := range req.GetWrites() {
-		resp.Acks = append(resp.Acks, &filewritev1.StreamAck{Id: w.GetId(), BytesWritten: int64(len(w.GetData()))})
-	}
-	return ss.Send(resp)
-}
-
-// TestStreamEndedCleanly: when the daemon ends a stream with OK, the
-// writes it had not read go on a new stream, without WithRetry and
-// without the callers noticing.
-func TestStreamEndedCleanly(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fake := &closingFiles{}
-	srv := grpc.NewServer()
-	filewritev1.RegisterFileServiceServer(srv, fake)
-	go srv.Serve(lis)
-	defer srv.Stop()
-	ctx := testContext(t)
-	c := dial(t, lis.Addr().String())
-	f, err := c.Open(ctx, "idle/f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// One after the other: each goes on a stream that the one before
-	// ended, or that is ending, or a new one.
-	for i := range 20 {
-		if _, err := f.WriteAt([]byte("x"), int64(i)); err != nil {
-			t.Errorf("write %d: %v, want nil", i, err)
-		}
-	}
-	if err := f.Close(); err != nil {
-		t.Errorf("Close: %v", err)
-	}
-	if fake.streams.Load() < 20 {
-		t.Errorf("%d streams, want one a write at least: each ends after one message", fake.streams.Load())
 	}
 }
