@@ -297,9 +297,9 @@ func (c *Client) Open(ctx context.Context, path string, opts ...FileOption) (*Fi
 	s := c.streams[path]
 	// Share the stream only while it serves the file that path names: not
 	// once the file it held was deleted (a new Open then opens the new
-	// file), and never for an exclusive create, which the daemon must see
-	// to refuse or grant.
-	if s == nil || s.isGone() || fo.open == OpenExclusive {
+	// file), nor while it is broken (see shareable), and never for an
+	// exclusive create, which the daemon must see to refuse or grant.
+	if s == nil || !s.shareable() || fo.open == OpenExclusive {
 		s = newFileStream(c, path, fo.open.proto())
 	}
 	s.refs++

@@ -150,11 +150,15 @@ func newFileStream(c *Client, path string, mode filewritev1.OpenMode) *fileStrea
 	return s
 }
 
-// isGone reports whether the file the stream served was deleted.
-func (s *fileStream) isGone() bool {
+// shareable reports whether a new File of the path may use the stream:
+// only while it is open on a file not known to be deleted. A stream
+// without a connection would re-open by path, and must find a file there
+// (it never creates one), which an Open that may create must not depend
+// on.
+func (s *fileStream) shareable() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.gone != nil
+	return s.conn != nil && s.gone == nil
 }
 
 // ensureOpen opens a stream unless one is open, waiting for the daemon's
@@ -330,9 +334,9 @@ func (s *fileStream) sendOne() bool {
 		return false
 	}
 	s.mu.Lock()
-	failures := s.failures
+	failures, open := s.failures, s.conn != nil
 	s.mu.Unlock()
-	if failures > 0 && !sleep(s.c.ctx, s.stopped, backoff(failures)) {
+	if !open && failures > 0 && !sleep(s.c.ctx, s.stopped, backoff(failures)) {
 		return false // the sender's loop sees why
 	}
 	conn, err := s.connect(s.c.ctx)
