@@ -3,17 +3,17 @@ package client
 import (
 	"context"
 	"crypto/tls"
-	"errors"
+	"encoding/json"
+	"fmt"
 	"math/bits"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/bufpool"
@@ -46,9 +46,10 @@ type options struct {
 	tls             *tls.Config
 	retries         int
 	maxMessageBytes int
-	piece           int      // the size writes and reads are split into
-	targets         []string // WithTargets (targets.go)
-	ringHash        bool     // WithRingHash
+	piece           int               // the size writes and reads are split into
+	targets         []string          // WithTargets (targets.go)
+	ringHash        bool              // WithRingHash
+	dialOpts        []grpc.DialOption // WithDialOptions
 }
 
 // WithToken sends tok as a bearer token ("authorization: Bearer tok") on
@@ -60,12 +61,33 @@ func WithToken(tok string) Option { return func(o *options) { o.token = tok } }
 // given has its credentials already.
 func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }
 
-// WithRetry resends, up to attempts times, a write whose stream broke
-// before its ack arrived, on a new stream. Writes are idempotent, so a
-// resend that lands twice does no harm, but it may land after a later
-// write of the same bytes' range by another caller: leave it off when
-// writers overlap. Default: 0, no resend; such writes fail with the
-// stream's error.
+// WithRetry makes the Client ride out a daemon that restarts or a
+// connection that breaks. Default: 0, off; every call fails at once with
+// the error that stopped it.
+//
+// With it, a write whose stream broke before its ack arrived is resent on
+// a new stream, up to attempts times, after a wait that doubles from
+// 50ms up to 2s, with jitter; each new stream waits for the connection to
+// be ready (gRPC's WaitForReady). All of it happens within the write's own
+// context (WithTimeout for WriteAt): when that ends, the write fails with
+// the context's error. A write whose ack arrived is never sent again, and
+// only a stream that broke (UNAVAILABLE) leads to a resend: any other
+// error is the daemon's answer and is returned.
+//
+// A resend writes the same bytes at the same offset, so it is harmless
+// alone; but if another writer wrote an overlapping range between the
+// first attempt and the resend, the resend lands last and its bytes win
+// there, although the other write was acknowledged after the first
+// attempt was sent. Leave retries off, or keep writers to ranges of their
+// own, when that order matters.
+//
+// On a Client made by Dial, Read, Stat, Extents and List are retried too,
+// by gRPC's own retry policy (a service config: up to attempts+1 tries,
+// at most 5, on UNAVAILABLE, after waiting for the connection). Truncate
+// and the Allocate family are idempotent, but a retry could land after a
+// later call of the caller's, so they are left to the caller; Delete and
+// Rename are never retried (see their docs). An exclusive Open is never
+// sent twice: its second attempt would find the file the first created.
 func WithRetry(attempts int) Option { return func(o *options) { o.retries = max(0, attempts) } }
 
 // WithMaxMessageBytes bounds the data of one stream message. Writes and
@@ -80,6 +102,19 @@ func WithMaxMessageBytes(n int) Option {
 			o.maxMessageBytes = n
 		}
 	}
+}
+
+// WithDialOptions adds opts to the options Dial gives grpc.NewClient,
+// after its own (flow-control windows sized for pipelined writes, a
+// buffer pool, the receive limit, credentials, routing), so that an
+// option of the same kind given here wins. The usual one is OpenTelemetry
+// tracing, so that a client's spans and the daemon's join in one trace:
+//
+//	client.WithDialOptions(grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
+//
+// Default: none. New ignores it: the connection it is given is made.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
 }
 
 // Client talks to one filewrite daemon over one gRPC connection, or to
@@ -133,11 +168,18 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	target, routing, err := routedTarget(target, o)
+	target, routing, config, err := routedTarget(target, o)
 	if err != nil {
 		return nil, err
 	}
-	cc, err := grpc.NewClient(target, append(dialOptions(o), routing...)...)
+	dopts := append(dialOptions(o), routing...)
+	if config, err = withRetryPolicy(config, o.retries); err != nil {
+		return nil, err
+	}
+	if config != "" {
+		dopts = append(dopts, grpc.WithDefaultServiceConfig(config))
+	}
+	cc, err := grpc.NewClient(target, append(dopts, o.dialOpts...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +189,8 @@ func Dial(target string, opts ...Option) (*Client, error) {
 }
 
 // dialOptions are the connection's options, in one place, but for the
-// routing of WithTargets and WithRingHash (routedTarget, targets.go).
+// routing of WithTargets and WithRingHash (routedTarget, targets.go), the
+// service config and WithDialOptions.
 func dialOptions(o options) []grpc.DialOption {
 	creds := insecure.NewCredentials()
 	if o.tls != nil {
@@ -168,8 +211,47 @@ func dialOptions(o options) []grpc.DialOption {
 	}
 }
 
+// retriedMethods are the calls that gRPC's retry policy retries under
+// WithRetry: they change nothing, so a second attempt is always safe.
+var retriedMethods = []string{"Read", "Stat", "Extents", "List"}
+
+// withRetryPolicy adds to the service config (JSON, "" for none) a
+// method config that waits for the connection and retries the calls of
+// retriedMethods on UNAVAILABLE, when retries > 0.
+func withRetryPolicy(config string, retries int) (string, error) {
+	if retries == 0 {
+		return config, nil
+	}
+	sc := map[string]any{}
+	if config != "" {
+		if err := json.Unmarshal([]byte(config), &sc); err != nil {
+			return "", fmt.Errorf("filewrite client: service config: %w", err)
+		}
+	}
+	var names []map[string]string
+	for _, m := range retriedMethods {
+		names = append(names, map[string]string{"service": filewritev1.FileService_ServiceDesc.ServiceName, "method": m})
+	}
+	sc["methodConfig"] = []map[string]any{{
+		"name":         names,
+		"waitForReady": true,
+		"retryPolicy": map[string]any{
+			// gRPC caps attempts at 5 unless the channel allows more.
+			"maxAttempts":          min(retries+1, 5),
+			"initialBackoff":       fmt.Sprintf("%gs", retryBaseDelay.Seconds()),
+			"maxBackoff":           fmt.Sprintf("%gs", retryMaxDelay.Seconds()),
+			"backoffMultiplier":    2,
+			"retryableStatusCodes": []string{"UNAVAILABLE"},
+		},
+	}}
+	b, err := json.Marshal(sc)
+	return string(b), err
+}
+
 // Close ends the streams of Files left open (their waiting writes fail
-// with CANCELED) and, for a Client made by Dial, closes the connection.
+// with an error wrapping fs.ErrClosed and context.Canceled) and, for a
+// Client made by Dial, closes the connection. Calls made after it fail
+// the same way.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	c.closed = true
@@ -181,9 +263,6 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// errClientClosed is what calls on a closed Client fail with.
-var errClientClosed = status.Error(codes.Canceled, "filewrite client: closed")
-
 // outgoing adds the path header and the token to ctx's metadata.
 func (c *Client) outgoing(ctx context.Context, path string) context.Context {
 	if c.opts.token != "" {
@@ -192,16 +271,23 @@ func (c *Client) outgoing(ctx context.Context, path string) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, PathHeader, path)
 }
 
-// Open opens path for the File's calls, creating it and its missing parent
-// directories. It opens the file's stream first (unless another File of
-// this Client has it open), so that an error opening the file (a bad path,
-// too many open files, no token) is Open's. ctx bounds Open, and every
-// call of the File made without a context of its own (WriteAt, ReadAt,
-// Close).
+// Open opens path for the File's calls, as WithOpenMode says: by default
+// creating it and its missing parent directories. It opens the file's
+// stream first (unless another File of this Client has it open on the
+// same file), so that an error opening the file (a bad path, a missing
+// file with OpenMustExist, an existing one with OpenExclusive, too many
+// open files, no token) is Open's.
+//
+// ctx bounds Open only. The File lives until Close, whatever becomes of
+// ctx; each later call takes a context of its own, or, for WriteAt,
+// ReadAt and Close, is bounded by WithTimeout.
 func (c *Client) Open(ctx context.Context, path string, opts ...FileOption) (*File, error) {
 	var fo fileOptions
 	for _, opt := range opts {
 		opt(&fo)
+	}
+	if err := fo.open.check(); err != nil {
+		return nil, err
 	}
 	c.mu.Lock()
 	if c.closed {
@@ -209,9 +295,12 @@ func (c *Client) Open(ctx context.Context, path string, opts ...FileOption) (*Fi
 		return nil, errClientClosed
 	}
 	s := c.streams[path]
-	if s == nil {
-		s = newFileStream(c, path)
-		c.streams[path] = s
+	// Share the stream only while it serves the file that path names: not
+	// once the file it held was deleted (a new Open then opens the new
+	// file), nor while it is broken (see shareable), and never for an
+	// exclusive create, which the daemon must see to refuse or grant.
+	if s == nil || !s.shareable() || fo.open == OpenExclusive {
+		s = newFileStream(c, path, fo.open.proto())
 	}
 	s.refs++
 	c.mu.Unlock()
@@ -219,7 +308,12 @@ func (c *Client) Open(ctx context.Context, path string, opts ...FileOption) (*Fi
 		c.release(s)
 		return nil, err
 	}
-	return &File{c: c, path: path, ctx: ctx, sync: fo.sync, s: s}, nil
+	c.mu.Lock()
+	// The stream opened last serves the file path names now: later Opens
+	// share it.
+	c.streams[path] = s
+	c.mu.Unlock()
+	return &File{c: c, path: path, sync: fo.sync, timeout: fo.timeout, s: s}, nil
 }
 
 // release drops a File's reference to s; the last one ends the stream.
@@ -227,7 +321,7 @@ func (c *Client) release(s *fileStream) error {
 	c.mu.Lock()
 	s.refs--
 	last := s.refs == 0
-	if last {
+	if last && c.streams[s.path] == s {
 		delete(c.streams, s.path)
 	}
 	c.mu.Unlock()
@@ -237,31 +331,50 @@ func (c *Client) release(s *fileStream) error {
 	return s.close()
 }
 
+// Stat describes the file at path, as File.Stat does, without opening it.
+// A missing file is NOT_FOUND, wrapping fs.ErrNotExist.
+func (c *Client) Stat(ctx context.Context, path string) (FileInfo, error) {
+	if err := c.checkOpen(); err != nil {
+		return FileInfo{}, err
+	}
+	resp, err := c.api.Stat(c.outgoing(ctx, path), &filewritev1.StatRequest{Path: path})
+	if err != nil {
+		return FileInfo{}, wrapErr(err)
+	}
+	return FileInfo{Path: path, Size: resp.GetSize(), AllocatedBytes: resp.GetAllocatedBytes(), BlockSize: resp.GetBlockSize()}, nil
+}
+
+// checkOpen returns errClientClosed once Close was called.
+func (c *Client) checkOpen() error {
+	if c.ctx.Err() != nil {
+		return errClientClosed
+	}
+	return nil
+}
+
 // FileOption configures a File.
 type FileOption func(*fileOptions)
 
 type fileOptions struct {
-	sync SyncMode
+	sync    SyncMode
+	timeout time.Duration
+	open    OpenMode
 }
 
-// WithSync sets the SyncMode of every WriteAt of the File. Default
-// SyncNone. Write takes its own.
+// WithSync sets the SyncMode of every WriteAt of the File, and of its
+// Writer. Default SyncNone. Write takes its own.
 func WithSync(mode SyncMode) FileOption { return func(o *fileOptions) { o.sync = mode } }
 
-// isStatus reports whether err carries a gRPC status other than Unknown.
-func isStatus(err error) bool {
-	st, ok := status.FromError(err)
-	return ok && st.Code() != codes.Unknown
-}
+// WithTimeout bounds each call of the File that takes no context: WriteAt,
+// ReadAt, Close, and each wait of its Writer and Reader. A call that runs
+// out of it fails with DEADLINE_EXCEEDED, wrapping
+// context.DeadlineExceeded. Default: 0, no bound (the call waits as long
+// as the daemon takes, or, with WithRetry, for the daemon to come back).
+func WithTimeout(d time.Duration) FileOption { return func(o *fileOptions) { o.timeout = d } }
 
-// asStatus turns a context error into its status, and leaves other
-// errors as they are.
-func asStatus(err error) error {
-	switch {
-	case err == nil || isStatus(err):
-		return err
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return status.FromContextError(err).Err()
-	}
-	return err
-}
+// WithOpenMode says whether Open may create the file (OpenCreate, the
+// default), must find it (OpenMustExist) or must create it
+// (OpenExclusive), as os.OpenFile's O_CREATE and O_EXCL do. The daemon
+// decides it in one step with the open, so of two Clients racing to
+// create one path exclusively, exactly one succeeds.
+func WithOpenMode(m OpenMode) FileOption { return func(o *fileOptions) { o.open = m } }

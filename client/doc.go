@@ -7,6 +7,15 @@
 //	n, err := f.WriteAt(buf, off) // from many goroutines at once
 //	err = f.Close()               // waits for every write's ack
 //
+// A File lives from Open until Close: the context given to Open bounds
+// Open only. Calls that can block take a context, but WriteAt, ReadAt and
+// Close, whose signatures are io's; the File's WithTimeout bounds those
+// (Write, Read and CloseContext are the same calls with a context). After
+// Close, every call fails with an error wrapping fs.ErrClosed, as with
+// os.File. Open creates the file if it is missing; WithOpenMode opens an
+// existing file only (OpenMustExist) or creates a new one only
+// (OpenExclusive).
+//
 // # Writes
 //
 // WriteAt and Write go through a WriteStream and are safe for concurrent
@@ -14,44 +23,57 @@
 // gathered into the next message, which goes as soon as the send in
 // progress ends: there is no timer, so a lone writer pays no delay and
 // many writers share messages. Each caller returns when its own write is
-// acknowledged, with that write's own error; a write larger than a message
-// is split into several. Files of one Client open on the same path share
-// one stream (and one open file in the daemon), so their writes coalesce
-// too; each File still waits for its own writes.
+// acknowledged, with that write's own error. Files of one Client open on
+// the same file share one stream (and one open file in the daemon), so
+// their writes coalesce too; each File still waits for its own writes.
 //
 // A write acknowledged without error is applied (every later read sees
 // it) and as durable as its SyncMode asks (see the daemon's durability
-// contract). A caller whose context ends first gets the context's error
-// and learns nothing of the write, which may still land; if it then fails,
-// File.Close reports it, so that no failed write goes unreported.
+// contract). A write larger than a piece (1 MiB by default, see
+// WithMaxMessageBytes) is sent as several pieces, each applied on its
+// own, in any order. A caller whose context ends first gets the context's
+// error and learns nothing of the write: pieces already sent may land and
+// others not, so the range may hold some new pieces and some old bytes. If
+// a piece then fails, File.Close reports it, so that no failed write goes
+// unreported.
+//
+// For sequential copies, File.NewWriter and File.NewReader keep many
+// pieces on their way instead of waiting for each: io.Copy into and out of
+// them runs at the stream's speed.
 //
 // # Errors and retries
 //
-// Errors are gRPC status errors: status.Code(err) tells them apart
-// (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, DATA_LOSS, UNAVAILABLE...). When a
-// stream breaks, the writes waiting for an ack on it fail with its error
-// and the next write opens a new stream. Writes are idempotent (the same
-// bytes at the same offset), so WithRetry may resend those whose stream
-// broke before their ack; it is off by default. Nothing else is retried:
-// Truncate, Allocate, PunchHole and ZeroRange are idempotent too, but a
-// retry could land after a later call of the caller's, so the caller
-// decides.
+// Errors carry a gRPC status (status.Code(err) tells them apart:
+// INVALID_ARGUMENT, RESOURCE_EXHAUSTED, DATA_LOSS, UNAVAILABLE...) and
+// wrap the standard errors, so that errors.Is works: NOT_FOUND is
+// fs.ErrNotExist, ALREADY_EXISTS fs.ErrExist, PERMISSION_DENIED and
+// UNAUTHENTICATED fs.ErrPermission, CANCELED and DEADLINE_EXCEEDED the
+// context errors, and a call on a closed File or Client fs.ErrClosed.
+//
+// When a stream breaks, the writes waiting for an ack on it fail with its
+// error and the next write opens a new stream. WithRetry (off by default)
+// resends them instead, after a backoff, on a new stream that waits for
+// the daemon to come back, within each write's context: a daemon restart
+// then costs a pause, not an error. A write whose ack arrived is never
+// sent again; the doc of WithRetry says what a resend can do to a range
+// that another writer wrote in between. Read, Stat, Extents and List are
+// retried by gRPC's own retry policy; Truncate and the Allocate family
+// are left to the caller, and Delete and Rename are never retried.
 //
 // # Names
 //
 // Client.Delete, Client.Rename and Client.List manage the files by name;
-// Client.SyncDir makes their changes in a directory durable. A File follows
-// its file through a Rename and fails with NOT_FOUND once it is deleted.
-// The durable, atomic publish of a file:
+// Client.SyncDir makes their changes in a directory durable; Client.Stat
+// describes a file without opening it. A File follows its file through a
+// Rename and fails with NOT_FOUND once it is deleted; a File opened on the
+// path after that opens the new file. The durable, atomic publish of a
+// file:
 //
 //	f, err := c.Open(ctx, "ckpt/.step-7.tmp")
 //	// ... f.WriteAt ...
-//	err = f.Sync(ctx, false)
+//	err = f.Sync(ctx)
 //	err = f.Close()
 //	err = c.Rename(ctx, "ckpt/.step-7.tmp", "ckpt/step-7", client.WithSyncDirs())
-//
-// Delete and Rename are not retried: a second attempt could act on a file
-// made in between, or fail for the first one's success.
 //
 // # Routing
 //
@@ -64,6 +86,20 @@
 //	c, err := client.Dial("", client.WithTargets("10.0.0.1:50051", "10.0.0.2:50051", "10.0.0.3:50051"))
 //
 // A daemon that is down fails its own files with UNAVAILABLE; they are
-// not sent elsewhere. The README's "More than one machine" gives the
-// service config and header for gRPC clients in other languages.
+// not sent elsewhere. docs/cluster.md gives the service config and header
+// for gRPC clients in other languages.
+//
+// # Tracing
+//
+// WithDialOptions(grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
+// makes every call a client span whose context travels to the daemon,
+// whose spans then join the caller's trace (docs/client.md).
+//
+// # Locks
+//
+// Lock order:
+//
+//	Client.mu
+//	  fileStream.openMu
+//	    fileStream.mu
 package client

@@ -2,33 +2,39 @@ package client
 
 import (
 	"context"
-	"fmt"
 	"hash/crc32"
 	"io"
+	"iter"
+	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 )
 
-// File is a file open through a Client. Its methods are safe for
-// concurrent use. Calls that take no context (WriteAt, ReadAt, Close) are
-// bounded by the context given to Open.
+// File is a file open through a Client, from Open until Close. Its methods
+// are safe for concurrent use. Each call that can block takes a context,
+// but WriteAt, ReadAt and Close, whose signatures are io's: they are
+// bounded by the File's WithTimeout. After Close, every call (a second
+// Close too) fails with an error wrapping fs.ErrClosed.
 //
 // Its writes go to the file its stream holds open: after a Rename of the
 // file, to the file under its new name; once the file is deleted (or
 // replaced by a Rename over it), every write fails with NOT_FOUND and the
-// File is done. The File's other calls (ReadAt, Stat, Sync, Truncate...)
-// name the path it was opened by, and so does the stream that a write
-// opens after a broken one: after a Rename, they reach whatever that path
-// names then.
+// File is done (a new Open of the path opens the new file, if any). The
+// File's other calls (ReadAt, Stat, Sync, Truncate...) name the path it
+// was opened by, and so does the stream that a write opens after a broken
+// one, which must find a file there (it never creates one): after a
+// Rename, they reach whatever that path names then.
 type File struct {
-	c    *Client
-	path string
-	ctx  context.Context
-	sync SyncMode
-	s    *fileStream
+	c       *Client
+	path    string
+	sync    SyncMode
+	timeout time.Duration
+	s       *fileStream
+	// closed is set by the first Close.
+	closed atomic.Bool
 
 	// The fields below are guarded by s.mu.
 
@@ -37,7 +43,6 @@ type File struct {
 	// unreported is the first failure of a write whose caller had given
 	// up waiting; Close returns it.
 	unreported error
-	closed     bool
 }
 
 // Name is the path the File was opened by.
@@ -46,11 +51,30 @@ func (f *File) Name() string { return f.path }
 var _ io.WriterAt = (*File)(nil)
 var _ io.ReaderAt = (*File)(nil)
 
-// WriteAt writes p at off with the File's SyncMode (WithSync) and returns
-// once the write is acknowledged (see the package doc). It implements
-// io.WriterAt: n < len(p) comes with an error.
+// callContext is the context of a call that takes none: WithTimeout's
+// bound, ended early by the Client's Close.
+func (f *File) callContext() (context.Context, context.CancelFunc) {
+	if f.timeout > 0 {
+		return context.WithTimeout(f.c.ctx, f.timeout)
+	}
+	return f.c.ctx, func() {}
+}
+
+// check returns the error of a call on a closed File or Client.
+func (f *File) check() error {
+	if f.closed.Load() {
+		return errFileClosed(f.path)
+	}
+	return f.c.checkOpen()
+}
+
+// WriteAt writes p at off with the File's SyncMode (WithSync), bounded by
+// WithTimeout, and returns once the write is acknowledged (see the package
+// doc). It implements io.WriterAt: n < len(p) comes with an error.
 func (f *File) WriteAt(p []byte, off int64) (int, error) {
-	n, _, err := f.Write(f.ctx, p, off, f.sync)
+	ctx, cancel := f.callContext()
+	defer cancel()
+	n, _, err := f.Write(ctx, p, off, f.sync)
 	return n, err
 }
 
@@ -59,17 +83,15 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 // write larger than a piece (see WithMaxMessageBytes) goes as several,
 // which may be applied in any order; n then counts the bytes of the leading
 // pieces that succeeded and of the first that failed, and err is that
-// piece's error.
+// piece's error. If ctx ends first, Write returns its error at once, and
+// pieces already sent may land while others do not (see the package doc).
 func (f *File) Write(ctx context.Context, p []byte, off int64, sync SyncMode) (n int, size int64, err error) {
-	chunk := f.c.opts.piece
-	var one [1]*write
-	ws := one[:0]
-	for i := 0; i < len(p) || i == 0; i += chunk {
-		w := getWrite()
-		w.f, w.off, w.data, w.sync = f, off+int64(i), p[i:min(len(p), i+chunk)], sync
-		w.crc = crc32.Checksum(w.data, castagnoli)
-		ws = append(ws, w)
+	if err := f.check(); err != nil {
+		return 0, 0, err
 	}
+	// Most writes are one piece: its slot lives in this frame.
+	var one [1]*write
+	ws := f.pieces(one[:0], p, off, sync)
 	if err := f.s.enqueue(ws); err != nil {
 		return 0, 0, err
 	}
@@ -78,39 +100,55 @@ func (f *File) Write(ctx context.Context, p []byte, off int64, sync SyncMode) (n
 		case <-w.done:
 		case <-ctx.Done():
 			f.s.giveUp(ws[i:])
-			return n, size, asStatus(ctx.Err())
+			return n, size, wrapErr(ctx.Err())
 		}
 		// Done: its fields are final.
 		size = max(size, w.size)
 		if err == nil {
 			n += int(w.n)
-			err = w.err
+			err = wrapErr(w.err)
 		}
 		putWrite(w)
 	}
 	return n, size, err
 }
 
-// ReadAt reads len(p) bytes at off, in pieces (see WithMaxMessageBytes), and checks each piece against the CRC-32C the daemon sends with
-// it (DATA_LOSS on a mismatch). It implements io.ReaderAt: at the end of
-// the file it returns the bytes there were and io.EOF.
+// pieces appends to ws the writes of at most a piece each that a write of
+// p at off is cut into.
+func (f *File) pieces(ws []*write, p []byte, off int64, sync SyncMode) []*write {
+	chunk := f.c.opts.piece
+	for i := 0; i < len(p) || i == 0; i += chunk {
+		w := getWrite()
+		w.f, w.off, w.data, w.sync = f, off+int64(i), p[i:min(len(p), i+chunk)], sync
+		w.crc = crc32.Checksum(w.data, castagnoli)
+		ws = append(ws, w)
+	}
+	return ws
+}
+
+// ReadAt reads len(p) bytes at off, bounded by WithTimeout; see Read. It
+// implements io.ReaderAt.
 func (f *File) ReadAt(p []byte, off int64) (int, error) {
-	ctx := f.c.outgoing(f.ctx, f.path)
+	ctx, cancel := f.callContext()
+	defer cancel()
+	return f.Read(ctx, p, off)
+}
+
+// Read reads len(p) bytes at off, in pieces (see WithMaxMessageBytes), and
+// checks each piece against the CRC-32C the daemon sends with it
+// (DATA_LOSS on a mismatch). At the end of the file it returns the bytes
+// there were and io.EOF, as io.ReaderAt does.
+func (f *File) Read(ctx context.Context, p []byte, off int64) (int, error) {
+	if err := f.check(); err != nil {
+		return 0, err
+	}
+	ctx = f.c.outgoing(ctx, f.path)
 	n := 0
 	for n < len(p) {
 		want := min(len(p)-n, f.c.opts.piece)
-		resp, err := f.c.api.Read(ctx, &filewritev1.ReadRequest{Path: f.path, Offset: off + int64(n), Length: int64(want)})
+		data, err := f.readPiece(ctx, off+int64(n), want)
 		if err != nil {
-			return n, asStatus(err)
-		}
-		data := resp.GetData()
-		if resp.Crc32C != nil {
-			if sum := crc32.Checksum(data, castagnoli); sum != resp.GetCrc32C() {
-				return n, status.Errorf(codes.DataLoss, "filewrite client: read of %s at %d: CRC-32C of the data is %#08x, the daemon sent %#08x", f.path, off+int64(n), sum, resp.GetCrc32C())
-			}
-		}
-		if len(data) > want {
-			return n, status.Errorf(codes.Internal, "filewrite client: read of %s at %d: %d bytes for %d asked", f.path, off+int64(n), len(data), want)
+			return n, err
 		}
 		n += copy(p[n:], data)
 		if len(data) < want {
@@ -120,28 +158,64 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
-// Sync makes every write acknowledged before the call durable: its data
-// and the size (fdatasync) when dataOnly, all metadata too (fsync) if not.
-func (f *File) Sync(ctx context.Context, dataOnly bool) error {
+// readPiece reads up to want bytes at off in one call, checked against
+// their CRC-32C. ctx carries the outgoing metadata.
+func (f *File) readPiece(ctx context.Context, off int64, want int) ([]byte, error) {
+	resp, err := f.c.api.Read(ctx, &filewritev1.ReadRequest{Path: f.path, Offset: off, Length: int64(want)})
+	if err != nil {
+		return nil, wrapErr(err)
+	}
+	data := resp.GetData()
+	if resp.Crc32C != nil {
+		if sum := crc32.Checksum(data, castagnoli); sum != resp.GetCrc32C() {
+			return nil, newError(codes.DataLoss, nil, "read of %s at %d: CRC-32C of the data is %#08x, the daemon sent %#08x", f.path, off, sum, resp.GetCrc32C())
+		}
+	}
+	if len(data) > want {
+		return nil, newError(codes.Internal, nil, "read of %s at %d: %d bytes for %d asked", f.path, off, len(data), want)
+	}
+	return data, nil
+}
+
+// Sync makes every write acknowledged before the call durable, with the
+// data all of the file's metadata (fsync).
+func (f *File) Sync(ctx context.Context) error { return f.fsync(ctx, false) }
+
+// SyncData makes every write acknowledged before the call durable, with
+// the size needed to read it back but not the rest of the metadata
+// (fdatasync).
+func (f *File) SyncData(ctx context.Context) error { return f.fsync(ctx, true) }
+
+func (f *File) fsync(ctx context.Context, dataOnly bool) error {
+	if err := f.check(); err != nil {
+		return err
+	}
 	_, err := f.c.api.Fsync(f.c.outgoing(ctx, f.path), &filewritev1.FsyncRequest{Path: f.path, DataOnly: dataOnly})
-	return asStatus(err)
+	return wrapErr(err)
 }
 
 // Truncate sets the file's size. No write acknowledged before the call
-// lands after it. Nothing is durable until a Sync.
+// lands after it. Nothing is durable until a Sync. It is not retried: see
+// WithRetry.
 func (f *File) Truncate(ctx context.Context, size int64) error {
+	if err := f.check(); err != nil {
+		return err
+	}
 	_, err := f.c.api.Truncate(f.c.outgoing(ctx, f.path), &filewritev1.TruncateRequest{Path: f.path, Size: size})
-	return asStatus(err)
+	return wrapErr(err)
 }
 
-// Allocate allocates storage for [off, off+n); unless keepSize, it grows
-// the size to off+n if that is larger.
-func (f *File) Allocate(ctx context.Context, off, n int64, keepSize bool) error {
-	mode := filewritev1.FallocateMode_FALLOCATE_MODE_ALLOCATE
-	if keepSize {
-		mode = filewritev1.FallocateMode_FALLOCATE_MODE_KEEP_SIZE
-	}
-	return f.fallocate(ctx, mode, off, n)
+// Allocate allocates storage for [off, off+n), which reads as zeros where
+// nothing was written, and grows the size to off+n if that is larger.
+func (f *File) Allocate(ctx context.Context, off, n int64) error {
+	return f.fallocate(ctx, filewritev1.FallocateMode_FALLOCATE_MODE_ALLOCATE, off, n)
+}
+
+// AllocateKeepSize allocates storage for [off, off+n) as Allocate does,
+// without changing the size: blocks past the end are reserved for later
+// writes.
+func (f *File) AllocateKeepSize(ctx context.Context, off, n int64) error {
+	return f.fallocate(ctx, filewritev1.FallocateMode_FALLOCATE_MODE_KEEP_SIZE, off, n)
 }
 
 // PunchHole frees the storage of [off, off+n), which then reads as zeros;
@@ -156,58 +230,81 @@ func (f *File) ZeroRange(ctx context.Context, off, n int64) error {
 }
 
 func (f *File) fallocate(ctx context.Context, mode filewritev1.FallocateMode, off, n int64) error {
+	if err := f.check(); err != nil {
+		return err
+	}
 	_, err := f.c.api.Fallocate(f.c.outgoing(ctx, f.path), &filewritev1.FallocateRequest{Path: f.path, Mode: mode, Offset: off, Length: n})
-	return asStatus(err)
+	return wrapErr(err)
 }
 
 // Stat describes the file.
-func (f *File) Stat(ctx context.Context) (Stat, error) {
-	resp, err := f.c.api.Stat(f.c.outgoing(ctx, f.path), &filewritev1.StatRequest{Path: f.path})
-	if err != nil {
-		return Stat{}, asStatus(err)
+func (f *File) Stat(ctx context.Context) (FileInfo, error) {
+	if err := f.check(); err != nil {
+		return FileInfo{}, err
 	}
-	return Stat{Size: resp.GetSize(), AllocatedBytes: resp.GetAllocatedBytes(), BlockSize: resp.GetBlockSize()}, nil
+	return f.c.Stat(ctx, f.path)
 }
 
 // Extents lists the hole, unwritten and written ranges of [off, off+n), in
-// order; n 0 means up to the end of the file. It asks for as many pages as
-// the daemon needs.
-func (f *File) Extents(ctx context.Context, off, n int64) ([]Extent, error) {
-	ctx = f.c.outgoing(ctx, f.path)
-	var out []Extent
-	token := ""
-	for {
-		resp, err := f.c.api.Extents(ctx, &filewritev1.ExtentsRequest{Path: f.path, Offset: off, Length: n, PageToken: token})
-		if err != nil {
-			return nil, asStatus(err)
+// order; n 0 means up to the end of the file. It asks the daemon for a
+// page at a time as the loop goes, as Client.List does:
+//
+//	for e, err := range f.Extents(ctx, 0, 0) {
+//		if err != nil {
+//			return err
+//		}
+//		fmt.Println(e.Offset, e.Length, e.State)
+//	}
+//
+// An error ends the sequence.
+func (f *File) Extents(ctx context.Context, off, n int64) iter.Seq2[Extent, error] {
+	return func(yield func(Extent, error) bool) {
+		if err := f.check(); err != nil {
+			yield(Extent{}, err)
+			return
 		}
-		for _, e := range resp.GetExtents() {
-			out = append(out, Extent{Offset: e.GetOffset(), Length: e.GetLength(), State: extentStateFromProto(e.GetState())})
-		}
-		if token = resp.GetNextPageToken(); token == "" {
-			return out, nil
+		ctx := f.c.outgoing(ctx, f.path)
+		token := ""
+		for {
+			resp, err := f.c.api.Extents(ctx, &filewritev1.ExtentsRequest{Path: f.path, Offset: off, Length: n, PageToken: token})
+			if err != nil {
+				yield(Extent{}, wrapErr(err))
+				return
+			}
+			for _, e := range resp.GetExtents() {
+				if !yield(Extent{Offset: e.GetOffset(), Length: e.GetLength(), State: extentStateFromProto(e.GetState())}, nil) {
+					return
+				}
+			}
+			if token = resp.GetNextPageToken(); token == "" {
+				return
+			}
 		}
 	}
 }
 
-// Close waits for the acks of the File's writes still in flight (bounded
-// by Open's context), ends its stream if no other File of the Client uses
-// it (half-closing it: the daemon acks what it has and ends it), and
-// returns the first failure of a write that its caller did not see (one
-// whose context ended before its ack), if any. Later calls return an
-// error.
+// Close is CloseContext bounded by WithTimeout.
 func (f *File) Close() error {
-	f.s.mu.Lock()
-	if f.closed {
-		f.s.mu.Unlock()
-		return status.Error(codes.FailedPrecondition, fmt.Sprintf("filewrite client: %s already closed", f.path))
+	ctx, cancel := f.callContext()
+	defer cancel()
+	return f.CloseContext(ctx)
+}
+
+// CloseContext waits for the acks of the File's writes still in flight
+// (bounded by ctx), ends its stream if no other File of the Client uses it
+// (half-closing it: the daemon acks what it has and ends it), and returns
+// the first failure of a write that its caller did not see (one whose
+// context ended before its ack), if any: a failed write is never lost
+// unreported. The File is closed whatever it returns; later calls fail
+// with an error wrapping fs.ErrClosed.
+func (f *File) CloseContext(ctx context.Context) error {
+	if !f.closed.CompareAndSwap(false, true) {
+		return errFileClosed(f.path)
 	}
-	f.closed = true
-	f.s.mu.Unlock()
-	waitErr := f.s.waitIdle(f.ctx, f)
+	waitErr := f.s.waitIdle(ctx, f)
 	closeErr := f.c.release(f.s)
 	f.s.mu.Lock()
-	err := f.unreported
+	err := wrapErr(f.unreported)
 	f.s.mu.Unlock()
 	if err == nil {
 		err = waitErr

@@ -27,7 +27,7 @@ type daemon struct {
 	ffs  *faultfs.FS
 }
 
-func startDaemon(t *testing.T, configure func(*service.Config)) *daemon {
+func startDaemon(t testing.TB, configure func(*service.Config)) *daemon {
 	t.Helper()
 	dir := testutil.Dir(t)
 	d := &daemon{root: filepath.Join(dir, "root")}

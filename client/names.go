@@ -42,9 +42,12 @@ func nameOpts(opts []NameOption) nameOptions {
 // INVALID_ARGUMENT. It is not retried: a second Delete of the same path
 // may delete a file created in between.
 func (c *Client) Delete(ctx context.Context, path string, opts ...NameOption) error {
+	if err := c.checkOpen(); err != nil {
+		return err
+	}
 	o := nameOpts(opts)
 	_, err := c.api.Delete(c.outgoing(ctx, path), &filewritev1.DeleteRequest{Path: path, Sync: o.syncDirs})
-	return asStatus(err)
+	return wrapErr(err)
 }
 
 // Rename gives the file at oldPath the name newPath, atomically, creating
@@ -61,11 +64,14 @@ func (c *Client) Delete(ctx context.Context, path string, opts ...NameOption) er
 // The atomic publish of a file: write it under a temporary name, Sync it,
 // then Rename it over the target WithSyncDirs.
 func (c *Client) Rename(ctx context.Context, oldPath, newPath string, opts ...NameOption) error {
+	if err := c.checkOpen(); err != nil {
+		return err
+	}
 	o := nameOpts(opts)
 	_, err := c.api.Rename(c.outgoing(ctx, oldPath), &filewritev1.RenameRequest{
 		Path: oldPath, NewPath: newPath, NoReplace: o.noReplace, Sync: o.syncDirs,
 	})
-	return asStatus(err)
+	return wrapErr(err)
 }
 
 // SyncDir makes durable the entries created, removed and renamed in the
@@ -73,8 +79,11 @@ func (c *Client) Rename(ctx context.Context, oldPath, newPath string, opts ...Na
 // Renames made without WithSyncDirs. The root has no path here: a Delete
 // or Rename WithSyncDirs in it syncs it.
 func (c *Client) SyncDir(ctx context.Context, dir string) error {
+	if err := c.checkOpen(); err != nil {
+		return err
+	}
 	_, err := c.api.Fsync(c.outgoing(ctx, dir), &filewritev1.FsyncRequest{Path: dir})
-	return asStatus(err)
+	return wrapErr(err)
 }
 
 // ListOption configures a List.
@@ -108,11 +117,15 @@ func (c *Client) List(ctx context.Context, dir string, opts ...ListOption) iter.
 		opt(&o)
 	}
 	return func(yield func(DirEntry, error) bool) {
+		if err := c.checkOpen(); err != nil {
+			yield(DirEntry{}, err)
+			return
+		}
 		token := ""
 		for {
 			resp, err := c.api.List(c.outgoing(ctx, dir), &filewritev1.ListRequest{Path: dir, PageSize: o.pageSize, PageToken: token})
 			if err != nil {
-				yield(DirEntry{}, asStatus(err))
+				yield(DirEntry{}, wrapErr(err))
 				return
 			}
 			for _, e := range resp.GetEntries() {

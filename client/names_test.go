@@ -27,7 +27,7 @@ func TestNames(t *testing.T) {
 		if _, err := f.WriteAt([]byte(data), 0); err != nil {
 			t.Fatal(err)
 		}
-		if err := f.Sync(ctx, false); err != nil {
+		if err := f.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if err := f.Close(); err != nil {

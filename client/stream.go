@@ -5,9 +5,11 @@ import (
 	"errors"
 	"hash/crc32"
 	"io"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -34,6 +36,9 @@ type write struct {
 	data []byte
 	sync SyncMode
 	crc  uint32
+	// buf is the pooled buffer data lies in, for a Writer's writes: the
+	// Writer gives it back once the write is done.
+	buf *[]byte
 
 	// The fields below are guarded by fileStream.mu.
 	state    writeState
@@ -106,10 +111,24 @@ type fileStream struct {
 	// senderDone is closed when the sender goroutine exits.
 	senderDone chan struct{}
 	// gone is the NOT_FOUND a stream ended with because the daemon
-	// deleted the file (or a Rename replaced it): every later write fails
-	// with it at once, rather than open a new stream, which would create
-	// a new file under the path.
+	// deleted the file (or a Rename replaced it), or that a re-open got:
+	// every later write fails with it at once.
 	gone error
+	// mode is the open mode of the first stream; opened says one was
+	// opened, after which a new stream (after a break) must find the file
+	// (OPEN_MODE_MUST_EXIST): it never creates one, and never sends an
+	// exclusive create twice.
+	mode   filewritev1.OpenMode
+	opened bool
+	// failures counts the streams that broke or failed to open since an
+	// ack last arrived: the sender waits backoff(failures) before the
+	// next open.
+	failures int
+	// connecting cancels the open in progress, which close does: with
+	// WaitForReady it would wait for a daemon that may never come back.
+	connecting context.CancelFunc
+	// stopped is closed by close: the sender stops waiting to retry.
+	stopped chan struct{}
 }
 
 // streamConn is one WriteStream of a fileStream.
@@ -125,17 +144,66 @@ type streamConn struct {
 	err  error
 }
 
-func newFileStream(c *Client, path string) *fileStream {
-	s := &fileStream{c: c, path: path, wake: make(chan struct{}, 1), senderDone: make(chan struct{})}
+func newFileStream(c *Client, path string, mode filewritev1.OpenMode) *fileStream {
+	s := &fileStream{c: c, path: path, mode: mode, wake: make(chan struct{}, 1), senderDone: make(chan struct{}), stopped: make(chan struct{})}
 	s.idle.L = &s.mu
 	return s
 }
 
+// shareable reports whether a new File of the path may use the stream:
+// only while it is open on a file not known to be deleted. A stream
+// without a connection would re-open by path, and must find a file there
+// (it never creates one), which an Open that may create must not depend
+// on.
+func (s *fileStream) shareable() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conn != nil && s.gone == nil
+}
+
 // ensureOpen opens a stream unless one is open, waiting for the daemon's
-// answer to the first message (bounded by ctx): the file is open.
+// answer to the first message (bounded by ctx): the file is open. With
+// WithRetry, an open that found no daemon is tried again, but an
+// exclusive one: the daemon may have created the file before the answer
+// was lost.
 func (s *fileStream) ensureOpen(ctx context.Context) error {
-	_, err := s.connect(ctx)
-	return err
+	for attempt := 1; ; attempt++ {
+		_, err := s.connect(ctx)
+		if err == nil || !retryable(err) || attempt > s.c.opts.retries || s.mode == filewritev1.OpenMode_OPEN_MODE_EXCLUSIVE {
+			return err
+		}
+		if !sleep(ctx, s.stopped, backoff(attempt)) {
+			return wrapErr(ctx.Err())
+		}
+	}
+}
+
+// Waits between attempts under WithRetry (backoff).
+const (
+	retryBaseDelay = 50 * time.Millisecond
+	retryMaxDelay  = 2 * time.Second
+)
+
+// backoff is the wait before attempt n+1 (n >= 1): doubling from
+// retryBaseDelay up to retryMaxDelay, with "equal jitter" (half of it
+// random), so that clients cut off together do not come back together.
+func backoff(n int) time.Duration {
+	d := min(retryBaseDelay<<min(n-1, 16), retryMaxDelay)
+	return d/2 + rand.N(d/2+1)
+}
+
+// sleep waits for d and reports true, or false if ctx ends or stop is
+// closed first.
+func sleep(ctx context.Context, stop <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+	case <-stop:
+	}
+	return false
 }
 
 // connect returns the stream to send on, opening one if there is none.
@@ -143,18 +211,30 @@ func (s *fileStream) connect(ctx context.Context) (*streamConn, error) {
 	s.openMu.Lock()
 	defer s.openMu.Unlock()
 	s.mu.Lock()
-	conn := s.conn
+	conn, mode, closed := s.conn, s.mode, s.closed
+	if s.opened {
+		mode = filewritev1.OpenMode_OPEN_MODE_MUST_EXIST
+	}
 	s.mu.Unlock()
 	if conn != nil {
 		return conn, nil
+	}
+	if closed {
+		return nil, errFileClosed(s.path)
 	}
 	sctx, cancel := context.WithCancel(s.c.outgoing(s.c.ctx, s.path))
 	// ctx bounds the handshake only; the stream lives until the last
 	// File is closed.
 	stop := context.AfterFunc(ctx, cancel)
-	conn, err := s.handshake(sctx, cancel)
+	s.mu.Lock()
+	s.connecting = cancel
+	s.mu.Unlock()
+	conn, err := s.handshake(sctx, cancel, mode)
+	s.mu.Lock()
+	s.connecting = nil
+	s.mu.Unlock()
 	if !stop() && err != nil {
-		err = asStatus(ctx.Err())
+		err = wrapErr(ctx.Err())
 	}
 	if err != nil {
 		cancel()
@@ -162,25 +242,32 @@ func (s *fileStream) connect(ctx context.Context) (*streamConn, error) {
 	}
 	s.mu.Lock()
 	s.conn = conn
+	s.opened = true
 	s.mu.Unlock()
 	go s.receive(conn)
 	return conn, nil
 }
 
-func (s *fileStream) handshake(ctx context.Context, cancel context.CancelFunc) (*streamConn, error) {
-	stream, err := s.c.api.WriteStream(ctx, grpc.ForceCodecV2(newStreamCodec()))
-	if err != nil {
-		return nil, asStatus(err)
+func (s *fileStream) handshake(ctx context.Context, cancel context.CancelFunc, mode filewritev1.OpenMode) (*streamConn, error) {
+	opts := []grpc.CallOption{grpc.ForceCodecV2(newStreamCodec())}
+	if s.c.opts.retries > 0 {
+		// Wait for the connection rather than fail while the daemon is
+		// away. Only the open waits: nothing was sent yet.
+		opts = append(opts, grpc.WaitForReady(true))
 	}
-	if err := stream.Send(&filewritev1.WriteStreamRequest{Path: s.path}); err != nil && !errors.Is(err, io.EOF) {
-		return nil, asStatus(err)
+	stream, err := s.c.api.WriteStream(ctx, opts...)
+	if err != nil {
+		return nil, wrapErr(err)
+	}
+	if err := stream.Send(&filewritev1.WriteStreamRequest{Path: s.path, OpenMode: mode}); err != nil && !errors.Is(err, io.EOF) {
+		return nil, wrapErr(err)
 	}
 	// io.EOF from Send means the daemon ended the stream: Recv says why.
 	if _, err := stream.Recv(); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = status.Error(codes.Unavailable, "the daemon ended the stream before it opened the file")
 		}
-		return nil, asStatus(err)
+		return nil, wrapErr(err)
 	}
 	return &streamConn{stream: stream, cancel: cancel, inflight: make(map[uint64]*write), done: make(chan struct{})}, nil
 }
@@ -189,8 +276,8 @@ func (s *fileStream) handshake(ctx context.Context, cancel context.CancelFunc) (
 func (s *fileStream) enqueue(ws []*write) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed || ws[0].f.closed {
-		return status.Errorf(codes.FailedPrecondition, "filewrite client: %s is closed", s.path)
+	if s.closed || ws[0].f.closed.Load() {
+		return errFileClosed(s.path)
 	}
 	if s.gone != nil {
 		return s.gone
@@ -246,13 +333,37 @@ func (s *fileStream) sendOne() bool {
 	if empty {
 		return false
 	}
+	s.mu.Lock()
+	failures, open := s.failures, s.conn != nil
+	s.mu.Unlock()
+	if !open && failures > 0 && !sleep(s.c.ctx, s.stopped, backoff(failures)) {
+		return false // the sender's loop sees why
+	}
 	conn, err := s.connect(s.c.ctx)
 	s.mu.Lock()
 	if err != nil {
-		// No stream to send on: the queued writes fail with why.
-		s.failQueuedLocked(err)
+		s.failures++
+		if s.opened && status.Code(err) == codes.NotFound {
+			// The re-open found no file: it was deleted while no stream
+			// was open.
+			s.gone = err
+		}
+		// No stream to send on: the queued writes that may try again
+		// stay queued; the others fail with why.
+		keep := s.queue[:0]
+		for _, w := range s.queue {
+			if s.mayRetryLocked(w, err, false) {
+				w.attempts++
+				keep = append(keep, w)
+				continue
+			}
+			w.err = err
+			s.finishLocked(w)
+		}
+		clear(s.queue[len(keep):])
+		s.queue = keep
 		s.mu.Unlock()
-		return false
+		return len(keep) > 0
 	}
 	if conn.broken {
 		s.mu.Unlock()
@@ -302,6 +413,7 @@ func (s *fileStream) receive(conn *streamConn) {
 			return
 		}
 		s.mu.Lock()
+		s.failures = 0
 		for i := range resp.acks {
 			a := &resp.acks[i]
 			w := conn.inflight[a.id]
@@ -320,14 +432,20 @@ func (s *fileStream) receive(conn *streamConn) {
 // (WithRetry) or fail with the stream's error, and the next write opens a
 // new stream.
 func (s *fileStream) ended(conn *streamConn, err error) {
-	if errors.Is(err, io.EOF) {
+	cleanEnd := errors.Is(err, io.EOF)
+	if cleanEnd {
 		err = status.Error(codes.Unavailable, "the daemon ended the stream before acknowledging the write")
 	}
-	err = asStatus(err)
+	err = wrapErr(err)
 	conn.cancel()
 	s.mu.Lock()
 	conn.broken = true
 	conn.err = err
+	if !cleanEnd {
+		// A daemon that ends a stream cleanly (an idle one, say) is not
+		// failing: the next write opens a new one at once.
+		s.failures++
+	}
 	if status.Code(err) == codes.NotFound {
 		// The file was deleted under the stream (nothing else ends one
 		// with NOT_FOUND once it is open): resending, or writing on,
@@ -351,7 +469,7 @@ func (s *fileStream) ended(conn *streamConn, err error) {
 	var resend []*write
 	for _, id := range ids {
 		w := conn.inflight[id]
-		if w.attempts < s.c.opts.retries && !w.gaveUp && !s.closedClient() && s.gone == nil {
+		if !w.gaveUp && s.mayRetryLocked(w, err, cleanEnd) {
 			w.attempts++
 			w.state = queued
 			resend = append(resend, w)
@@ -372,7 +490,25 @@ func (s *fileStream) ended(conn *streamConn, err error) {
 	close(conn.done)
 }
 
-func (s *fileStream) closedClient() bool { return s.c.ctx.Err() != nil }
+// mayRetryLocked reports whether w, which failed with err before it was
+// acked, may be sent again on a new stream. After a clean end (the daemon
+// ended the stream with OK, having applied and acked every write it read,
+// as it does with a stream it closes for being idle) w was never read:
+// sending it again is its first delivery, so it goes once whatever
+// WithRetry says. Otherwise only under WithRetry, with attempts left, for
+// an error that says the daemon was not reached (retryable). Never once
+// the file is gone or the Client or stream is closed.
+//
+// Preconditions: s.mu is held.
+func (s *fileStream) mayRetryLocked(w *write, err error, cleanEnd bool) bool {
+	switch {
+	case s.gone != nil || s.closed || s.c.ctx.Err() != nil:
+		return false
+	case cleanEnd:
+		return w.attempts < max(1, s.c.opts.retries)
+	}
+	return w.attempts < s.c.opts.retries && retryable(err)
+}
 
 // finishLocked ends w: its caller, if still waiting, gets the outcome;
 // if it gave up, a failure is kept for its File's Close.
@@ -439,7 +575,7 @@ func (s *fileStream) waitIdle(ctx context.Context, f *File) error {
 	defer s.mu.Unlock()
 	for f.outstanding > 0 {
 		if err := ctx.Err(); err != nil {
-			return asStatus(err)
+			return wrapErr(err)
 		}
 		s.idle.Wait()
 	}
@@ -452,6 +588,13 @@ func (s *fileStream) waitIdle(ctx context.Context, f *File) error {
 func (s *fileStream) close() error {
 	s.mu.Lock()
 	s.closed = true
+	close(s.stopped)
+	// Queued writes are those of Files whose Close stopped waiting: the
+	// stream is ending, they will not be sent.
+	s.failQueuedLocked(errFileClosed(s.path))
+	if s.connecting != nil {
+		s.connecting()
+	}
 	sending := s.sending
 	select {
 	case s.wake <- struct{}{}:

@@ -34,27 +34,28 @@ func WithRingHash() Option { return func(o *options) { o.ringHash = true } }
 // ringSchemes numbers the manual resolvers of WithTargets, one per Dial.
 var ringSchemes atomic.Uint64
 
-// routedTarget is the target and the dial options that route by path for
-// o, or target unchanged and nothing when o does not route.
-func routedTarget(target string, o options) (string, []grpc.DialOption, error) {
+// routedTarget is the target, the dial options and the service config
+// loadBalancingConfig (JSON) that route by path for o, or target
+// unchanged, nothing and "" when o does not route.
+func routedTarget(target string, o options) (string, []grpc.DialOption, string, error) {
 	switch {
 	case len(o.targets) > 0 && target != "":
-		return "", nil, fmt.Errorf("filewrite client: Dial(%q) with WithTargets: give the daemons to WithTargets only, and \"\" to Dial", target)
+		return "", nil, "", fmt.Errorf("filewrite client: Dial(%q) with WithTargets: give the daemons to WithTargets only, and \"\" to Dial", target)
 	case len(o.targets) == 1:
-		return o.targets[0], nil, nil
+		return o.targets[0], nil, "", nil
 	case len(o.targets) > 1:
 		eps := make([]resolver.Endpoint, len(o.targets))
 		for i, a := range o.targets {
 			if a == "" {
-				return "", nil, errors.New("filewrite client: WithTargets: an empty address")
+				return "", nil, "", errors.New("filewrite client: WithTargets: an empty address")
 			}
 			eps[i] = resolver.Endpoint{Addresses: []resolver.Address{{Addr: a}}}
 		}
 		r := manual.NewBuilderWithScheme(fmt.Sprintf("filewrite-targets-%d", ringSchemes.Add(1)))
 		r.InitialState(resolver.State{Endpoints: eps})
-		return r.Scheme() + ":///targets", []grpc.DialOption{grpc.WithResolvers(r), grpc.WithDefaultServiceConfig(shard.ServiceConfig)}, nil
+		return r.Scheme() + ":///targets", []grpc.DialOption{grpc.WithResolvers(r)}, shard.ServiceConfig, nil
 	case o.ringHash:
-		return target, []grpc.DialOption{grpc.WithDefaultServiceConfig(shard.ServiceConfig)}, nil
+		return target, nil, shard.ServiceConfig, nil
 	}
-	return target, nil, nil
+	return target, nil, "", nil
 }

@@ -3,6 +3,8 @@ package client
 import (
 	"fmt"
 
+	"google.golang.org/grpc/codes"
+
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 )
 
@@ -46,8 +48,55 @@ func (m SyncMode) proto() filewritev1.SyncMode {
 	return filewritev1.SyncMode(m) // unknown: the daemon refuses it
 }
 
-// Stat describes a file.
-type Stat struct {
+// OpenMode says whether Open may create the file (WithOpenMode).
+type OpenMode int32
+
+const (
+	// OpenCreate opens the file, creating it and its missing parent
+	// directories if it does not exist (O_CREATE).
+	OpenCreate OpenMode = iota
+	// OpenMustExist opens an existing file only: Open fails with
+	// NOT_FOUND, wrapping fs.ErrNotExist, and creates nothing otherwise.
+	OpenMustExist
+	// OpenExclusive creates the file, with its missing parents: Open
+	// fails with ALREADY_EXISTS, wrapping fs.ErrExist, if it exists
+	// (O_CREATE|O_EXCL).
+	OpenExclusive
+)
+
+func (m OpenMode) String() string {
+	switch m {
+	case OpenCreate:
+		return "create"
+	case OpenMustExist:
+		return "must-exist"
+	case OpenExclusive:
+		return "exclusive"
+	}
+	return fmt.Sprintf("OpenMode(%d)", int32(m))
+}
+
+func (m OpenMode) check() error {
+	if m < OpenCreate || m > OpenExclusive {
+		return newError(codes.InvalidArgument, nil, "open mode %d (want OpenCreate, OpenMustExist or OpenExclusive)", int32(m))
+	}
+	return nil
+}
+
+func (m OpenMode) proto() filewritev1.OpenMode {
+	switch m {
+	case OpenMustExist:
+		return filewritev1.OpenMode_OPEN_MODE_MUST_EXIST
+	case OpenExclusive:
+		return filewritev1.OpenMode_OPEN_MODE_EXCLUSIVE
+	}
+	return filewritev1.OpenMode_OPEN_MODE_UNSPECIFIED
+}
+
+// FileInfo describes a file (File.Stat, Client.Stat).
+type FileInfo struct {
+	// Path is the path the file was asked for by.
+	Path string
 	// Size is the file's size in bytes.
 	Size int64
 	// AllocatedBytes is the storage the file uses.

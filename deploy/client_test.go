@@ -38,7 +38,7 @@ func clientLifecycle(ctx context.Context, c *client.Client, path string, i int) 
 	if err := f.Truncate(ctx, truncSize); err != nil {
 		return fmt.Errorf("truncate %s: %w", path, err)
 	}
-	if err := f.Sync(ctx, false); err != nil {
+	if err := f.Sync(ctx); err != nil {
 		return fmt.Errorf("sync %s: %w", path, err)
 	}
 	st, err := f.Stat(ctx)

@@ -166,7 +166,7 @@ func streamWriteThenFsync(path string, fileSize int64) func(context.Context, *se
 			if _, _, err := files[c].Write(ctx, data, randomBlock(seed, n, blocks)*bs, client.SyncNone); err != nil {
 				return fmt.Errorf("Write: %w", err)
 			}
-			if err := files[c].Sync(ctx, true); err != nil {
+			if err := files[c].SyncData(ctx); err != nil {
 				return fmt.Errorf("Fsync: %w", err)
 			}
 			return nil

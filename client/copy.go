@@ -1,0 +1,309 @@
+package client
+
+import (
+	"errors"
+	"io"
+
+	"github.com/filewrite/filewrite/internal/bufpool"
+)
+
+// Copies at stream speed. A loop of WriteAt waits for each write's ack
+// before it sends the next (io.Copy through io.NewOffsetWriter does just
+// that, 32 KiB at a time); a Writer sends a piece and goes on, keeping up
+// to writerWindow bytes on their way, so the stream stays full. A Reader
+// keeps readAhead pieces asked for ahead of the one it hands out.
+
+// writerWindow bounds the bytes a Writer has sent and not yet seen
+// acknowledged: the stream's flow-control window on the wire, and as much
+// again queued behind it, so the sender always has a next message ready.
+const writerWindow = 2 * streamWindow
+
+// readAhead is how many pieces a Reader has asked for at once.
+const readAhead = 4
+
+// Writer writes a File sequentially from an offset, pipelined: Write
+// copies its bytes, sends them and returns without waiting for their ack
+// unless writerWindow bytes are already waiting. A failure is reported by
+// a later Write, by ReadFrom, or by Flush or Close, which wait for every
+// ack. Its writes use the File's SyncMode, and each wait is bounded by the
+// File's WithTimeout. A Writer is for one goroutine at a time; closing it
+// does not close the File.
+type Writer struct {
+	f       *File
+	off     int64    // where the next byte goes
+	waiting []*write // sent, in order, not yet waited for
+	bytes   int      // data of waiting
+	err     error    // the first failure: every later call returns it
+	closed  bool
+}
+
+var (
+	_ io.WriteCloser = (*Writer)(nil)
+	_ io.ReaderFrom  = (*Writer)(nil)
+)
+
+// NewWriter returns a Writer that writes f from off on.
+func (f *File) NewWriter(off int64) *Writer { return &Writer{f: f, off: off} }
+
+// Write copies p and sends it at the Writer's offset, in pieces (see
+// WithMaxMessageBytes). n is len(p) unless an earlier failure stops it:
+// bytes it returned for may still fail, which a later call reports.
+func (w *Writer) Write(p []byte) (int, error) {
+	if err := w.usable(); err != nil {
+		return 0, err
+	}
+	n := 0
+	for n < len(p) {
+		bp := bufpool.Shared.Get(min(len(p)-n, w.f.c.opts.piece))
+		k := copy(*bp, p[n:])
+		if err := w.send(bp); err != nil {
+			return n, err
+		}
+		n += k
+	}
+	return n, nil
+}
+
+// ReadFrom reads r until io.EOF straight into the pieces it sends, then
+// waits for every ack (Flush), so that io.Copy into a Writer reports every
+// failure. n counts the bytes read from r and sent.
+func (w *Writer) ReadFrom(r io.Reader) (int64, error) {
+	if err := w.usable(); err != nil {
+		return 0, err
+	}
+	var n int64
+	for {
+		bp := bufpool.Shared.Get(w.f.c.opts.piece)
+		k, rerr := io.ReadFull(r, *bp)
+		if k > 0 {
+			*bp = (*bp)[:k]
+			if err := w.send(bp); err != nil {
+				return n, err
+			}
+			n += int64(k)
+		} else {
+			bufpool.Shared.Put(bp)
+		}
+		switch {
+		case errors.Is(rerr, io.EOF), errors.Is(rerr, io.ErrUnexpectedEOF):
+			return n, w.Flush()
+		case rerr != nil:
+			return n, rerr
+		}
+	}
+}
+
+// usable returns the error that stops the Writer, if any.
+func (w *Writer) usable() error {
+	w.reap()
+	switch {
+	case w.err != nil:
+		return w.err
+	case w.closed:
+		return errFileClosed(w.f.path + " (its Writer)")
+	}
+	return w.f.check()
+}
+
+// send sends the bytes of bp, a buffer of the pool that the write owns
+// until its ack, at w.off, after waiting for the oldest writes while the
+// window is full.
+func (w *Writer) send(bp *[]byte) error {
+	for w.bytes > 0 && w.bytes+len(*bp) > writerWindow {
+		if err := w.waitOldest(); err != nil {
+			bufpool.Shared.Put(bp)
+			return err
+		}
+	}
+	ws := w.f.pieces(nil, *bp, w.off, w.f.sync)
+	ws[0].buf = bp // one piece: bp is at most one
+	if err := w.f.s.enqueue(ws); err != nil {
+		putWrite(ws[0])
+		bufpool.Shared.Put(bp)
+		w.err = err
+		return err
+	}
+	w.waiting = append(w.waiting, ws[0])
+	w.bytes += len(*bp)
+	w.off += int64(len(*bp))
+	return nil
+}
+
+// waitOldest waits for the oldest write's ack, bounded by WithTimeout.
+func (w *Writer) waitOldest() error {
+	wr := w.waiting[0]
+	ctx, cancel := w.f.callContext()
+	defer cancel()
+	select {
+	case <-wr.done:
+	case <-ctx.Done():
+		// Its bytes stay with it: it may still be sent (or resent).
+		w.f.s.giveUp(w.waiting)
+		w.waiting, w.bytes = nil, 0
+		w.err = wrapErr(ctx.Err())
+		return w.err
+	}
+	return w.finished()
+}
+
+// reap takes the outcomes of the oldest writes that are done, without
+// waiting, so that a failure is reported by the next call.
+func (w *Writer) reap() {
+	for len(w.waiting) > 0 {
+		select {
+		case <-w.waiting[0].done:
+			w.finished()
+		default:
+			return
+		}
+	}
+}
+
+// finished takes the outcome of the oldest write, whose done signal its
+// caller received.
+func (w *Writer) finished() error {
+	wr := w.waiting[0]
+	w.waiting = w.waiting[1:]
+	w.bytes -= len(wr.data)
+	err := wrapErr(wr.err)
+	if err == nil && int(wr.n) != len(wr.data) {
+		err = wrapErr(io.ErrShortWrite)
+	}
+	bufpool.Shared.Put(wr.buf)
+	putWrite(wr)
+	if err != nil && w.err == nil {
+		w.err = err
+	}
+	return w.err
+}
+
+// Flush waits for the acks of every write sent, and returns the first
+// failure of the Writer's writes, if any.
+func (w *Writer) Flush() error {
+	for len(w.waiting) > 0 {
+		w.waitOldest() // a failure is kept in w.err; wait for the rest
+	}
+	return w.err
+}
+
+// Close flushes the Writer and returns what Flush does; later calls fail.
+// It leaves the File open.
+func (w *Writer) Close() error {
+	if w.closed {
+		return errFileClosed(w.f.path + " (its Writer)")
+	}
+	err := w.Flush()
+	w.closed = true
+	return err
+}
+
+// Reader reads a File sequentially from an offset, asking for the next
+// pieces (see WithMaxMessageBytes) before they are needed. Each read
+// checks its data's CRC-32C, and each wait is bounded by the File's
+// WithTimeout. It returns io.EOF at the end of the file as it was when
+// that piece was read. A Reader is for one goroutine at a time.
+type Reader struct {
+	f    *File
+	next int64          // offset of the next piece to ask for
+	eof  bool           // a short piece came: ask for no more
+	ask  []*readPending // asked for, in offset order
+	cur  []byte         // the current piece's bytes not yet handed out
+	err  error          // the first failure, or io.EOF: every later call returns it
+}
+
+// readPending is one piece asked for; done is closed once data or err is
+// set.
+type readPending struct {
+	off  int64
+	data []byte
+	err  error
+	done chan struct{}
+}
+
+var (
+	_ io.Reader   = (*Reader)(nil)
+	_ io.WriterTo = (*Reader)(nil)
+)
+
+// NewReader returns a Reader that reads f from off on.
+func (f *File) NewReader(off int64) *Reader { return &Reader{f: f, next: off} }
+
+// Read reads up to len(p) bytes from the Reader's offset.
+func (r *Reader) Read(p []byte) (int, error) {
+	if len(r.cur) == 0 {
+		if err := r.fill(); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p, r.cur)
+	r.cur = r.cur[n:]
+	return n, nil
+}
+
+// WriteTo writes to w every byte from the Reader's offset to the end of
+// the file, a piece at a time while the next pieces are on their way.
+func (r *Reader) WriteTo(w io.Writer) (int64, error) {
+	var n int64
+	for {
+		if len(r.cur) == 0 {
+			if err := r.fill(); err != nil {
+				if err == io.EOF {
+					err = nil
+				}
+				return n, err
+			}
+		}
+		k, err := w.Write(r.cur)
+		n += int64(k)
+		r.cur = r.cur[k:]
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+// fill makes the next piece current, asking for those after it.
+func (r *Reader) fill() error {
+	if r.err != nil {
+		return r.err
+	}
+	if err := r.f.check(); err != nil {
+		return err
+	}
+	piece := r.f.c.opts.piece
+	for !r.eof && len(r.ask) < readAhead {
+		p := &readPending{off: r.next, done: make(chan struct{})}
+		r.next += int64(piece)
+		r.ask = append(r.ask, p)
+		go func() {
+			defer close(p.done)
+			ctx, cancel := r.f.callContext()
+			defer cancel()
+			p.data, p.err = r.f.readPiece(r.f.c.outgoing(ctx, r.f.path), p.off, piece)
+		}()
+	}
+	if len(r.ask) == 0 {
+		r.err = io.EOF
+		return r.err
+	}
+	p := r.ask[0]
+	<-p.done // bounded by WithTimeout in the goroutine
+	r.ask = r.ask[1:]
+	if p.err != nil {
+		r.err = p.err
+		return r.err
+	}
+	if len(p.data) < piece {
+		// The end of the file: the pieces asked for after it find
+		// nothing, or what was written since, which a reader that saw
+		// the end here must not return after it.
+		r.eof = true
+		r.ask = nil
+	}
+	if len(p.data) == 0 {
+		r.err = io.EOF
+		return r.err
+	}
+	r.cur = p.data
+	return nil
+}
