@@ -120,6 +120,8 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "PEM private key `file` of --tls-cert")
 	fs.BoolVar(&cfg.InsecureListen, "insecure-listen", cfg.InsecureListen,
 		"allow a listen address beyond loopback without --auth-token-file")
+	fs.BoolVar(&cfg.RequirePathHeader, "require-path-header", cfg.RequirePathHeader,
+		"refuse a call on a file without the filewrite-path routing header (FAILED_PRECONDITION): for a daemon of a cluster; List and health are exempt")
 	fs.DurationVar(&cfg.ConnAuthTimeout, "conn-auth-timeout", cfg.ConnAuthTimeout,
 		"how long a new connection may go without an authenticated request (without tokens: any request) before it is closed")
 	fs.DurationVar(&cfg.BodyTimeout, "body-timeout", cfg.BodyTimeout,

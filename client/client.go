@@ -17,10 +17,15 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/bufpool"
+	"github.com/filewrite/filewrite/internal/shard"
 )
 
 // PathHeader is the metadata header that carries the file's path on every
-// call and stream, for routing by path.
+// call and stream, for routing by path. Its value is the path's routing
+// key: the path percent-encoded, every byte but A-Z a-z 0-9 - . _ ~ and /
+// written %XX, so that any path fits in a header and every router hashes
+// the same string. A daemon refuses (FAILED_PRECONDITION) a call whose
+// header names another path than its request.
 const PathHeader = "filewrite-path"
 
 // Default option values.
@@ -263,12 +268,13 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// outgoing adds the path header and the token to ctx's metadata.
+// outgoing adds the path's routing key and the token to ctx's metadata.
 func (c *Client) outgoing(ctx context.Context, path string) context.Context {
+	key := shard.RoutingKey(path)
 	if c.opts.token != "" {
-		return metadata.AppendToOutgoingContext(ctx, PathHeader, path, "authorization", "Bearer "+c.opts.token)
+		return metadata.AppendToOutgoingContext(ctx, PathHeader, key, "authorization", "Bearer "+c.opts.token)
 	}
-	return metadata.AppendToOutgoingContext(ctx, PathHeader, path)
+	return metadata.AppendToOutgoingContext(ctx, PathHeader, key)
 }
 
 // Open opens path for the File's calls, as WithOpenMode says: by default

@@ -51,21 +51,22 @@ type clusterDaemon struct {
 
 // startDaemons starts n daemons, each on a fresh root, and stops them when
 // the test ends.
-func startDaemons(t *testing.T, n int) []*clusterDaemon {
+func startDaemons(t *testing.T, n int, args ...string) []*clusterDaemon {
 	t.Helper()
 	ds := make([]*clusterDaemon, n)
 	for i := range ds {
-		ds[i] = startDaemon(t)
+		ds[i] = startDaemon(t, args...)
 	}
 	return ds
 }
 
-func startDaemon(t *testing.T) *clusterDaemon {
+// startDaemon starts a daemon on a fresh root, with args after --root.
+func startDaemon(t *testing.T, args ...string) *clusterDaemon {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	root := t.TempDir()
-	p, _ := testutil.StartDaemon(t, ctx, daemonBin, "--root", root)
+	p, _ := testutil.StartDaemon(t, ctx, daemonBin, append([]string{"--root", root}, args...)...)
 	d := &clusterDaemon{Process: p, root: root}
 	t.Cleanup(d.stop)
 	return d

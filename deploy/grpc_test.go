@@ -19,11 +19,11 @@ import (
 	"github.com/filewrite/filewrite/internal/shard"
 )
 
-// pathHeader sets filewrite-path from the request's path on every unary
-// call, as the client package does.
+// pathHeader sets filewrite-path to the routing key of the request's path
+// on every unary call, as the client package does.
 func pathHeader(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	if p, ok := req.(interface{ GetPath() string }); ok {
-		ctx = metadata.AppendToOutgoingContext(ctx, shard.Header, p.GetPath())
+		ctx = metadata.AppendToOutgoingContext(ctx, shard.Header, shard.RoutingKey(p.GetPath()))
 	}
 	return invoker(ctx, method, req, reply, cc, opts...)
 }

@@ -81,7 +81,7 @@ func dialRouted(target, token string) (*grpc.ClientConn, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			if p, ok := req.(interface{ GetPath() string }); ok {
-				ctx = metadata.AppendToOutgoingContext(ctx, shard.Header, p.GetPath())
+				ctx = metadata.AppendToOutgoingContext(ctx, shard.Header, shard.RoutingKey(p.GetPath()))
 			}
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}),

@@ -27,6 +27,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
+	"github.com/filewrite/filewrite/internal/shard"
 	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/store/faultfs"
 )
@@ -358,6 +359,15 @@ func errorScenarios() map[string]errorScenario {
 					&filewritev1.WriteStreamRequest{Path: "s2", Writes: []*filewritev1.StreamWrite{sw(2, 0, "b")}})
 			},
 			skip: "WriteStream only",
+		},
+		"PATH_HEADER_MISMATCH": {
+			grpc: func(_ *testing.T, env *errorsEnv, ctx context.Context) error {
+				_, err := env.d.client.Write(withPathHeader(ctx, "other"), &filewritev1.WriteRequest{Path: "routed", Data: []byte("x")})
+				return err
+			},
+			rest: func(t *testing.T, env *errorsEnv) restResult {
+				return env.d.rest(t, "PUT", "/v1/files/routed", "x", map[string]string{"Content-Type": mimeOctetStream, shard.Header: "other"})
+			},
 		},
 		"FILE_TOO_LARGE": {grpc: write("big", errorsMaxFile, "x"), rest: put(fmt.Sprintf("big?offset=%d", errorsMaxFile-1), "xy")},
 		"FILE_NOT_FOUND": {grpc: stat("missing"), rest: get("/v1/files/missing")},

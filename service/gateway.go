@@ -20,6 +20,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
+	"github.com/filewrite/filewrite/internal/shard"
 )
 
 const mimeOctetStream = "application/octet-stream"
@@ -47,6 +48,15 @@ func newGateway(ctx context.Context, conn grpc.ClientConnInterface, cfg gatewayC
 		runtime.WithErrorHandler(g.handleError),
 		runtime.WithWriteContentLength(),
 		useStrictQuery(),
+		// The routing header a proxy set (HAProxy: the file path of the
+		// URL) goes on to the gRPC call, whose interceptor checks that it
+		// names the path the gateway decoded (pathheader.go).
+		runtime.WithIncomingHeaderMatcher(func(key string) (string, bool) {
+			if strings.EqualFold(key, shard.Header) {
+				return shard.Header, true
+			}
+			return runtime.DefaultHeaderMatcher(key)
+		}),
 	)
 	if err := filewritev1.RegisterFileServiceHandlerClient(ctx, g.mux, g.client); err != nil {
 		return nil, fmt.Errorf("register REST routes: %w", err)

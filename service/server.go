@@ -93,6 +93,10 @@ type Config struct {
 	// MaxInflightBytes bounds the memory that requests in flight hold,
 	// daemon-wide (see inflightBudget); past it requests wait.
 	MaxInflightBytes int64
+	// RequirePathHeader refuses a call on a file that carries no routing
+	// header (FAILED_PRECONDITION): for a daemon of a cluster, where such
+	// a call was routed by nothing. List and health are exempt.
+	RequirePathHeader bool
 
 	// WrapFS, when set, wraps the file layer under the store: tests inject
 	// faults (ENOSPC, a held sync) through it. nil in production.
@@ -320,7 +324,7 @@ func Start(cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	s.grpcLis = newGuardedListener(lis, cfg.ConnAuthTimeout)
-	s.grpcSrv = newGRPCServer(s.files, s.health, cfg.Store.MaxRequestBytes, log, s.tel, s.publicServerOptions()...)
+	s.grpcSrv = newGRPCServer(s.files, s.health, cfg.Store.MaxRequestBytes, log, s.tel, append(s.publicServerOptions(), pathHeaderOptions(cfg.RequirePathHeader)...)...)
 	if cfg.HTTPAddr != "" {
 		if err := s.startGateway(); err != nil {
 			return nil, err
@@ -374,7 +378,7 @@ func Start(cfg Config) (_ *Server, err error) {
 func (s *Server) startGateway() (err error) {
 	limit := maxMessageBytes(s.cfg.Store.MaxRequestBytes)
 	s.gatewayLis = newPipeListener()
-	s.gatewaySrv = newGRPCServer(s.files, s.health, s.cfg.Store.MaxRequestBytes, s.log, s.tel, s.gatewayServerOptions()...)
+	s.gatewaySrv = newGRPCServer(s.files, s.health, s.cfg.Store.MaxRequestBytes, s.log, s.tel, append(s.gatewayServerOptions(), pathHeaderOptions(s.cfg.RequirePathHeader)...)...)
 	s.gatewayConn, err = grpc.NewClient("passthrough:///gateway",
 		grpc.WithContextDialer(s.gatewayLis.dial),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),

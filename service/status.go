@@ -57,6 +57,8 @@ var reasonRules = map[filewritev1.ErrorReason]reasonRule{
 	filewritev1.ErrorReason_WRITE_ID_IN_USE:     {code: codes.InvalidArgument},
 	filewritev1.ErrorReason_STREAM_PATH_CHANGED: {code: codes.InvalidArgument},
 
+	filewritev1.ErrorReason_PATH_HEADER_MISMATCH: {code: codes.FailedPrecondition},
+
 	filewritev1.ErrorReason_FILE_TOO_LARGE: {code: codes.OutOfRange, flag: "--max-file-size"},
 
 	filewritev1.ErrorReason_FILE_NOT_FOUND: {code: codes.NotFound},

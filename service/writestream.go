@@ -425,6 +425,9 @@ func (ws *writeStream) check(req *streamRequest) error {
 		return messageTooLarge(req.size, ws.files.maxMessageBytes)
 	}
 	if ws.h == nil {
+		if err := checkPathHeader(ws.ctx, req.path, false); err != nil {
+			return err
+		}
 		open, err := openModeFromProto(req.openMode)
 		if err != nil {
 			return toStatus(err)

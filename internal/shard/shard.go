@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -230,8 +231,10 @@ func newRing(keys []string, minRingSize, maxRingSize uint64) *ring {
 	if len(keys) == 0 {
 		return nil
 	}
-	keys = append([]string(nil), keys...)
-	sort.Strings(keys)
+	// ring_hash keeps its endpoints in a resolver.EndpointMap, so an
+	// address the resolver gives twice is one endpoint of the ring: count
+	// it once here too, or every owner would be computed on another ring.
+	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
 	weight := 1 / float64(len(keys)) // each endpoint's normalized weight
 	scale := math.Min(math.Ceil(weight*float64(minRingSize))/weight, float64(maxRingSize))
 	type entry struct {
