@@ -214,6 +214,23 @@ func (g *gateway) readStreamed(w http.ResponseWriter, r *http.Request, pathParam
 		fail(err)
 		return
 	}
+	if !r.Form.Has("length") {
+		// To the end of the file as one Stat sees it, and within the
+		// limit of one Read: a client that wants more downloads it
+		// (alt=media), in as many chunks as it takes.
+		st, err := g.client.Stat(ctx, &filewritev1.StatRequest{Path: req.GetPath()})
+		if err != nil {
+			fail(err)
+			return
+		}
+		req.Length = max(st.GetSize()-req.GetOffset(), 0)
+		if req.Length > g.maxRequestBytes {
+			fail(toStatus(fmt.Errorf("%w: %d bytes from offset %d to the end of the file, the maximum per request is %d "+
+				"(--max-request-bytes); give a length, or download the file with GET /v1/files/{path}?alt=media",
+				store.ErrRequestTooLarge, req.Length, req.GetOffset(), g.maxRequestBytes)))
+			return
+		}
+	}
 	_, raw := out.(rawMarshaler)
 	enc := base64.StdEncoding
 	var text []byte // the base64 of a chunk
