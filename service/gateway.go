@@ -124,6 +124,10 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		runtime.HTTPError(r.Context(), g.mux, out, w, r, refusal(filewritev1.ErrorReason_PATH_INVALID, map[string]string{errorinfo.KeyField: "path"}, "path %q is not valid UTF-8", r.URL.Path))
 		return
 	}
+	if err := checkContentType(r); err != nil {
+		g.fail(w, r, &runtime.HTTPStatusError{HTTPStatus: http.StatusUnsupportedMediaType, Err: err})
+		return
+	}
 	if r.ContentLength > g.maxBodyBytes {
 		_, out := runtime.MarshalerForRequest(g.mux, r)
 		runtime.HTTPError(r.Context(), g.mux, out, w, r, g.bodyTooLarge())

@@ -185,7 +185,10 @@ func (g *gateway) getMedia(w http.ResponseWriter, r *http.Request, pathParams ma
 // preconditionFailed is the error of a 412.
 func preconditionFailed(v validators) error {
 	current := v.etag
-	if current == "" {
+	switch {
+	case !v.exists:
+		current = "none: the file does not exist"
+	case current == "":
 		current = "none yet: the file changed within the last second"
 	}
 	return &runtime.HTTPStatusError{

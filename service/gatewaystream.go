@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"encoding/base64"
 	"fmt"
 	"hash/crc32"
@@ -81,6 +82,10 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 		fail(err)
 		return
 	}
+	if err := g.checkPutPreconditions(ctx, r, path); err != nil {
+		fail(err)
+		return
+	}
 
 	chunk := rawPutChunks.Get().(*[rawPutChunkBytes]byte)
 	defer rawPutChunks.Put(chunk)
@@ -116,6 +121,34 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 	}
 	ctx = runtime.NewServerMetadataContext(ctx, md)
 	runtime.ForwardResponseMessage(ctx, g.mux, out, w, r, &filewritev1.WriteResponse{BytesWritten: written, Size: resp.GetSize()})
+}
+
+// checkPutPreconditions decides a raw PUT's If-Match, If-None-Match and
+// If-Unmodified-Since on one Stat, once, before the first chunk is
+// written: a write that lands between that Stat and the PUT's own is not
+// seen, as the PUT is no one atomic write either.
+func (g *gateway) checkPutPreconditions(ctx context.Context, r *http.Request, path string) error {
+	h := r.Header
+	if h.Get("If-Match") == "" && h.Get("If-None-Match") == "" && h.Get("If-Unmodified-Since") == "" {
+		return nil
+	}
+	var v validators
+	st, err := g.client.Stat(ctx, &filewritev1.StatRequest{Path: path})
+	switch {
+	case status.Code(err) == codes.NotFound:
+	case err != nil:
+		return err
+	default:
+		v = validatorsOf(st)
+	}
+	code, err := preconditionStatus(r, v)
+	switch {
+	case err != nil:
+		return status.Error(codes.InvalidArgument, err.Error())
+	case code != 0:
+		return preconditionFailed(v)
+	}
+	return nil
 }
 
 // lookahead reads a body in chunks and tells, with the chunk that holds
