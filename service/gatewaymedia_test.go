@@ -20,23 +20,7 @@ import (
 // send makes one request with Go's client and reads its whole answer.
 func send(t *testing.T, method, url string, body io.Reader, header map[string]string) (*http.Response, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, url, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: read body: %v", method, url, err)
-	}
-	return resp, b
+	return sendWithHost(t, method, url, "", body, header)
 }
 
 // withFreshValidators makes every file carry validators at once, however
