@@ -455,3 +455,76 @@ func TestDownloadCutWhenFileGoes(t *testing.T) {
 		t.Errorf("download of a growing file: %d bytes of %d announced (%v), want %d", n, resp.ContentLength, err, size)
 	}
 }
+
+// TestPutCreateOnly: "If-None-Match: *" creates only, atomically: of PUTs
+// racing to create one file exactly one wins, and the others change
+// nothing. "If-Match: *" writes only a file that exists.
+func TestPutCreateOnly(t *testing.T) {
+	d := startDaemon(t, nil)
+	const racers = 8
+	for round := range 5 {
+		name := fmt.Sprintf("race/%d", round)
+		codes := make(chan int, racers)
+		start := make(chan struct{})
+		for i := range racers {
+			go func() {
+				<-start
+				req, _ := http.NewRequest("PUT", d.url+"/v1/files/"+name, strings.NewReader(fmt.Sprintf("racer %d", i)))
+				req.Header.Set("If-None-Match", "*")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					codes <- -1
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				codes <- resp.StatusCode
+			}()
+		}
+		close(start)
+		won := 0
+		for range racers {
+			switch c := <-codes; c {
+			case 200:
+				won++
+			case 412:
+			default:
+				t.Errorf("round %d: a racer got %d, want 200 or 412", round, c)
+			}
+		}
+		if won != 1 {
+			t.Errorf("round %d: %d racers created %s, want exactly 1", round, won, name)
+		}
+		if got := string(d.onDisk(t, name)); !strings.HasPrefix(got, "racer ") || len(got) != len("racer 0") {
+			t.Errorf("round %d: %s holds %q, want one racer's whole body", round, name, got)
+		}
+	}
+
+	for _, tt := range []struct {
+		name, header, path string
+		want               int
+	}{
+		{"If-None-Match: * on an existing file", "If-None-Match", "race/0", 412},
+		{"If-Match: * on a missing file", "If-Match", "nowhere/new", 412},
+		{"If-Match: * on an existing file", "If-Match", "race/1", 200},
+		{"If-None-Match: * on a new file, empty body", "If-None-Match", "empty", 200},
+	} {
+		body := "overwritten"
+		if tt.path == "empty" {
+			body = ""
+		}
+		resp, b := send(t, "PUT", d.url+"/v1/files/"+tt.path, strings.NewReader(body), map[string]string{tt.header: "*"})
+		if resp.StatusCode != tt.want {
+			t.Errorf("%s: %d (%s), want %d", tt.name, resp.StatusCode, b, tt.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(d.root, "nowhere")); err == nil {
+		t.Errorf("a refused If-Match: * PUT created its directory")
+	}
+	if got := string(d.onDisk(t, "race/0")); !strings.HasPrefix(got, "racer ") {
+		t.Errorf("race/0 holds %q after a refused create-only PUT", got)
+	}
+	if _, err := os.Stat(filepath.Join(d.root, "empty")); err != nil {
+		t.Errorf("create-only PUT of an empty body: %v", err)
+	}
+}

@@ -82,7 +82,8 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 		fail(err)
 		return
 	}
-	if err := g.checkPutPreconditions(ctx, r, path); err != nil {
+	openMode, err := g.checkPutPreconditions(ctx, r, path)
+	if err != nil {
 		fail(err)
 		return
 	}
@@ -112,7 +113,22 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 		if last {
 			req.Sync = sync
 		}
+		if written == 0 {
+			// The first Write opens the file as the preconditions ask;
+			// the file it made or found is the one the others extend.
+			req.OpenMode = openMode
+		}
 		resp, err = g.client.Write(ctx, req, grpc.Header(&md.HeaderMD), grpc.Trailer(&md.TrailerMD))
+		if err != nil && written == 0 && openMode != filewritev1.OpenMode_OPEN_MODE_UNSPECIFIED {
+			switch status.Code(err) {
+			case codes.AlreadyExists:
+				err = &runtime.HTTPStatusError{HTTPStatus: http.StatusPreconditionFailed,
+					Err: status.Errorf(codes.FailedPrecondition, "precondition failed: If-None-Match: * creates only, and %s exists", path)}
+			case codes.NotFound:
+				err = &runtime.HTTPStatusError{HTTPStatus: http.StatusPreconditionFailed,
+					Err: status.Errorf(codes.FailedPrecondition, "precondition failed: If-Match: * writes only an existing file, and %s does not exist", path)}
+			}
+		}
 		if err != nil {
 			runtime.HTTPError(runtime.NewServerMetadataContext(ctx, md), g.mux, out, w, r, err)
 			return
@@ -124,31 +140,57 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 }
 
 // checkPutPreconditions decides a raw PUT's If-Match, If-None-Match and
-// If-Unmodified-Since on one Stat, once, before the first chunk is
-// written: a write that lands between that Stat and the PUT's own is not
-// seen, as the PUT is no one atomic write either.
-func (g *gateway) checkPutPreconditions(ctx context.Context, r *http.Request, path string) error {
-	h := r.Header
+// If-Unmodified-Since before the first chunk is written, and returns the
+// open mode of its first Write.
+//
+// "If-None-Match: *" (create only) and "If-Match: *" (only if it exists)
+// become that Write's open mode, exclusive or must-exist: the check and
+// the create are one step in the daemon, so of two PUTs racing to create
+// a file exactly one wins. The other conditions are decided on one Stat,
+// once: a write that lands between that Stat and the PUT's first Write is
+// not seen, as the PUT is no one atomic write either.
+func (g *gateway) checkPutPreconditions(ctx context.Context, r *http.Request, path string) (filewritev1.OpenMode, error) {
+	mode := filewritev1.OpenMode_OPEN_MODE_UNSPECIFIED
+	stated := r
+	for _, c := range []struct {
+		header string
+		mode   filewritev1.OpenMode
+	}{
+		{"If-None-Match", filewritev1.OpenMode_OPEN_MODE_EXCLUSIVE},
+		{"If-Match", filewritev1.OpenMode_OPEN_MODE_MUST_EXIST},
+	} {
+		if l, err := parseETags(r.Header.Values(c.header)); err == nil && l.any {
+			if mode != filewritev1.OpenMode_OPEN_MODE_UNSPECIFIED {
+				return 0, status.Error(codes.InvalidArgument, "If-Match: * and If-None-Match: * together: a file cannot both exist and not")
+			}
+			mode = c.mode
+			if stated == r {
+				stated = r.Clone(ctx)
+			}
+			stated.Header.Del(c.header)
+		}
+	}
+	h := stated.Header
 	if h.Get("If-Match") == "" && h.Get("If-None-Match") == "" && h.Get("If-Unmodified-Since") == "" {
-		return nil
+		return mode, nil
 	}
 	var v validators
 	st, err := g.client.Stat(ctx, &filewritev1.StatRequest{Path: path})
 	switch {
 	case status.Code(err) == codes.NotFound:
 	case err != nil:
-		return err
+		return 0, err
 	default:
 		v = validatorsOf(st)
 	}
-	code, err := preconditionStatus(r, v)
+	code, err := preconditionStatus(stated, v)
 	switch {
 	case err != nil:
-		return status.Error(codes.InvalidArgument, err.Error())
+		return 0, status.Error(codes.InvalidArgument, err.Error())
 	case code != 0:
-		return preconditionFailed(v)
+		return 0, preconditionFailed(v)
 	}
-	return nil
+	return mode, nil
 }
 
 // lookahead reads a body in chunks and tells, with the chunk that holds
