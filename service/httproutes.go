@@ -61,6 +61,8 @@ func (s *Server) httpHandler(gateway http.Handler, browser *browserGuard) http.H
 //     drains (Shutdown turns health NOT_SERVING first).
 //
 // They tell what gRPC's health service tells, which stays open too.
+// grpc-gateway's WithHealthzEndpoint would serve them through the gateway,
+// behind the token check, the budget and a gRPC call.
 func (s *Server) probeRoutes(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
