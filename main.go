@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/filewrite/filewrite/internal/bytesize"
@@ -126,6 +127,10 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 		"how long a new connection may go without an authenticated request (without tokens: any request) before it is closed")
 	fs.DurationVar(&cfg.BodyTimeout, "body-timeout", cfg.BodyTimeout,
 		"a REST request body must deliver 64 KiB (or its end) within each such period, or the request fails with 408")
+	fs.Func("http-allowed-origins", "comma-separated `origins` (scheme://host[:port], or *) whose web pages may call the REST listener when there is no --auth-token-file (default none)",
+		func(v string) error { cfg.HTTPAllowedOrigins = splitList(v); return nil })
+	fs.Func("http-allowed-hosts", "comma-separated host `names` (or *) the REST listener answers to when there is no --auth-token-file, besides IP addresses, localhost and --http-addr's host (against DNS rebinding)",
+		func(v string) error { cfg.HTTPAllowedHosts = splitList(v); return nil })
 	fs.Var(sizeFlag(&cfg.MaxInflightBytes, 1), "max-inflight-bytes",
 		"bound on the memory held by requests in flight, daemon-wide (gRPC messages, REST bodies, Reads, and the writes WriteStreams hold unacknowledged); past it requests and streams wait (bytes, or with k, m, g or t)")
 	fs.Var(countFlag(&cfg.Store.MaxOpenFiles, 1), "max-open-files",
@@ -279,4 +284,15 @@ func (f extentCacheSize) Set(s string) error {
 	}
 	*f.dst = n
 	return nil
+}
+
+// splitList splits a comma-separated flag value, dropping blanks.
+func splitList(v string) []string {
+	var out []string
+	for _, e := range strings.Split(v, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
 }

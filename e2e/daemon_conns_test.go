@@ -45,7 +45,7 @@ func TestDaemonClosesUnauthenticatedConnections(t *testing.T) {
 
 	const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 	emptySettings := string([]byte{0, 0, 0, 4, 0, 0, 0, 0, 0}) // length 0, type SETTINGS, stream 0
-	stalledPut := "PUT /v1/files/stalled HTTP/1.1\r\nHost: filewrite\r\nContent-Type: application/octet-stream\r\n" +
+	stalledPut := "PUT /v1/files/stalled HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/octet-stream\r\n" +
 		"Content-Length: 100\r\n\r\nx"
 	kinds := []struct {
 		name, addr, send string

@@ -287,6 +287,8 @@ func TestGatewayForwardsAuthorization(t *testing.T) {
 			if tt.method == "PUT" {
 				header["Content-Type"] = mimeOctetStream
 				body = "data"
+			} else {
+				header["Content-Type"] = "application/json"
 			}
 			if tt.token != "" {
 				header["Authorization"] = "Bearer " + tt.token

@@ -46,6 +46,12 @@ func newGateway(ctx context.Context, conn grpc.ClientConnInterface, cfg gatewayC
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, strictJSON{jsonMarshaler}),
 		runtime.WithMarshalerOption(mimeOctetStream, rawMarshaler{json: jsonMarshaler}),
 		runtime.WithErrorHandler(g.handleError),
+		runtime.WithRoutingErrorHandler(g.handleRoutingError),
+		// The gRPC server's headers and trailers are its own business
+		// (content-type application/grpc and the like), not the HTTP
+		// client's.
+		runtime.WithOutgoingHeaderMatcher(dropMetadata),
+		runtime.WithOutgoingTrailerMatcher(dropMetadata),
 		runtime.WithWriteContentLength(),
 		useStrictQuery(),
 		// The routing header a proxy set (HAProxy: the file path of the
@@ -69,6 +75,13 @@ func newGateway(ctx context.Context, conn grpc.ClientConnInterface, cfg gatewayC
 	if err := g.mux.HandlePath(http.MethodGet, readPattern, g.readStreamed); err != nil {
 		return nil, fmt.Errorf("register streamed read route: %w", err)
 	}
+	var err error
+	if g.media, err = g.newMediaMux(); err != nil {
+		return nil, err
+	}
+	if g.routes, err = newRouteTable(ctx); err != nil {
+		return nil, err
+	}
 	return http.HandlerFunc(g.serveHTTP), nil
 }
 
@@ -87,6 +100,8 @@ type gatewayConfig struct {
 type gateway struct {
 	gatewayConfig
 	mux          *runtime.ServeMux
+	media        *runtime.ServeMux // the requests with alt (newMediaMux)
+	routes       *routeTable       // which methods a path takes, for 405's Allow
 	client       filewritev1.FileServiceClient
 	maxBodyBytes int64 // the HTTP body that can carry maxRequestBytes of data
 }
@@ -101,12 +116,26 @@ var jsonPb = &runtime.JSONPb{
 	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 }
 
+// dropMetadata keeps gRPC metadata out of HTTP responses.
+func dropMetadata(string) (string, bool) { return "", false }
+
 func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodHead {
+		// Served as the GET it asks the headers of; net/http writes no
+		// body for it, as the original request is HEAD.
+		get := r.WithContext(context.WithValue(r.Context(), headKey{}, true))
+		get.Method = http.MethodGet
+		r = get
+	}
 	if !utf8.ValidString(r.URL.Path) {
 		// It would reach the gRPC client as a path that proto3 cannot
 		// encode, and fail there as INTERNAL.
 		_, out := runtime.MarshalerForRequest(g.mux, r)
 		runtime.HTTPError(r.Context(), g.mux, out, w, r, refusal(filewritev1.ErrorReason_PATH_INVALID, map[string]string{errorinfo.KeyField: "path"}, "path %q is not valid UTF-8", r.URL.Path))
+		return
+	}
+	if err := checkContentType(r); err != nil {
+		g.fail(w, r, &runtime.HTTPStatusError{HTTPStatus: http.StatusUnsupportedMediaType, Err: err})
 		return
 	}
 	if r.ContentLength > g.maxBodyBytes {
@@ -127,6 +156,10 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		// A chunked body has no length to check up front.
 		r.Body = newRequestBody(w, r.Body, g.maxBodyBytes, g.bodyTimeout)
 	}
+	if r.Method == http.MethodGet && hasAlt(r) {
+		g.media.ServeHTTP(w, r)
+		return
+	}
 	g.mux.ServeHTTP(w, r)
 }
 
@@ -144,7 +177,10 @@ func (g *gateway) holds(r *http.Request) int64 {
 	switch {
 	case r.Method == http.MethodPut:
 		return chunkCopies * rawPutChunkBytes
-	case r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, ":read"):
+	case r.Method == http.MethodGet && (strings.HasSuffix(r.URL.Path, ":read") || hasAlt(r)):
+		if isHead(r.Context()) && hasAlt(r) {
+			return 0 // a download's HEAD reads no byte
+		}
 		return chunkCopies * readChunkBytes
 	case r.ContentLength >= 0:
 		return jsonBodyCopies * r.ContentLength

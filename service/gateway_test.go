@@ -355,7 +355,10 @@ func TestGatewayRejects(t *testing.T) {
 		{"unknown raw sync", "PUT", "/v1/files/p?sync=fast", strings.NewReader("x"), octet, 400, codes.InvalidArgument},
 		{"unknown JSON sync name", "POST", "/v1/files/p:write", strings.NewReader(`{"sync":"SYNC_MODE_FAST"}`), json, 400, codes.InvalidArgument},
 		{"misspelled JSON field", "POST", "/v1/files/p:write", strings.NewReader(`{"offest":"1"}`), json, 400, codes.InvalidArgument},
-		{"octet-stream body to a JSON route", "POST", "/v1/files/p:write", strings.NewReader("x"), octet, 400, codes.InvalidArgument},
+		{"octet-stream body to a JSON route", "POST", "/v1/files/p:write", strings.NewReader("x"), octet, 415, codes.InvalidArgument},
+		{"form body to a JSON route", "POST", "/v1/files/p:truncate", strings.NewReader(`{"size":"0"}`), map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 415, codes.InvalidArgument},
+		{"text/plain body to a JSON route", "POST", "/v1/files/p:truncate", strings.NewReader(`{"size":"0"}`), map[string]string{"Content-Type": "text/plain"}, 415, codes.InvalidArgument},
+		{"POST without Content-Type", "POST", "/v1/files/p:truncate", nil, nil, 415, codes.InvalidArgument},
 		{"malformed JSON", "POST", "/v1/files/p:truncate", strings.NewReader(`{"size":`), json, 400, codes.InvalidArgument},
 		// A misspelled, repeated or empty parameter would otherwise write at
 		// offset 0 or skip the sync the caller asked for.

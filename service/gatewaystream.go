@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"encoding/base64"
 	"fmt"
 	"hash/crc32"
@@ -14,6 +15,8 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/store"
@@ -81,6 +84,11 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 		fail(err)
 		return
 	}
+	openMode, err := g.checkPutPreconditions(ctx, r, path)
+	if err != nil {
+		fail(err)
+		return
+	}
 
 	chunk := rawPutChunks.Get().(*[rawPutChunkBytes]byte)
 	defer rawPutChunks.Put(chunk)
@@ -107,7 +115,22 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 		if last {
 			req.Sync = sync
 		}
+		if written == 0 {
+			// The first Write opens the file as the preconditions ask;
+			// the file it made or found is the one the others extend.
+			req.OpenMode = openMode
+		}
 		resp, err = g.client.Write(ctx, req, grpc.Header(&md.HeaderMD), grpc.Trailer(&md.TrailerMD))
+		if err != nil && written == 0 && openMode != filewritev1.OpenMode_OPEN_MODE_UNSPECIFIED {
+			switch status.Code(err) {
+			case codes.AlreadyExists:
+				err = &runtime.HTTPStatusError{HTTPStatus: http.StatusPreconditionFailed,
+					Err: status.Errorf(codes.FailedPrecondition, "precondition failed: If-None-Match: * creates only, and %s exists", path)}
+			case codes.NotFound:
+				err = &runtime.HTTPStatusError{HTTPStatus: http.StatusPreconditionFailed,
+					Err: status.Errorf(codes.FailedPrecondition, "precondition failed: If-Match: * writes only an existing file, and %s does not exist", path)}
+			}
+		}
 		if err != nil {
 			runtime.HTTPError(runtime.NewServerMetadataContext(ctx, md), g.mux, out, w, r, err)
 			return
@@ -116,6 +139,60 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 	}
 	ctx = runtime.NewServerMetadataContext(ctx, md)
 	runtime.ForwardResponseMessage(ctx, g.mux, out, w, r, &filewritev1.WriteResponse{BytesWritten: written, Size: resp.GetSize()})
+}
+
+// checkPutPreconditions decides a raw PUT's If-Match, If-None-Match and
+// If-Unmodified-Since before the first chunk is written, and returns the
+// open mode of its first Write.
+//
+// "If-None-Match: *" (create only) and "If-Match: *" (only if it exists)
+// become that Write's open mode, exclusive or must-exist: the check and
+// the create are one step in the daemon, so of two PUTs racing to create
+// a file exactly one wins. The other conditions are decided on one Stat,
+// once: a write that lands between that Stat and the PUT's first Write is
+// not seen, as the PUT is no one atomic write either.
+func (g *gateway) checkPutPreconditions(ctx context.Context, r *http.Request, path string) (filewritev1.OpenMode, error) {
+	mode := filewritev1.OpenMode_OPEN_MODE_UNSPECIFIED
+	stated := r
+	for _, c := range []struct {
+		header string
+		mode   filewritev1.OpenMode
+	}{
+		{"If-None-Match", filewritev1.OpenMode_OPEN_MODE_EXCLUSIVE},
+		{"If-Match", filewritev1.OpenMode_OPEN_MODE_MUST_EXIST},
+	} {
+		if l, err := parseETags(r.Header.Values(c.header)); err == nil && l.any {
+			if mode != filewritev1.OpenMode_OPEN_MODE_UNSPECIFIED {
+				return 0, status.Error(codes.InvalidArgument, "If-Match: * and If-None-Match: * together: a file cannot both exist and not")
+			}
+			mode = c.mode
+			if stated == r {
+				stated = r.Clone(ctx)
+			}
+			stated.Header.Del(c.header)
+		}
+	}
+	h := stated.Header
+	if h.Get("If-Match") == "" && h.Get("If-None-Match") == "" && h.Get("If-Unmodified-Since") == "" {
+		return mode, nil
+	}
+	var v validators
+	st, err := g.client.Stat(ctx, &filewritev1.StatRequest{Path: path})
+	switch {
+	case status.Code(err) == codes.NotFound:
+	case err != nil:
+		return 0, err
+	default:
+		v = validatorsOf(st)
+	}
+	code, err := preconditionStatus(stated, v)
+	switch {
+	case err != nil:
+		return 0, status.Error(codes.InvalidArgument, err.Error())
+	case code != 0:
+		return 0, preconditionFailed(v)
+	}
+	return mode, nil
 }
 
 // lookahead reads a body in chunks and tells, with the chunk that holds
@@ -213,6 +290,23 @@ func (g *gateway) readStreamed(w http.ResponseWriter, r *http.Request, pathParam
 	if err != nil {
 		fail(err)
 		return
+	}
+	if !r.Form.Has("length") {
+		// To the end of the file as one Stat sees it, and within the
+		// limit of one Read: a client that wants more downloads it
+		// (alt=media), in as many chunks as it takes.
+		st, err := g.client.Stat(ctx, &filewritev1.StatRequest{Path: req.GetPath()})
+		if err != nil {
+			fail(err)
+			return
+		}
+		req.Length = max(st.GetSize()-req.GetOffset(), 0)
+		if req.Length > g.maxRequestBytes {
+			fail(toStatus(fmt.Errorf("%w: %d bytes from offset %d to the end of the file, the maximum per request is %d "+
+				"(--max-request-bytes); give a length, or download the file with GET /v1/files/{path}?alt=media",
+				store.ErrRequestTooLarge, req.Length, req.GetOffset(), g.maxRequestBytes)))
+			return
+		}
 	}
 	_, raw := out.(rawMarshaler)
 	enc := base64.StdEncoding

@@ -175,7 +175,7 @@ func TestBodyTimeout(t *testing.T) {
 	d := startDaemon(t, func(c *Config) { c.BodyTimeout = time.Second })
 	addr := strings.TrimPrefix(d.url, "http://")
 	put := func(path string, length int) string {
-		return fmt.Sprintf("PUT /v1/files/%s HTTP/1.1\r\nHost: filewrite\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n",
+		return fmt.Sprintf("PUT /v1/files/%s HTTP/1.1\r\nHost: localhost\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n",
 			path, mimeOctetStream, length)
 	}
 	piece := strings.Repeat("p", bodyProgressBytes)
@@ -194,7 +194,7 @@ func TestBodyTimeout(t *testing.T) {
 	}{
 		{"raw PUT, body never sent", put("stalled.bin", 100), nil, 0, http.StatusRequestTimeout, "stalled.bin", -1},
 		{"JSON write, stalled after one byte",
-			"POST /v1/files/json.bin:write HTTP/1.1\r\nHost: filewrite\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n",
+			"POST /v1/files/json.bin:write HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n",
 			[]string{"{"}, 0, http.StatusRequestTimeout, "json.bin", -1},
 		{"raw PUT, a byte every 100 ms", put("trickle.bin", 1000), strings.Split(strings.Repeat("t", 100), ""), 100 * time.Millisecond,
 			http.StatusRequestTimeout, "trickle.bin", -1},

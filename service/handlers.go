@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/metric"
 
@@ -30,6 +31,9 @@ type fileServer struct {
 	extentsPerReply int
 	// entriesPerReply bounds a List page likewise (entriesPerReply).
 	entriesPerReply int
+	// validatorDelay is how long a changed file goes without an ETag
+	// (DefaultValidatorDelay); set once, before serving.
+	validatorDelay time.Duration
 
 	// The WriteStream side (writestream.go).
 
@@ -62,6 +66,7 @@ func newFileServer(st *store.Store, maxRequestBytes, maxStreamBytes int64, budge
 		extentsPerReply: extentsPerReply(maxMessageBytes(maxRequestBytes)),
 		entriesPerReply: entriesPerReply(maxMessageBytes(maxRequestBytes)),
 		draining:        make(chan struct{}),
+		validatorDelay:  DefaultValidatorDelay,
 	}
 	var err error
 	if s.streamMetrics, err = newStreamMetrics(mp, &s.streamHeld); err != nil {
@@ -129,7 +134,7 @@ func (s *fileServer) Stat(ctx context.Context, req *filewritev1.StatRequest) (*f
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &filewritev1.StatResponse{Size: st.Size, AllocatedBytes: st.AllocatedBytes, BlockSize: st.BlockSize}, nil
+	return statResponse(st, time.Now(), s.validatorDelay), nil
 }
 
 func (s *fileServer) Read(ctx context.Context, req *filewritev1.ReadRequest) (*filewritev1.ReadResponse, error) {

@@ -1,7 +1,13 @@
 package service
 
 import (
+	"fmt"
 	"net/http"
+
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // httpHandler serves the HTTP address: GET /metrics (Prometheus), GET
@@ -15,10 +21,17 @@ import (
 // baggage, or what OTEL_PROPAGATORS names) and is the parent of the
 // gateway's gRPC client span, whose context reaches the server in the
 // call's metadata. grpc-gateway itself forwards none of these headers.
-func (s *Server) httpHandler(gateway http.Handler) http.Handler {
+func (s *Server) httpHandler(gateway http.Handler, browser *browserGuard) http.Handler {
 	locks := &debugLocks{store: s.store}
 	gateway = s.tel.httpServerHandler(gateway)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" && browser != nil {
+			// Scrapers name the daemon by pod IP or service name.
+			if err := browser.check(r); err != nil {
+				writeStatus(w, http.StatusForbidden, status.Convert(err))
+				return
+			}
+		}
 		var h http.Handler
 		switch r.URL.Path {
 		case "/metrics":
@@ -36,4 +49,60 @@ func (s *Server) httpHandler(gateway http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// probeRoutes serves /healthz and /readyz in front of next, without a
+// token, without the in-flight budget and without the browser checks:
+// orchestrators probe by pod IP or service name and carry no credential.
+//
+//   - /healthz answers 200 while the process serves HTTP at all;
+//   - /readyz answers 200 while health is SERVING, and 503 once the daemon
+//     drains (Shutdown turns health NOT_SERVING first).
+//
+// They tell what gRPC's health service tells, which stays open too.
+// grpc-gateway's WithHealthzEndpoint would serve them through the gateway,
+// behind the token check, the budget and a gRPC call.
+func (s *Server) probeRoutes(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if s.auth == nil {
+			trustConn(r.Context()) // without tokens every request vouches, as in httpMiddleware
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeStatus(w, http.StatusMethodNotAllowed, status.Newf(codes.Unimplemented, "method %s not allowed: GET %s", r.Method, r.URL.Path))
+			return
+		}
+		state := healthpb.HealthCheckResponse_SERVING
+		if r.URL.Path == "/readyz" {
+			resp, err := s.health.Check(r.Context(), &healthpb.HealthCheckRequest{})
+			state = resp.GetStatus()
+			if err != nil {
+				state = healthpb.HealthCheckResponse_NOT_SERVING
+			}
+		}
+		code := http.StatusOK
+		if state != healthpb.HealthCheckResponse_SERVING {
+			code = http.StatusServiceUnavailable
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(code)
+		fmt.Fprintf(w, "{\"status\":%q}\n", state.String())
+	})
+}
+
+// writeStatus answers st as the gateway answers a status, with code: a
+// JSON google.rpc.Status.
+func writeStatus(w http.ResponseWriter, code int, st *status.Status) {
+	body, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(st.Proto())
+	if err != nil {
+		body = []byte(`{"code":2,"message":"unknown","details":[]}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	w.Write(body)
 }

@@ -90,6 +90,11 @@ type Config struct {
 	// BodyTimeout is how long a REST request body may take to deliver each
 	// 64 KiB (or its end) before the request fails with 408.
 	BodyTimeout time.Duration
+	// HTTPAllowedOrigins and HTTPAllowedHosts widen what the REST listener
+	// takes from browsers when AuthTokenFile is empty: the Origin values
+	// let through, and host names besides IP literals, localhost and
+	// HTTPAddr's own (see browserGuard). "*" lets any through.
+	HTTPAllowedOrigins, HTTPAllowedHosts []string
 	// MaxInflightBytes bounds the memory that requests in flight hold,
 	// daemon-wide (see inflightBudget); past it requests wait.
 	MaxInflightBytes int64
@@ -173,6 +178,9 @@ func (c Config) validate() error {
 	}
 	if c.BodyTimeout <= 0 {
 		return fmt.Errorf("--body-timeout %v: want more than 0", c.BodyTimeout)
+	}
+	if _, err := newBrowserGuard(c.HTTPAddr, c.HTTPAllowedOrigins, c.HTTPAllowedHosts); err != nil {
+		return err
 	}
 	if least := minInflightBytes(c.Store.MaxRequestBytes); c.MaxInflightBytes < least {
 		return fmt.Errorf("--max-inflight-bytes %d: want at least %d, what a gRPC message at --max-request-bytes "+
@@ -401,17 +409,24 @@ func (s *Server) startGateway() (err error) {
 	if err != nil {
 		return fmt.Errorf("HTTP listener: %w", err)
 	}
+	var browser *browserGuard
+	if s.auth == nil {
+		if browser, err = newBrowserGuard(s.cfg.HTTPAddr, s.cfg.HTTPAllowedOrigins, s.cfg.HTTPAllowedHosts); err != nil {
+			lis.Close()
+			return err
+		}
+	}
 	s.httpGuard = newGuardedListener(lis, s.cfg.ConnAuthTimeout)
 	s.httpLis = s.httpGuard
 	s.httpSrv = &http.Server{
-		Handler:           s.httpHandler(handler),
+		Handler:           s.httpHandler(handler, browser),
 		ConnContext:       withGuardedConn,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	// Security wraps whatever the listener serves, gateway and all.
-	s.httpSrv.Handler = s.auth.httpMiddleware(s.httpSrv.Handler)
+	s.httpSrv.Handler = s.probeRoutes(s.auth.httpMiddleware(s.httpSrv.Handler))
 	if s.tlsConf != nil {
 		s.httpLis = httpTLSListener(s.httpLis, s.tlsConf)
 	}

@@ -346,7 +346,8 @@ func (s *Store) Stat(ctx context.Context, path string) (FileStat, error) {
 			if err != nil {
 				return ioError("stat", path, err, 0)
 			}
-			st = FileStat{Size: ino.size.Load(), AllocatedBytes: fi.Blocks512 * 512, BlockSize: int32(ino.blockSize)}
+			st = FileStat{Size: ino.size.Load(), AllocatedBytes: fi.Blocks512 * 512, BlockSize: int32(ino.blockSize),
+				Dev: fi.Dev, Ino: fi.Ino, ChangeTime: fi.Ctime}
 			return nil
 		})
 		if !unlinked {

@@ -268,6 +268,12 @@ type FileStat struct {
 	Size           int64
 	AllocatedBytes int64
 	BlockSize      int32
+	// Dev and Ino name the file itself, not its path: a file renamed over
+	// the path has others.
+	Dev, Ino uint64
+	// ChangeTime is st_ctime in nanoseconds since the epoch (see
+	// FileInfo.Ctime): 0 when the filesystem cannot say.
+	ChangeTime int64
 }
 
 // Options configure a Store. The zero value is usable: defaults are filled

@@ -19,6 +19,7 @@ import (
 	status "google.golang.org/genproto/googleapis/rpc/status"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -886,7 +887,19 @@ type StatResponse struct {
 	// The bytes of storage allocated to the file (st_blocks * 512).
 	AllocatedBytes int64 `protobuf:"varint,2,opt,name=allocated_bytes,json=allocatedBytes,proto3" json:"allocated_bytes,omitempty"`
 	// The block size that Extents reports in, in bytes.
-	BlockSize     int32 `protobuf:"varint,3,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
+	BlockSize int32 `protobuf:"varint,3,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
+	// The last change of the file's data or metadata (st_ctime), which no
+	// client can set back: Write, Truncate, Fallocate and Rename move it, and
+	// so does a change made outside the daemon. REST answers it as
+	// Last-Modified.
+	ChangeTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=change_time,json=changeTime,proto3" json:"change_time,omitempty"`
+	// A weak validator of the file's state (W/"..." as HTTP has it): it
+	// differs whenever the file's identity, size or change_time differ.
+	// Empty while the file changed too recently (within a second) for the
+	// filesystem's clock to tell that change from the next. It does not make
+	// a later Read a snapshot: a write that lands during the Read changes
+	// what it returns.
+	Etag          string `protobuf:"bytes,5,opt,name=etag,proto3" json:"etag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -940,6 +953,20 @@ func (x *StatResponse) GetBlockSize() int32 {
 		return x.BlockSize
 	}
 	return 0
+}
+
+func (x *StatResponse) GetChangeTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ChangeTime
+	}
+	return nil
+}
+
+func (x *StatResponse) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
 }
 
 // ExtentsRequest asks for the extent map of a byte range.
@@ -1809,7 +1836,7 @@ var File_filewrite_v1_filewrite_proto protoreflect.FileDescriptor
 
 const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\n" +
-	"\x1cfilewrite/v1/filewrite.proto\x12\ffilewrite.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x17google/rpc/status.proto\"\xaf\x01\n" +
+	"\x1cfilewrite/v1/filewrite.proto\x12\ffilewrite.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xaf\x01\n" +
 	"\fWriteRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
@@ -1843,12 +1870,15 @@ const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\x06crc32c\x18\x02 \x01(\aH\x00R\x06crc32c\x88\x01\x01B\t\n" +
 	"\a_crc32c\"!\n" +
 	"\vStatRequest\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\"j\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\"\xbb\x01\n" +
 	"\fStatResponse\x12\x12\n" +
 	"\x04size\x18\x01 \x01(\x03R\x04size\x12'\n" +
 	"\x0fallocated_bytes\x18\x02 \x01(\x03R\x0eallocatedBytes\x12\x1d\n" +
 	"\n" +
-	"block_size\x18\x03 \x01(\x05R\tblockSize\"\x90\x01\n" +
+	"block_size\x18\x03 \x01(\x05R\tblockSize\x12;\n" +
+	"\vchange_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"changeTime\x12\x12\n" +
+	"\x04etag\x18\x05 \x01(\tR\x04etag\"\x90\x01\n" +
 	"\x0eExtentsRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +
@@ -1952,77 +1982,79 @@ func file_filewrite_v1_filewrite_proto_rawDescGZIP() []byte {
 var file_filewrite_v1_filewrite_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_filewrite_v1_filewrite_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_filewrite_v1_filewrite_proto_goTypes = []any{
-	(SyncMode)(0),               // 0: filewrite.v1.SyncMode
-	(FallocateMode)(0),          // 1: filewrite.v1.FallocateMode
-	(OpenMode)(0),               // 2: filewrite.v1.OpenMode
-	(ExtentState)(0),            // 3: filewrite.v1.ExtentState
-	(*WriteRequest)(nil),        // 4: filewrite.v1.WriteRequest
-	(*WriteResponse)(nil),       // 5: filewrite.v1.WriteResponse
-	(*FsyncRequest)(nil),        // 6: filewrite.v1.FsyncRequest
-	(*FsyncResponse)(nil),       // 7: filewrite.v1.FsyncResponse
-	(*TruncateRequest)(nil),     // 8: filewrite.v1.TruncateRequest
-	(*TruncateResponse)(nil),    // 9: filewrite.v1.TruncateResponse
-	(*FallocateRequest)(nil),    // 10: filewrite.v1.FallocateRequest
-	(*FallocateResponse)(nil),   // 11: filewrite.v1.FallocateResponse
-	(*ReadRequest)(nil),         // 12: filewrite.v1.ReadRequest
-	(*ReadResponse)(nil),        // 13: filewrite.v1.ReadResponse
-	(*StatRequest)(nil),         // 14: filewrite.v1.StatRequest
-	(*StatResponse)(nil),        // 15: filewrite.v1.StatResponse
-	(*ExtentsRequest)(nil),      // 16: filewrite.v1.ExtentsRequest
-	(*ExtentsResponse)(nil),     // 17: filewrite.v1.ExtentsResponse
-	(*Extent)(nil),              // 18: filewrite.v1.Extent
-	(*WriteStreamRequest)(nil),  // 19: filewrite.v1.WriteStreamRequest
-	(*StreamWrite)(nil),         // 20: filewrite.v1.StreamWrite
-	(*WriteStreamResponse)(nil), // 21: filewrite.v1.WriteStreamResponse
-	(*StreamAck)(nil),           // 22: filewrite.v1.StreamAck
-	(*DeleteRequest)(nil),       // 23: filewrite.v1.DeleteRequest
-	(*DeleteResponse)(nil),      // 24: filewrite.v1.DeleteResponse
-	(*RenameRequest)(nil),       // 25: filewrite.v1.RenameRequest
-	(*RenameResponse)(nil),      // 26: filewrite.v1.RenameResponse
-	(*ListRequest)(nil),         // 27: filewrite.v1.ListRequest
-	(*ListResponse)(nil),        // 28: filewrite.v1.ListResponse
-	(*DirEntry)(nil),            // 29: filewrite.v1.DirEntry
-	(*status.Status)(nil),       // 30: google.rpc.Status
+	(SyncMode)(0),                 // 0: filewrite.v1.SyncMode
+	(FallocateMode)(0),            // 1: filewrite.v1.FallocateMode
+	(OpenMode)(0),                 // 2: filewrite.v1.OpenMode
+	(ExtentState)(0),              // 3: filewrite.v1.ExtentState
+	(*WriteRequest)(nil),          // 4: filewrite.v1.WriteRequest
+	(*WriteResponse)(nil),         // 5: filewrite.v1.WriteResponse
+	(*FsyncRequest)(nil),          // 6: filewrite.v1.FsyncRequest
+	(*FsyncResponse)(nil),         // 7: filewrite.v1.FsyncResponse
+	(*TruncateRequest)(nil),       // 8: filewrite.v1.TruncateRequest
+	(*TruncateResponse)(nil),      // 9: filewrite.v1.TruncateResponse
+	(*FallocateRequest)(nil),      // 10: filewrite.v1.FallocateRequest
+	(*FallocateResponse)(nil),     // 11: filewrite.v1.FallocateResponse
+	(*ReadRequest)(nil),           // 12: filewrite.v1.ReadRequest
+	(*ReadResponse)(nil),          // 13: filewrite.v1.ReadResponse
+	(*StatRequest)(nil),           // 14: filewrite.v1.StatRequest
+	(*StatResponse)(nil),          // 15: filewrite.v1.StatResponse
+	(*ExtentsRequest)(nil),        // 16: filewrite.v1.ExtentsRequest
+	(*ExtentsResponse)(nil),       // 17: filewrite.v1.ExtentsResponse
+	(*Extent)(nil),                // 18: filewrite.v1.Extent
+	(*WriteStreamRequest)(nil),    // 19: filewrite.v1.WriteStreamRequest
+	(*StreamWrite)(nil),           // 20: filewrite.v1.StreamWrite
+	(*WriteStreamResponse)(nil),   // 21: filewrite.v1.WriteStreamResponse
+	(*StreamAck)(nil),             // 22: filewrite.v1.StreamAck
+	(*DeleteRequest)(nil),         // 23: filewrite.v1.DeleteRequest
+	(*DeleteResponse)(nil),        // 24: filewrite.v1.DeleteResponse
+	(*RenameRequest)(nil),         // 25: filewrite.v1.RenameRequest
+	(*RenameResponse)(nil),        // 26: filewrite.v1.RenameResponse
+	(*ListRequest)(nil),           // 27: filewrite.v1.ListRequest
+	(*ListResponse)(nil),          // 28: filewrite.v1.ListResponse
+	(*DirEntry)(nil),              // 29: filewrite.v1.DirEntry
+	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
+	(*status.Status)(nil),         // 31: google.rpc.Status
 }
 var file_filewrite_v1_filewrite_proto_depIdxs = []int32{
 	0,  // 0: filewrite.v1.WriteRequest.sync:type_name -> filewrite.v1.SyncMode
 	2,  // 1: filewrite.v1.WriteRequest.open_mode:type_name -> filewrite.v1.OpenMode
 	1,  // 2: filewrite.v1.FallocateRequest.mode:type_name -> filewrite.v1.FallocateMode
-	18, // 3: filewrite.v1.ExtentsResponse.extents:type_name -> filewrite.v1.Extent
-	3,  // 4: filewrite.v1.Extent.state:type_name -> filewrite.v1.ExtentState
-	20, // 5: filewrite.v1.WriteStreamRequest.writes:type_name -> filewrite.v1.StreamWrite
-	2,  // 6: filewrite.v1.WriteStreamRequest.open_mode:type_name -> filewrite.v1.OpenMode
-	0,  // 7: filewrite.v1.StreamWrite.sync:type_name -> filewrite.v1.SyncMode
-	22, // 8: filewrite.v1.WriteStreamResponse.acks:type_name -> filewrite.v1.StreamAck
-	30, // 9: filewrite.v1.StreamAck.status:type_name -> google.rpc.Status
-	29, // 10: filewrite.v1.ListResponse.entries:type_name -> filewrite.v1.DirEntry
-	4,  // 11: filewrite.v1.FileService.Write:input_type -> filewrite.v1.WriteRequest
-	6,  // 12: filewrite.v1.FileService.Fsync:input_type -> filewrite.v1.FsyncRequest
-	8,  // 13: filewrite.v1.FileService.Truncate:input_type -> filewrite.v1.TruncateRequest
-	10, // 14: filewrite.v1.FileService.Fallocate:input_type -> filewrite.v1.FallocateRequest
-	14, // 15: filewrite.v1.FileService.Stat:input_type -> filewrite.v1.StatRequest
-	12, // 16: filewrite.v1.FileService.Read:input_type -> filewrite.v1.ReadRequest
-	16, // 17: filewrite.v1.FileService.Extents:input_type -> filewrite.v1.ExtentsRequest
-	19, // 18: filewrite.v1.FileService.WriteStream:input_type -> filewrite.v1.WriteStreamRequest
-	23, // 19: filewrite.v1.FileService.Delete:input_type -> filewrite.v1.DeleteRequest
-	25, // 20: filewrite.v1.FileService.Rename:input_type -> filewrite.v1.RenameRequest
-	27, // 21: filewrite.v1.FileService.List:input_type -> filewrite.v1.ListRequest
-	5,  // 22: filewrite.v1.FileService.Write:output_type -> filewrite.v1.WriteResponse
-	7,  // 23: filewrite.v1.FileService.Fsync:output_type -> filewrite.v1.FsyncResponse
-	9,  // 24: filewrite.v1.FileService.Truncate:output_type -> filewrite.v1.TruncateResponse
-	11, // 25: filewrite.v1.FileService.Fallocate:output_type -> filewrite.v1.FallocateResponse
-	15, // 26: filewrite.v1.FileService.Stat:output_type -> filewrite.v1.StatResponse
-	13, // 27: filewrite.v1.FileService.Read:output_type -> filewrite.v1.ReadResponse
-	17, // 28: filewrite.v1.FileService.Extents:output_type -> filewrite.v1.ExtentsResponse
-	21, // 29: filewrite.v1.FileService.WriteStream:output_type -> filewrite.v1.WriteStreamResponse
-	24, // 30: filewrite.v1.FileService.Delete:output_type -> filewrite.v1.DeleteResponse
-	26, // 31: filewrite.v1.FileService.Rename:output_type -> filewrite.v1.RenameResponse
-	28, // 32: filewrite.v1.FileService.List:output_type -> filewrite.v1.ListResponse
-	22, // [22:33] is the sub-list for method output_type
-	11, // [11:22] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	30, // 3: filewrite.v1.StatResponse.change_time:type_name -> google.protobuf.Timestamp
+	18, // 4: filewrite.v1.ExtentsResponse.extents:type_name -> filewrite.v1.Extent
+	3,  // 5: filewrite.v1.Extent.state:type_name -> filewrite.v1.ExtentState
+	20, // 6: filewrite.v1.WriteStreamRequest.writes:type_name -> filewrite.v1.StreamWrite
+	2,  // 7: filewrite.v1.WriteStreamRequest.open_mode:type_name -> filewrite.v1.OpenMode
+	0,  // 8: filewrite.v1.StreamWrite.sync:type_name -> filewrite.v1.SyncMode
+	22, // 9: filewrite.v1.WriteStreamResponse.acks:type_name -> filewrite.v1.StreamAck
+	31, // 10: filewrite.v1.StreamAck.status:type_name -> google.rpc.Status
+	29, // 11: filewrite.v1.ListResponse.entries:type_name -> filewrite.v1.DirEntry
+	4,  // 12: filewrite.v1.FileService.Write:input_type -> filewrite.v1.WriteRequest
+	6,  // 13: filewrite.v1.FileService.Fsync:input_type -> filewrite.v1.FsyncRequest
+	8,  // 14: filewrite.v1.FileService.Truncate:input_type -> filewrite.v1.TruncateRequest
+	10, // 15: filewrite.v1.FileService.Fallocate:input_type -> filewrite.v1.FallocateRequest
+	14, // 16: filewrite.v1.FileService.Stat:input_type -> filewrite.v1.StatRequest
+	12, // 17: filewrite.v1.FileService.Read:input_type -> filewrite.v1.ReadRequest
+	16, // 18: filewrite.v1.FileService.Extents:input_type -> filewrite.v1.ExtentsRequest
+	19, // 19: filewrite.v1.FileService.WriteStream:input_type -> filewrite.v1.WriteStreamRequest
+	23, // 20: filewrite.v1.FileService.Delete:input_type -> filewrite.v1.DeleteRequest
+	25, // 21: filewrite.v1.FileService.Rename:input_type -> filewrite.v1.RenameRequest
+	27, // 22: filewrite.v1.FileService.List:input_type -> filewrite.v1.ListRequest
+	5,  // 23: filewrite.v1.FileService.Write:output_type -> filewrite.v1.WriteResponse
+	7,  // 24: filewrite.v1.FileService.Fsync:output_type -> filewrite.v1.FsyncResponse
+	9,  // 25: filewrite.v1.FileService.Truncate:output_type -> filewrite.v1.TruncateResponse
+	11, // 26: filewrite.v1.FileService.Fallocate:output_type -> filewrite.v1.FallocateResponse
+	15, // 27: filewrite.v1.FileService.Stat:output_type -> filewrite.v1.StatResponse
+	13, // 28: filewrite.v1.FileService.Read:output_type -> filewrite.v1.ReadResponse
+	17, // 29: filewrite.v1.FileService.Extents:output_type -> filewrite.v1.ExtentsResponse
+	21, // 30: filewrite.v1.FileService.WriteStream:output_type -> filewrite.v1.WriteStreamResponse
+	24, // 31: filewrite.v1.FileService.Delete:output_type -> filewrite.v1.DeleteResponse
+	26, // 32: filewrite.v1.FileService.Rename:output_type -> filewrite.v1.RenameResponse
+	28, // 33: filewrite.v1.FileService.List:output_type -> filewrite.v1.ListResponse
+	23, // [23:34] is the sub-list for method output_type
+	12, // [12:23] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_filewrite_v1_filewrite_proto_init() }

@@ -1,0 +1,198 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"hash/crc32"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+)
+
+// The download route: GET /v1/files/{path}?alt=media answers the file's
+// bytes, as GCS's JSON API does, with RFC 9110 ranges and validators. HEAD
+// answers the same headers without reading the file.
+const mediaPattern = "/v1/files/{path=**}"
+
+// newMediaMux routes the requests that carry "alt": the bare file path
+// downloads; the verb routes that share its prefix take no alt and say so.
+// It is a mux of its own so that its path matching, verbs and escapes are
+// grpc-gateway's, as on every other route.
+func (g *gateway) newMediaMux() (*runtime.ServeMux, error) {
+	errAlt := status.Error(codes.InvalidArgument, "alt is a parameter of GET /v1/files/{path} only: alt=media downloads the file")
+	refuse := func(w http.ResponseWriter, r *http.Request, _ map[string]string) { g.fail(w, r, errAlt) }
+	mux := runtime.NewServeMux(
+		runtime.WithErrorHandler(g.handleError),
+		runtime.WithRoutingErrorHandler(func(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, _ int) {
+			g.fail(w, r, errAlt)
+		}),
+		runtime.WithOutgoingHeaderMatcher(dropMetadata),
+		runtime.WithOutgoingTrailerMatcher(dropMetadata),
+	)
+	for _, route := range []struct {
+		pattern string
+		h       runtime.HandlerFunc
+	}{
+		{mediaPattern, g.getMedia},
+		// Registered after the bare path, so that they are tried first.
+		{readPattern, refuse},
+		{"/v1/files/{path=**}:extents", refuse},
+	} {
+		if err := mux.HandlePath(http.MethodGet, route.pattern, route.h); err != nil {
+			return nil, fmt.Errorf("register %s: %w", route.pattern, err)
+		}
+	}
+	return mux, nil
+}
+
+// hasAlt reports whether r's query names alt, which only the download route
+// takes.
+func hasAlt(r *http.Request) bool {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	return err == nil && q.Has("alt")
+}
+
+// headKey marks the context of a HEAD request that the gateway serves as a
+// GET (grpc-gateway routes no HEAD): net/http drops what is written to its
+// body, and the download route reads nothing.
+type headKey struct{}
+
+func isHead(ctx context.Context) bool { return ctx.Value(headKey{}) != nil }
+
+// fail answers err as grpc-gateway answers an error of the request.
+func (g *gateway) fail(w http.ResponseWriter, r *http.Request, err error) {
+	_, out := runtime.MarshalerForRequest(g.mux, r)
+	runtime.HTTPError(r.Context(), g.mux, out, w, r, err)
+}
+
+// getMedia is GET (and HEAD) /v1/files/{path}?alt=media.
+//
+// The headers come from one Stat: the size they announce, the range they
+// cut, the validators they carry and the preconditions they decide on.
+// The body is then read in Reads of readChunkBytes, each one a moment of
+// its own, so a download that runs while the file is written is not one
+// state of it; its ETag names the state the Stat saw. A file that grows
+// meanwhile is served to the announced length; one that shrinks, is
+// deleted or fails to read is cut short (the connection reset), so that
+// the client, missing the announced length, sees that it failed.
+func (g *gateway) getMedia(w http.ResponseWriter, r *http.Request, pathParams map[string]string) {
+	ctx := r.Context()
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		g.fail(w, r, status.Errorf(codes.InvalidArgument, "query %q: %v", r.URL.RawQuery, err))
+		return
+	}
+	for key, vals := range q {
+		switch {
+		case key != "alt":
+			g.fail(w, r, status.Errorf(codes.InvalidArgument, "unknown query parameter %q: a download takes alt=media and a Range header", key))
+			return
+		case len(vals) != 1 || vals[0] != "media":
+			g.fail(w, r, status.Errorf(codes.InvalidArgument, "alt=%q: want alt=media (without alt, GET answers the file's description as JSON)", vals))
+			return
+		}
+	}
+	path := pathParams["path"]
+	statCtx, err := runtime.AnnotateContext(ctx, g.mux, r, filewritev1.FileService_Stat_FullMethodName,
+		runtime.WithHTTPPathPattern(mediaPattern))
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	st, err := g.client.Stat(statCtx, &filewritev1.StatRequest{Path: path})
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	v := validatorsOf(st)
+	h := w.Header()
+	v.setHeaders(h)
+	h.Set("Accept-Ranges", "bytes")
+	// Revalidate every time: the file changes under its URL, and a cache
+	// would otherwise reuse it for as long as its Last-Modified suggests.
+	h.Set("Cache-Control", "no-cache")
+	if code, err := preconditionStatus(r, v); err != nil {
+		g.fail(w, r, status.Error(codes.InvalidArgument, err.Error()))
+		return
+	} else if code != 0 {
+		if code == http.StatusPreconditionFailed {
+			g.fail(w, r, preconditionFailed(v))
+			return
+		}
+		w.WriteHeader(code)
+		return
+	}
+
+	size := st.GetSize()
+	span := byteRange{first: 0, last: size - 1}
+	code := http.StatusOK
+	if ifRangeHolds(r, v) {
+		rng, ok, err := parseRange(r.Header.Get("Range"), size)
+		if err != nil {
+			h.Set("Content-Range", "bytes */"+strconv.FormatInt(size, 10))
+			g.fail(w, r, &runtime.HTTPStatusError{
+				HTTPStatus: http.StatusRequestedRangeNotSatisfiable,
+				Err: status.Errorf(codes.OutOfRange, "Range %q: the file has %d bytes; send bytes=first-last, bytes=first- or bytes=-suffix",
+					r.Header.Get("Range"), size),
+			})
+			return
+		}
+		if ok {
+			span, code = rng, http.StatusPartialContent
+			h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", rng.first, rng.last, size))
+		}
+	}
+	h.Set("Content-Type", mimeOctetStream)
+	// The bytes are the file's, whatever they look like: a browser must not
+	// take them for a page.
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Length", strconv.FormatInt(span.length(), 10))
+	w.WriteHeader(code)
+	if isHead(ctx) || span.length() <= 0 {
+		return
+	}
+
+	readCtx, err := runtime.AnnotateContext(ctx, g.mux, r, filewritev1.FileService_Read_FullMethodName,
+		runtime.WithHTTPPathPattern(mediaPattern))
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	for off := span.first; off <= span.last; {
+		n := min(span.last+1-off, readChunkBytes)
+		resp, err := g.client.Read(readCtx, &filewritev1.ReadRequest{Path: path, Offset: off, Length: n})
+		if err != nil {
+			panic(http.ErrAbortHandler)
+		}
+		data := resp.GetData()
+		if int64(len(data)) < n || (resp.Crc32C != nil && resp.GetCrc32C() != crc32.Checksum(data, castagnoli)) {
+			// Shrunk, deleted and recreated, or damaged on the way: the
+			// announced length cannot be met.
+			panic(http.ErrAbortHandler)
+		}
+		if _, err := w.Write(data); err != nil {
+			return // the client went away
+		}
+		off += n
+	}
+}
+
+// preconditionFailed is the error of a 412.
+func preconditionFailed(v validators) error {
+	current := v.etag
+	switch {
+	case !v.exists:
+		current = "none: the file does not exist"
+	case current == "":
+		current = "none yet: the file changed within the last second"
+	}
+	return &runtime.HTTPStatusError{
+		HTTPStatus: http.StatusPreconditionFailed,
+		Err:        status.Errorf(codes.FailedPrecondition, "precondition failed: the file's ETag is %s", current),
+	}
+}
