@@ -53,7 +53,7 @@ func (s *Server) publicServerOptions() []grpc.ServerOption {
 		grpc.StatsHandler(publicStats{guard: s.grpcLis, calls: calls}),
 		// Replaces newGRPCServer's requestCodec with one that extends it.
 		grpc.ForceServerCodecV2(replyCodec{newRequestCodec(), calls}),
-		grpc.ChainUnaryInterceptor(calls.unary),
+		grpc.ChainUnaryInterceptor(calls.unary, s.auth.unaryAuthorize),
 		grpc.ChainStreamInterceptor(budgetStream(s.budget)),
 		// The handshake (TLS, HTTP/2 preface and settings) too must end
 		// within the time a connection has to authenticate.
@@ -74,7 +74,7 @@ func (s *Server) publicServerOptions() []grpc.ServerOption {
 // request), but the same token check, on the Authorization header the
 // gateway forwards.
 func (s *Server) gatewayServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.InTapHandle(s.auth.tap)}
+	return []grpc.ServerOption{grpc.InTapHandle(s.auth.tap), grpc.ChainUnaryInterceptor(s.auth.unaryAuthorize)}
 }
 
 // admitCall is the public gRPC server's tap: a call without a valid token
@@ -86,13 +86,15 @@ func (s *Server) admitCall(ctx context.Context, info *tap.Info) (context.Context
 	switch {
 	case s.auth == nil:
 	case strings.HasPrefix(info.FullMethodName, openHealthPrefix):
-		if s.auth.check(info.Header.Get("authorization")) != nil {
+		if _, err := s.auth.check(info.Header.Get("authorization")); err != nil {
 			return ctx, nil
 		}
 	default:
-		if err := s.auth.checkCall(info.FullMethodName, info.Header); err != nil {
+		id, err := s.auth.checkCall(info.FullMethodName, info.Header, peerCertIdentity(ctx))
+		if err != nil {
 			return nil, err
 		}
+		ctx = context.WithValue(ctx, identityKey{}, id)
 	}
 	trustConn(ctx)
 	return ctx, nil

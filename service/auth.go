@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
@@ -37,21 +38,63 @@ import (
 type tokenAuth struct {
 	file string
 	log  *slog.Logger
+	// root is --root, against which authorize resolves symbolic links.
+	root string
 
-	// digests holds the SHA-256 of every valid token. A reload swaps in a
-	// new slice and never changes one in place, so checks read it without
-	// a lock.
-	digests atomic.Pointer[[][sha256.Size]byte]
+	// creds holds the credentials in force. A reload swaps in a new
+	// *credentialSet and never changes one in place, so checks read it
+	// without a lock.
+	creds atomic.Pointer[credentialSet]
 
 	// reloadMu serialises reloads, so that of two reloads racing (SIGHUP
 	// and ReloadAuth) the file read last is the one installed.
 	reloadMu sync.Mutex
 }
 
+// credentialSet is one reading of the token file.
+type credentialSet struct {
+	// digests holds the SHA-256 of every token, and scopes each one's
+	// scope (the same index).
+	digests [][sha256.Size]byte
+	scopes  []*scope
+	// certs maps a client certificate's identity (certIdentity) to its
+	// scope, from the file's cert= lines.
+	certs map[string]*scope
+	// changed is closed when a reload replaces these credentials: a
+	// stream watches it to look its credential up again (watchAuth).
+	changed chan struct{}
+}
+
+// identity is what a request authenticated with, kept in its context so
+// that its scope can be looked up again after a reload: a token's digest,
+// or a client certificate's identity.
+type identity struct {
+	digest [sha256.Size]byte
+	cert   string
+}
+
+type identityKey struct{}
+
+// identityFrom is the identity the call's tap or the HTTP middleware
+// found, if any.
+func identityFrom(ctx context.Context) (identity, bool) {
+	id, ok := ctx.Value(identityKey{}).(identity)
+	return id, ok
+}
+
+// changed is closed when a reload replaces the credentials in force now;
+// nil (never closed) without tokens.
+func (a *tokenAuth) changed() <-chan struct{} {
+	if a == nil {
+		return nil
+	}
+	return a.creds.Load().changed
+}
+
 // openHealthPrefix is the gRPC method prefix that needs no token.
 const openHealthPrefix = "/grpc.health.v1.Health/"
 
-// newTokenAuth reads file, which must hold at least one token.
+// newTokenAuth reads file, which must hold at least one credential.
 func newTokenAuth(file string, log *slog.Logger) (*tokenAuth, error) {
 	a := &tokenAuth{file: file, log: log}
 	if err := a.reload(); err != nil {
@@ -60,50 +103,84 @@ func newTokenAuth(file string, log *slog.Logger) (*tokenAuth, error) {
 	return a, nil
 }
 
-// readTokens parses a token file: one token per line, surrounding blanks
-// trimmed; empty lines and lines starting with '#' are skipped. A token
-// may not contain blanks, which would make "Bearer a b" ambiguous.
-func readTokens(file string) ([][sha256.Size]byte, error) {
+// readCredentials parses a token file (docs/security.md): one credential
+// per line, surrounding blanks trimmed; empty lines and lines starting
+// with '#' are skipped. A line is a token, or cert=IDENTITY for a client
+// certificate, then optional scope words (parseScopeWords). A token may not
+// contain blanks (they separate the words) nor start with "cert=".
+func readCredentials(file string) (*credentialSet, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("read auth token file: %w", err)
 	}
-	var out [][sha256.Size]byte
+	c := &credentialSet{certs: make(map[string]*scope), changed: make(chan struct{})}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for line := 1; sc.Scan(); line++ {
-		tok := strings.TrimSpace(sc.Text())
-		if tok == "" || strings.HasPrefix(tok, "#") {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
 			continue
 		}
-		if strings.ContainsAny(tok, " \t") {
-			return nil, fmt.Errorf("auth token file %s, line %d: a token may not contain blanks", file, line)
+		words := strings.Fields(text)
+		scope, err := parseScopeWords(words[1:], line)
+		if err != nil {
+			return nil, fmt.Errorf("auth token file %s, line %d: %w", file, line, err)
 		}
-		out = append(out, sha256.Sum256([]byte(tok)))
+		if cert, ok := strings.CutPrefix(words[0], "cert="); ok {
+			if cert == "" {
+				return nil, fmt.Errorf("auth token file %s, line %d: cert= names no identity", file, line)
+			}
+			if _, dup := c.certs[cert]; dup {
+				return nil, fmt.Errorf("auth token file %s, line %d: cert=%s is given twice", file, line, cert)
+			}
+			c.certs[cert] = scope
+			continue
+		}
+		c.digests = append(c.digests, sha256.Sum256([]byte(words[0])))
+		c.scopes = append(c.scopes, scope)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("auth token file %s: %w", file, err)
 	}
-	if len(out) == 0 {
+	if len(c.digests) == 0 && len(c.certs) == 0 {
 		// An empty file would lock every client out, which is more likely
 		// a mistake (a truncated file, a failed deploy) than a wish.
 		return nil, fmt.Errorf("auth token file %s holds no token", file)
 	}
-	return out, nil
+	return c, nil
 }
 
-// reload installs the tokens now in the file. On error the tokens in force
-// stay, so a bad edit cannot lock every client out.
+// reload installs the credentials now in the file. On error the
+// credentials in force stay, so a bad edit cannot lock every client out.
+// Streams that authenticated with a credential the new file drops or
+// narrows learn of it through the old credentials' changed channel.
 func (a *tokenAuth) reload() error {
 	a.reloadMu.Lock()
 	defer a.reloadMu.Unlock()
-	digests, err := readTokens(a.file)
+	c, err := readCredentials(a.file)
 	if err != nil {
 		return err
 	}
 	if fi, err := os.Stat(a.file); err == nil && fi.Mode().Perm()&0o077 != 0 {
 		a.log.Warn("auth token file is readable by other users", "file", a.file, "mode", fi.Mode().Perm().String())
 	}
-	a.digests.Store(&digests)
+	if old := a.creds.Swap(c); old != nil {
+		close(old.changed)
+	}
+	return nil
+}
+
+// scopeOf is id's scope under the credentials in force; nil when the
+// credential is no longer there (revoked by a reload).
+func (a *tokenAuth) scopeOf(id identity) *scope {
+	c := a.creds.Load()
+	if id.cert != "" {
+		return c.certs[id.cert]
+	}
+	for i, d := range c.digests {
+		if d == id.digest {
+			return c.scopes[i]
+		}
+	}
 	return nil
 }
 
@@ -112,74 +189,124 @@ var (
 	errBadToken       = errors.New("invalid bearer token")
 	errManyTokens     = errors.New("more than one authorization value: send exactly one")
 	errNotBearerToken = errors.New("authorization is not a bearer token: send \"authorization: Bearer <token>\"")
+	errUnmappedCert   = errors.New("the client certificate's identity has no cert= line in the token file, and no bearer token was sent")
 )
 
-// check accepts exactly one "Bearer <token>" value naming a valid token.
-// Every valid token is compared, in constant time and on the SHA-256 of
-// both sides so that neither the length nor the position of a match shows
-// in the time taken.
-func (a *tokenAuth) check(values []string) error {
+// check accepts exactly one "Bearer <token>" value naming a valid token,
+// and returns its identity. Every valid token is compared, in constant
+// time and on the SHA-256 of both sides so that neither the length nor
+// the position of a match shows in the time taken.
+func (a *tokenAuth) check(values []string) (identity, error) {
 	switch len(values) {
 	case 0:
-		return errNoToken
+		return identity{}, errNoToken
 	case 1:
 	default:
-		return errManyTokens
+		return identity{}, errManyTokens
 	}
 	scheme, tok, ok := strings.Cut(strings.TrimSpace(values[0]), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return errNotBearerToken
+		return identity{}, errNotBearerToken
 	}
 	got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
 	match := 0
-	for _, want := range *a.digests.Load() {
+	for _, want := range a.creds.Load().digests {
 		match |= subtle.ConstantTimeCompare(got[:], want[:])
 	}
 	if match != 1 {
-		return errBadToken
+		return identity{}, errBadToken
 	}
-	return nil
+	return identity{digest: got}, nil
 }
 
-// checkCall checks the "authorization" metadata of an incoming RPC; a nil
-// tokenAuth (authentication off) and the health service accept anything.
-// It runs in the gRPC servers' tap (see admitCall), when the call's headers
-// arrive: a refused call's message is never read, let alone decompressed.
-func (a *tokenAuth) checkCall(method string, md metadata.MD) error {
+// checkOrCert is check, except that a call without any authorization
+// value that came with a verified client certificate mapped by a cert=
+// line authenticates as that certificate (cert is "" without one).
+func (a *tokenAuth) checkOrCert(values []string, cert string) (identity, error) {
+	if len(values) == 0 && cert != "" {
+		if a.creds.Load().certs[cert] == nil {
+			return identity{}, errUnmappedCert
+		}
+		return identity{cert: cert}, nil
+	}
+	return a.check(values)
+}
+
+// checkCall checks the "authorization" metadata of an incoming RPC (or,
+// without any, the client certificate cert: see checkOrCert) and returns
+// its identity; a nil tokenAuth (authentication off) and the health
+// service accept anything. It runs in the gRPC servers' tap (see
+// admitCall), when the call's headers arrive: a refused call's message is
+// never read, let alone decompressed.
+func (a *tokenAuth) checkCall(method string, md metadata.MD, cert string) (identity, error) {
 	if a == nil || strings.HasPrefix(method, openHealthPrefix) {
-		return nil
+		return identity{}, nil
 	}
-	if err := a.check(md.Get("authorization")); err != nil {
-		return unauthenticated(err).Err()
+	id, err := a.checkOrCert(md.Get("authorization"), cert)
+	if err != nil {
+		return identity{}, unauthenticated(err).Err()
 	}
-	return nil
+	return id, nil
 }
 
-// tap is checkCall as a grpc.InTapHandle.
+// gatewayCertHeader carries, from the HTTP middleware to the gateway's own
+// gRPC server, the identity of the client certificate a REST request came
+// with: the gateway forwards Grpc-Metadata-* headers as metadata. The
+// middleware deletes any such header a client sent, and only the gateway's
+// server, reached over an in-process pipe, reads it.
+const (
+	gatewayCertHeader   = "Grpc-Metadata-Filewrite-Client-Cert"
+	gatewayCertMetadata = "filewrite-client-cert"
+)
+
+// tap is checkCall as the gateway's gRPC server's grpc.InTapHandle: the
+// identity goes into the call's context for authorize.
 func (a *tokenAuth) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
-	if err := a.checkCall(info.FullMethodName, info.Header); err != nil {
+	var cert string
+	if v := info.Header.Get(gatewayCertMetadata); len(v) == 1 {
+		cert = v[0]
+	}
+	id, err := a.checkCall(info.FullMethodName, info.Header, cert)
+	if err != nil {
 		return nil, err
 	}
-	return ctx, nil
+	return context.WithValue(ctx, identityKey{}, id), nil
 }
 
-// httpMiddleware refuses requests without a valid token with 401 and the
-// gateway's JSON error body, before the gateway reads the body or calls the
-// gRPC server. A Grpc-Metadata-Authorization header counts as a second
-// credential: the gateway would forward it as "authorization" metadata
-// next to the real one.
+// httpMiddleware refuses requests without a valid token (or mapped client
+// certificate) with 401 and the gateway's JSON error body, before the
+// gateway reads the body or calls the gRPC server. A
+// Grpc-Metadata-Authorization header counts as a second credential: the
+// gateway would forward it as "authorization" metadata next to the real
+// one. GET /debug/locks names every open file, so it is for an
+// administrator's credential only (scope.admin); /metrics carries no path.
 //
 // A request let through vouches for its connection (see guardedListener);
 // without tokens, every request does.
 func (a *tokenAuth) httpMiddleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Del(gatewayCertHeader)
 		if a != nil {
 			values := r.Header.Values("Authorization")
 			values = append(values, r.Header.Values("Grpc-Metadata-Authorization")...)
-			if err := a.check(values); err != nil {
+			cert := requestCertIdentity(r)
+			id, err := a.checkOrCert(values, cert)
+			if err != nil {
 				writeUnauthenticated(w, err)
 				return
 			}
+			if len(values) == 0 && cert != "" {
+				r.Header.Set(gatewayCertHeader, cert)
+			}
+			if r.URL.Path == "/debug/locks" {
+				if sc := a.scopeOf(id); !sc.admin() {
+					a.log.Info("refused: /debug/locks needs an unscoped credential", "credential", sc.label())
+					writeStatus(w, newRefusal(filewritev1.ErrorReason_PERMISSION_DENIED_SCOPE, nil,
+						"/debug/locks shows every tenant's paths: it needs a credential without prefix= or mode=ro"))
+					return
+				}
+			}
+			r = r.WithContext(context.WithValue(r.Context(), identityKey{}, id))
 		}
 		trustConn(r.Context())
 		next.ServeHTTP(w, r)
@@ -198,14 +325,19 @@ func unauthenticated(err error) *status.Status {
 // writeUnauthenticated answers like the gateway answers an UNAUTHENTICATED
 // status: 401 with {"code":16,"message":...,"details":[ErrorInfo]}.
 func writeUnauthenticated(w http.ResponseWriter, err error) {
-	body, merr := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(unauthenticated(err).Proto())
+	w.Header().Set("WWW-Authenticate", `Bearer realm="filewrite"`)
+	writeStatus(w, unauthenticated(err))
+}
+
+// writeStatus answers st as the gateway answers a status: its HTTP status
+// and the JSON of the status, details included.
+func writeStatus(w http.ResponseWriter, st *status.Status) {
+	body, merr := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(st.Proto())
 	if merr != nil {
-		body = []byte(`{"code":16,"message":"unauthenticated","details":[]}`)
+		body = []byte(`{"code":2,"message":"unknown","details":[]}`)
 	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("WWW-Authenticate", `Bearer realm="filewrite"`)
-	w.WriteHeader(http.StatusUnauthorized)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(runtime.HTTPStatusFromCode(st.Code()))
 	w.Write(body)
 }
 
@@ -221,7 +353,8 @@ func (s *Server) reloadOnSIGHUP() {
 		s.log.Error("auth tokens not reloaded; the previous ones stay in force", "error", err)
 		return
 	}
-	s.log.Info("auth tokens reloaded", "file", s.auth.file, "tokens", len(*s.auth.digests.Load()))
+	c := s.auth.creds.Load()
+	s.log.Info("auth tokens reloaded", "file", s.auth.file, "tokens", len(c.digests), "certs", len(c.certs))
 }
 
 // ReloadAuth rereads --auth-token-file, as SIGHUP does. It fails when

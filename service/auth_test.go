@@ -58,7 +58,7 @@ func TestTokenCheck(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := a.check(tt.values); got != tt.want {
+			if _, got := a.check(tt.values); got != tt.want {
 				t.Errorf("check(%q) = %v, want %v", tt.values, got, tt.want)
 			}
 		})
@@ -72,7 +72,7 @@ func TestTokenFileRejects(t *testing.T) {
 	}{
 		{"empty", "", "holds no token"},
 		{"comments only", "# nothing yet\n\n", "holds no token"},
-		{"blank inside a token", "alpha beta\n", "line 1: a token may not contain blanks"},
+		{"blank inside a token", "alpha beta\n", "line 1: malformed scope"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

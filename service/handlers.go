@@ -52,6 +52,9 @@ type fileServer struct {
 	// stop reading, ack what they read, and end with UNAVAILABLE.
 	draining  chan struct{}
 	drainOnce sync.Once
+	// auth checks a stream's file against its credential's scope (nil:
+	// no --auth-token-file). Set once before the servers start.
+	auth *tokenAuth
 }
 
 // newFileServer is the FileService over st; its streams take budget, and

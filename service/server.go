@@ -331,6 +331,7 @@ func Start(cfg Config) (_ *Server, err error) {
 		lis.Close()
 		return nil, err
 	}
+	s.files.auth = s.auth
 	s.grpcLis = newGuardedListener(lis, cfg.ConnAuthTimeout)
 	s.grpcSrv = newGRPCServer(s.files, s.health, cfg.Store.MaxRequestBytes, log, s.tel, append(s.publicServerOptions(), pathHeaderOptions(cfg.RequirePathHeader)...)...)
 	if cfg.HTTPAddr != "" {

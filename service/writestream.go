@@ -271,6 +271,25 @@ func (ws *writeStream) watchDelete() {
 	}
 }
 
+// watchAuth ends the stream once a reload of --auth-token-file removes its
+// credential (UNAUTHENTICATED) or narrows its scope away from its file
+// (PERMISSION_DENIED), as stop does: the writes read before the reload
+// are acked, none after. It returns when the stream stops.
+func (ws *writeStream) watchAuth(p string, changed <-chan struct{}) {
+	for {
+		select {
+		case <-changed:
+			changed = ws.files.auth.changed()
+			if err := ws.files.auth.authorize(ws.ctx, accessWrite, p); err != nil {
+				ws.stop(err)
+				return
+			}
+		case <-ws.stopped.Done():
+			return
+		}
+	}
+}
+
 func (ws *writeStream) deletedStatus() error {
 	return refusal(filewritev1.ErrorReason_FILE_DELETED, nil, "%s was deleted or replaced while the stream wrote to it: writes read before are acked", ws.h.Path())
 }
@@ -432,6 +451,12 @@ func (ws *writeStream) check(req *streamRequest) error {
 		if err != nil {
 			return toStatus(err)
 		}
+		// The channel is taken before the check, so that a reload after
+		// the check is not missed.
+		authChanged := ws.files.auth.changed()
+		if err := ws.files.auth.authorize(ws.ctx, accessWrite, req.path); err != nil {
+			return err
+		}
 		h, err := ws.files.store.OpenHandle(ws.ctx, req.path, open)
 		if err != nil {
 			return toStatus(err)
@@ -442,6 +467,9 @@ func (ws *writeStream) check(req *streamRequest) error {
 		ws.wakeSenderLocked()
 		ws.mu.Unlock()
 		go ws.watchDelete()
+		if ws.files.auth != nil {
+			go ws.watchAuth(req.path, authChanged)
+		}
 		return nil
 	}
 	if req.path != "" && req.path != ws.h.Path() {
