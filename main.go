@@ -119,6 +119,8 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 		"`file` of bearer tokens, one per line, reread on SIGHUP; every RPC but health then needs one")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "PEM certificate `file`: both listeners serve TLS (with --tls-key)")
 	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "PEM private key `file` of --tls-cert")
+	fs.StringVar(&cfg.TLSClientCA, "tls-client-ca", cfg.TLSClientCA,
+		"PEM `file` of CAs whose client certificates authenticate, each as its cert= line of --auth-token-file (mTLS)")
 	fs.BoolVar(&cfg.InsecureListen, "insecure-listen", cfg.InsecureListen,
 		"allow a listen address beyond loopback without --auth-token-file")
 	fs.BoolVar(&cfg.RequirePathHeader, "require-path-header", cfg.RequirePathHeader,

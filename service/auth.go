@@ -249,15 +249,25 @@ func (a *tokenAuth) checkCall(method string, md metadata.MD, cert string) (ident
 	return id, nil
 }
 
-// gatewayCertHeader carries, from the HTTP middleware to the gateway's own
-// gRPC server, the identity of the client certificate a REST request came
-// with: the gateway forwards Grpc-Metadata-* headers as metadata. The
-// middleware deletes any such header a client sent, and only the gateway's
-// server, reached over an in-process pipe, reads it.
-const (
-	gatewayCertHeader   = "Grpc-Metadata-Filewrite-Client-Cert"
-	gatewayCertMetadata = "filewrite-client-cert"
-)
+// gatewayCertMetadata carries, from the HTTP middleware to the gateway's
+// own gRPC server, the identity of the client certificate a REST request
+// came with. The middleware puts it in the request's context
+// (certIdentityKey), which no client can write, and the gateway turns it
+// into this metadata (gatewayMetadata); the gateway forwards no client
+// header as metadata but Authorization, and only the gateway's server,
+// reached over an in-process pipe, reads it.
+const gatewayCertMetadata = "filewrite-client-cert"
+
+type certIdentityKey struct{}
+
+// gatewayMetadata is the gateway's runtime.WithMetadata: the verified
+// client certificate's identity of a request that sent no token.
+func gatewayMetadata(ctx context.Context, _ *http.Request) metadata.MD {
+	if cert, ok := ctx.Value(certIdentityKey{}).(string); ok {
+		return metadata.Pairs(gatewayCertMetadata, cert)
+	}
+	return nil
+}
 
 // tap is checkCall as the gateway's gRPC server's grpc.InTapHandle: the
 // identity goes into the call's context for authorize.
@@ -285,7 +295,6 @@ func (a *tokenAuth) tap(ctx context.Context, info *tap.Info) (context.Context, e
 // without tokens, every request does.
 func (a *tokenAuth) httpMiddleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r.Header.Del(gatewayCertHeader)
 		if a != nil {
 			values := r.Header.Values("Authorization")
 			values = append(values, r.Header.Values("Grpc-Metadata-Authorization")...)
@@ -295,9 +304,11 @@ func (a *tokenAuth) httpMiddleware(next http.Handler) http.Handler {
 				writeUnauthenticated(w, err)
 				return
 			}
+			ctx := context.WithValue(r.Context(), identityKey{}, id)
 			if len(values) == 0 && cert != "" {
-				r.Header.Set(gatewayCertHeader, cert)
+				ctx = context.WithValue(ctx, certIdentityKey{}, cert)
 			}
+			r = r.WithContext(ctx)
 			if r.URL.Path == "/debug/locks" {
 				if sc := a.scopeOf(id); !sc.admin() {
 					a.log.Info("refused: /debug/locks needs an unscoped credential", "credential", sc.label())
@@ -306,7 +317,6 @@ func (a *tokenAuth) httpMiddleware(next http.Handler) http.Handler {
 					return
 				}
 			}
-			r = r.WithContext(context.WithValue(r.Context(), identityKey{}, id))
 		}
 		trustConn(r.Context())
 		next.ServeHTTP(w, r)

@@ -53,6 +53,7 @@ func newGateway(ctx context.Context, conn grpc.ClientConnInterface, cfg gatewayC
 		runtime.WithOutgoingHeaderMatcher(dropMetadata),
 		runtime.WithOutgoingTrailerMatcher(dropMetadata),
 		runtime.WithWriteContentLength(),
+		runtime.WithMetadata(gatewayMetadata),
 		useStrictQuery(),
 		// The routing header a proxy set (HAProxy: the file path of the
 		// URL) goes on to the gRPC call, whose interceptor checks that it

@@ -26,8 +26,11 @@ func (s *Server) setupSecurity() error {
 			"(with --tls-cert and --tls-key so tokens do not travel in clear), or --insecure-listen if every "+
 			"host that can reach it is trusted", strings.Join(exposed, " and "))
 	}
+	if cfg.TLSClientCA != "" && (cfg.TLSCert == "" || cfg.AuthTokenFile == "") {
+		return errors.New("--tls-client-ca needs --tls-cert and --tls-key (client certificates come with TLS) and --auth-token-file (its cert= lines map certificates to scopes)")
+	}
 	if cfg.TLSCert != "" {
-		if s.tlsConf, err = serverTLS(cfg.TLSCert, cfg.TLSKey); err != nil {
+		if s.tlsConf, err = serverTLS(cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA); err != nil {
 			return err
 		}
 	}
@@ -43,7 +46,7 @@ func (s *Server) setupSecurity() error {
 	case len(exposed) > 0 && s.tlsConf == nil:
 		s.log.Warn("listening beyond loopback without TLS: bearer tokens and data travel in clear", "addrs", exposed)
 	}
-	s.log.Info("security", "auth", s.auth != nil, "tls", s.tlsConf != nil)
+	s.log.Info("security", "auth", s.auth != nil, "tls", s.tlsConf != nil, "client_certs", cfg.TLSClientCA != "")
 	return nil
 }
 

@@ -80,6 +80,10 @@ type Config struct {
 	// TLSCert and TLSKey are PEM files; given together, both listeners
 	// serve TLS.
 	TLSCert, TLSKey string
+	// TLSClientCA is a PEM file of the CAs whose client certificates the
+	// listeners verify (mTLS); a verified certificate authenticates as its
+	// cert= line in AuthTokenFile. Empty: no client certificates asked.
+	TLSClientCA string
 	// InsecureListen allows a listen address beyond loopback without
 	// AuthTokenFile.
 	InsecureListen bool
