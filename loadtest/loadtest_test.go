@@ -661,7 +661,7 @@ func TestParseOptions(t *testing.T) {
 		t.Errorf("parsed %+v", o)
 	}
 	tokens := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(tokens, []byte("\n# comment\n  tok  \n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte("\n# comment\ncert=spiffe://x/y name=y\n  tok name=job-7 prefix=ckpt/job-7/ mode=rw \n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	empty := filepath.Join(t.TempDir(), "empty")

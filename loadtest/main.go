@@ -258,17 +258,22 @@ func (o *options) parseSizes(raw rawFlags) error {
 }
 
 // readToken returns the first token of a file in the daemon's
-// --auth-token-file format: one token per line, blank lines and lines
-// starting with '#' skipped.
+// --auth-token-file format: one credential per line, blank lines, lines
+// starting with '#' and cert= lines skipped; only the token is sent, not
+// the scope words after it.
 func readToken(file string) (string, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return "", fmt.Errorf("-token-file: %w", err)
 	}
 	for line := range strings.Lines(string(b)) {
-		if tok := strings.TrimSpace(line); tok != "" && !strings.HasPrefix(tok, "#") {
-			return tok, nil
+		words := strings.Fields(line)
+		if len(words) == 0 || strings.HasPrefix(words[0], "#") || strings.HasPrefix(words[0], "cert=") {
+			continue
 		}
+		// The first word is the token; scope words (name=, prefix=,
+		// mode=) after it are the daemon's, never sent.
+		return words[0], nil
 	}
 	return "", fmt.Errorf("-token-file %s holds no token", file)
 }
