@@ -89,7 +89,11 @@ func (a *tokenAuth) refuse(sc *scope, p string, acc access, resolved string) err
 	if acc == accessWrite && sc.readOnly {
 		msg += ": the credential is mode=ro"
 	}
-	a.log.Info("refused by scope", "credential", sc.label(), "path", p, "access", acc.String(), "resolved", resolved)
+	args := []any{"credential", sc.label(), "path", p, "access", acc.String()}
+	if resolved != "" {
+		args = append(args, "resolved", resolved)
+	}
+	a.log.Info("refused by scope", args...)
 	return newRefusal(filewritev1.ErrorReason_PERMISSION_DENIED_SCOPE, md, msg).Err()
 }
 
