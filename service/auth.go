@@ -15,11 +15,9 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 )
@@ -312,7 +310,7 @@ func (a *tokenAuth) httpMiddleware(next http.Handler) http.Handler {
 			if r.URL.Path == "/debug/locks" {
 				if sc := a.scopeOf(id); !sc.admin() {
 					a.log.Info("refused: /debug/locks needs an unscoped credential", "credential", sc.label())
-					writeStatus(w, newRefusal(filewritev1.ErrorReason_PERMISSION_DENIED_SCOPE, nil,
+					writeStatus(w, http.StatusForbidden, newRefusal(filewritev1.ErrorReason_PERMISSION_DENIED_SCOPE, nil,
 						"/debug/locks shows every tenant's paths: it needs a credential without prefix= or mode=ro"))
 					return
 				}
@@ -336,19 +334,7 @@ func unauthenticated(err error) *status.Status {
 // status: 401 with {"code":16,"message":...,"details":[ErrorInfo]}.
 func writeUnauthenticated(w http.ResponseWriter, err error) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="filewrite"`)
-	writeStatus(w, unauthenticated(err))
-}
-
-// writeStatus answers st as the gateway answers a status: its HTTP status
-// and the JSON of the status, details included.
-func writeStatus(w http.ResponseWriter, st *status.Status) {
-	body, merr := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(st.Proto())
-	if merr != nil {
-		body = []byte(`{"code":2,"message":"unknown","details":[]}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(runtime.HTTPStatusFromCode(st.Code()))
-	w.Write(body)
+	writeStatus(w, http.StatusUnauthorized, unauthenticated(err))
 }
 
 // reloadOnSIGHUP is what a SIGHUP does: reread --auth-token-file, or,
