@@ -89,6 +89,7 @@ func (a *tokenAuth) refuse(sc *scope, p string, acc access, resolved string) err
 	if acc == accessWrite && sc.readOnly {
 		msg += ": the credential is mode=ro"
 	}
+	msg += " (its scope is its line of --auth-token-file)"
 	args := []any{"credential", sc.label(), "path", p, "access", acc.String()}
 	if resolved != "" {
 		args = append(args, "resolved", resolved)

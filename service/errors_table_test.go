@@ -130,6 +130,7 @@ const (
 	errorsMaxRequest = 4096
 	errorsMaxFile    = 1 << 20
 	errorsToken      = "errors-table-token"
+	errorsScoped     = "errors-scoped-token"
 )
 
 func startErrorsEnv(t *testing.T) *errorsEnv {
@@ -149,7 +150,7 @@ func startErrorsEnv(t *testing.T) *errorsEnv {
 		c.Store.Hooks = env.limGate.hooks()
 	})
 	t.Cleanup(env.limGate.open)
-	tokens := testutil.WriteTokenFile(t, t.TempDir(), "tokens", errorsToken)
+	tokens := testutil.WriteTokenFile(t, t.TempDir(), "tokens", errorsToken, errorsScoped+" name=scoped prefix=mine/")
 	env.auth = startDaemon(t, func(c *Config) { c.AuthTokenFile = tokens })
 	env.body = startDaemon(t, func(c *Config) { c.BodyTimeout = 200 * time.Millisecond })
 
@@ -442,6 +443,9 @@ func errorScenarios() map[string]errorScenario {
 		"IO_ERROR":      {grpc: write("eio", 0, "x"), rest: put("eio", "x")},
 		"TOKEN_MISSING": {grpc: authCall(""), rest: authREST("")},
 		"TOKEN_INVALID": {grpc: authCall("Bearer wrong"), rest: authREST("Bearer wrong")},
+		// Stat of "x", outside the scoped token's prefix.
+		"PERMISSION_DENIED_SCOPE": {grpc: authCall("Bearer " + errorsScoped), rest: authREST("Bearer " + errorsScoped)},
+		"TOKEN_REVOKED":           {skip: "a reload must fall between a call's admission and its check; TestScopedStreamReload ends a stream with it"},
 		"SHUTTING_DOWN": {
 			grpc: func(t *testing.T, env *errorsEnv, ctx context.Context) error {
 				d := startDaemon(t, nil)
@@ -463,7 +467,7 @@ func errorScenarios() map[string]errorScenario {
 		"BODY_TIMEOUT": {
 			rest: func(t *testing.T, env *errorsEnv) restResult {
 				resp, err := rawRequest(strings.TrimPrefix(env.body.url, "http://"),
-					"PUT /v1/files/stalled HTTP/1.1\r\nHost: filewrite\r\nContent-Type: application/octet-stream\r\nContent-Length: 100\r\n\r\n", nil, 0)
+					"PUT /v1/files/stalled HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/octet-stream\r\nContent-Length: 100\r\n\r\n", nil, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
