@@ -5,11 +5,9 @@ import (
 	"errors"
 	"hash/crc32"
 	"io"
-	"math/rand/v2"
 	"runtime"
 	"slices"
 	"sync"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -176,34 +174,6 @@ func (s *fileStream) ensureOpen(ctx context.Context) error {
 			return wrapErr(ctx.Err())
 		}
 	}
-}
-
-// Waits between attempts under WithRetry (backoff).
-const (
-	retryBaseDelay = 50 * time.Millisecond
-	retryMaxDelay  = 2 * time.Second
-)
-
-// backoff is the wait before attempt n+1 (n >= 1): doubling from
-// retryBaseDelay up to retryMaxDelay, with "equal jitter" (half of it
-// random), so that clients cut off together do not come back together.
-func backoff(n int) time.Duration {
-	d := min(retryBaseDelay<<min(n-1, 16), retryMaxDelay)
-	return d/2 + rand.N(d/2+1)
-}
-
-// sleep waits for d and reports true, or false if ctx ends or stop is
-// closed first.
-func sleep(ctx context.Context, stop <-chan struct{}, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-	case <-stop:
-	}
-	return false
 }
 
 // connect returns the stream to send on, opening one if there is none.
