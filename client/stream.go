@@ -181,24 +181,30 @@ func (s *fileStream) connect(ctx context.Context) (*streamConn, error) {
 	s.openMu.Lock()
 	defer s.openMu.Unlock()
 	s.mu.Lock()
-	conn, mode, closed := s.conn, s.mode, s.closed
+	conn, mode := s.conn, s.mode
 	if s.opened {
 		mode = filewritev1.OpenMode_OPEN_MODE_MUST_EXIST
 	}
 	s.mu.Unlock()
 	if conn != nil {
-		return conn, nil
-	}
-	if closed {
-		return nil, errFileClosed(s.path)
+		return conn, nil // the common case: every message asks
 	}
 	sctx, cancel := context.WithCancel(s.c.outgoing(s.c.ctx, s.path))
+	s.mu.Lock()
+	closed := s.closed
+	if !closed {
+		// Set under the lock that close takes to set closed: either
+		// close sees it and cancels, or this open sees closed.
+		s.connecting = cancel
+	}
+	s.mu.Unlock()
+	if closed {
+		cancel()
+		return nil, errFileClosed(s.path)
+	}
 	// ctx bounds the handshake only; the stream lives until the last
 	// File is closed.
 	stop := context.AfterFunc(ctx, cancel)
-	s.mu.Lock()
-	s.connecting = cancel
-	s.mu.Unlock()
 	conn, err := s.handshake(sctx, cancel, mode)
 	s.mu.Lock()
 	s.connecting = nil
