@@ -3,8 +3,6 @@ package client
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
-	"fmt"
 	"math/bits"
 	"sync"
 	"time"
@@ -214,43 +212,6 @@ func dialOptions(o options) []grpc.DialOption {
 		// caller who raises it.
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30 + 1<<20)),
 	}
-}
-
-// retriedMethods are the calls that gRPC's retry policy retries under
-// WithRetry: they change nothing, so a second attempt is always safe.
-var retriedMethods = []string{"Read", "Stat", "Extents", "List"}
-
-// withRetryPolicy adds to the service config (JSON, "" for none) a
-// method config that waits for the connection and retries the calls of
-// retriedMethods on UNAVAILABLE, when retries > 0.
-func withRetryPolicy(config string, retries int) (string, error) {
-	if retries == 0 {
-		return config, nil
-	}
-	sc := map[string]any{}
-	if config != "" {
-		if err := json.Unmarshal([]byte(config), &sc); err != nil {
-			return "", fmt.Errorf("filewrite client: service config: %w", err)
-		}
-	}
-	var names []map[string]string
-	for _, m := range retriedMethods {
-		names = append(names, map[string]string{"service": filewritev1.FileService_ServiceDesc.ServiceName, "method": m})
-	}
-	sc["methodConfig"] = []map[string]any{{
-		"name":         names,
-		"waitForReady": true,
-		"retryPolicy": map[string]any{
-			// gRPC caps attempts at 5 unless the channel allows more.
-			"maxAttempts":          min(retries+1, 5),
-			"initialBackoff":       fmt.Sprintf("%gs", retryBaseDelay.Seconds()),
-			"maxBackoff":           fmt.Sprintf("%gs", retryMaxDelay.Seconds()),
-			"backoffMultiplier":    2,
-			"retryableStatusCodes": []string{"UNAVAILABLE"},
-		},
-	}}
-	b, err := json.Marshal(sc)
-	return string(b), err
 }
 
 // Close ends the streams of Files left open (their waiting writes fail

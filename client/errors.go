@@ -111,10 +111,3 @@ func errFileClosed(path string) error {
 // errClientClosed is what calls on a closed Client fail with, and the
 // writes that a Client's Close cut short.
 var errClientClosed = newError(codes.Canceled, fs.ErrClosed, "client closed")
-
-// retryable reports whether a write that failed with err may be resent:
-// only when the daemon could not be reached or went away. Any other error
-// is the daemon's answer, which a resend would get again.
-func retryable(err error) bool {
-	return status.Code(err) == codes.Unavailable
-}

@@ -93,6 +93,9 @@ func (f *File) Write(ctx context.Context, p []byte, off int64, sync SyncMode) (n
 	var one [1]*write
 	ws := f.pieces(one[:0], p, off, sync)
 	if err := f.s.enqueue(ws); err != nil {
+		for _, w := range ws {
+			putWrite(w) // never queued: nothing else refers to them
+		}
 		return 0, 0, err
 	}
 	for i, w := range ws {

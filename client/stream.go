@@ -5,11 +5,9 @@ import (
 	"errors"
 	"hash/crc32"
 	"io"
-	"math/rand/v2"
 	"runtime"
 	"slices"
 	"sync"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -178,57 +176,35 @@ func (s *fileStream) ensureOpen(ctx context.Context) error {
 	}
 }
 
-// Waits between attempts under WithRetry (backoff).
-const (
-	retryBaseDelay = 50 * time.Millisecond
-	retryMaxDelay  = 2 * time.Second
-)
-
-// backoff is the wait before attempt n+1 (n >= 1): doubling from
-// retryBaseDelay up to retryMaxDelay, with "equal jitter" (half of it
-// random), so that clients cut off together do not come back together.
-func backoff(n int) time.Duration {
-	d := min(retryBaseDelay<<min(n-1, 16), retryMaxDelay)
-	return d/2 + rand.N(d/2+1)
-}
-
-// sleep waits for d and reports true, or false if ctx ends or stop is
-// closed first.
-func sleep(ctx context.Context, stop <-chan struct{}, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-	case <-stop:
-	}
-	return false
-}
-
 // connect returns the stream to send on, opening one if there is none.
 func (s *fileStream) connect(ctx context.Context) (*streamConn, error) {
 	s.openMu.Lock()
 	defer s.openMu.Unlock()
 	s.mu.Lock()
-	conn, mode, closed := s.conn, s.mode, s.closed
+	conn, mode := s.conn, s.mode
 	if s.opened {
 		mode = filewritev1.OpenMode_OPEN_MODE_MUST_EXIST
 	}
 	s.mu.Unlock()
 	if conn != nil {
-		return conn, nil
-	}
-	if closed {
-		return nil, errFileClosed(s.path)
+		return conn, nil // the common case: every message asks
 	}
 	sctx, cancel := context.WithCancel(s.c.outgoing(s.c.ctx, s.path))
+	s.mu.Lock()
+	closed := s.closed
+	if !closed {
+		// Set under the lock that close takes to set closed: either
+		// close sees it and cancels, or this open sees closed.
+		s.connecting = cancel
+	}
+	s.mu.Unlock()
+	if closed {
+		cancel()
+		return nil, errFileClosed(s.path)
+	}
 	// ctx bounds the handshake only; the stream lives until the last
 	// File is closed.
 	stop := context.AfterFunc(ctx, cancel)
-	s.mu.Lock()
-	s.connecting = cancel
-	s.mu.Unlock()
 	conn, err := s.handshake(sctx, cancel, mode)
 	s.mu.Lock()
 	s.connecting = nil
