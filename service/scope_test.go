@@ -386,3 +386,34 @@ func statusErrorOf(a *filewritev1.StreamAck) error {
 func reasonOfErr(err error) string {
 	return errorinfo.Reason(err)
 }
+
+// TestTokensExample: the token file of docker-compose.yml's tenants
+// profile loads, and its scopes are the ones its comments describe.
+func TestTokensExample(t *testing.T) {
+	c, err := readCredentials(filepath.Join("..", "deploy", "tokens.example"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &tokenAuth{log: slog.New(slog.DiscardHandler)}
+	a.creds.Store(c)
+	for _, tt := range []struct {
+		token, path string
+		acc         access
+		want        bool
+	}{
+		{"example-operator-token", "tenants/b/x", accessWrite, true},
+		{"example-team-a-token", "tenants/a/x", accessWrite, true},
+		{"example-team-a-token", "tenants/b/x", accessRead, false},
+		{"example-team-b-token", "tenants/b/x", accessWrite, true},
+		{"example-audit-a-token", "tenants/a/x", accessRead, true},
+		{"example-audit-a-token", "tenants/a/x", accessWrite, false},
+	} {
+		id, err := a.check([]string{"Bearer " + tt.token})
+		if err != nil {
+			t.Fatalf("%s: %v", tt.token, err)
+		}
+		if got := a.scopeOf(id).allows(tt.path, tt.acc); got != tt.want {
+			t.Errorf("%s may %v %s: %v, want %v", tt.token, tt.acc, tt.path, got, tt.want)
+		}
+	}
+}
