@@ -207,6 +207,9 @@ func (d *daemon) rest(t *testing.T, method, path, body string, header map[string
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
+	if h := header["Host"]; h != "" {
+		req.Host = h // Go sends req.Host, never a Host header
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
@@ -453,6 +456,36 @@ func errorScenarios() map[string]errorScenario {
 					&filewritev1.WriteStreamRequest{Path: "draining", Writes: []*filewritev1.StreamWrite{sw(1, 0, "a")}})
 			},
 			skip: "the HTTP server stops taking requests when the drain begins",
+		},
+		"PRECONDITION_FAILED": {
+			rest: func(t *testing.T, env *errorsEnv) restResult {
+				return env.d.rest(t, "PUT", "/v1/files/existing", "x", map[string]string{"If-None-Match": "*", "Content-Type": mimeOctetStream})
+			},
+			skip: "HTTP preconditions only",
+		},
+		"ETAG_MISMATCH": {
+			rest: func(t *testing.T, env *errorsEnv) restResult {
+				return env.d.rest(t, "GET", "/v1/files/existing?alt=media", "", map[string]string{"If-Match": `W/"other"`})
+			},
+			skip: "HTTP preconditions only",
+		},
+		"RANGE_NOT_SATISFIABLE": {
+			rest: func(t *testing.T, env *errorsEnv) restResult {
+				return env.d.rest(t, "GET", "/v1/files/existing?alt=media", "", map[string]string{"Range": "bytes=999-"})
+			},
+			skip: "downloads only",
+		},
+		"ORIGIN_NOT_ALLOWED": {
+			rest: func(t *testing.T, env *errorsEnv) restResult {
+				return env.d.rest(t, "GET", "/v1/dirs", "", map[string]string{"Origin": "http://evil.example"})
+			},
+			skip: "REST only",
+		},
+		"HOST_NOT_ALLOWED": {
+			rest: func(t *testing.T, env *errorsEnv) restResult {
+				return env.d.rest(t, "GET", "/v1/dirs", "", map[string]string{"Host": "rebound.example"})
+			},
+			skip: "REST only",
 		},
 		"CANCELLED": {skip: "the caller's own cancellation ends its call before the daemon's answer arrives (TestToStatus)"},
 		"DEADLINE_EXCEEDED": {

@@ -8,8 +8,8 @@ import (
 	"net/url"
 	"strings"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/errorinfo"
 )
 
 // What a web page can make a browser send. Without tokens the daemon
@@ -68,11 +68,11 @@ func checkOrigin(o string) error {
 // check returns the 403 to answer r with, or nil.
 func (g *browserGuard) check(r *http.Request) error {
 	if o := r.Header.Get("Origin"); o != "" && !g.origins["*"] && !g.origins[strings.ToLower(strings.TrimSuffix(o, "/"))] {
-		return status.Errorf(codes.PermissionDenied,
+		return refusal(filewritev1.ErrorReason_ORIGIN_NOT_ALLOWED, nil,
 			"Origin %q is not allowed: a web page may not call this daemon unless --http-allowed-origins names its origin", o)
 	}
 	if !g.hostAllowed(r.Host) {
-		return status.Errorf(codes.PermissionDenied,
+		return refusal(filewritev1.ErrorReason_HOST_NOT_ALLOWED, nil,
 			"Host %q is not allowed: name the daemon by IP address, localhost or its listen address, or list the name in --http-allowed-hosts", r.Host)
 	}
 	return nil
@@ -116,5 +116,5 @@ func checkContentType(r *http.Request) error {
 	} else {
 		msg += fmt.Sprintf(", not %q", ct)
 	}
-	return status.Error(codes.InvalidArgument, msg)
+	return refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "Content-Type"}, "%s", msg)
 }

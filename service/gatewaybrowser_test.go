@@ -16,8 +16,7 @@ import (
 // TestProbeRoutes: /healthz and /readyz answer without a token while
 // authentication is on, and readiness turns 503 once the daemon drains.
 func TestProbeRoutes(t *testing.T) {
-	dir := t.TempDir()
-	tokens := testutil.WriteTokenFile(t, dir, "tokens", "probe-test-token")
+	tokens := testutil.WriteTokenFile(t, t.TempDir(), "tokens", "probe-test-token")
 	d := startDaemon(t, func(c *Config) { c.AuthTokenFile = tokens })
 	// An unknown Host and a foreign Origin too: probes name pods by IP or
 	// service name, and with tokens those checks are off anyway.

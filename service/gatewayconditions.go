@@ -2,13 +2,13 @@ package service
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/errorinfo"
 )
 
 // The gateway's preconditions and ranges (RFC 9110, sections 13 and 14),
@@ -110,41 +110,47 @@ func (l etagList) matches(v validators) bool {
 
 // preconditionStatus evaluates r's preconditions against v in the order of
 // RFC 9110, section 13.2.2, and returns the status to answer instead of
-// serving the request (412, or 304 for GET and HEAD), or 0 to serve it. A
-// malformed entity-tag list is an error (400); a malformed date is
-// ignored, as RFC 9110 asks.
-func preconditionStatus(r *http.Request, v validators) (int, error) {
+// serving the request (412, or 304 for GET and HEAD) and the header that
+// decided it, or 0 to serve it. A malformed entity-tag list is a
+// REQUEST_MALFORMED refusal (400); a malformed date is ignored, as RFC
+// 9110 asks.
+func preconditionStatus(r *http.Request, v validators) (code int, header string, err error) {
 	read := r.Method == http.MethodGet || r.Method == http.MethodHead
 	if vals := r.Header.Values("If-Match"); len(vals) > 0 {
 		l, err := parseETags(vals)
 		if err != nil {
-			return 0, fmt.Errorf("If-Match: %w", err)
+			return 0, "", malformedHeader("If-Match", err)
 		}
 		if !l.matches(v) {
-			return http.StatusPreconditionFailed, nil
+			return http.StatusPreconditionFailed, "If-Match", nil
 		}
 	} else if t, ok := headerDate(r, "If-Unmodified-Since"); ok {
 		if v.lastModified.IsZero() || v.lastModified.After(t) {
-			return http.StatusPreconditionFailed, nil
+			return http.StatusPreconditionFailed, "If-Unmodified-Since", nil
 		}
 	}
 	if vals := r.Header.Values("If-None-Match"); len(vals) > 0 {
 		l, err := parseETags(vals)
 		if err != nil {
-			return 0, fmt.Errorf("If-None-Match: %w", err)
+			return 0, "", malformedHeader("If-None-Match", err)
 		}
 		if l.matches(v) {
 			if read {
-				return http.StatusNotModified, nil
+				return http.StatusNotModified, "If-None-Match", nil
 			}
-			return http.StatusPreconditionFailed, nil
+			return http.StatusPreconditionFailed, "If-None-Match", nil
 		}
 	} else if t, ok := headerDate(r, "If-Modified-Since"); ok && read {
 		if !v.lastModified.IsZero() && !v.lastModified.After(t) {
-			return http.StatusNotModified, nil
+			return http.StatusNotModified, "If-Modified-Since", nil
 		}
 	}
-	return 0, nil
+	return 0, "", nil
+}
+
+// malformedHeader is the refusal of a request header that does not parse.
+func malformedHeader(name string, err error) error {
+	return refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: name}, "%s: %v", name, err)
 }
 
 // headerDate is the HTTP-date in r's header name, if it holds one.

@@ -9,10 +9,9 @@ import (
 	"strconv"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/errorinfo"
 )
 
 // The download route: GET /v1/files/{path}?alt=media answers the file's
@@ -25,7 +24,8 @@ const mediaPattern = "/v1/files/{path=**}"
 // It is a mux of its own so that its path matching, verbs and escapes are
 // grpc-gateway's, as on every other route.
 func (g *gateway) newMediaMux() (*runtime.ServeMux, error) {
-	errAlt := status.Error(codes.InvalidArgument, "alt is a parameter of GET /v1/files/{path} only: alt=media downloads the file")
+	errAlt := refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "alt"},
+		"alt is a parameter of GET /v1/files/{path} only: alt=media downloads the file")
 	refuse := func(w http.ResponseWriter, r *http.Request, _ map[string]string) { g.fail(w, r, errAlt) }
 	mux := runtime.NewServeMux(
 		runtime.WithErrorHandler(g.handleError),
@@ -85,16 +85,18 @@ func (g *gateway) getMedia(w http.ResponseWriter, r *http.Request, pathParams ma
 	ctx := r.Context()
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		g.fail(w, r, status.Errorf(codes.InvalidArgument, "query %q: %v", r.URL.RawQuery, err))
+		g.fail(w, r, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "query %q: %v", r.URL.RawQuery, err))
 		return
 	}
 	for key, vals := range q {
 		switch {
 		case key != "alt":
-			g.fail(w, r, status.Errorf(codes.InvalidArgument, "unknown query parameter %q: a download takes alt=media and a Range header", key))
+			g.fail(w, r, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: key},
+				"unknown query parameter %q: a download takes alt=media and a Range header", key))
 			return
 		case len(vals) != 1 || vals[0] != "media":
-			g.fail(w, r, status.Errorf(codes.InvalidArgument, "alt=%q: want alt=media (without alt, GET answers the file's description as JSON)", vals))
+			g.fail(w, r, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "alt"},
+				"alt=%q: want alt=media (without alt, GET answers the file's description as JSON)", vals))
 			return
 		}
 	}
@@ -117,14 +119,13 @@ func (g *gateway) getMedia(w http.ResponseWriter, r *http.Request, pathParams ma
 	// Revalidate every time: the file changes under its URL, and a cache
 	// would otherwise reuse it for as long as its Last-Modified suggests.
 	h.Set("Cache-Control", "no-cache")
-	if code, err := preconditionStatus(r, v); err != nil {
-		g.fail(w, r, status.Error(codes.InvalidArgument, err.Error()))
+	if code, failed, err := preconditionStatus(r, v); err != nil {
+		g.fail(w, r, err)
+		return
+	} else if code == http.StatusPreconditionFailed {
+		g.fail(w, r, preconditionFailed(failed, v))
 		return
 	} else if code != 0 {
-		if code == http.StatusPreconditionFailed {
-			g.fail(w, r, preconditionFailed(v))
-			return
-		}
 		w.WriteHeader(code)
 		return
 	}
@@ -138,8 +139,8 @@ func (g *gateway) getMedia(w http.ResponseWriter, r *http.Request, pathParams ma
 			h.Set("Content-Range", "bytes */"+strconv.FormatInt(size, 10))
 			g.fail(w, r, &runtime.HTTPStatusError{
 				HTTPStatus: http.StatusRequestedRangeNotSatisfiable,
-				Err: status.Errorf(codes.OutOfRange, "Range %q: the file has %d bytes; send bytes=first-last, bytes=first- or bytes=-suffix",
-					r.Header.Get("Range"), size),
+				Err: refusal(filewritev1.ErrorReason_RANGE_NOT_SATISFIABLE, map[string]string{"size": strconv.FormatInt(size, 10)},
+					"Range %q: the file has %d bytes; send bytes=first-last, bytes=first- or bytes=-suffix", r.Header.Get("Range"), size),
 			})
 			return
 		}
@@ -182,8 +183,9 @@ func (g *gateway) getMedia(w http.ResponseWriter, r *http.Request, pathParams ma
 	}
 }
 
-// preconditionFailed is the error of a 412.
-func preconditionFailed(v validators) error {
+// preconditionFailed is the error of a 412: header is the precondition
+// that failed.
+func preconditionFailed(header string, v validators) error {
 	current := v.etag
 	switch {
 	case !v.exists:
@@ -191,8 +193,15 @@ func preconditionFailed(v validators) error {
 	case current == "":
 		current = "none yet: the file changed within the last second"
 	}
+	reason, md := filewritev1.ErrorReason_PRECONDITION_FAILED, map[string]string{}
+	if header == "If-Match" || header == "If-None-Match" {
+		reason = filewritev1.ErrorReason_ETAG_MISMATCH
+		if v.etag != "" {
+			md["etag"] = v.etag
+		}
+	}
 	return &runtime.HTTPStatusError{
 		HTTPStatus: http.StatusPreconditionFailed,
-		Err:        status.Errorf(codes.FailedPrecondition, "precondition failed: the file's ETag is %s", current),
+		Err:        refusal(reason, md, "precondition failed: %s; the file's ETag is %s", header, current),
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/errorinfo"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -125,10 +126,10 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 			switch status.Code(err) {
 			case codes.AlreadyExists:
 				err = &runtime.HTTPStatusError{HTTPStatus: http.StatusPreconditionFailed,
-					Err: status.Errorf(codes.FailedPrecondition, "precondition failed: If-None-Match: * creates only, and %s exists", path)}
+					Err: refusal(filewritev1.ErrorReason_PRECONDITION_FAILED, nil, "precondition failed: If-None-Match: * creates only, and %s exists", path)}
 			case codes.NotFound:
 				err = &runtime.HTTPStatusError{HTTPStatus: http.StatusPreconditionFailed,
-					Err: status.Errorf(codes.FailedPrecondition, "precondition failed: If-Match: * writes only an existing file, and %s does not exist", path)}
+					Err: refusal(filewritev1.ErrorReason_PRECONDITION_FAILED, nil, "precondition failed: If-Match: * writes only an existing file, and %s does not exist", path)}
 			}
 		}
 		if err != nil {
@@ -163,7 +164,8 @@ func (g *gateway) checkPutPreconditions(ctx context.Context, r *http.Request, pa
 	} {
 		if l, err := parseETags(r.Header.Values(c.header)); err == nil && l.any {
 			if mode != filewritev1.OpenMode_OPEN_MODE_UNSPECIFIED {
-				return 0, status.Error(codes.InvalidArgument, "If-Match: * and If-None-Match: * together: a file cannot both exist and not")
+				return 0, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: c.header},
+					"If-Match: * and If-None-Match: * together: a file cannot both exist and not")
 			}
 			mode = c.mode
 			if stated == r {
@@ -185,12 +187,12 @@ func (g *gateway) checkPutPreconditions(ctx context.Context, r *http.Request, pa
 	default:
 		v = validatorsOf(st)
 	}
-	code, err := preconditionStatus(stated, v)
+	code, failed, err := preconditionStatus(stated, v)
 	switch {
 	case err != nil:
-		return 0, status.Error(codes.InvalidArgument, err.Error())
+		return 0, err
 	case code != 0:
-		return 0, preconditionFailed(v)
+		return 0, preconditionFailed(failed, v)
 	}
 	return mode, nil
 }
@@ -302,9 +304,9 @@ func (g *gateway) readStreamed(w http.ResponseWriter, r *http.Request, pathParam
 		}
 		req.Length = max(st.GetSize()-req.GetOffset(), 0)
 		if req.Length > g.maxRequestBytes {
-			fail(toStatus(fmt.Errorf("%w: %d bytes from offset %d to the end of the file, the maximum per request is %d "+
-				"(--max-request-bytes); give a length, or download the file with GET /v1/files/{path}?alt=media",
-				store.ErrRequestTooLarge, req.Length, req.GetOffset(), g.maxRequestBytes)))
+			fail(toStatus(&store.Refusal{Err: store.ErrRequestTooLarge, Arg: "length", Limit: g.maxRequestBytes,
+				Detail: fmt.Sprintf("%d bytes from offset %d to the end of the file, the maximum per request is %d; "+
+					"give a length, or download the file with GET /v1/files/{path}?alt=media", req.Length, req.GetOffset(), g.maxRequestBytes)}))
 			return
 		}
 	}

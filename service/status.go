@@ -88,6 +88,13 @@ var reasonRules = map[filewritev1.ErrorReason]reasonRule{
 	filewritev1.ErrorReason_DEADLINE_EXCEEDED: {code: codes.DeadlineExceeded},
 	filewritev1.ErrorReason_INFLIGHT_BUDGET:   {code: codes.DeadlineExceeded, retry: time.Second, flag: "--max-inflight-bytes"},
 	filewritev1.ErrorReason_BODY_TIMEOUT:      {code: codes.DeadlineExceeded, flag: "--body-timeout"},
+
+	// REST only (gatewaymedia.go, gatewaystream.go, gatewaybrowser.go).
+	filewritev1.ErrorReason_PRECONDITION_FAILED:   {code: codes.FailedPrecondition},
+	filewritev1.ErrorReason_ETAG_MISMATCH:         {code: codes.FailedPrecondition},
+	filewritev1.ErrorReason_RANGE_NOT_SATISFIABLE: {code: codes.OutOfRange},
+	filewritev1.ErrorReason_ORIGIN_NOT_ALLOWED:    {code: codes.PermissionDenied, flag: "--http-allowed-origins"},
+	filewritev1.ErrorReason_HOST_NOT_ALLOWED:      {code: codes.PermissionDenied, flag: "--http-allowed-hosts"},
 }
 
 // refusal is the status of a refusal for reason: the code of its rule, a

@@ -142,11 +142,13 @@ const (
 	ErrorReason_PERMISSION_DENIED_SCOPE ErrorReason = 100
 	// Reserved: UNAUTHENTICATED, the token was revoked.
 	ErrorReason_TOKEN_REVOKED ErrorReason = 101
-	// Reserved: FAILED_PRECONDITION, a condition on the file's state (such
-	// as HTTP If-Match or If-None-Match on a write) does not hold.
+	// FAILED_PRECONDITION (HTTP 412): a condition on the file's existence or
+	// age does not hold (HTTP If-None-Match: * on a file that exists,
+	// If-Match: * on one that does not, If-Unmodified-Since).
 	ErrorReason_PRECONDITION_FAILED ErrorReason = 102
-	// Reserved: FAILED_PRECONDITION, the file's entity tag is not the one
-	// given.
+	// FAILED_PRECONDITION (HTTP 412): the file's entity tag is not one that
+	// If-Match gives, or is one that If-None-Match gives to a write.
+	// Metadata: etag (the current one; absent while the file has none).
 	ErrorReason_ETAG_MISMATCH ErrorReason = 103
 	// Reserved: FAILED_PRECONDITION, a conditional append found the file's
 	// end elsewhere. Metadata: size.
@@ -164,8 +166,17 @@ const (
 	// Reserved: RESOURCE_EXHAUSTED, a stream names more files than the
 	// daemon holds for it. Metadata: limit, flag.
 	ErrorReason_TOO_MANY_FILES_ON_STREAM ErrorReason = 109
-	// Reserved: OUT_OF_RANGE (HTTP 416), a byte range outside the file.
+	// OUT_OF_RANGE (HTTP 416): a download's Range names no byte of the
+	// file, or is not a byte range. Metadata: size.
 	ErrorReason_RANGE_NOT_SATISFIABLE ErrorReason = 110
+	// PERMISSION_DENIED (HTTP 403): without tokens, a REST request carries
+	// an Origin that --http-allowed-origins does not list: a web page's.
+	// Metadata: flag.
+	ErrorReason_ORIGIN_NOT_ALLOWED ErrorReason = 111
+	// PERMISSION_DENIED (HTTP 403): without tokens, a REST request names the
+	// daemon by a host name that is not its own nor in --http-allowed-hosts
+	// (DNS rebinding). Metadata: flag.
+	ErrorReason_HOST_NOT_ALLOWED ErrorReason = 112
 )
 
 // Enum value maps for ErrorReason.
@@ -215,6 +226,8 @@ var (
 		108: "TOO_MANY_WRITES_IN_MESSAGE",
 		109: "TOO_MANY_FILES_ON_STREAM",
 		110: "RANGE_NOT_SATISFIABLE",
+		111: "ORIGIN_NOT_ALLOWED",
+		112: "HOST_NOT_ALLOWED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":   0,
@@ -261,6 +274,8 @@ var (
 		"TOO_MANY_WRITES_IN_MESSAGE": 108,
 		"TOO_MANY_FILES_ON_STREAM":   109,
 		"RANGE_NOT_SATISFIABLE":      110,
+		"ORIGIN_NOT_ALLOWED":         111,
+		"HOST_NOT_ALLOWED":           112,
 	}
 )
 
@@ -295,7 +310,7 @@ var File_filewrite_v1_errors_proto protoreflect.FileDescriptor
 
 const file_filewrite_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x19filewrite/v1/errors.proto\x12\ffilewrite.v1*\xc7\a\n" +
+	"\x19filewrite/v1/errors.proto\x12\ffilewrite.v1*\xf5\a\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fPATH_INVALID\x10\x01\x12\x11\n" +
@@ -341,7 +356,9 @@ const file_filewrite_v1_errors_proto_rawDesc = "" +
 	"\vSTREAM_IDLE\x10k\x12\x1e\n" +
 	"\x1aTOO_MANY_WRITES_IN_MESSAGE\x10l\x12\x1c\n" +
 	"\x18TOO_MANY_FILES_ON_STREAM\x10m\x12\x19\n" +
-	"\x15RANGE_NOT_SATISFIABLE\x10nB=Z;github.com/filewrite/filewrite/api/filewrite/v1;filewritev1b\x06proto3"
+	"\x15RANGE_NOT_SATISFIABLE\x10n\x12\x16\n" +
+	"\x12ORIGIN_NOT_ALLOWED\x10o\x12\x14\n" +
+	"\x10HOST_NOT_ALLOWED\x10pB=Z;github.com/filewrite/filewrite/api/filewrite/v1;filewritev1b\x06proto3"
 
 var (
 	file_filewrite_v1_errors_proto_rawDescOnce sync.Once
