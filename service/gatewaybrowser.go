@@ -30,6 +30,21 @@ type browserGuard struct {
 	hosts map[string]bool
 }
 
+// browserGuardFor is the guard that cfg needs, nil for none. Bearer tokens
+// need none: a browser never attaches one on its own. A client certificate
+// (--tls-client-ca) it does attach, to any request a page makes, so with
+// one the Origin check stays; the Host check does not, as TLS already
+// binds the name: a rebound name fails the certificate's.
+func browserGuardFor(cfg Config, tokens bool) (*browserGuard, error) {
+	switch {
+	case cfg.TLSClientCA != "":
+		return newBrowserGuard(cfg.HTTPAddr, cfg.HTTPAllowedOrigins, []string{"*"})
+	case tokens:
+		return nil, nil
+	}
+	return newBrowserGuard(cfg.HTTPAddr, cfg.HTTPAllowedOrigins, cfg.HTTPAllowedHosts)
+}
+
 // newBrowserGuard is the guard of a daemon listening on listenAddr that lets
 // the given origins and host names through.
 func newBrowserGuard(listenAddr string, origins, hosts []string) (*browserGuard, error) {

@@ -145,6 +145,50 @@ func TestBrowserAllowLists(t *testing.T) {
 	}
 }
 
+// TestBrowserGuardFor: a client certificate is sent by a browser on its
+// own, as a token is not, so with one the Origin check stays.
+func TestBrowserGuardFor(t *testing.T) {
+	evil := func() *http.Request {
+		r, _ := http.NewRequest("POST", "http://rebound.example/v1/files/x:truncate", nil)
+		r.Header.Set("Origin", "http://evil.example")
+		return r
+	}
+	rebound := func() *http.Request {
+		r, _ := http.NewRequest("GET", "http://rebound.example/v1/dirs", nil)
+		return r
+	}
+	for _, c := range []struct {
+		name                            string
+		clientCA                        string
+		tokens                          bool
+		wantGuard, wantOrigin, wantHost bool
+	}{
+		{"no credentials", "", false, true, true, true},
+		{"bearer tokens", "", true, false, false, false},
+		{"client certificates", "ca.pem", true, true, true, false},
+	} {
+		cfg := DefaultConfig()
+		cfg.TLSClientCA = c.clientCA
+		g, err := browserGuardFor(cfg, c.tokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (g != nil) != c.wantGuard {
+			t.Errorf("%s: guard %v, want one: %v", c.name, g, c.wantGuard)
+			continue
+		}
+		if g == nil {
+			continue
+		}
+		if got := g.check(evil()) != nil; got != c.wantOrigin {
+			t.Errorf("%s: a foreign Origin refused: %v, want %v", c.name, got, c.wantOrigin)
+		}
+		if got := g.check(rebound()) != nil; got != c.wantHost {
+			t.Errorf("%s: a rebound Host refused: %v, want %v", c.name, got, c.wantHost)
+		}
+	}
+}
+
 func TestBrowserGuardConfig(t *testing.T) {
 	for _, c := range []struct {
 		origins, hosts []string

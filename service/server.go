@@ -414,12 +414,10 @@ func (s *Server) startGateway() (err error) {
 	if err != nil {
 		return fmt.Errorf("HTTP listener: %w", err)
 	}
-	var browser *browserGuard
-	if s.auth == nil {
-		if browser, err = newBrowserGuard(s.cfg.HTTPAddr, s.cfg.HTTPAllowedOrigins, s.cfg.HTTPAllowedHosts); err != nil {
-			lis.Close()
-			return err
-		}
+	browser, err := browserGuardFor(s.cfg, s.auth != nil)
+	if err != nil {
+		lis.Close()
+		return err
 	}
 	s.httpGuard = newGuardedListener(lis, s.cfg.ConnAuthTimeout)
 	s.httpLis = s.httpGuard
