@@ -68,7 +68,9 @@ type inode struct {
 	commit groupCommit
 	// unlinked is set when an fstat(2) of the descriptor, made by a sync or
 	// a Stat, found that the file has no name left (st_nlink 0): it was
-	// removed, or replaced by another, from outside the store. From then
+	// removed, or replaced by another, from outside the store; and when a
+	// Rename found that the name the table knows it by names another file
+	// or nothing (it was moved away from outside). From then
 	// on a sync of it fails with ErrFileRemoved, and the table forgets it at
 	// the next lookup of its name or when its last reference is put
 	// (forgetLocked), so that the name reaches whatever it names now.

@@ -174,13 +174,13 @@ func (s *Store) renameOnce(ctx context.Context, oldName, newName string, noRepla
 	fi, err := s.fsys.Lstat(oldName)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, errNameMoved
+		return nil, s.nameLostLocked(src, oldName)
 	case err != nil:
 		return nil, mapOpenErr(oldName, err)
 	case fi.Type&fs.ModeSymlink != 0:
 		return nil, fmt.Errorf("%w: %s is a symbolic link; rename the file it names", ErrInvalidPath, oldName)
 	case (fileID{fi.Dev, fi.Ino}) != src.id():
-		return nil, errNameMoved
+		return nil, s.nameLostLocked(src, oldName)
 	}
 	if src.path() == newName {
 		// oldName is another link to the file newName names: rename(2)
@@ -224,6 +224,26 @@ func (s *Store) renameOnce(ctx context.Context, oldName, newName string, noRepla
 		}
 	}
 	return created, nameError("rename "+oldName+" to", newName, err)
+}
+
+// nameLostLocked is renameOnce's answer when oldName, by which the table
+// found src, no longer names src's file once src's lock is held. If the
+// table still knows src by oldName, no Rename or Delete of the store can
+// have changed that name (they hold src's lock to), so the change came
+// from outside (rm, mv): src is marked unlinked, like a file a sync or
+// Stat found without a name, and the next lookup of oldName forgets it
+// and reaches what the name names now, or nothing (ErrNotFound). Without
+// that mark the table would hand src out again for oldName, and Rename
+// would retry for ever. Otherwise oldName was another name of src's file
+// (an alias), or the store moved src while this Rename waited for its
+// lock: oldName is looked up afresh anyway.
+//
+// Preconditions: src.lock is held exclusively.
+func (s *Store) nameLostLocked(src *inode, oldName string) error {
+	if src.path() == oldName {
+		src.unlinked.Store(true)
+	}
+	return errNameMoved
 }
 
 // lockPair takes a's lock and, if b is not nil, b's, both exclusively for

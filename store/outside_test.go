@@ -178,3 +178,87 @@ func TestNoSystemCallPerWrite(t *testing.T) {
 		t.Errorf("10 synced writes made %d fstat calls, want at most one each", got)
 	}
 }
+
+// lstatLimit is an FS that cancels a context once Lstat has looked at one
+// name more than max times: how a test bounds a retry loop that would
+// otherwise spin until the deadline, without a clock.
+type lstatLimit struct {
+	FS
+	name   string
+	max    int64
+	cancel context.CancelFunc
+	calls  atomic.Int64
+}
+
+func (l *lstatLimit) Lstat(name string) (FileInfo, error) {
+	if name == l.name && l.calls.Add(1) > l.max {
+		l.cancel()
+	}
+	return l.FS.Lstat(name)
+}
+
+// TestRenameOfFileChangedFromOutside: a Rename of an open file that was
+// removed, moved away or replaced from outside answers at once, as Delete
+// and Stat do: NOT_FOUND when the name names nothing any more, and
+// otherwise it renames what the name names now. It once retried for as
+// long as the caller's context allowed (forever without a deadline): the
+// table still knew the old file by the name, and each attempt found the
+// name naming something else.
+func TestRenameOfFileChangedFromOutside(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		// change changes f behind the store's back.
+		change func(t *testing.T, dir string)
+		// want is Rename's error, and moved what g holds after it.
+		want  error
+		moved string
+	}{
+		{"rm", func(t *testing.T, dir string) {
+			must(t, os.Remove(filepath.Join(dir, "f")))
+		}, ErrNotFound, ""},
+		{"mv away", func(t *testing.T, dir string) {
+			must(t, os.Rename(filepath.Join(dir, "f"), filepath.Join(dir, "elsewhere")))
+		}, ErrNotFound, ""},
+		{"mv another file over it", func(t *testing.T, dir string) {
+			must(t, os.WriteFile(filepath.Join(dir, "new"), []byte("NEW"), 0o644))
+			must(t, os.Rename(filepath.Join(dir, "new"), filepath.Join(dir, "f")))
+		}, nil, "NEW"},
+		{"mv away, and a new file made in its place", func(t *testing.T, dir string) {
+			must(t, os.Rename(filepath.Join(dir, "f"), filepath.Join(dir, "elsewhere")))
+			must(t, os.WriteFile(filepath.Join(dir, "f"), []byte("NEW"), 0o644))
+		}, nil, "NEW"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var l *lstatLimit
+			s, dir := newWrappedStore(t, func(fsys FS) FS {
+				l = &lstatLimit{FS: fsys, name: "f", max: 100, cancel: cancel}
+				return l
+			}, Options{})
+			if _, err := s.Write(ctx, "f", 0, []byte("old"), SyncData); err != nil {
+				t.Fatal(err)
+			}
+			tt.change(t, dir)
+			err := s.Rename(ctx, "f", "g", false, false)
+			if l.calls.Load() > l.max {
+				t.Fatalf("Rename looked at f %d times and was still retrying (then: %v)", l.calls.Load(), err)
+			}
+			if !errors.Is(err, tt.want) || (tt.want == nil && err != nil) {
+				t.Fatalf("Rename after %s: %v, want %v", tt.name, err, tt.want)
+			}
+			if tt.moved != "" {
+				if got := string(readFile(t, dir, "g")); got != tt.moved {
+					t.Errorf("g = %q, want %q", got, tt.moved)
+				}
+			}
+		})
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
