@@ -142,6 +142,15 @@
 // Delete and Rename change directory entries: durable once the directory
 // is synced (their sync flag, or Fsync of the directory).
 //
+// A sync that finds its file without a name (fstat(2) says st_nlink 0)
+// fails with ErrFileRemoved only if the name went from outside the store.
+// A Delete, or a Rename over the file, through the store may unlink it
+// while a synced write or an Fsync that it raced still waits for its
+// sync; that caller came first in one order of the calls and succeeds. To
+// tell the two apart the sync takes the inode lock shared, holding no
+// other, after the Delete that holds it exclusively has marked the inode
+// deleted (removedError).
+//
 // store/crashfs simulates a power cut below the FS seam, and the
 // power-loss tests hold the store to these rules on the images it leaves:
 // powerloss_test.go for data, powerloss_names_test.go for Rename and

@@ -3,6 +3,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -267,10 +268,33 @@ func (ino *inode) syncFile(mode SyncMode) error {
 }
 
 // removedError is ErrFileRemoved if a sync found that ino's file has no
-// name left, else nil.
-func removedError(ino *inode) error {
-	if !ino.unlinked.Load() {
+// name left (inode.unlinked) and the store did not remove that name itself,
+// else nil.
+//
+// A Delete of the file, or a Rename over it, through the store leaves it
+// without a name too, and a write or Fsync that raced it is not in the
+// wrong: its write was applied, or its Fsync asked, before the Delete
+// returned, so one order of the calls puts it first, and its data was as
+// durable as any data a Delete then removes (OK). Such a Delete holds the
+// lock exclusively from before its unlink(2) until it marks the inode
+// deleted; so, unless held says the caller holds the lock exclusively
+// (then no Delete runs), removedError takes the lock shared, after the
+// Delete, to tell the two apart. That wait comes only after a sync found
+// the file unlinked.
+func removedError(ctx context.Context, ino *inode, held bool) error {
+	if !ino.unlinked.Load() || ino.deleted.Load() {
 		return nil
+	}
+	if !held {
+		h, err := lockInode(ctx, ino, lockShared, "sync", ReasonRead)
+		if err != nil {
+			return err
+		}
+		ino.lock.release(h)
+		putHolder(h)
+		if ino.deleted.Load() {
+			return nil
+		}
 	}
 	return fmt.Errorf("%w: %s: what was written to it since its last sync is in a file that no name reaches; the next request opens what the path names now", ErrFileRemoved, ino.path())
 }

@@ -217,7 +217,7 @@ func (s *Store) Fsync(ctx context.Context, path string, mode SyncMode) error {
 	if err := ino.commit.waitDurable(ctx, mode); err != nil {
 		return err
 	}
-	return removedError(ino)
+	return removedError(ctx, ino, false)
 }
 
 // Truncate sets the size of path, creating it if missing. Once it returns,

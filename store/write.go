@@ -150,7 +150,7 @@ func (s *Store) waitWrites(ctx context.Context, ino *inode, ws []AppliedWrite) e
 	for _, w := range ws {
 		owed = max(owed, w.Owed)
 	}
-	if err := s.syncWrite(ctx, ino, owed); err != nil {
+	if err := s.syncWrite(ctx, ino, owed, false); err != nil {
 		return err
 	}
 	for _, w := range ws {
@@ -244,7 +244,7 @@ func (s *Store) write(ctx context.Context, ino *inode, name string, held *holder
 				sync = SyncNone // the deliberate break: written back, never synced
 			}
 			if err == nil && s.opts.Policy == PolicyExclusive {
-				err = s.syncWrite(ctx, ino, sync)
+				err = s.syncWrite(ctx, ino, sync, true)
 				sync = SyncNone
 			}
 			size = ino.size.Load()
@@ -358,15 +358,16 @@ func (s *Store) lookAt(ctx context.Context, path, op string, read func(*inode) e
 	}
 }
 
-// syncWrite makes a written range durable as sync asks.
-func (s *Store) syncWrite(ctx context.Context, ino *inode, sync SyncMode) error {
+// syncWrite makes a written range durable as sync asks. held says whether
+// the caller holds ino.lock exclusively (PolicyExclusive's write).
+func (s *Store) syncWrite(ctx context.Context, ino *inode, sync SyncMode, held bool) error {
 	if sync == SyncNone {
 		return nil
 	}
 	if err := ino.commit.waitDurable(ctx, sync); err != nil {
 		return err
 	}
-	return removedError(ino)
+	return removedError(ctx, ino, held)
 }
 
 // writeExclusive writes with the inode lock held exclusively and moves the
