@@ -28,7 +28,7 @@ func TestHandleWrite(t *testing.T) {
 		{name: "extending", off: 8192, data: pattern(100, 1), wantOwed: store.SyncNone},
 		{name: "below EOF, sync data", off: 0, data: pattern(4096, 2), sync: store.SyncData, wantOwed: store.SyncData},
 		{name: "sync full", off: 100, data: pattern(10, 3), sync: store.SyncFull, wantOwed: store.SyncFull},
-		{name: "empty", off: 1 << 20, data: nil, sync: store.SyncData, wantOwed: store.SyncNone},
+		{name: "empty", off: 1 << 20, data: nil, sync: store.SyncData, wantOwed: store.SyncData}, // synced like any synced write
 		{name: "negative offset", off: -1, data: pattern(10, 4), wantErr: store.ErrInvalidOffset},
 		{name: "over the request limit", off: 0, data: make([]byte, maxRequest+1), wantErr: store.ErrRequestTooLarge},
 		{name: "past the file size limit", off: 1 << 30, data: pattern(1, 5), wantErr: store.ErrFileTooLarge},

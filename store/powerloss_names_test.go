@@ -467,3 +467,76 @@ func TestPowerLossRenamedNewFile(t *testing.T) {
 		})
 	}
 }
+
+// TestPowerLossEmptySyncedWrite: a Write of no bytes with SyncData or
+// SyncFull syncs like any synced write: once it returned, a crash keeps
+// the file it created with every directory above it, and what was written
+// to the file before. It once returned before any sync. The same for a
+// stream's write (Handle.Write, then Wait).
+func TestPowerLossEmptySyncedWrite(t *testing.T) {
+	ctx := context.Background()
+	write := func(s *store.Store, name string, off int64, data []byte, sync store.SyncMode) error {
+		_, err := s.Write(ctx, name, off, data, sync)
+		return err
+	}
+	streamWrite := func(s *store.Store, name string, off int64, data []byte, sync store.SyncMode) error {
+		hd, err := s.OpenHandle(ctx, name, store.OpenCreate)
+		if err != nil {
+			return err
+		}
+		defer hd.Close()
+		w, err := hd.Write(ctx, off, data, sync)
+		if err != nil {
+			return err
+		}
+		return hd.Wait(ctx, w)
+	}
+	for _, how := range []struct {
+		name  string
+		write func(s *store.Store, name string, off int64, data []byte, sync store.SyncMode) error
+	}{{"Write", write}, {"stream", streamWrite}} {
+		for _, sync := range []store.SyncMode{store.SyncData, store.SyncFull} {
+			for _, tt := range []struct {
+				name string
+				// before runs first, unsynced; then the empty synced write
+				// of path.
+				before func(s *store.Store) error
+				path   string
+				want   map[string]string
+			}{
+				{"new file in new directories", nil, "n/m/f", map[string]string{"n/m/f": ""}},
+				{"file written unsynced before", func(s *store.Store) error {
+					return write(s, "d/f", 0, []byte("data"), store.SyncNone)
+				}, "d/f", map[string]string{"d/f": "data"}},
+			} {
+				t.Run(how.name+"/"+sync.String()+"/"+tt.name, func(t *testing.T) {
+					base, err := store.OpenOSFS(testutil.Dir(t))
+					if err != nil {
+						t.Fatal(err)
+					}
+					fsys := crashfs.New(base)
+					s, err := store.Open(fsys, store.Options{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer s.Close()
+					if tt.before != nil {
+						if err := tt.before(s); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if err := how.write(s, tt.path, 4, nil, sync); err != nil {
+						t.Fatal(err)
+					}
+					dir := testutil.Dir(t)
+					if _, err := fsys.Crash().Write(dir, crashfs.KeepNone); err != nil {
+						t.Fatal(err)
+					}
+					if got := filesIn(t, dir); !maps.Equal(got, tt.want) {
+						t.Errorf("after the empty synced write returned, a crash left %q, want %q", got, tt.want)
+					}
+				})
+			}
+		}
+	}
+}

@@ -92,8 +92,8 @@ func (s *Store) writeLockModeOf(ino *inode, off, end int64) (lockMode, string) {
 type AppliedWrite struct {
 	WriteResult
 	// Owed is the sync still owed: the write's SyncMode, or SyncNone when
-	// it asked for none, wrote no bytes, or the exclusive policy synced it
-	// before dropping the lock.
+	// it asked for none or the exclusive policy synced it before dropping
+	// the lock. A write of no bytes owes the sync it asked for too.
 	Owed SyncMode
 	// sync is the mode the write asked for and start when it began: its
 	// latency is recorded under sync once nothing is owed.
@@ -123,10 +123,20 @@ func (s *Store) validateWrite(off int64, data []byte, sync SyncMode) error {
 func (s *Store) applyWrite(ctx context.Context, ino *inode, name string, held *holder, off int64, data []byte, sync SyncMode) (AppliedWrite, error) {
 	w := AppliedWrite{sync: sync, start: time.Now()}
 	if len(data) == 0 {
+		// Nothing to place and no lock to take, but the sync asked for
+		// is owed like any other: it makes durable what was written
+		// before, and a file this call created with its directories.
+		// Under every policy it is the group commit's (there is no lock
+		// to hold across it).
 		if held != nil {
 			ino.lock.release(held)
+			putHolder(held)
 		}
 		w.Size = ino.size.Load()
+		w.Owed = sync
+		if sync == SyncNone {
+			s.recordWrite(ctx, w.start, sync)
+		}
 		return w, nil
 	}
 	var err error
