@@ -155,6 +155,6 @@
 // power-loss tests hold the store to these rules on the images it leaves:
 // powerloss_test.go for data, powerloss_names_test.go for Rename and
 // Delete (a cut before each FS call they make, and every image of each
-// cut). Hooks holds five deliberate breaks of them, off in production,
-// that the tests must catch.
+// cut). Five deliberate breaks of them, unexported (Hooks.breaks) and
+// off in production, are what the tests must catch.
 package store

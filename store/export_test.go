@@ -42,3 +42,28 @@ func PendingSyncCallers(s *Store, path string) (int, error) {
 	}
 	return ino.commit.pending.callers, nil
 }
+
+// Breaks are the deliberate breaks of the durability contract (Hooks'
+// unexported breaks), for the power-loss tests to show that their checker
+// catches each.
+type Breaks struct {
+	AckFromRunningSync          bool
+	SkipNewFileDirSync          bool
+	AckUnalignedDirectWriteBack bool
+	RenameSyncsOldDirOnly       bool
+	DeleteSkipsDirSync          bool
+}
+
+// BrokenHooks are Hooks with the breaks b on and nothing else.
+func BrokenHooks(b Breaks) *Hooks {
+	return &Hooks{breaks: breaks{
+		ackFromRunningSync:          b.AckFromRunningSync,
+		skipNewFileDirSync:          b.SkipNewFileDirSync,
+		ackUnalignedDirectWriteBack: b.AckUnalignedDirectWriteBack,
+		renameSyncsOldDirOnly:       b.RenameSyncsOldDirOnly,
+		deleteSkipsDirSync:          b.DeleteSkipsDirSync,
+	}}
+}
+
+// SyncAll is s.syncAll, for the external tests.
+func SyncAll(ctx context.Context, s *Store) error { return s.syncAll(ctx) }

@@ -301,8 +301,8 @@ func TestSyncFailureRemembered(t *testing.T) {
 	}{
 		{
 			name: "SyncAll",
-			next: func(t *testing.T, fs faultStore) error { return fs.SyncAll(ctx) },
-			then: func(fs faultStore) error { return fs.SyncAll(ctx) },
+			next: func(t *testing.T, fs faultStore) error { return store.SyncAll(ctx, fs.Store) },
+			then: func(fs faultStore) error { return store.SyncAll(ctx, fs.Store) },
 		},
 		{
 			name: "Close",
@@ -367,7 +367,7 @@ func TestSyncAllHoldsOneFileAtATime(t *testing.T) {
 	held := fs.fsys.Inject(faultfs.Rule{Op: faultfs.OpSync, Path: "a", Hold: g.Opened(), Times: 1})
 	bSyncs := fs.fsys.Inject(faultfs.Rule{Op: faultfs.OpSync, Path: "b"})
 	syncAll := make(chan error, 1)
-	go func() { syncAll <- fs.SyncAll(ctx) }()
+	go func() { syncAll <- store.SyncAll(ctx, fs.Store) }()
 	testutil.WaitFor(t, "SyncAll to sync a", func() bool { return held.Hits() == 1 })
 	// SyncAll holds "a"; "b" is idle and can make room.
 	if _, err := fs.Write(ctx, "c", 0, []byte("c"), store.SyncNone); err != nil {

@@ -42,7 +42,7 @@ type groupCommit struct {
 	onBatch func(callers int)
 	// wait says where the callers' waits are reported.
 	wait waitTrace
-	// ackFromRunning is the deliberate break Hooks.AckFromRunningSync.
+	// ackFromRunning is the deliberate break ackFromRunningSync (Hooks.breaks).
 	ackFromRunning bool
 	// onWait is Hooks.WaitingForSync; nil in production.
 	onWait func()

@@ -21,8 +21,8 @@ import (
 //
 // The handle holds the file, not its path: a Rename moves the file under
 // the handle, which goes on writing to it under its new name; a Delete (or
-// a Rename over the file) ends it: Write fails with ErrDeleted, and Deleted
-// reports true.
+// a Rename over the file) ends it: Write fails with ErrDeleted, and Gone
+// is closed.
 type Handle struct {
 	s      *Store
 	ino    *inode
@@ -74,12 +74,9 @@ func (s *Store) OpenHandle(ctx context.Context, path string, open OpenMode) (*Ha
 // since.
 func (h *Handle) Path() string { return h.path }
 
-// Deleted reports whether the file was deleted, or replaced by a Rename
-// over it, through the store since the handle opened it.
-func (h *Handle) Deleted() bool { return h.ino.deleted.Load() }
-
-// Gone is closed once the file is deleted (Deleted), so that a holder can
-// stop without waiting for its next Write to fail.
+// Gone is closed once the file was deleted, or replaced by a Rename over
+// it, through the store, so that a holder can stop without waiting for its
+// next Write to fail.
 func (h *Handle) Gone() <-chan struct{} { return h.gone }
 
 // Size is the file's size now (like i_size_read(): no lock taken).

@@ -15,32 +15,38 @@ type Hooks struct {
 	// sync itself, nor under FsyncPerCall).
 	WaitingForSync func(path string)
 
-	// The fields below break the durability contract on purpose, each in
-	// one way, so that the power-loss test can show that its checker
-	// catches the break. Never set outside that test.
+	// breaks are deliberate breaks of the durability contract, set only
+	// by the power-loss tests (export_test.go) to show that their checker
+	// catches each; the zero value breaks nothing.
+	breaks breaks
+}
 
-	// AckFromRunningSync releases a caller of the group commit who arrives
+// breaks break the durability contract on purpose, each in one way, so
+// that the power-loss tests can show that their checker catches the break.
+// Out of the exported API: only the store's own tests can set them.
+type breaks struct {
+	// ackFromRunningSync releases a caller of the group commit who arrives
 	// while a sync of its file runs with that sync, which started before
 	// the caller's write completed and so need not cover it (the caller
 	// belongs in the next batch).
-	AckFromRunningSync bool
-	// SkipNewFileDirSync leaves out the directory syncs of a new file's
+	ackFromRunningSync bool
+	// skipNewFileDirSync leaves out the directory syncs of a new file's
 	// first sync, so that its name is not durable when the sync returns.
-	SkipNewFileDirSync bool
-	// AckUnalignedDirectWriteBack acknowledges an unaligned direct-mode
+	skipNewFileDirSync bool
+	// ackUnalignedDirectWriteBack acknowledges an unaligned direct-mode
 	// write that asked for a sync once its range is written back
 	// (sync_file_range, which makes nothing durable), without a sync.
-	AckUnalignedDirectWriteBack bool
-	// RenameSyncsOldDirOnly makes a Rename with sync fsync only the old
+	ackUnalignedDirectWriteBack bool
+	// renameSyncsOldDirOnly makes a Rename with sync fsync only the old
 	// name's directory, not the new name's nor those the Rename made, so
 	// that a rename between directories is not durable when it returns.
-	RenameSyncsOldDirOnly bool
-	// DeleteSkipsDirSync makes a Delete with sync return without its
+	renameSyncsOldDirOnly bool
+	// deleteSkipsDirSync makes a Delete with sync return without its
 	// directory's sync.
-	DeleteSkipsDirSync bool
+	deleteSkipsDirSync bool
 }
 
-// set reports whether the break pick chooses is on. h may be nil.
-func (h *Hooks) set(pick func(*Hooks) bool) bool {
-	return h != nil && pick(h)
+// broken reports whether the break pick chooses is on. h may be nil.
+func (h *Hooks) broken(pick func(*breaks) bool) bool {
+	return h != nil && pick(&h.breaks)
 }

@@ -187,7 +187,7 @@ func (ino *inode) open(t *inodeTable, create bool) (err error) {
 		onBatch: t.recordBatch,
 		wait:    ino.wait,
 
-		ackFromRunning: t.opts.Hooks.set(func(h *Hooks) bool { return h.AckFromRunningSync }),
+		ackFromRunning: t.opts.Hooks.broken(func(b *breaks) bool { return b.ackFromRunningSync }),
 	}
 	if h := t.opts.Hooks; h != nil && h.WaitingForSync != nil {
 		ino.commit.onWait = func() { h.WaitingForSync(ino.path()) }
@@ -248,7 +248,7 @@ func (ino *inode) syncFile(mode SyncMode) error {
 	if p == nil {
 		return nil
 	}
-	if t.opts.Hooks.set(func(h *Hooks) bool { return h.SkipNewFileDirSync }) {
+	if t.opts.Hooks.broken(func(b *breaks) bool { return b.skipNewFileDirSync }) {
 		ino.pendingDirs.CompareAndSwap(p, nil) // the deliberate break
 		return nil
 	}

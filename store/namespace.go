@@ -32,7 +32,7 @@ func (s *Store) Delete(ctx context.Context, name string, sync bool) error {
 	err = s.deleteLocked(ctx, ino, name)
 	ino.lock.release(h)
 	s.table.put(ino)
-	if err != nil || !sync || s.opts.Hooks.set(func(h *Hooks) bool { return h.DeleteSkipsDirSync }) {
+	if err != nil || !sync || s.opts.Hooks.broken(func(b *breaks) bool { return b.deleteSkipsDirSync }) {
 		return err
 	}
 	return s.syncDir(path.Dir(name))
@@ -128,7 +128,7 @@ func (s *Store) Rename(ctx context.Context, oldName, newName string, noReplace, 
 		} else {
 			dirs = append(dirs, path.Dir(newName))
 		}
-		if s.opts.Hooks.set(func(h *Hooks) bool { return h.RenameSyncsOldDirOnly }) {
+		if s.opts.Hooks.broken(func(b *breaks) bool { return b.renameSyncsOldDirOnly }) {
 			dirs = dirs[:1]
 		}
 		return s.syncDirs(dirs)

@@ -345,7 +345,7 @@ func TestUnsyncedDirectoriesSurviveClose(t *testing.T) {
 		sync func(s *Store) error
 	}{
 		{"Fsync after reopen", func(s *Store) error { return s.Fsync(ctx, "a/b/c", SyncData) }},
-		{"SyncAll", func(s *Store) error { return s.SyncAll(ctx) }},
+		{"SyncAll", func(s *Store) error { return s.syncAll(ctx) }},
 		{"Close", func(s *Store) error { return s.Close() }},
 	}
 	for _, tt := range tests {
@@ -376,11 +376,11 @@ func TestUnsyncedDirectoriesSurviveClose(t *testing.T) {
 				return
 			}
 			// Once every name is durable, syncing again syncs no directory.
-			if err := s.SyncAll(ctx); err != nil {
+			if err := s.syncAll(ctx); err != nil {
 				t.Fatal(err)
 			}
 			before := len(rec.syncedDirs())
-			if err := s.SyncAll(ctx); err != nil {
+			if err := s.syncAll(ctx); err != nil {
 				t.Fatal(err)
 			}
 			if got := rec.syncedDirs()[before:]; len(got) != 0 {

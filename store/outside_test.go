@@ -112,7 +112,7 @@ func TestRemovedFileIsNoShutdownError(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, "f")); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SyncAll(ctx); err != nil {
+	if err := s.syncAll(ctx); err != nil {
 		t.Errorf("SyncAll: %v", err)
 	}
 }

@@ -413,16 +413,16 @@ func TestPowerLossNamesCatchesSkippedSyncs(t *testing.T) {
 	}
 	tests := []struct {
 		name  string
-		hooks store.Hooks
+		hooks *store.Hooks
 		c     plNameCase
 	}{
-		{"rename syncs only the old directory", store.Hooks{RenameSyncsOldDirOnly: true}, byName("rename between directories, sync")},
-		{"rename syncs only the old directory, into new ones", store.Hooks{RenameSyncsOldDirOnly: true}, byName("rename into new directories, sync")},
-		{"delete skips its directory sync", store.Hooks{DeleteSkipsDirSync: true}, byName("delete, sync")},
+		{"rename syncs only the old directory", store.BrokenHooks(store.Breaks{RenameSyncsOldDirOnly: true}), byName("rename between directories, sync")},
+		{"rename syncs only the old directory, into new ones", store.BrokenHooks(store.Breaks{RenameSyncsOldDirOnly: true}), byName("rename into new directories, sync")},
+		{"delete skips its directory sync", store.BrokenHooks(store.Breaks{DeleteSkipsDirSync: true}), byName("delete, sync")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cut, _ := cutNames(t, tt.c, store.Options{Hooks: &tt.hooks}, -1)
+			cut, _ := cutNames(t, tt.c, store.Options{Hooks: tt.hooks}, -1)
 			if !cut.acked {
 				t.Fatalf("the operation failed")
 			}

@@ -625,7 +625,7 @@ func skipWithoutODirect(t *testing.T) {
 }
 
 // TestPowerLossCatchesBrokenDurability turns on, one at a time, three
-// deliberate breaks of the durability contract (store.Hooks) and expects
+// deliberate breaks of the durability contract (store.BrokenHooks) and expects
 // the power-loss checker to report each, on the image that keeps nothing
 // unsynced. Each break's run uses the operations that give it a chance:
 // new files for the directory sync, unaligned synced writes in direct mode
@@ -645,7 +645,7 @@ func TestPowerLossCatchesBrokenDurability(t *testing.T) {
 	}
 	tests := []struct {
 		name  string
-		hooks store.Hooks
+		hooks *store.Hooks
 		opts  store.Options
 		mix   plMix
 		want  string // in the violation
@@ -655,7 +655,7 @@ func TestPowerLossCatchesBrokenDurability(t *testing.T) {
 	}{
 		{
 			name:  "group commit acknowledges a write that completed after its sync started",
-			hooks: store.Hooks{AckFromRunningSync: true},
+			hooks: store.BrokenHooks(store.Breaks{AckFromRunningSync: true}),
 			opts:  store.Options{Policy: store.PolicyUnlockedBelowEOF, Fsync: store.FsyncGroup},
 			mix:   plMix{write: 1, syncs: []store.SyncMode{store.SyncData}, files: 1},
 			want:  "was acknowledged durable",
@@ -663,14 +663,14 @@ func TestPowerLossCatchesBrokenDurability(t *testing.T) {
 		},
 		{
 			name:  "a new file's first sync skips its directories",
-			hooks: store.Hooks{SkipNewFileDirSync: true},
+			hooks: store.BrokenHooks(store.Breaks{SkipNewFileDirSync: true}),
 			opts:  store.Options{Policy: store.PolicySharedOverwrite},
 			mix:   plMix{write: 1, newFile: 1, syncs: []store.SyncMode{store.SyncData, store.SyncFull}, files: 1},
 			want:  "so the name was durable, but the file is missing",
 		},
 		{
 			name:  "an unaligned direct write is acknowledged after its writeback, unsynced",
-			hooks: store.Hooks{AckUnalignedDirectWriteBack: true},
+			hooks: store.BrokenHooks(store.Breaks{AckUnalignedDirectWriteBack: true}),
 			opts:  store.Options{Policy: store.PolicySharedWritten, IO: store.IODirect},
 			mix:   plMix{write: 1, syncs: []store.SyncMode{store.SyncData, store.SyncFull}, unaligned: 100, files: 2},
 			want:  "was acknowledged durable",
@@ -698,7 +698,7 @@ func TestPowerLossCatchesBrokenDurability(t *testing.T) {
 				for _, broken := range []bool{false, true} {
 					opts := tt.opts
 					if broken {
-						opts.Hooks = &tt.hooks
+						opts.Hooks = tt.hooks
 					}
 					r := &plRun{opts: opts, mix: tt.mix, seed: seed, stage: tt.stage}
 					v := powerLoss(t, r, onlyNone)
@@ -721,7 +721,7 @@ func TestPowerLossCatchesBrokenDurability(t *testing.T) {
 			}
 			for i := range cuts {
 				opts := tt.opts
-				opts.Hooks = &tt.hooks
+				opts.Hooks = tt.hooks
 				opts.MaxOpenFiles = 3
 				r := &plRun{opts: opts, mix: tt.mix, seed: seed + uint64(i), workers: 4, ops: 20}
 				r.crashAt = 1 + int64(rand.New(rand.NewPCG(r.seed, 0)).IntN(r.workers*r.ops))

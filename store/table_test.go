@@ -314,7 +314,7 @@ func TestInodeTableLookIsNotUse(t *testing.T) {
 	}{
 		{"Locks", func(s *Store) error { s.Locks(100); return nil }},
 		{"Locks limit 1", func(s *Store) error { s.Locks(1); return nil }},
-		{"SyncAll", func(s *Store) error { return s.SyncAll(ctx) }},
+		{"SyncAll", func(s *Store) error { return s.syncAll(ctx) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, _ := newTestStore(t, Options{MaxOpenFiles: 2})

@@ -250,7 +250,7 @@ func (s *Store) write(ctx context.Context, ino *inode, name string, held *holder
 			ino.lock.release(h)
 		default:
 			n, err = s.writeExclusive(ctx, ino, off, data, reason)
-			if ino.direct != nil && !ino.aligned(off, end) && s.opts.Hooks.set(func(h *Hooks) bool { return h.AckUnalignedDirectWriteBack }) {
+			if ino.direct != nil && !ino.aligned(off, end) && s.opts.Hooks.broken(func(b *breaks) bool { return b.ackUnalignedDirectWriteBack }) {
 				sync = SyncNone // the deliberate break: written back, never synced
 			}
 			if err == nil && s.opts.Policy == PolicyExclusive {
