@@ -34,9 +34,12 @@
 // synced after it, the fsyncs POSIX asks for. An entry change the cut kept
 // keeps the earlier changes of the same entry and those that put the
 // directories above it in place, as a filesystem that orders its metadata
-// writes them first (no image renames a name that was never made); a sync,
-// makes durable only its own directory's entries, so a name is durable
-// only once every directory up its path was synced after it appeared.
+// writes them first (no image renames a name that was never made);
+// NewUnordered drops that second rule, for a filesystem that does not
+// order its metadata writes. Either way a sync makes durable only its own
+// directory's entries, and a durable change keeps nothing by itself (POSIX
+// promises no more), so a name is durable only once every directory up its
+// path was synced after it appeared.
 // Durable operations are always kept. The image is made by
 // replaying the kept operations, in the order they completed, onto real
 // files with the same system calls, so its extents (holes, unwritten and
@@ -91,6 +94,10 @@ type FS struct {
 	nsMu  sync.Mutex
 	root  *dirNode
 	files int // fileNodes created, for their ids
+
+	// unordered: a change of an entry does not keep the changes that put
+	// the directories above it in place (NewUnordered). Immutable.
+	unordered bool
 }
 
 var _ store.FS = (*FS)(nil)
@@ -99,6 +106,17 @@ var _ store.FS = (*FS)(nil)
 // closes it.
 func New(base store.FS) *FS {
 	return &FS{base: base, root: newDirNode()}
+}
+
+// NewUnordered is New for a filesystem that does not order its metadata
+// writes (ext2, or ext4 without a journal): an entry change that survives
+// the cut brings with it only the earlier changes of the same entry, not
+// the creation of the directories above it, so an image may hold a name
+// in a directory that nothing reaches (the name is then lost with it).
+func NewUnordered(base store.FS) *FS {
+	f := New(base)
+	f.unordered = true
+	return f
 }
 
 // node is a directory entry's target: a directory or a file.
@@ -293,7 +311,9 @@ func (f *FS) setEntryLocked(d *dirNode, base, entryPath string, target *node) {
 	if target == nil {
 		delete(d.live, base)
 	} else {
-		op.above = append(op.above, f.aboveLocked(entryPath)...)
+		if !f.unordered {
+			op.above = append(op.above, f.aboveLocked(entryPath)...)
+		}
 		d.live[base] = target
 		if target.dir != nil {
 			target.dir.linkedBy, _ = op.piece()
@@ -311,7 +331,10 @@ func (f *FS) renameLocked(from *dirNode, oldBase, oldName string, to *dirNode, n
 	r := &renameOp{
 		from: from, to: to,
 		piece: Piece{Kind: PieceRename, Path: newName, From: oldName, Seq: seq},
-		above: slices.Concat(from.lastChange(oldBase), to.lastChange(newBase), f.aboveLocked(newName)),
+		above: slices.Concat(from.lastChange(oldBase), to.lastChange(newBase)),
+	}
+	if !f.unordered {
+		r.above = append(r.above, f.aboveLocked(newName)...)
 	}
 	delete(from.live, oldBase)
 	from.pending = append(from.pending, entryOp{seq: seq, name: oldBase, path: oldName, rename: r})

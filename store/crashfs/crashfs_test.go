@@ -416,6 +416,44 @@ func TestRenameIsOnePiece(t *testing.T) {
 	}
 }
 
+// TestUnorderedKeepsNoDirectories: on a filesystem that does not order its
+// metadata writes (NewUnordered) a kept rename into new directories does
+// not keep them: the image has the file under neither name. A kept change
+// still keeps the earlier changes of its own entry.
+func TestUnorderedKeepsNoDirectories(t *testing.T) {
+	base, _ := newBase(t)
+	fsys := crashfs.NewUnordered(base)
+	t.Cleanup(func() { fsys.Close() })
+	must(t, fsys.MkdirAll("a", 0o755))
+	f := create(t, fsys, "a/f")
+	write(t, f, 0, "x")
+	must(t, f.Sync(store.SyncData))
+	must(t, fsys.SyncDir("a"))
+	must(t, fsys.SyncDir("."))
+	must(t, fsys.MkdirAll("n/m", 0o755))
+	must(t, fsys.Rename("a/f", "n/m/g", false))
+	must(t, fsys.Rename("n/m/g", "n/m/h", false))
+	st := fsys.Crash()
+	only := func(kind crashfs.PieceKind, path string) crashfs.Keep {
+		return func(p crashfs.Piece) bool { return p.Kind == kind && p.Path == path }
+	}
+	tests := []struct {
+		name string
+		keep crashfs.Keep
+		want map[string]string
+	}{
+		{"the first rename alone", only(crashfs.PieceRename, "n/m/g"), map[string]string{"a/": ""}},
+		{"the second rename keeps the first, not the directories", only(crashfs.PieceRename, "n/m/h"), map[string]string{"a/": ""}},
+		{"the first directory alone", only(crashfs.PieceLink, "n"), map[string]string{"a/": "", "a/f": "x", "n/": ""}},
+		{"everything", crashfs.KeepAll, map[string]string{"a/": "", "n/": "", "n/m/": "", "n/m/h": "x"}},
+	}
+	for _, tt := range tests {
+		if got := image(t, st, tt.keep); !maps.Equal(got, tt.want) {
+			t.Errorf("%s: got %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
 // TestEntryChangesKeepTheirOrder: a kept change of an entry keeps the
 // changes of that entry before it, so that no image renames a name that
 // was never made or holds a file under two names.
