@@ -140,7 +140,11 @@
 // descriptor), and so does a failed sync_file_range of a direct-mode
 // unaligned write, which consumes the error on the descriptor fsync uses.
 // Delete and Rename change directory entries: durable once the directory
-// is synced (their sync flag, or Fsync of the directory).
+// is synced (their sync flag, or Fsync of the directory). Rename's sync
+// flag syncs every directory up the new name's path, root first, as the
+// first sync of a new file does: a directory that an earlier unsynced
+// call made may not be durable, and on a filesystem that does not order
+// its metadata writes the new name is lost with it.
 //
 // A sync that finds its file without a name (fstat(2) says st_nlink 0)
 // fails with ErrFileRemoved only if the name went from outside the store.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 )
 
 // Delete removes the file name. Writes that started before it finish first
@@ -80,9 +81,10 @@ func (s *Store) namesFile(name string, ino *inode, stat func(string) (FileInfo, 
 // side is ErrIsDirectory, and a symlink as oldName ErrInvalidPath: moving a
 // relative symlink would change what it names.
 //
-// Durable when it returns: nothing, unless sync, which fsyncs both parent
-// directories (and those it created, with the directory above them)
-// before returning, so that the new name survives a crash.
+// Durable when it returns: nothing, unless sync, which fsyncs the old
+// name's directory and every directory up the new name's path (those it
+// created among them) before returning, so that the new name survives a
+// crash even where the filesystem does not order its metadata writes.
 func (s *Store) Rename(ctx context.Context, oldName, newName string, noReplace, sync bool) error {
 	if err := validatePath(oldName); err != nil {
 		return err
@@ -120,14 +122,22 @@ func (s *Store) Rename(ctx context.Context, oldName, newName string, noReplace, 
 		if !sync {
 			return nil
 		}
-		dirs := []string{path.Dir(oldName)}
-		if len(created) > 0 {
-			// Each new directory's entry is in the one above it.
-			dirs = append(dirs, path.Dir(created[0]))
-			dirs = append(dirs, created...)
-		} else {
-			dirs = append(dirs, path.Dir(newName))
-		}
+		// The old name's directory, and every directory up the new
+		// name's path: its parent holds the new entry, and any of those
+		// above may hold the entry of a directory that no sync has made
+		// durable yet (made by this Rename, or by an earlier Write or
+		// Rename without sync). On a filesystem that does not order its
+		// metadata writes that entry could be lost with the new name
+		// below it, though the parent was synced. Like the first sync
+		// of a new file (pendingDirs), and through the same directory
+		// group commit, so a directory that nothing changed costs an
+		// fsync the kernel answers at once. From the root down, one at a
+		// time: the rename is durable once its two parents are synced,
+		// and a crash before that leaves the old name, so by then every
+		// directory above the new one must be durable already.
+		above := dirsAbove(newName)
+		slices.Reverse(above)
+		dirs := append([]string{path.Dir(oldName)}, above...)
 		if s.opts.Hooks.broken(func(b *breaks) bool { return b.renameSyncsOldDirOnly }) {
 			dirs = dirs[:1]
 		}

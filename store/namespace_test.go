@@ -303,10 +303,12 @@ func TestNamespaceSyncs(t *testing.T) {
 		{"delete with sync", func() error { return s.Delete(ctx, "a/f2", true) }, []string{"a"}},
 		{"delete with sync in the root", func() error { return s.Delete(ctx, "top", true) }, []string{"."}},
 		{"rename", func() error { return s.Rename(ctx, "a/f3", "b/f3", false, false) }, nil},
-		{"rename with sync", func() error { return s.Rename(ctx, "b/f3", "a/f3", false, true) }, []string{"b", "a"}},
-		{"rename with sync in one directory", func() error { return s.Rename(ctx, "a/f3", "a/f4", false, true) }, []string{"a"}},
+		// The old name's directory, then every directory up the new
+		// name's path, from the root down.
+		{"rename with sync", func() error { return s.Rename(ctx, "b/f3", "a/f3", false, true) }, []string{"b", ".", "a"}},
+		{"rename with sync in one directory", func() error { return s.Rename(ctx, "a/f3", "a/f4", false, true) }, []string{"a", "."}},
 		{"rename with sync into new directories", func() error { return s.Rename(ctx, "a/f4", "b/c/d/f4", false, true) },
-			[]string{"a", "b", "b/c", "b/c/d"}},
+			[]string{"a", ".", "b", "b/c", "b/c/d"}},
 		{"fsync of a directory", func() error { return s.Fsync(ctx, "b/c", SyncData) }, []string{"b/c"}},
 	}
 	for _, st := range steps {

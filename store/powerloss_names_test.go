@@ -540,3 +540,54 @@ func TestPowerLossEmptySyncedWrite(t *testing.T) {
 		}
 	}
 }
+
+// TestPowerLossRenameIntoUnsyncedDirectory: a Rename with sync into a
+// directory that an earlier Write made and no sync has made durable yet
+// keeps the new name after a crash: the Rename syncs every directory up
+// the new name's path, not only its two parents (and those it made), whose
+// syncs alone leave the directory's own entry, and with it the file, to
+// the filesystem's ordering of metadata writes. The crash is on crashfs
+// with and without that ordering.
+func TestPowerLossRenameIntoUnsyncedDirectory(t *testing.T) {
+	ctx := context.Background()
+	for _, fsName := range []string{"ordered", "unordered"} {
+		for _, to := range []string{"n/m/f", "n/m/k/f"} {
+			t.Run(fsName+"/"+to, func(t *testing.T) {
+				base, err := store.OpenOSFS(testutil.Dir(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				fsys := crashfs.New(base)
+				if fsName == "unordered" {
+					fsys = crashfs.NewUnordered(base)
+				}
+				s, err := store.Open(fsys, store.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				if _, err := s.Write(ctx, "t", 0, []byte("content"), store.SyncFull); err != nil {
+					t.Fatal(err)
+				}
+				// Makes n and n/m, whose entries no sync covers.
+				if _, err := s.Write(ctx, "n/m/other", 0, []byte("o"), store.SyncNone); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Rename(ctx, "t", to, false, true); err != nil {
+					t.Fatal(err)
+				}
+				st := fsys.Crash()
+				for _, keep := range everySubset(st.Pieces()) {
+					dir := testutil.Dir(t)
+					if _, err := st.Write(dir, keep.keep); err != nil {
+						t.Fatal(err)
+					}
+					got := filesIn(t, dir)
+					if _, old := got["t"]; got[to] != "content" || old {
+						t.Errorf("after Rename(t, %s) with sync returned, image %s holds %q; want %s with the content and no t", to, keep.name, got, to)
+					}
+				}
+			})
+		}
+	}
+}
