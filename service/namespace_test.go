@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -307,6 +310,44 @@ func TestListPageFitsInAReply(t *testing.T) {
 	}
 	if len(seen) != files {
 		t.Errorf("listed %d entries, want %d", len(seen), files)
+	}
+}
+
+// TestListNameNotUTF8: a directory holding a name that is not valid UTF-8
+// (made outside the daemon) lists without it, over gRPC and REST alike,
+// instead of failing every page that would include it with INTERNAL (a
+// protobuf string must be UTF-8); the daemon logs the name once, however
+// often the directory is listed.
+func TestListNameNotUTF8(t *testing.T) {
+	var logs testutil.LockedBuffer
+	d := startDaemon(t, func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	ctx := testContext(t)
+	if _, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "dir/ok", Data: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d.root, "dir", "bad\xff"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := []*filewritev1.DirEntry{{Name: "ok", Size: 1}}
+	for range 2 {
+		l, err := d.client.List(ctx, &filewritev1.ListRequest{Path: "dir"})
+		if err != nil || !slices.EqualFunc(l.GetEntries(), want, eqEntry) {
+			t.Fatalf("List(dir) = %v, %v; want %v", l, err, want)
+		}
+	}
+	resp, err := http.Get(d.url + "/v1/dirs/dir")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"ok"`) {
+		t.Errorf("GET /v1/dirs/dir = %d %s; want 200 listing ok", resp.StatusCode, body)
+	}
+	if n := strings.Count(logs.String(), `bad\\xff`); n != 1 {
+		t.Errorf("the name was logged %d times, want once; log:\n%s", n, logs.String())
 	}
 }
 

@@ -321,6 +321,9 @@ func Start(cfg Config) (_ *Server, err error) {
 	if opts.Telemetry == nil {
 		opts.Telemetry = s.tel.store
 	}
+	if opts.Logger == nil {
+		opts.Logger = log
+	}
 	if s.store, err = store.Open(fsys, opts); err != nil {
 		fsys.Close()
 		return nil, fmt.Errorf("open store at %s: %w", cfg.Root, err)

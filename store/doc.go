@@ -98,6 +98,7 @@
 //
 //	dirSyncs.mu            (the directories being synced; a leaf)
 //	dirSync.mu             (one directory's fsyncs; a leaf, taken alone)
+//	unlistedNames.mu       (names List left out and reported; a leaf)
 //
 // Nothing waits for an inode lock while holding inodeTable.mu: get and put
 // take and drop it before the caller touches inode.lock, and /debug/locks

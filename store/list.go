@@ -9,8 +9,12 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"unicode/utf8"
 )
 
 // Page sizes of List.
@@ -50,6 +54,11 @@ type DirEntry struct {
 // smallest names past the token in a heap, and stats only those. Listing
 // a directory of n entries whole costs O(n²/pageSize) names read.
 //
+// A name that is not valid UTF-8 (made outside the store) is left out:
+// no path the store accepts can name it, a protobuf string cannot carry
+// it, and an escaped form would name another file, or none. It is
+// logged to Options.Logger once.
+//
 // It makes nothing durable and takes no inode lock: files being written
 // show the size they have at that moment.
 func (s *Store) List(ctx context.Context, dir string, pageSize int, pageToken string) ([]DirEntry, string, error) {
@@ -84,6 +93,8 @@ func (s *Store) List(ctx context.Context, dir string, pageSize int, pageToken st
 		names, err := d.Names(listChunk)
 		for _, n := range names {
 			switch {
+			case !utf8.ValidString(n):
+				s.unlisted.report(s.opts.Logger, name, n)
 			case n <= after:
 			case len(page) < pageSize:
 				heap.Push(&page, n)
@@ -162,4 +173,40 @@ func decodePageToken(tok string) (string, error) {
 		return "", refuse(ErrInvalidPage, "page_token", "page token %q was not returned by List", tok)
 	}
 	return name, nil
+}
+
+// maxUnlistedReports bounds the names unlistedNames remembers, and so
+// reports: a directory of a million such names costs the store no more.
+const maxUnlistedReports = 1024
+
+// unlistedNames remembers the names List left out and logged, so that
+// each is logged once however often it is listed.
+type unlistedNames struct {
+	// mu guards seen; a leaf, never held across the report.
+	mu   sync.Mutex
+	seen map[string]struct{}
+}
+
+// report logs to log (if not nil) that List of dir left name out, unless
+// it did before or maxUnlistedReports names were reported already.
+func (u *unlistedNames) report(log *slog.Logger, dir, name string) {
+	if log == nil {
+		return
+	}
+	key := dir + "/" + name
+	u.mu.Lock()
+	_, seen := u.seen[key]
+	full := len(u.seen) >= maxUnlistedReports
+	if !seen && !full {
+		if u.seen == nil {
+			u.seen = make(map[string]struct{})
+		}
+		u.seen[key] = struct{}{}
+	}
+	u.mu.Unlock()
+	if !seen && !full {
+		// Quoted: the name is not valid UTF-8, and a log line must be.
+		log.Warn("List leaves out a name that is not valid UTF-8 (made outside the daemon: no request can name it)",
+			"dir", dir, "name", strconv.Quote(name))
+	}
 }

@@ -22,6 +22,8 @@ type Store struct {
 	// gauges is the registration of the open-files and in-flight gauges
 	// with tel's meter, undone by Close.
 	gauges metric.Registration
+	// unlisted are the names List left out and logged (Options.Logger).
+	unlisted unlistedNames
 }
 
 // Open opens a store over fsys (see OpenOSFS). The store owns fsys and

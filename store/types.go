@@ -4,6 +4,7 @@ package store
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -311,6 +312,12 @@ type Options struct {
 	ExtentCacheBytes int64
 	// Telemetry receives lock waits; default no-op.
 	Telemetry *Telemetry
+	// Logger, if not nil, receives the store's warnings: an entry that List
+	// leaves out because its name is not valid UTF-8 (made outside the
+	// store: no path the store accepts can name it), once per directory
+	// and name for the store's life (up to maxUnlistedReports of them),
+	// not on every page that skips it.
+	Logger *slog.Logger
 	// Hooks are test hooks; nil in production.
 	Hooks *Hooks
 }
