@@ -70,6 +70,31 @@ func TestProbeGRPC(t *testing.T) {
 	}
 }
 
+// TestProbeTLS: against a daemon serving TLS, the probe speaks TLS with
+// --tls-ca (verifying the daemon's certificate) or --tls-no-verify, and
+// fails in plaintext or with a CA that did not sign the certificate.
+func TestProbeTLS(t *testing.T) {
+	dir := t.TempDir()
+	cert := testutil.NewCert(t, dir, "daemon")
+	other := testutil.NewCert(t, dir, "other")
+	srv := startDaemon(t, "--tls-cert", cert.CertFile, "--tls-key", cert.KeyFile)
+	addr := srv.GRPCAddr().String()
+	for _, tt := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"--tls-ca", cert.CertFile}, probeServing},
+		{[]string{"--tls-no-verify"}, probeServing},
+		{nil, probeNotServing},
+		{[]string{"--tls-ca", other.CertFile}, probeNotServing},
+	} {
+		args := append([]string{"--grpc-addr", addr, "--timeout", "3s"}, tt.args...)
+		if code, out, errs := probe(args...); code != tt.want {
+			t.Errorf("probe %q: exit %d, stdout %q, stderr %q; want %d", tt.args, code, out, errs, tt.want)
+		}
+	}
+}
+
 // TestProbeGRPCAddrFromEnv: inside the daemon's container the probe needs
 // no flags: it reads the daemon's own FILEWRITE_GRPC_ADDR, and probes a
 // wildcard listen address on loopback.
