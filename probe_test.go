@@ -107,6 +107,26 @@ func TestProbeGRPCAddrFromEnv(t *testing.T) {
 	}
 }
 
+// TestProbeReadyz: with --http-addr the probe asks a real daemon's
+// /readyz, which needs no token even when tokens are on.
+func TestProbeReadyz(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("s3cret-token-for-the-readyz-test\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := startDaemon(t, "--auth-token-file", tokens)
+	addr := srv.HTTPAddr().String()
+	if code, out, errs := probe("--http-addr", addr); code != probeServing || !strings.Contains(out, "200") {
+		t.Errorf("probe of /readyz while serving: exit %d, stdout %q, stderr %q; want 0 and 200", code, out, errs)
+	}
+	if err := srv.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := probe("--http-addr", addr, "--timeout", "2s"); code != probeNotServing {
+		t.Errorf("probe of /readyz after shutdown: exit %d, stdout %q, stderr %q; want %d", code, out, errs, probeNotServing)
+	}
+}
+
 // TestProbeHTTP: with --http-addr the probe asks GET /readyz, and only a
 // 2xx answer is serving.
 func TestProbeHTTP(t *testing.T) {
