@@ -70,6 +70,31 @@ func TestProbeGRPC(t *testing.T) {
 	}
 }
 
+// TestProbeTLS: against a daemon serving TLS, the probe speaks TLS with
+// --tls-ca (verifying the daemon's certificate) or --tls-no-verify, and
+// fails in plaintext or with a CA that did not sign the certificate.
+func TestProbeTLS(t *testing.T) {
+	dir := t.TempDir()
+	cert := testutil.NewCert(t, dir, "daemon")
+	other := testutil.NewCert(t, dir, "other")
+	srv := startDaemon(t, "--tls-cert", cert.CertFile, "--tls-key", cert.KeyFile)
+	addr := srv.GRPCAddr().String()
+	for _, tt := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"--tls-ca", cert.CertFile}, probeServing},
+		{[]string{"--tls-no-verify"}, probeServing},
+		{nil, probeNotServing},
+		{[]string{"--tls-ca", other.CertFile}, probeNotServing},
+	} {
+		args := append([]string{"--grpc-addr", addr, "--timeout", "3s"}, tt.args...)
+		if code, out, errs := probe(args...); code != tt.want {
+			t.Errorf("probe %q: exit %d, stdout %q, stderr %q; want %d", tt.args, code, out, errs, tt.want)
+		}
+	}
+}
+
 // TestProbeGRPCAddrFromEnv: inside the daemon's container the probe needs
 // no flags: it reads the daemon's own FILEWRITE_GRPC_ADDR, and probes a
 // wildcard listen address on loopback.
@@ -79,6 +104,26 @@ func TestProbeGRPCAddrFromEnv(t *testing.T) {
 	t.Setenv("FILEWRITE_GRPC_ADDR", "0.0.0.0:"+port)
 	if code, out, errs := probe(); code != probeServing {
 		t.Errorf("probe with FILEWRITE_GRPC_ADDR=0.0.0.0:%s: exit %d, stdout %q, stderr %q; want 0", port, code, out, errs)
+	}
+}
+
+// TestProbeReadyz: with --http-addr the probe asks a real daemon's
+// /readyz, which needs no token even when tokens are on.
+func TestProbeReadyz(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("s3cret-token-for-the-readyz-test\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := startDaemon(t, "--auth-token-file", tokens)
+	addr := srv.HTTPAddr().String()
+	if code, out, errs := probe("--http-addr", addr); code != probeServing || !strings.Contains(out, "200") {
+		t.Errorf("probe of /readyz while serving: exit %d, stdout %q, stderr %q; want 0 and 200", code, out, errs)
+	}
+	if err := srv.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := probe("--http-addr", addr, "--timeout", "2s"); code != probeNotServing {
+		t.Errorf("probe of /readyz after shutdown: exit %d, stdout %q, stderr %q; want %d", code, out, errs, probeNotServing)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -105,10 +106,36 @@ func ensureReason(err error) error {
 func logStream(log *slog.Logger) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		start := time.Now()
-		err := ensureReason(handler(srv, ss))
-		logRPC(ss.Context(), log, info.FullMethod, "", start, err)
+		ps := &pathStream{ServerStream: ss}
+		err := ensureReason(handler(srv, ps))
+		var path string
+		if p := ps.path.Load(); p != nil {
+			path = *p
+		}
+		logRPC(ss.Context(), log, info.FullMethod, path, start, err)
 		return err
 	}
+}
+
+// pathStream notes the first file path a stream's messages name (a
+// WriteStream names its file in its first message), for the stream's log
+// line. Once it has one, a message costs it an atomic load.
+type pathStream struct {
+	grpc.ServerStream
+	// path is set once; atomic because a handler's receiving goroutine
+	// may outlive the handler's return by a RecvMsg.
+	path atomic.Pointer[string]
+}
+
+func (s *pathStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if err == nil && s.path.Load() == nil {
+		if r, ok := m.(interface{ GetPath() string }); ok && r.GetPath() != "" {
+			p := r.GetPath()
+			s.path.Store(&p)
+		}
+	}
+	return err
 }
 
 // logUnary logs every RPC at debug level, and at error level those whose
@@ -130,8 +157,8 @@ func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 
 // logRPC logs the end of an RPC: at error level when its code says the
 // server or the disk failed (failureLevel), else at debug level. It names
-// the caller (peerAddr) and, for a unary call, the file (path; a
-// WriteStream's files are in its messages, which this does not see).
+// the caller (peerAddr) and the file (path: a unary call's, or the first
+// that a stream's messages name).
 // The elapsed time is a Go duration string in either log format: slog's
 // JSON handler would write a duration as integer nanoseconds.
 func logRPC(ctx context.Context, log *slog.Logger, method, path string, start time.Time, err error) {

@@ -3,6 +3,7 @@ package service
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -302,6 +303,21 @@ func TestRPCLogNamesPeerAndPath(t *testing.T) {
 	if _, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "grpc-file", Data: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
+	stream, err := d.client.WriteStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&filewritev1.WriteStreamRequest{Path: "stream-file", Writes: []*filewritev1.StreamWrite{{Id: 1, Data: []byte("x")}}}); err != nil {
+		t.Fatal(err)
+	}
+	stream.CloseSend()
+	for {
+		if _, err := stream.Recv(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
 	if r := doHTTP(t, http.MethodPut, d.url+"/v1/files/rest-file?offset=0", bytes.NewReader([]byte("x")),
 		map[string]string{"Content-Type": mimeOctetStream, "X-Forwarded-For": "203.0.113.9"}); r.status != http.StatusOK {
 		t.Fatalf("PUT: %d %s", r.status, r.body)
@@ -316,7 +332,18 @@ func TestRPCLogNamesPeerAndPath(t *testing.T) {
 			lines = append(lines, rec)
 		}
 	}
-	for _, path := range []string{"grpc-file", "rest-file"} {
+	// The stream's line is written once its handler returns, after the
+	// client has seen the stream end.
+	testutil.WaitFor(t, "the stream's log line", func() bool {
+		return strings.Contains(logs.String(), `"path":"stream-file"`)
+	})
+	for l := range strings.Lines(logs.String()) {
+		var rec rpcLine
+		if json.Unmarshal([]byte(l), &rec) == nil && rec.Msg == "rpc" && rec.Path == "stream-file" {
+			lines = append(lines, rec)
+		}
+	}
+	for _, path := range []string{"grpc-file", "stream-file", "rest-file"} {
 		i := slices.IndexFunc(lines, func(r rpcLine) bool { return r.Path == path })
 		if i < 0 {
 			t.Errorf("no rpc log line with path %q in %v", path, lines)
@@ -326,7 +353,7 @@ func TestRPCLogNamesPeerAndPath(t *testing.T) {
 		// connection came from (grpc-gateway forwards no port), and what
 		// the caller put in X-Forwarded-For itself is not believed.
 		host := lines[i].Peer
-		if path == "grpc-file" {
+		if path != "rest-file" {
 			var err error
 			if host, _, err = net.SplitHostPort(lines[i].Peer); err != nil {
 				t.Errorf("rpc line for %s: peer %q, want host:port", path, lines[i].Peer)

@@ -373,8 +373,8 @@ func Start(cfg Config) (_ *Server, err error) {
 	}
 	st := s.store.Options()
 	build := ReadBuildInfo()
-	log.Info("filewrite started", "version", build.Version, "commit", build.Commit, "traces", s.tel.tracesTo, "root", cfg.Root, "policy", st.Policy.String(), "io", st.IO.String(),
-		"fsync", st.Fsync.String(), "max_file_size", st.MaxFileSize, "max_request_bytes", st.MaxRequestBytes,
+	log.Info("filewrite started", "version", build.Version, "commit", build.Commit, "traces", s.tel.tracesTo,
+		"root", cfg.Root, "policy", st.Policy.String(), "io", st.IO.String(), "fsync", st.Fsync.String(), "max_file_size", st.MaxFileSize, "max_request_bytes", st.MaxRequestBytes,
 		"max_open_files", st.MaxOpenFiles, "rlimit_nofile", store.NoFileLimit(), "extent_cache_bytes", max(st.ExtentCacheBytes, 0),
 		"max_inflight_bytes", cfg.MaxInflightBytes)
 	// The listening records are a contract (docs/operations.md, "The

@@ -57,6 +57,10 @@ type streamRequest struct {
 	pending atomic.Int32
 }
 
+// GetPath is the path the message names, "" if none: spelled like the
+// generated getter so that the stream's log line (logStream) finds it.
+func (r *streamRequest) GetPath() string { return r.path }
+
 // applied is called once per write of r, when its data is no longer
 // needed (applied, refused or dropped).
 func (r *streamRequest) applied() {
