@@ -24,7 +24,7 @@ import (
 // written %XX, so that any path fits in a header and every router hashes
 // the same string. A daemon refuses (FAILED_PRECONDITION) a call whose
 // header names another path than its request.
-const PathHeader = "filewrite-path"
+const PathHeader = shard.Header
 
 // Default option values.
 const (

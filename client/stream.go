@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/streamwire"
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -24,7 +25,7 @@ const writeOverhead = 48
 
 // maxWritesPerMessage bounds the writes of one message, so that their acks
 // fit in one response too.
-const maxWritesPerMessage = 4096
+const maxWritesPerMessage = streamwire.MaxWritesPerMessage
 
 // write is one write on its way: queued, then in flight on a stream, then
 // done.

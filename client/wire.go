@@ -7,10 +7,10 @@ import (
 	protocodec "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/filewrite/filewrite/internal/bufpool"
+	"github.com/filewrite/filewrite/internal/streamwire"
 )
 
 // The sender encodes each WriteStreamRequest itself, straight from the
@@ -18,23 +18,8 @@ import (
 // StreamWrites for the proto codec: no message per write to allocate, and
 // the callers' bytes are read once, while their callers still wait (see
 // fileStream.giveUp). streamCodec passes such a message to gRPC as it is;
-// everything else goes through the proto codec.
-
-// Field numbers of WriteStreamRequest, StreamWrite, WriteStreamResponse
-// and StreamAck (filewrite.proto).
-const (
-	fieldAcks        = 1 // WriteStreamResponse.acks
-	fieldAckID       = 1 // StreamAck.id
-	fieldAckWritten  = 2
-	fieldAckSize     = 3
-	fieldAckStatus   = 4
-	fieldWrites      = 2 // WriteStreamRequest.writes
-	fieldWriteID     = 1 // StreamWrite.id
-	fieldWriteOffset = 2
-	fieldWriteData   = 3
-	fieldWriteSync   = 4
-	fieldWriteCRC    = 5
-)
+// everything else goes through the proto codec. The wire form itself is
+// internal/streamwire's, shared with the daemon.
 
 // encodedRequest is a WriteStreamRequest in wire form.
 type encodedRequest struct{ data mem.BufferSlice }
@@ -57,54 +42,18 @@ func (c streamCodec) Marshal(v any) (mem.BufferSlice, error) {
 	return c.CodecV2.Marshal(v)
 }
 
-// streamWriteSize is the size of one StreamWrite, without its own tag and
-// length.
-func streamWriteSize(id uint64, w *write) int {
-	n := protowire.SizeTag(fieldWriteData) + protowire.SizeBytes(len(w.data)) +
-		protowire.SizeTag(fieldWriteCRC) + protowire.SizeFixed32()
-	if id != 0 {
-		n += protowire.SizeTag(fieldWriteID) + protowire.SizeVarint(id)
-	}
-	if w.off != 0 {
-		n += protowire.SizeTag(fieldWriteOffset) + protowire.SizeVarint(uint64(w.off))
-	}
-	if s := uint64(w.sync.proto()); s != 0 {
-		n += protowire.SizeTag(fieldWriteSync) + protowire.SizeVarint(s)
-	}
-	return n
-}
-
 // encodeWrites encodes a WriteStreamRequest (no path) carrying ws, with
 // ids from firstID on, into a buffer of the pool.
 func encodeWrites(ws []*write, firstID uint64) *encodedRequest {
 	size := 0
 	for i, w := range ws {
-		n := streamWriteSize(firstID+uint64(i), w)
-		size += protowire.SizeTag(fieldWrites) + protowire.SizeBytes(n)
+		size += streamwire.RequestWriteSize(firstID+uint64(i), w.off, len(w.data), int32(w.sync.proto()))
 	}
 	pool := bufpool.Shared
 	bp := pool.Get(size)
 	b := (*bp)[:0]
 	for i, w := range ws {
-		id := firstID + uint64(i)
-		b = protowire.AppendTag(b, fieldWrites, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(streamWriteSize(id, w)))
-		if id != 0 {
-			b = protowire.AppendTag(b, fieldWriteID, protowire.VarintType)
-			b = protowire.AppendVarint(b, id)
-		}
-		if w.off != 0 {
-			b = protowire.AppendTag(b, fieldWriteOffset, protowire.VarintType)
-			b = protowire.AppendVarint(b, uint64(w.off))
-		}
-		b = protowire.AppendTag(b, fieldWriteData, protowire.BytesType)
-		b = protowire.AppendBytes(b, w.data)
-		if s := uint64(w.sync.proto()); s != 0 {
-			b = protowire.AppendTag(b, fieldWriteSync, protowire.VarintType)
-			b = protowire.AppendVarint(b, s)
-		}
-		b = protowire.AppendTag(b, fieldWriteCRC, protowire.Fixed32Type)
-		b = protowire.AppendFixed32(b, w.crc)
+		b = streamwire.AppendWrite(b, firstID+uint64(i), w.off, w.data, int32(w.sync.proto()), w.crc)
 	}
 	*bp = b
 	return &encodedRequest{data: mem.BufferSlice{mem.NewBuffer(bp, pool)}}
@@ -128,70 +77,22 @@ func (r *ackResponse) decode(data mem.BufferSlice) error {
 	} else {
 		b = data.Materialize()
 	}
-	for len(b) > 0 {
-		num, typ, l := protowire.ConsumeTag(b)
-		if l < 0 {
-			return errMalformedAcks
-		}
-		b = b[l:]
-		if num != fieldAcks || typ != protowire.BytesType {
-			if l = protowire.ConsumeFieldValue(num, typ, b); l < 0 {
+	err := streamwire.EachAck(b, func(a *streamwire.Ack) error {
+		v := ack{id: a.ID, written: a.Written, size: a.Size}
+		if a.Status != nil {
+			st := &spb.Status{}
+			if err := proto.Unmarshal(a.Status, st); err != nil {
 				return errMalformedAcks
 			}
-			b = b[l:]
-			continue
+			v.err = status.ErrorProto(st)
 		}
-		v, l := protowire.ConsumeBytes(b)
-		if l < 0 {
-			return errMalformedAcks
-		}
-		b = b[l:]
-		a, err := decodeAck(v)
-		if err != nil {
-			return err
-		}
-		r.acks = append(r.acks, a)
+		r.acks = append(r.acks, v)
+		return nil
+	})
+	if err != nil {
+		return errMalformedAcks
 	}
 	return nil
 }
 
 var errMalformedAcks = status.Error(codes.Internal, "filewrite client: a WriteStream response that does not decode")
-
-func decodeAck(b []byte) (ack, error) {
-	var a ack
-	for len(b) > 0 {
-		num, typ, l := protowire.ConsumeTag(b)
-		if l < 0 {
-			return a, errMalformedAcks
-		}
-		b = b[l:]
-		var v uint64
-		switch {
-		case num == fieldAckID && typ == protowire.VarintType:
-			a.id, l = protowire.ConsumeVarint(b)
-		case num == fieldAckWritten && typ == protowire.VarintType:
-			v, l = protowire.ConsumeVarint(b)
-			a.written = int64(v)
-		case num == fieldAckSize && typ == protowire.VarintType:
-			v, l = protowire.ConsumeVarint(b)
-			a.size = int64(v)
-		case num == fieldAckStatus && typ == protowire.BytesType:
-			var raw []byte
-			raw, l = protowire.ConsumeBytes(b)
-			if l >= 0 {
-				st := &spb.Status{}
-				if err := proto.Unmarshal(raw, st); err != nil {
-					return a, errMalformedAcks
-				}
-				a.err = status.ErrorProto(st)
-			}
-		default:
-			l = protowire.ConsumeFieldValue(num, typ, b)
-		}
-		if l < 0 {
-			return a, errMalformedAcks
-		}
-		b = b[l:]
-	}
-	return a, nil
-}

@@ -1,16 +1,15 @@
 package service
 
 import (
-	"errors"
+	"math"
 	"sync/atomic"
-	"unicode/utf8"
 
 	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/bufpool"
+	"github.com/filewrite/filewrite/internal/streamwire"
 )
 
 // The stream's messages skip the generic protobuf code both ways. A
@@ -19,25 +18,8 @@ import (
 // message, whose data alias those bytes instead of copying them; the
 // bytes go back to gRPC's pool once every write of the message has been
 // applied. Acks are encoded straight from the acked writes into a pooled
-// buffer (encodeAcks). Both follow filewrite.proto's field numbers, and
-// tests hold them to the generated code.
-
-// Field numbers (filewrite.proto).
-const (
-	fieldRequestPath   = 1 // WriteStreamRequest.path
-	fieldRequestWrites = 2 // WriteStreamRequest.writes
-	fieldRequestOpen   = 3 // WriteStreamRequest.open_mode
-	fieldWriteID       = 1 // StreamWrite.id
-	fieldWriteOffset   = 2
-	fieldWriteData     = 3
-	fieldWriteSync     = 4
-	fieldWriteCRC      = 5
-	fieldResponseAcks  = 1 // WriteStreamResponse.acks
-	fieldAckID         = 1 // StreamAck.id
-	fieldAckWritten    = 2
-	fieldAckSize       = 3
-	fieldAckStatus     = 4
-)
+// buffer (encodeAcks). The wire form is internal/streamwire's, shared with
+// the client.
 
 // streamRequest is one WriteStreamRequest as the stream's reader gets it.
 type streamRequest struct {
@@ -79,12 +61,8 @@ func (r *streamRequest) release() {
 	}
 }
 
-var errTruncated = errors.New("truncated or malformed wire data")
-
 // decodeStreamRequest decodes data into r, keeping a reference to the
-// bytes its writes alias. Fields it does not know are skipped, as the
-// generated code keeps them as unknown fields, and so is a known field
-// sent with another wire type.
+// bytes its writes alias.
 func decodeStreamRequest(data mem.BufferSlice, r *streamRequest) {
 	r.size = data.Len()
 	if len(data) == 1 {
@@ -93,11 +71,15 @@ func decodeStreamRequest(data mem.BufferSlice, r *streamRequest) {
 	} else {
 		r.buf = data.MaterializeToBuffer(bufpool.Shared)
 	}
-	b := r.buf.ReadOnlyData()
-	n, err := countWrites(b)
+	msg, err := streamwire.ScanRequest(r.buf.ReadOnlyData(), math.MaxInt)
 	if err == nil {
-		r.writes = make([]streamWrite, 0, n)
-		err = r.decode(b)
+		r.path = msg.Path
+		r.openMode = filewritev1.OpenMode(msg.OpenMode)
+		r.writes = make([]streamWrite, msg.Writes)
+		msg.Each(func(i int, w *streamwire.Write) {
+			r.writes[i] = streamWrite{id: w.ID, off: w.Offset, data: w.Data, syncRaw: filewritev1.SyncMode(w.Sync),
+				crc: w.CRC, hasCRC: w.HasCRC, req: r}
+		})
 	}
 	if err != nil {
 		r.bad = err.Error()
@@ -110,127 +92,9 @@ func decodeStreamRequest(data mem.BufferSlice, r *streamRequest) {
 	}
 }
 
-// countWrites counts the writes of a message, so that their slab is
-// allocated once.
-func countWrites(b []byte) (int, error) {
-	n := 0
-	for len(b) > 0 {
-		num, typ, l := protowire.ConsumeTag(b)
-		if l < 0 {
-			return 0, errTruncated
-		}
-		b = b[l:]
-		if num == fieldRequestWrites && typ == protowire.BytesType {
-			n++
-		}
-		if l = protowire.ConsumeFieldValue(num, typ, b); l < 0 {
-			return 0, errTruncated
-		}
-		b = b[l:]
-	}
-	return n, nil
-}
-
-func (r *streamRequest) decode(b []byte) error {
-	for len(b) > 0 {
-		num, typ, l := protowire.ConsumeTag(b)
-		if l < 0 {
-			return errTruncated
-		}
-		b = b[l:]
-		switch {
-		case num == fieldRequestPath && typ == protowire.BytesType:
-			v, l := protowire.ConsumeBytes(b)
-			if l < 0 {
-				return errTruncated
-			}
-			if !utf8.Valid(v) {
-				return errors.New("path: invalid UTF-8")
-			}
-			r.path = string(v)
-			b = b[l:]
-		case num == fieldRequestWrites && typ == protowire.BytesType:
-			v, l := protowire.ConsumeBytes(b)
-			if l < 0 {
-				return errTruncated
-			}
-			r.writes = append(r.writes, streamWrite{req: r})
-			if err := r.writes[len(r.writes)-1].decode(v); err != nil {
-				return err
-			}
-			b = b[l:]
-		case num == fieldRequestOpen && typ == protowire.VarintType:
-			v, l := protowire.ConsumeVarint(b)
-			if l < 0 {
-				return errTruncated
-			}
-			r.openMode = filewritev1.OpenMode(int32(v))
-			b = b[l:]
-		default:
-			if l = protowire.ConsumeFieldValue(num, typ, b); l < 0 {
-				return errTruncated
-			}
-			b = b[l:]
-		}
-	}
-	return nil
-}
-
-func (w *streamWrite) decode(b []byte) error {
-	for len(b) > 0 {
-		num, typ, l := protowire.ConsumeTag(b)
-		if l < 0 {
-			return errTruncated
-		}
-		b = b[l:]
-		switch {
-		case num == fieldWriteID && typ == protowire.VarintType:
-			w.id, l = protowire.ConsumeVarint(b)
-		case num == fieldWriteOffset && typ == protowire.VarintType:
-			var v uint64
-			v, l = protowire.ConsumeVarint(b)
-			w.off = int64(v)
-		case num == fieldWriteData && typ == protowire.BytesType:
-			w.data, l = protowire.ConsumeBytes(b)
-		case num == fieldWriteSync && typ == protowire.VarintType:
-			var v uint64
-			v, l = protowire.ConsumeVarint(b)
-			w.syncRaw = filewritev1.SyncMode(int32(v))
-		case num == fieldWriteCRC && typ == protowire.Fixed32Type:
-			w.crc, l = protowire.ConsumeFixed32(b)
-			w.hasCRC = true
-		default:
-			l = protowire.ConsumeFieldValue(num, typ, b)
-		}
-		if l < 0 {
-			return errTruncated
-		}
-		b = b[l:]
-	}
-	return nil
-}
-
 // encodedMessage is a message in wire form: requestCodec hands its bytes
 // to gRPC as they are.
 type encodedMessage struct{ data mem.BufferSlice }
-
-// ackSize is the size of w's StreamAck, without its own tag and length.
-func ackSize(w *streamWrite, status []byte) int {
-	n := 0
-	if w.id != 0 {
-		n += protowire.SizeTag(fieldAckID) + protowire.SizeVarint(w.id)
-	}
-	if v := uint64(w.res.BytesWritten); v != 0 {
-		n += protowire.SizeTag(fieldAckWritten) + protowire.SizeVarint(v)
-	}
-	if v := uint64(w.res.Size); v != 0 {
-		n += protowire.SizeTag(fieldAckSize) + protowire.SizeVarint(v)
-	}
-	if status != nil {
-		n += protowire.SizeTag(fieldAckStatus) + protowire.SizeBytes(len(status))
-	}
-	return n
-}
 
 // encodeAcks encodes the WriteStreamResponse that acks ws into m, in a
 // buffer of gRPC's pool that gRPC frees once it has sent it.
@@ -242,33 +106,23 @@ func encodeAcks(ws []*streamWrite, m *encodedMessage) {
 			// Rare: the generated code marshals the google.rpc.Status.
 			w.status, _ = proto.Marshal(ackStatus(w.err))
 		}
-		size += protowire.SizeTag(fieldResponseAcks) + protowire.SizeBytes(ackSize(w, w.status))
+		a := w.ack()
+		size += streamwire.ResponseAckSize(&a)
 	}
 	pool := bufpool.Shared
 	bp := pool.Get(size)
 	b := (*bp)[:0]
 	for _, w := range ws {
-		b = protowire.AppendTag(b, fieldResponseAcks, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(ackSize(w, w.status)))
-		if w.id != 0 {
-			b = protowire.AppendTag(b, fieldAckID, protowire.VarintType)
-			b = protowire.AppendVarint(b, w.id)
-		}
-		if v := uint64(w.res.BytesWritten); v != 0 {
-			b = protowire.AppendTag(b, fieldAckWritten, protowire.VarintType)
-			b = protowire.AppendVarint(b, v)
-		}
-		if v := uint64(w.res.Size); v != 0 {
-			b = protowire.AppendTag(b, fieldAckSize, protowire.VarintType)
-			b = protowire.AppendVarint(b, v)
-		}
-		if w.status != nil {
-			b = protowire.AppendTag(b, fieldAckStatus, protowire.BytesType)
-			b = protowire.AppendBytes(b, w.status)
-		}
+		a := w.ack()
+		b = streamwire.AppendAck(b, &a)
 	}
 	*bp = b
 	// A new slice each time: gRPC's transport keeps the one it is given
 	// until it has written the frame, after SendMsg returns.
 	m.data = mem.BufferSlice{mem.NewBuffer(bp, pool)}
+}
+
+// ack is w's StreamAck, once w.status is set.
+func (w *streamWrite) ack() streamwire.Ack {
+	return streamwire.Ack{ID: w.id, Written: int64(w.res.BytesWritten), Size: w.res.Size, Status: w.status}
 }

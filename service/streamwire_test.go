@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/streamwire"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -45,7 +46,7 @@ func TestDecodeStreamRequest(t *testing.T) {
 	// skipped, as the generated code keeps them as unknown fields.
 	extra := protowire.AppendTag(nil, 99, protowire.BytesType)
 	extra = protowire.AppendString(extra, "later")
-	extra = protowire.AppendTag(extra, fieldRequestPath, protowire.VarintType)
+	extra = protowire.AppendTag(extra, streamwire.FieldRequestPath, protowire.VarintType)
 	extra = protowire.AppendVarint(extra, 5)
 	withUnknown := append(append([]byte(nil), wire...), extra...)
 
@@ -60,7 +61,7 @@ func TestDecodeStreamRequest(t *testing.T) {
 		{"unknown fields", split(withUnknown, len(withUnknown)), false, true},
 		{"empty", nil, false, false},
 		{"truncated", split(wire[:len(wire)-3], 100), true, false},
-		{"bad UTF-8 path", split(protowire.AppendString(protowire.AppendTag(nil, fieldRequestPath, protowire.BytesType), "\xff"), 10), true, false},
+		{"bad UTF-8 path", split(protowire.AppendString(protowire.AppendTag(nil, streamwire.FieldRequestPath, protowire.BytesType), "\xff"), 10), true, false},
 	} {
 		var r streamRequest
 		decodeStreamRequest(tt.data, &r)
@@ -120,41 +121,4 @@ func TestEncodeAcks(t *testing.T) {
 	if !proto.Equal(got, want) {
 		t.Errorf("got %v\nwant %v", got, want)
 	}
-}
-
-// FuzzDecodeStreamRequest: whatever the generated code decodes, the
-// stream's decoder decodes to the same writes; it never panics.
-//
-//	go test ./service -run '^$' -fuzz FuzzDecodeStreamRequest -fuzztime 1m
-func FuzzDecodeStreamRequest(f *testing.F) {
-	crc := uint32(1)
-	for _, m := range []*filewritev1.WriteStreamRequest{
-		{},
-		{Path: "p", Writes: []*filewritev1.StreamWrite{{Id: 1, Offset: 2, Data: []byte("x"), Sync: 1, Crc32C: &crc}}},
-		{Writes: []*filewritev1.StreamWrite{{}, {Id: 3}}},
-	} {
-		b, _ := proto.Marshal(m)
-		f.Add(b)
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		var r streamRequest
-		decodeStreamRequest(split(b, 5), &r)
-		want := &filewritev1.WriteStreamRequest{}
-		if proto.Unmarshal(b, want) != nil {
-			return
-		}
-		if r.bad != "" {
-			t.Fatalf("the generated code decodes %x, the stream's decoder says %s", b, r.bad)
-		}
-		if r.path != want.Path || len(r.writes) != len(want.Writes) {
-			t.Fatalf("path %q, %d writes; want %q, %d", r.path, len(r.writes), want.Path, len(want.Writes))
-		}
-		for i, w := range r.writes {
-			v := want.Writes[i]
-			if w.id != v.Id || w.off != v.Offset || string(w.data) != string(v.Data) || w.syncRaw != v.Sync ||
-				w.hasCRC != (v.Crc32C != nil) || w.crc != v.GetCrc32C() {
-				t.Fatalf("write %d = %+v, want %v", i, w, v)
-			}
-		}
-	})
 }

@@ -1,0 +1,371 @@
+// Package streamwire is the wire form of WriteStream's messages, written
+// and read by hand on both sides: the client encodes WriteStreamRequests
+// and decodes WriteStreamResponses, the daemon the other way round. The
+// generic protobuf code would build a message per write, and copy every
+// write's data once more; the hand-coded form aliases the bytes gRPC
+// received and encodes straight into a pooled buffer.
+//
+// The field numbers are filewrite.proto's, and are written here once; the
+// tests hold encoder and decoder to the generated code in api/.
+//
+// A decoded request is checked before anything is allocated per write:
+// ScanRequest walks the whole message once, counting its writes and their
+// bytes without keeping anything, and refuses a message of more than
+// MaxWritesPerMessage writes. Its caller can then take what the message
+// will cost from its budgets before it builds a record per write.
+package streamwire
+
+import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// Field numbers (filewrite.proto).
+const (
+	FieldRequestPath   = 1 // WriteStreamRequest.path
+	FieldRequestWrites = 2 // WriteStreamRequest.writes
+	FieldRequestOpen   = 3 // WriteStreamRequest.open_mode
+	FieldWriteID       = 1 // StreamWrite.id
+	FieldWriteOffset   = 2 // StreamWrite.offset
+	FieldWriteData     = 3 // StreamWrite.data
+	FieldWriteSync     = 4 // StreamWrite.sync
+	FieldWriteCRC      = 5 // StreamWrite.crc32c
+	FieldResponseAcks  = 1 // WriteStreamResponse.acks
+	FieldAckID         = 1 // StreamAck.id
+	FieldAckWritten    = 2 // StreamAck.bytes_written
+	FieldAckSize       = 3 // StreamAck.size
+	FieldAckStatus     = 4 // StreamAck.status
+)
+
+// MaxWritesPerMessage bounds the writes of one WriteStreamRequest: the
+// client sends at most this many per message, and the daemon refuses a
+// message with more (INVALID_ARGUMENT), before it has allocated anything
+// for them. An empty write is 2 bytes on the wire and costs the daemon a
+// record of a few hundred bytes from read to ack: the bound is what keeps
+// a message's cost a bounded multiple of its size plus a fixed allowance.
+const MaxWritesPerMessage = 4096
+
+// ErrMalformed is returned when a message is not valid protobuf wire data
+// (truncated, or a tag or length that does not parse).
+var ErrMalformed = errors.New("truncated or malformed wire data")
+
+// ErrPathNotUTF8 is returned when a request's path is not valid UTF-8, as
+// proto3 requires of a string.
+var ErrPathNotUTF8 = errors.New("path: invalid UTF-8")
+
+// TooManyWritesError is returned when a request carries more than
+// MaxWritesPerMessage writes. It names the limit, never the message's
+// bytes.
+type TooManyWritesError struct{ Limit int }
+
+func (e *TooManyWritesError) Error() string {
+	return fmt.Sprintf("a message of more than %d writes: the limit is %d writes per message", e.Limit, e.Limit)
+}
+
+// Write is one StreamWrite as it is on the wire. Data aliases the
+// message's bytes.
+type Write struct {
+	ID     uint64
+	Offset int64
+	Data   []byte
+	Sync   int32 // a filewritev1.SyncMode, unchecked
+	CRC    uint32
+	HasCRC bool
+}
+
+// Request is a WriteStreamRequest that ScanRequest found well formed.
+type Request struct {
+	Path string
+	// OpenMode is the raw open_mode (a filewritev1.OpenMode, unchecked).
+	OpenMode int32
+	// Writes is how many writes it carries, DataBytes the sum of their
+	// data's lengths.
+	Writes    int
+	DataBytes int64
+	// raw is the message: its writes are decoded again, one by one, by
+	// Each.
+	raw []byte
+}
+
+// ScanRequest checks that b is a well-formed WriteStreamRequest of at most
+// maxWrites writes, and returns what it says. It allocates nothing but the
+// path, and stops at the first write past maxWrites. Fields it does not
+// know are skipped, as the generated code keeps them as unknown fields,
+// and so is a known field sent with another wire type.
+func ScanRequest(b []byte, maxWrites int) (Request, error) {
+	r := Request{raw: b}
+	// The last path wins, as in the generated code; it is made a string
+	// once, however many the message repeats.
+	var path []byte
+	for len(b) > 0 {
+		num, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return Request{}, ErrMalformed
+		}
+		b = b[l:]
+		switch {
+		case num == FieldRequestPath && typ == protowire.BytesType:
+			v, l := protowire.ConsumeBytes(b)
+			if l < 0 {
+				return Request{}, ErrMalformed
+			}
+			if !utf8.Valid(v) {
+				return Request{}, ErrPathNotUTF8
+			}
+			path = v
+			b = b[l:]
+		case num == FieldRequestOpen && typ == protowire.VarintType:
+			v, l := protowire.ConsumeVarint(b)
+			if l < 0 {
+				return Request{}, ErrMalformed
+			}
+			r.OpenMode = int32(v)
+			b = b[l:]
+		case num == FieldRequestWrites && typ == protowire.BytesType:
+			v, l := protowire.ConsumeBytes(b)
+			if l < 0 {
+				return Request{}, ErrMalformed
+			}
+			if r.Writes == maxWrites {
+				return Request{}, &TooManyWritesError{Limit: maxWrites}
+			}
+			var w Write
+			if !decodeWrite(v, &w) {
+				return Request{}, ErrMalformed
+			}
+			r.Writes++
+			r.DataBytes += int64(len(w.Data))
+			b = b[l:]
+		default:
+			if l = protowire.ConsumeFieldValue(num, typ, b); l < 0 {
+				return Request{}, ErrMalformed
+			}
+			b = b[l:]
+		}
+	}
+	r.Path = string(path)
+	return r, nil
+}
+
+// Each calls fn for each write of r, in order, with i counting from 0.
+// The Write passed is fn's only for the call; its Data aliases the
+// message.
+func (r *Request) Each(fn func(i int, w *Write)) {
+	b := r.raw
+	var w Write
+	for i := 0; len(b) > 0; {
+		// ScanRequest has checked every tag and length.
+		num, typ, l := protowire.ConsumeTag(b)
+		b = b[l:]
+		if num == FieldRequestWrites && typ == protowire.BytesType {
+			v, l := protowire.ConsumeBytes(b)
+			w = Write{}
+			decodeWrite(v, &w)
+			fn(i, &w)
+			i++
+			b = b[l:]
+			continue
+		}
+		b = b[protowire.ConsumeFieldValue(num, typ, b):]
+	}
+}
+
+// decodeWrite decodes one StreamWrite into w and reports whether it is
+// well formed.
+func decodeWrite(b []byte, w *Write) bool {
+	for len(b) > 0 {
+		num, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return false
+		}
+		b = b[l:]
+		var v uint64
+		switch {
+		case num == FieldWriteID && typ == protowire.VarintType:
+			w.ID, l = protowire.ConsumeVarint(b)
+		case num == FieldWriteOffset && typ == protowire.VarintType:
+			v, l = protowire.ConsumeVarint(b)
+			w.Offset = int64(v)
+		case num == FieldWriteData && typ == protowire.BytesType:
+			w.Data, l = protowire.ConsumeBytes(b)
+		case num == FieldWriteSync && typ == protowire.VarintType:
+			v, l = protowire.ConsumeVarint(b)
+			w.Sync = int32(v)
+		case num == FieldWriteCRC && typ == protowire.Fixed32Type:
+			w.CRC, l = protowire.ConsumeFixed32(b)
+			w.HasCRC = true
+		default:
+			l = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if l < 0 {
+			return false
+		}
+		b = b[l:]
+	}
+	return true
+}
+
+// WriteSize is the size of a StreamWrite without its own tag and length.
+// The client always sends a CRC.
+func WriteSize(id uint64, off int64, dataLen int, sync int32) int {
+	n := protowire.SizeTag(FieldWriteData) + protowire.SizeBytes(dataLen) +
+		protowire.SizeTag(FieldWriteCRC) + protowire.SizeFixed32()
+	if id != 0 {
+		n += protowire.SizeTag(FieldWriteID) + protowire.SizeVarint(id)
+	}
+	if off != 0 {
+		n += protowire.SizeTag(FieldWriteOffset) + protowire.SizeVarint(uint64(off))
+	}
+	if sync != 0 {
+		n += protowire.SizeTag(FieldWriteSync) + protowire.SizeVarint(uint64(sync))
+	}
+	return n
+}
+
+// RequestWriteSize is what one write adds to a WriteStreamRequest: the
+// StreamWrite with its tag and length.
+func RequestWriteSize(id uint64, off int64, dataLen int, sync int32) int {
+	return protowire.SizeTag(FieldRequestWrites) + protowire.SizeBytes(WriteSize(id, off, dataLen, sync))
+}
+
+// AppendWrite appends one write of a WriteStreamRequest (the writes field,
+// its tag and length included) to b; RequestWriteSize says how long it is.
+func AppendWrite(b []byte, id uint64, off int64, data []byte, sync int32, crc uint32) []byte {
+	b = protowire.AppendTag(b, FieldRequestWrites, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(WriteSize(id, off, len(data), sync)))
+	if id != 0 {
+		b = protowire.AppendTag(b, FieldWriteID, protowire.VarintType)
+		b = protowire.AppendVarint(b, id)
+	}
+	if off != 0 {
+		b = protowire.AppendTag(b, FieldWriteOffset, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(off))
+	}
+	b = protowire.AppendTag(b, FieldWriteData, protowire.BytesType)
+	b = protowire.AppendBytes(b, data)
+	if sync != 0 {
+		b = protowire.AppendTag(b, FieldWriteSync, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(sync))
+	}
+	b = protowire.AppendTag(b, FieldWriteCRC, protowire.Fixed32Type)
+	return protowire.AppendFixed32(b, crc)
+}
+
+// Ack is one StreamAck. Status is the encoded google.rpc.Status, nil when
+// the write succeeded; on decoding it aliases the message.
+type Ack struct {
+	ID            uint64
+	Written, Size int64
+	Status        []byte
+}
+
+func ackSize(a *Ack) int {
+	n := 0
+	if a.ID != 0 {
+		n += protowire.SizeTag(FieldAckID) + protowire.SizeVarint(a.ID)
+	}
+	if a.Written != 0 {
+		n += protowire.SizeTag(FieldAckWritten) + protowire.SizeVarint(uint64(a.Written))
+	}
+	if a.Size != 0 {
+		n += protowire.SizeTag(FieldAckSize) + protowire.SizeVarint(uint64(a.Size))
+	}
+	if a.Status != nil {
+		n += protowire.SizeTag(FieldAckStatus) + protowire.SizeBytes(len(a.Status))
+	}
+	return n
+}
+
+// ResponseAckSize is what a's ack adds to a WriteStreamResponse.
+func ResponseAckSize(a *Ack) int {
+	return protowire.SizeTag(FieldResponseAcks) + protowire.SizeBytes(ackSize(a))
+}
+
+// AppendAck appends a's ack to a WriteStreamResponse in b.
+func AppendAck(b []byte, a *Ack) []byte {
+	b = protowire.AppendTag(b, FieldResponseAcks, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(ackSize(a)))
+	if a.ID != 0 {
+		b = protowire.AppendTag(b, FieldAckID, protowire.VarintType)
+		b = protowire.AppendVarint(b, a.ID)
+	}
+	if a.Written != 0 {
+		b = protowire.AppendTag(b, FieldAckWritten, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(a.Written))
+	}
+	if a.Size != 0 {
+		b = protowire.AppendTag(b, FieldAckSize, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(a.Size))
+	}
+	if a.Status != nil {
+		b = protowire.AppendTag(b, FieldAckStatus, protowire.BytesType)
+		b = protowire.AppendBytes(b, a.Status)
+	}
+	return b
+}
+
+// EachAck calls fn for each ack of the WriteStreamResponse in b, in order,
+// and returns ErrMalformed (and calls fn no more) at the first thing that
+// does not parse. The Ack passed is fn's only for the call.
+func EachAck(b []byte, fn func(a *Ack) error) error {
+	for len(b) > 0 {
+		num, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return ErrMalformed
+		}
+		b = b[l:]
+		if num != FieldResponseAcks || typ != protowire.BytesType {
+			if l = protowire.ConsumeFieldValue(num, typ, b); l < 0 {
+				return ErrMalformed
+			}
+			b = b[l:]
+			continue
+		}
+		v, l := protowire.ConsumeBytes(b)
+		if l < 0 {
+			return ErrMalformed
+		}
+		b = b[l:]
+		var a Ack
+		if !decodeAck(v, &a) {
+			return ErrMalformed
+		}
+		if err := fn(&a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func decodeAck(b []byte, a *Ack) bool {
+	for len(b) > 0 {
+		num, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return false
+		}
+		b = b[l:]
+		var v uint64
+		switch {
+		case num == FieldAckID && typ == protowire.VarintType:
+			a.ID, l = protowire.ConsumeVarint(b)
+		case num == FieldAckWritten && typ == protowire.VarintType:
+			v, l = protowire.ConsumeVarint(b)
+			a.Written = int64(v)
+		case num == FieldAckSize && typ == protowire.VarintType:
+			v, l = protowire.ConsumeVarint(b)
+			a.Size = int64(v)
+		case num == FieldAckStatus && typ == protowire.BytesType:
+			a.Status, l = protowire.ConsumeBytes(b)
+		default:
+			l = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if l < 0 {
+			return false
+		}
+		b = b[l:]
+	}
+	return true
+}

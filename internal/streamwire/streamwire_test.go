@@ -1,0 +1,281 @@
+package streamwire
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// decodeAll is ScanRequest then Each, as the daemon uses them.
+func decodeAll(t testing.TB, b []byte, maxWrites int) (Request, []Write, error) {
+	r, err := ScanRequest(b, maxWrites)
+	if err != nil {
+		return r, nil, err
+	}
+	ws := make([]Write, 0, r.Writes)
+	r.Each(func(i int, w *Write) {
+		if i != len(ws) {
+			t.Fatalf("Each: write %d passed as %d", len(ws), i)
+		}
+		ws = append(ws, *w)
+	})
+	if len(ws) != r.Writes {
+		t.Fatalf("Each passed %d writes, ScanRequest counted %d", len(ws), r.Writes)
+	}
+	return r, ws, nil
+}
+
+// sameWrites compares decoded writes with the generated code's.
+func sameWrites(got []Write, want []*filewritev1.StreamWrite) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i, w := range got {
+		v := want[i]
+		if w.ID != v.Id || w.Offset != v.Offset || !bytes.Equal(w.Data, v.Data) || w.Sync != int32(v.Sync) ||
+			w.HasCRC != (v.Crc32C != nil) || w.CRC != v.GetCrc32C() {
+			return false
+		}
+	}
+	return true
+}
+
+// TestRequestRoundTrip: what the client encodes, the generated code
+// decodes to the message it stands for; what the generated code encodes,
+// the daemon's decoder reads, unknown fields and known fields of another
+// wire type skipped.
+func TestRequestRoundTrip(t *testing.T) {
+	msg := &filewritev1.WriteStreamRequest{Writes: []*filewritev1.StreamWrite{
+		{Id: 0, Offset: 0, Data: nil, Crc32C: ptr(uint32(0))},
+		{Id: 7, Offset: 4096, Data: []byte("hello"), Sync: filewritev1.SyncMode_SYNC_MODE_DATA, Crc32C: ptr(uint32(0xdeadbeef))},
+		{Id: math.MaxUint64, Offset: math.MaxInt64, Data: make([]byte, 1000), Sync: 42, Crc32C: ptr(uint32(math.MaxUint32))},
+		{Id: 1, Offset: -1, Data: []byte{0}, Sync: filewritev1.SyncMode_SYNC_MODE_FULL, Crc32C: ptr(uint32(1))},
+	}}
+
+	// Encoder → generated code.
+	var enc []byte
+	size := 0
+	for _, w := range msg.Writes {
+		enc = AppendWrite(enc, w.Id, w.Offset, w.Data, int32(w.Sync), w.GetCrc32C())
+		size += RequestWriteSize(w.Id, w.Offset, len(w.Data), int32(w.Sync))
+	}
+	if size != len(enc) {
+		t.Errorf("RequestWriteSize adds up to %d, AppendWrite wrote %d", size, len(enc))
+	}
+	got := &filewritev1.WriteStreamRequest{}
+	if err := proto.Unmarshal(enc, got); err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(got, msg) {
+		t.Errorf("generated code decodes\n %v\nwant\n %v", got, msg)
+	}
+
+	// Generated code → decoder.
+	msg.Path = "a/b"
+	msg.OpenMode = filewritev1.OpenMode_OPEN_MODE_EXCLUSIVE
+	msg.Writes = append(msg.Writes, &filewritev1.StreamWrite{Id: 9}) // no CRC
+	wire, err := proto.Marshal(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := protowire.AppendTag(nil, 99, protowire.BytesType)
+	extra = protowire.AppendString(extra, "later")
+	extra = protowire.AppendTag(extra, FieldRequestPath, protowire.VarintType)
+	extra = protowire.AppendVarint(extra, 5)
+	extra = protowire.AppendTag(extra, protowire.MaxValidNumber, protowire.BytesType)
+	extra = protowire.AppendString(extra, "x")
+	for _, b := range [][]byte{wire, append(append([]byte(nil), wire...), extra...)} {
+		r, ws, err := decodeAll(t, b, MaxWritesPerMessage)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Path != msg.Path || r.OpenMode != int32(msg.OpenMode) || !sameWrites(ws, msg.Writes) {
+			t.Errorf("decoded %q %+v, want %v", r.Path, ws, msg)
+		}
+		var data int64
+		for _, w := range msg.Writes {
+			data += int64(len(w.Data))
+		}
+		if r.DataBytes != data {
+			t.Errorf("DataBytes %d, want %d", r.DataBytes, data)
+		}
+	}
+}
+
+// TestScanRequestRefuses: what does not parse, a path that is not UTF-8,
+// and one write more than the limit are refused, with errors that name
+// no byte of the message.
+func TestScanRequestRefuses(t *testing.T) {
+	empties := func(n int) []byte {
+		var b []byte
+		for range n {
+			b = protowire.AppendTag(b, FieldRequestWrites, protowire.BytesType)
+			b = protowire.AppendVarint(b, 0)
+		}
+		return b
+	}
+	good, _ := proto.Marshal(&filewritev1.WriteStreamRequest{Path: "p", Writes: []*filewritev1.StreamWrite{{Id: 1, Data: []byte("secret")}}})
+	badPath := protowire.AppendString(protowire.AppendTag(nil, FieldRequestPath, protowire.BytesType), "secret\xff")
+	badWrite := protowire.AppendBytes(protowire.AppendTag(nil, FieldRequestWrites, protowire.BytesType), []byte{0x08})
+	for _, tt := range []struct {
+		name string
+		b    []byte
+		want error
+	}{
+		{"truncated", good[:len(good)-2], ErrMalformed},
+		{"truncated write", badWrite, ErrMalformed},
+		{"path not UTF-8", badPath, ErrPathNotUTF8},
+		{"limit", empties(MaxWritesPerMessage), nil},
+		{"one past the limit", empties(MaxWritesPerMessage + 1), &TooManyWritesError{}},
+	} {
+		_, _, err := decodeAll(t, tt.b, MaxWritesPerMessage)
+		var tooMany *TooManyWritesError
+		switch {
+		case tt.want == nil && err != nil:
+			t.Errorf("%s: %v, want no error", tt.name, err)
+		case errors.As(tt.want, &tooMany):
+			if !errors.As(err, &tooMany) || tooMany.Limit != MaxWritesPerMessage {
+				t.Errorf("%s: %v, want TooManyWritesError{%d}", tt.name, err, MaxWritesPerMessage)
+			}
+		case tt.want != nil && !errors.Is(err, tt.want):
+			t.Errorf("%s: %v, want %v", tt.name, err, tt.want)
+		}
+		if err != nil && bytes.Contains([]byte(err.Error()), []byte("secret")) {
+			t.Errorf("%s: the error %q echoes the message", tt.name, err)
+		}
+	}
+}
+
+// TestScanRequestAllocations: ScanRequest allocates nothing per write:
+// a message of MaxWritesPerMessage empty writes (8 KiB) and one past the
+// limit cost at most the path's string.
+func TestScanRequestAllocations(t *testing.T) {
+	var full []byte
+	full = protowire.AppendString(protowire.AppendTag(full, FieldRequestPath, protowire.BytesType), "a/path")
+	for range MaxWritesPerMessage + 1 {
+		full = protowire.AppendTag(full, FieldRequestWrites, protowire.BytesType)
+		full = protowire.AppendVarint(full, 0)
+	}
+	for _, tt := range []struct {
+		name string
+		b    []byte
+	}{{"at the limit", full[:len(full)-2]}, {"past the limit", full}} {
+		allocs := testing.AllocsPerRun(10, func() {
+			r, _ := ScanRequest(tt.b, MaxWritesPerMessage)
+			r.Each(func(int, *Write) {})
+		})
+		if allocs > 2 {
+			t.Errorf("%s: %v allocations, want at most 2 (the path; the error)", tt.name, allocs)
+		}
+	}
+}
+
+// TestAckRoundTrip: what the daemon encodes, the generated code decodes;
+// what the generated code encodes, the client's decoder reads, in order.
+func TestAckRoundTrip(t *testing.T) {
+	st, _ := proto.Marshal(status.New(codes.ResourceExhausted, "full").Proto())
+	acks := []Ack{{}, {ID: 5, Written: 4096, Size: 1 << 40}, {ID: math.MaxUint64, Written: 100, Size: 8292, Status: st}}
+	var b []byte
+	size := 0
+	for i := range acks {
+		b = AppendAck(b, &acks[i])
+		size += ResponseAckSize(&acks[i])
+	}
+	if size != len(b) {
+		t.Errorf("ResponseAckSize adds up to %d, AppendAck wrote %d", size, len(b))
+	}
+	got := &filewritev1.WriteStreamResponse{}
+	if err := proto.Unmarshal(b, got); err != nil {
+		t.Fatal(err)
+	}
+	want := &filewritev1.WriteStreamResponse{}
+	for _, a := range acks {
+		v := &filewritev1.StreamAck{Id: a.ID, BytesWritten: a.Written, Size: a.Size}
+		if a.Status != nil {
+			v.Status = status.New(codes.ResourceExhausted, "full").Proto()
+		}
+		want.Acks = append(want.Acks, v)
+	}
+	if !proto.Equal(got, want) {
+		t.Errorf("generated code decodes\n %v\nwant\n %v", got, want)
+	}
+
+	wire, _ := proto.Marshal(want)
+	wire = protowire.AppendString(protowire.AppendTag(wire, 77, protowire.BytesType), "unknown")
+	var decoded []Ack
+	if err := EachAck(wire, func(a *Ack) error { decoded = append(decoded, *a); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(decoded) != len(acks) {
+		t.Fatalf("%d acks, want %d", len(decoded), len(acks))
+	}
+	for i, a := range decoded {
+		if a.ID != acks[i].ID || a.Written != acks[i].Written || a.Size != acks[i].Size || !bytes.Equal(a.Status, acks[i].Status) {
+			t.Errorf("ack %d = %+v, want %+v", i, a, acks[i])
+		}
+	}
+	if err := EachAck(wire[:len(wire)-3], func(*Ack) error { return nil }); !errors.Is(err, ErrMalformed) {
+		t.Errorf("a truncated response: %v, want ErrMalformed", err)
+	}
+}
+
+// maxFuzzAllocs bounds what decoding one fuzz input may allocate: the
+// path, and the error of a refused message. Nothing per write.
+const maxFuzzAllocs = 2
+
+// FuzzDecodeStreamRequest: whatever the generated code decodes (within
+// the write limit), the daemon's decoder decodes to the same writes; it
+// never panics, and allocates nothing per write.
+//
+//	go test ./internal/streamwire -run '^$' -fuzz FuzzDecodeStreamRequest -fuzztime 1m
+func FuzzDecodeStreamRequest(f *testing.F) {
+	for _, m := range []*filewritev1.WriteStreamRequest{
+		{},
+		{Path: "p", Writes: []*filewritev1.StreamWrite{{Id: 1, Offset: 2, Data: []byte("x"), Sync: 1, Crc32C: ptr(uint32(1))}}},
+		{Writes: []*filewritev1.StreamWrite{{}, {Id: 3}}},
+	} {
+		b, _ := proto.Marshal(m)
+		f.Add(b)
+	}
+	// Many empty writes, all id 0: the message that cost the daemon a
+	// record per 2 bytes before it was refused.
+	var empties []byte
+	for range MaxWritesPerMessage + 8 {
+		empties = protowire.AppendTag(empties, FieldRequestWrites, protowire.BytesType)
+		empties = protowire.AppendVarint(empties, 0)
+	}
+	f.Add(empties)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if allocs := testing.AllocsPerRun(1, func() { ScanRequest(b, MaxWritesPerMessage) }); allocs > maxFuzzAllocs {
+			t.Fatalf("ScanRequest of %d bytes made %v allocations, want at most %d", len(b), allocs, maxFuzzAllocs)
+		}
+		r, ws, err := decodeAll(t, b, MaxWritesPerMessage)
+		want := &filewritev1.WriteStreamRequest{}
+		if proto.Unmarshal(b, want) != nil {
+			return
+		}
+		if len(want.Writes) > MaxWritesPerMessage {
+			var tooMany *TooManyWritesError
+			if !errors.As(err, &tooMany) {
+				t.Fatalf("%d writes: %v, want TooManyWritesError", len(want.Writes), err)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("the generated code decodes %x, the stream's decoder says %v", b, err)
+		}
+		if r.Path != want.Path || r.OpenMode != int32(want.OpenMode) || !sameWrites(ws, want.Writes) {
+			t.Fatalf("decoded %q %+v, want %v", r.Path, ws, want)
+		}
+	})
+}
