@@ -2,67 +2,167 @@ package service
 
 import (
 	"math"
-	"slices"
+
+	"github.com/google/btree"
 )
 
 // writeOrder makes the writes of one stream land as if applied one by one
-// in arrival order, while letting those that do not overlap run at once.
-// It holds every write read and not yet applied, in arrival order; a write
-// may start when no write ahead of it in held overlaps it. Writes that
-// overlap so keep their arrival order; the others are free.
+// in arrival order, while letting those that do not overlap run at once:
+// a write may start when no write read before it and not yet applied
+// overlaps it. Writes that overlap so keep their arrival order; the
+// others are free.
 //
-// It is guarded by the stream's mu. held is short in practice (the writes
-// in flight); its bound is the stream's budget divided by
-// streamWriteOverhead.
+// It does not compare a write with every write held (that made a message
+// of n writes cost n² under the stream's lock). It keeps, for each byte
+// range written by a held write, the latest held write that covers it
+// (last: disjoint segments, ordered by offset), and a new write waits only
+// for those: each of them itself waited for every earlier held write
+// overlapping it on that range, so once they are applied, so are all the
+// writes ahead of the new one that overlap it. A write's add and remove
+// cost O((1+k) log n), k the segments it covers, each of which it deletes;
+// an add creates at most three, so a message of n writes costs O(n log n).
+// An empty write overlaps nothing and is free at once.
+//
+// It is guarded by the stream's mu, as is every write's orderState.
 type writeOrder struct {
-	held []*streamWrite
+	last *btree.BTreeG[*segment]
+	// held counts the writes added and not yet removed.
+	held int
+	// pivot, bound and found are scratch space for lookups in last.
+	pivot, bound segment
+	found        []*segment
 }
 
+// orderState is a write's place in its stream's writeOrder.
+type orderState struct {
+	// deps counts the held writes it waits for; waiters are the writes
+	// that wait for it, in arrival order.
+	deps    int
+	waiters []*streamWrite
+	// segs are the segments of last that it is the latest write of,
+	// linked through segment.nextOf.
+	segs *segment
+	// seenBy is the write being added that last counted this one among
+	// its deps: a write owning several segments of a range counts once.
+	seenBy *streamWrite
+}
+
+// segment is a byte range [start, end) and the latest held write to
+// cover it.
+type segment struct {
+	start, end int64
+	w          *streamWrite
+	// prevOf and nextOf link w's segments.
+	prevOf, nextOf *segment
+}
+
+func segmentLess(a, b *segment) bool { return a.start < b.start }
+
 // add appends w, the latest write read, and reports whether it may start
-// now. If not, it is marked blocked until remove frees it.
+// now. If not, remove starts it once the writes it waits for are applied.
 func (o *writeOrder) add(w *streamWrite) bool {
-	w.blocked = false
-	for _, e := range o.held {
-		if e.overlaps(w) {
-			w.blocked = true
-			break
+	o.held++
+	w.order = orderState{}
+	start, end := w.off, w.end()
+	if start >= end {
+		return true // empty, or saturated at the largest offset
+	}
+	if o.last == nil {
+		o.last = btree.NewG(16, segmentLess)
+	}
+	// The segments that w overlaps: the one that starts at or before
+	// start, if it reaches past it, and every one that starts in
+	// (start, end).
+	found := o.found[:0]
+	o.pivot.start = start
+	o.last.DescendLessOrEqual(&o.pivot, func(s *segment) bool {
+		if s.end > start {
+			found = append(found, s)
+		}
+		return false
+	})
+	o.pivot.start = start + 1
+	if start < end-1 {
+		o.bound.start = end
+		o.last.AscendRange(&o.pivot, &o.bound, func(s *segment) bool {
+			found = append(found, s)
+			return true
+		})
+	}
+	for _, s := range found {
+		v := s.w
+		if v.order.seenBy != w {
+			v.order.seenBy = w
+			v.order.waiters = append(v.order.waiters, w)
+			w.order.deps++
+		}
+		// w is now the latest write of [start, end): what s keeps is
+		// what lies outside it, on either side.
+		o.last.Delete(s)
+		left, right := s.start < start, s.end > end
+		switch {
+		case left && right:
+			o.insert(&segment{start: end, end: s.end, w: v})
+			s.end = start
+			o.last.ReplaceOrInsert(s)
+		case left:
+			s.end = start
+			o.last.ReplaceOrInsert(s)
+		case right:
+			s.start = end
+			o.last.ReplaceOrInsert(s)
+		default:
+			unlink(s)
 		}
 	}
-	o.held = append(o.held, w)
-	return !w.blocked
+	clear(found)
+	o.found = found[:0]
+	o.insert(&segment{start: start, end: end, w: w})
+	return w.order.deps == 0
+}
+
+// insert puts s, a range of s.w's, into last and s.w's list.
+func (o *writeOrder) insert(s *segment) {
+	s.prevOf, s.nextOf = nil, s.w.order.segs
+	if s.nextOf != nil {
+		s.nextOf.prevOf = s
+	}
+	s.w.order.segs = s
+	o.last.ReplaceOrInsert(s)
+}
+
+// unlink takes s out of its write's list.
+func unlink(s *segment) {
+	if s.prevOf != nil {
+		s.prevOf.nextOf = s.nextOf
+	} else {
+		s.w.order.segs = s.nextOf
+	}
+	if s.nextOf != nil {
+		s.nextOf.prevOf = s.prevOf
+	}
+	s.prevOf, s.nextOf = nil, nil
 }
 
 // remove drops w, now applied, and calls start for each write that was
-// waiting for it and waits for nothing else now, in arrival order. Only a
-// write that overlapped w can have been waiting for it.
+// waiting for it and waits for nothing else now, in arrival order.
 func (o *writeOrder) remove(w *streamWrite, start func(*streamWrite)) {
-	i := slices.Index(o.held, w)
-	if i < 0 {
-		return
+	o.held--
+	for s := w.order.segs; s != nil; s = s.nextOf {
+		o.last.Delete(s)
 	}
-	o.held = slices.Delete(o.held, i, i+1)
-	for j := i; j < len(o.held); j++ {
-		b := o.held[j]
-		if !b.blocked || !b.overlaps(w) || o.overlapsAhead(j) {
-			continue
-		}
-		b.blocked = false
-		start(b)
-	}
-}
-
-// overlapsAhead reports whether a write ahead of held[j] overlaps it.
-func (o *writeOrder) overlapsAhead(j int) bool {
-	for _, e := range o.held[:j] {
-		if e.overlaps(o.held[j]) {
-			return true
+	w.order.segs = nil
+	waiters := w.order.waiters
+	w.order.waiters = nil
+	for _, v := range waiters {
+		if v.order.deps--; v.order.deps == 0 {
+			start(v)
 		}
 	}
-	return false
 }
 
 // empty reports whether every write read has been applied.
-func (o *writeOrder) empty() bool { return len(o.held) == 0 }
+func (o *writeOrder) empty() bool { return o.held == 0 }
 
 // end is where w's bytes end, saturated: the store refuses a range that
 // overflows, and it must not wrap around to overlap nothing here.

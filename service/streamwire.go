@@ -1,7 +1,6 @@
 package service
 
 import (
-	"math"
 	"sync/atomic"
 
 	"google.golang.org/grpc/mem"
@@ -14,16 +13,23 @@ import (
 
 // The stream's messages skip the generic protobuf code both ways. A
 // WriteStreamRequest is decoded by requestCodec straight from the bytes
-// gRPC received into a streamRequest: one slab of streamWrites per
-// message, whose data alias those bytes instead of copying them; the
-// bytes go back to gRPC's pool once every write of the message has been
-// applied. Acks are encoded straight from the acked writes into a pooled
+// gRPC received into a streamRequest, in two steps. The codec only scans
+// the message (streamwire.ScanRequest): it counts the writes and their
+// bytes, refuses more than streamwire.MaxWritesPerMessage, and allocates
+// nothing per write. Only once the reader has checked the message's size
+// and taken its cost from the budgets, which count a record per write
+// (streamWriteOverhead), does decodeWrites build one slab of streamWrites
+// for it, whose data alias the received bytes instead of copying them;
+// the bytes go back to gRPC's pool once every write of the message has
+// been applied. Acks are encoded straight from the acked writes into a pooled
 // buffer (encodeAcks). The wire form is internal/streamwire's, shared with
 // the client.
 
 // streamRequest is one WriteStreamRequest as the stream's reader gets it.
 type streamRequest struct {
-	path   string
+	path string
+	// msg is the message as scanned; writes is empty until decodeWrites.
+	msg    streamwire.Request
 	writes []streamWrite
 	// openMode is the raw open_mode, read in the first message only.
 	openMode filewritev1.OpenMode
@@ -61,8 +67,8 @@ func (r *streamRequest) release() {
 	}
 }
 
-// decodeStreamRequest decodes data into r, keeping a reference to the
-// bytes its writes alias.
+// decodeStreamRequest scans data into r, keeping a reference to the bytes
+// its writes will alias.
 func decodeStreamRequest(data mem.BufferSlice, r *streamRequest) {
 	r.size = data.Len()
 	if len(data) == 1 {
@@ -71,25 +77,34 @@ func decodeStreamRequest(data mem.BufferSlice, r *streamRequest) {
 	} else {
 		r.buf = data.MaterializeToBuffer(bufpool.Shared)
 	}
-	msg, err := streamwire.ScanRequest(r.buf.ReadOnlyData(), math.MaxInt)
-	if err == nil {
-		r.path = msg.Path
-		r.openMode = filewritev1.OpenMode(msg.OpenMode)
-		r.writes = make([]streamWrite, msg.Writes)
-		msg.Each(func(i int, w *streamwire.Write) {
-			r.writes[i] = streamWrite{id: w.ID, off: w.Offset, data: w.Data, syncRaw: filewritev1.SyncMode(w.Sync),
-				crc: w.CRC, hasCRC: w.HasCRC, req: r}
-		})
-	}
+	msg, err := streamwire.ScanRequest(r.buf.ReadOnlyData(), streamwire.MaxWritesPerMessage)
 	if err != nil {
 		r.bad = err.Error()
-		r.writes = nil
+		r.release()
+		return
+	}
+	r.msg = msg
+	r.path = msg.Path
+	r.openMode = filewritev1.OpenMode(msg.OpenMode)
+	if msg.Writes == 0 {
 		r.release()
 	}
+}
+
+// cost is what r's writes count against the budgets: the sum of their
+// writeCost.
+func (r *streamRequest) cost() int64 {
+	return r.msg.DataBytes + int64(r.msg.Writes)*streamWriteOverhead
+}
+
+// decodeWrites builds r's writes, once their cost has been taken.
+func (r *streamRequest) decodeWrites() {
+	r.writes = make([]streamWrite, r.msg.Writes)
+	r.msg.Each(func(i int, w *streamwire.Write) {
+		r.writes[i] = streamWrite{id: w.ID, off: w.Offset, data: w.Data, syncRaw: filewritev1.SyncMode(w.Sync),
+			crc: w.CRC, hasCRC: w.HasCRC, req: r}
+	})
 	r.pending.Store(int32(len(r.writes)))
-	if len(r.writes) == 0 {
-		r.release()
-	}
 }
 
 // encodedMessage is a message in wire form: requestCodec hands its bytes

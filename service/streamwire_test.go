@@ -74,6 +74,7 @@ func TestDecodeStreamRequest(t *testing.T) {
 		if !tt.check {
 			continue
 		}
+		r.decodeWrites()
 		if r.path != msg.Path || len(r.writes) != len(msg.Writes) {
 			t.Fatalf("%s: path %q, %d writes; want %q, %d", tt.name, r.path, len(r.writes), msg.Path, len(msg.Writes))
 		}

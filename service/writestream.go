@@ -53,9 +53,9 @@ type streamWrite struct {
 
 	sync store.SyncMode
 	cost int64 // against the budgets, given back once acked
-	// blocked is guarded by writeStream.mu: it waits for an overlapping
-	// write ahead of it (writeOrder).
-	blocked bool
+	// order is guarded by writeStream.mu: the writes it waits for and
+	// that wait for it (writeOrder).
+	order orderState
 	// res and err are written by the goroutine that applies the write (or
 	// waits for its sync), then read by the sender once it is in acks.
 	res store.AppliedWrite
@@ -102,7 +102,7 @@ type writeStream struct {
 	// helpers counts the workers and the syncer, for the reader to wait.
 	helpers sync.WaitGroup
 
-	// mu guards the fields below, and every streamWrite's blocked field.
+	// mu guards the fields below, and every streamWrite's order.
 	// It is never held across a store call, a Send or a Recv.
 	mu sync.Mutex
 	// workCond wakes workers (ready grew, or the reader is done); syncCond
@@ -366,14 +366,23 @@ func (ws *writeStream) accept(req *streamRequest) error {
 		req.release()
 		return err
 	}
-	if len(req.writes) == 0 {
+	if req.msg.Writes == 0 {
 		return nil
 	}
-	var cost int64
+	// The cost counts a record per write: it is taken before they are
+	// made.
+	cost := req.cost()
+	if err := ws.budget.take(ws.stopped, cost); err != nil {
+		req.release()
+		if err := ws.ctx.Err(); err != nil {
+			return toStatus(err)
+		}
+		return nil // stopped while waiting
+	}
+	req.decodeWrites()
 	for i := range req.writes {
 		w := &req.writes[i]
 		w.cost = writeCost(len(w.data))
-		cost += w.cost
 		var err error
 		if w.sync, err = syncModeFromProto(w.syncRaw); err == nil && w.hasCRC {
 			if sum := crc32.Checksum(w.data, castagnoli); sum != w.crc {
@@ -381,13 +390,6 @@ func (ws *writeStream) accept(req *streamRequest) error {
 			}
 		}
 		w.err = err
-	}
-	if err := ws.budget.take(ws.stopped, cost); err != nil {
-		req.release()
-		if err := ws.ctx.Err(); err != nil {
-			return toStatus(err)
-		}
-		return nil // stopped while waiting
 	}
 	queued, err := ws.queue(req)
 	if !queued {
@@ -436,7 +438,7 @@ func (ws *writeStream) queue(req *streamRequest) (bool, error) {
 // check checks what a message says before any of its writes is looked
 // at, opening the file on the first.
 func (ws *writeStream) check(req *streamRequest) error {
-	ws.files.streamMetrics.message(ws.ctx, len(req.writes), ws.budget.held.Load())
+	ws.files.streamMetrics.message(ws.ctx, req.msg.Writes, ws.budget.held.Load())
 	if req.bad != "" {
 		return malformed(req.bad)
 	}

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/streamwire"
 	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/store"
 	"github.com/filewrite/filewrite/store/faultfs"
@@ -385,6 +386,14 @@ func TestWriteStreamErrors(t *testing.T) {
 			},
 			bad: &filewritev1.WriteStreamRequest{Writes: []*filewritev1.StreamWrite{
 				streamWriteOf(3, 100, make([]byte, 4096+messageOverhead), 0)}},
+			want: codes.InvalidArgument,
+		},
+		{
+			name: "more writes than a message may carry",
+			before: []*filewritev1.WriteStreamRequest{
+				{Path: "f", Writes: []*filewritev1.StreamWrite{w(1, 0), w(2, 10)}},
+			},
+			bad:  tinyWrites(100, streamwire.MaxWritesPerMessage+1),
 			want: codes.InvalidArgument,
 		},
 		{

@@ -1,0 +1,111 @@
+package service
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// TestWriteOrderModel holds writeOrder to its rule, checked the slow way
+// after every step: a held write has been started if and only if no
+// write held ahead of it overlaps it, and writes freed together start in
+// arrival order. Writes are small and crowded so that they overlap often,
+// in every way (inside, across, equal, touching, empty, saturated).
+func TestWriteOrderModel(t *testing.T) {
+	for seed := range uint64(200) {
+		rng := rand.New(rand.NewPCG(seed, 1))
+		var o writeOrder
+		var held []*streamWrite // arrival order
+		started := map[*streamWrite]bool{}
+		seq := map[*streamWrite]int{}
+		var freed []*streamWrite
+		start := func(w *streamWrite) { freed = append(freed, w) }
+		for step := range 300 {
+			var running []*streamWrite
+			for _, w := range held {
+				if started[w] {
+					running = append(running, w)
+				}
+			}
+			if len(running) > 0 && rng.IntN(2) == 0 {
+				w := running[rng.IntN(len(running))]
+				freed = freed[:0]
+				o.remove(w, start)
+				held = slices.DeleteFunc(held, func(v *streamWrite) bool { return v == w })
+				if !slices.IsSortedFunc(freed, func(a, b *streamWrite) int { return seq[a] - seq[b] }) {
+					t.Fatalf("seed %d step %d: writes freed together started out of arrival order", seed, step)
+				}
+				for _, v := range freed {
+					if started[v] {
+						t.Fatalf("seed %d step %d: a write started twice", seed, step)
+					}
+					started[v] = true
+				}
+			} else {
+				w := &streamWrite{off: int64(rng.IntN(48)), data: make([]byte, rng.IntN(9))}
+				if rng.IntN(50) == 0 {
+					w.off = math.MaxInt64 - int64(rng.IntN(3))
+				}
+				seq[w] = step
+				held = append(held, w)
+				if o.add(w) {
+					started[w] = true
+				}
+			}
+			for i, w := range held {
+				free := true
+				for _, e := range held[:i] {
+					if e.overlaps(w) {
+						free = false
+					}
+				}
+				if started[w] != free {
+					t.Fatalf("seed %d step %d: write [%d,+%d) started=%v, but free=%v", seed, step, w.off, len(w.data), started[w], free)
+				}
+			}
+			if o.empty() != (len(held) == 0) {
+				t.Fatalf("seed %d step %d: empty()=%v with %d held", seed, step, o.empty(), len(held))
+			}
+		}
+	}
+}
+
+// TestWriteOrderCost: a message's writes cost writeOrder O(n log n), not
+// n²: n writes to one byte, or each covering all the earlier ones, leave
+// one segment each at most, and every write waits for one write only.
+func TestWriteOrderCost(t *testing.T) {
+	const n = 4096
+	for _, tt := range []struct {
+		name string
+		make func(i int) *streamWrite
+	}{
+		{"same byte", func(int) *streamWrite { return &streamWrite{off: 7, data: []byte{1}} }},
+		{"growing", func(i int) *streamWrite { return &streamWrite{off: int64(n - i), data: make([]byte, 2*i+1)} }},
+		{"disjoint", func(i int) *streamWrite { return &streamWrite{off: int64(2 * i), data: []byte{1}} }},
+	} {
+		var o writeOrder
+		ws := make([]*streamWrite, n)
+		maxDeps, maxWaiters := 0, 0
+		for i := range ws {
+			ws[i] = tt.make(i)
+			o.add(ws[i])
+			maxDeps = max(maxDeps, ws[i].order.deps)
+		}
+		for _, w := range ws {
+			maxWaiters = max(maxWaiters, len(w.order.waiters))
+		}
+		if maxDeps > 1 || maxWaiters > 1 {
+			t.Errorf("%s: a write waits for up to %d, is waited for by up to %d; want 1", tt.name, maxDeps, maxWaiters)
+		}
+		if tt.name != "disjoint" && o.last.Len() > 3 {
+			t.Errorf("%s: %d segments held for overlapping writes, want at most 3", tt.name, o.last.Len())
+		}
+		for _, w := range ws {
+			o.remove(w, func(*streamWrite) {})
+		}
+		if !o.empty() || o.last.Len() != 0 {
+			t.Errorf("%s: %d segments left after every write was removed", tt.name, o.last.Len())
+		}
+	}
+}
