@@ -230,8 +230,11 @@ func (g *grpcBudget) unary(ctx context.Context, req any, info *grpc.UnaryServerI
 		return handler(ctx, req)
 	}
 	// The decoder keeps unknown fields; a Read needs none, and dropped
-	// they hold no memory that nothing counts while it waits.
-	r.ProtoReflect().SetUnknown(nil)
+	// they hold no memory that nothing counts while it waits. (Unless
+	// they are the marker of a Read that did not decode, refused later.)
+	if _, bad := undecodable(r); !bad {
+		r.ProtoReflect().SetUnknown(nil)
+	}
 	g.budget.release(cb.held)
 	cb.held = 0
 	want := grpcCopies * min(max(r.GetLength(), 0), g.maxRequest)

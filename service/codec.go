@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	"context"
 
 	"google.golang.org/grpc"
@@ -18,14 +19,19 @@ import (
 // any error of its codec's Unmarshal as INTERNAL, a fault of the server,
 // before an interceptor runs, and has no option to change that. So the
 // server's codec never fails to unmarshal a message: it leaves it empty but
-// for an unknown field that carries the error (undecodable), and the
-// interceptors below answer INVALID_ARGUMENT when they meet one. They run
-// after the call was admitted (authenticated), so a stranger learns nothing
-// of how a request is parsed.
+// for a marker in its unknown fields that carries the error (undecodable),
+// and the interceptors below answer INVALID_ARGUMENT when they meet one.
+// They run after the call was admitted (authenticated), so a stranger
+// learns nothing of how a request is parsed.
+//
+// The marker is a field numbered 0, which is outside the numbers a field
+// may have: the decoder refuses it, so no message it decoded holds one,
+// and no field a client sends (any number, 536870911 included) is taken
+// for it. It carries the decoder's own error, which names no byte of the
+// message.
 
-// undecodableField is the field number of the marker: the largest there is,
-// which no message of the API uses and a real client has no reason to send.
-const undecodableField = protowire.MaxValidNumber
+// undecodableTag starts the marker: field 0, length-delimited.
+var undecodableTag = protowire.AppendTag(nil, 0, protowire.BytesType)
 
 // requestCodec is grpc's protobuf codec with the Unmarshal described above.
 type requestCodec struct{ encoding.CodecV2 }
@@ -54,8 +60,7 @@ func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		return err
 	}
 	proto.Reset(m) // what a failed Unmarshal left is no request
-	b := protowire.AppendTag(nil, undecodableField, protowire.BytesType)
-	m.ProtoReflect().SetUnknown(protowire.AppendString(b, err.Error()))
+	m.ProtoReflect().SetUnknown(protowire.AppendString(bytes.Clone(undecodableTag), err.Error()))
 	return nil
 }
 
@@ -65,23 +70,12 @@ func undecodable(m any) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	b := pm.ProtoReflect().GetUnknown()
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return "", false
-		}
-		b = b[n:]
-		if num == undecodableField && typ == protowire.BytesType {
-			s, n := protowire.ConsumeString(b)
-			return s, n >= 0
-		}
-		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-			return "", false
-		}
-		b = b[n:]
+	b, ok := bytes.CutPrefix(pm.ProtoReflect().GetUnknown(), undecodableTag)
+	if !ok {
+		return "", false
 	}
-	return "", false
+	s, n := protowire.ConsumeString(b)
+	return s, n >= 0
 }
 
 func malformed(msg string) error {

@@ -3,6 +3,7 @@ package service
 import (
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -69,6 +70,9 @@ func TestMalformedRequests(t *testing.T) {
 				err := d.conn.Invoke(ctx, method, &req.wire, &resp, grpc.ForceCodecV2(wireCodec{}))
 				if status.Code(err) != codes.InvalidArgument {
 					t.Errorf("%s with %x: %v, want INVALID_ARGUMENT", method, req.wire, err)
+				}
+				if strings.Contains(status.Convert(err).Message(), "name") {
+					t.Errorf("%s with %x: %q echoes the request's bytes", method, req.wire, status.Convert(err).Message())
 				}
 				checkUnchanged(t, d.dir, before)
 			})
