@@ -47,7 +47,7 @@ const (
 // tap that admits calls, and the per-connection limits.
 func (s *Server) publicServerOptions() []grpc.ServerOption {
 	maxRequest := s.cfg.Store.MaxRequestBytes
-	calls := &grpcBudget{budget: s.budget, receiving: receiveHold(maxRequest), maxRequest: maxRequest}
+	calls := &grpcBudget{budget: s.budget, maxRequest: maxRequest}
 	opts := []grpc.ServerOption{
 		grpc.InTapHandle(s.admitCall),
 		grpc.StatsHandler(publicStats{guard: s.grpcLis, calls: calls}),
@@ -121,8 +121,8 @@ func (h publicStats) TagConn(ctx context.Context, info *stats.ConnTagInfo) conte
 
 func (publicStats) HandleConn(context.Context, stats.ConnStats) {}
 
-func (h publicStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
-	return h.calls.tagCall(ctx)
+func (h publicStats) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
+	return h.calls.tagCall(ctx, info.FullMethodName)
 }
 
 func (h publicStats) HandleRPC(ctx context.Context, s stats.RPCStats) {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"os"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
-	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/stats"
@@ -18,23 +20,40 @@ import (
 
 // inflightBudget bounds the bytes that requests in flight hold across the
 // whole daemon (--max-inflight-bytes): gRPC messages, REST bodies, Reads'
-// data, and what streams hold. A request that would pass the bound waits,
-// first come first served, until others release enough or its context
-// ends; it does not fail for the bound alone.
+// data, and what streams hold. A request that would pass the bound waits
+// until others release enough or its context ends; it does not fail for
+// the bound alone.
 //
 // What a request holds is an estimate, in bytes, of the memory it keeps
 // alive: the copies of its data that the path it takes makes (see
-// grpcCopies and the gateway's reservations), not just its data. That is
-// what lets the daemon's resident memory stay under the bound plus a fixed
-// overhead (docs/guarantees.md, "Memory").
+// grpcCopies and the gateway's reservations), not just its data. It is
+// taken once the request's bytes have arrived, never for bytes still to
+// come: a peer that sends a call's headers and nothing more holds none of
+// it (docs/guarantees.md states the bound per call).
+//
+// Waiters are served in arrival order, so that a stream of small requests
+// cannot starve a large one; but the first waiter holds back those
+// behind it for at most headPatience: after that, a waiter that fits in
+// what is free goes ahead (the first keeps its place). So no request
+// that would fit waits indefinitely behind one that does not.
 //
 // Who may call what: acquire and release are safe for concurrent use.
 // Every acquire(ctx, n) that returns nil must be matched by releases that
 // add up to n, from the same caller; a caller may release part of what it
 // holds early (a message turned out smaller than its reservation).
 type inflightBudget struct {
-	sem      *semaphore.Weighted
 	capacity int64
+	// patience is headPatience, shorter or longer in tests.
+	patience time.Duration
+
+	// mu guards free, queue and timer. A leaf lock.
+	mu   sync.Mutex
+	free int64
+	// queue holds the waiters in arrival order.
+	queue []*budgetWaiter
+	// timer lets the waiters behind the first go ahead once its patience
+	// has run out, when no release comes to do it.
+	timer *time.Timer
 
 	// held and waiting are for metrics and tests only: held counts what
 	// acquire granted and release has not taken back, waiting the callers
@@ -42,8 +61,22 @@ type inflightBudget struct {
 	held, waiting atomic.Int64
 }
 
+// headPatience is how long the first request waiting for the budget may
+// hold back requests behind it that would fit.
+const headPatience = time.Second
+
+// budgetWaiter is one caller waiting in acquire.
+type budgetWaiter struct {
+	n int64
+	// first is when it became the first waiter.
+	first time.Time
+	// ready is closed once granted (set under mu).
+	ready   chan struct{}
+	granted bool
+}
+
 func newInflightBudget(capacity int64) *inflightBudget {
-	return &inflightBudget{sem: semaphore.NewWeighted(capacity), capacity: capacity}
+	return &inflightBudget{capacity: capacity, free: capacity, patience: headPatience}
 }
 
 // clamp: a request that needs more than the whole budget gets all of it,
@@ -62,16 +95,47 @@ func (b *inflightBudget) acquire(ctx context.Context, n int64) error {
 	if n == 0 {
 		return ctx.Err()
 	}
-	b.waiting.Add(1)
-	err := b.sem.Acquire(ctx, n)
-	b.waiting.Add(-1)
-	if err != nil {
-		// Said apart from a deadline that passed elsewhere: the request
-		// was never performed, and may be retried once memory frees up.
+	if err := ctx.Err(); err != nil {
 		return &budgetWaitError{capacity: b.capacity, err: err}
 	}
-	b.held.Add(n)
-	return nil
+	b.mu.Lock()
+	if n <= b.free && (len(b.queue) == 0 || b.headOverdueLocked(time.Now())) {
+		b.free -= n
+		b.mu.Unlock()
+		b.held.Add(n)
+		return nil
+	}
+	w := &budgetWaiter{n: n, ready: make(chan struct{})}
+	b.queue = append(b.queue, w)
+	if len(b.queue) == 1 {
+		b.newHeadLocked(time.Now())
+	}
+	b.waiting.Add(1)
+	b.mu.Unlock()
+	defer b.waiting.Add(-1)
+
+	select {
+	case <-w.ready:
+		b.held.Add(n)
+		return nil
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if w.granted {
+		// Granted as ctx ended: give it back, to whoever waits.
+		b.free += n
+	} else {
+		i := slices.Index(b.queue, w)
+		b.queue = slices.Delete(b.queue, i, i+1)
+		if i == 0 && len(b.queue) > 0 {
+			b.newHeadLocked(time.Now())
+		}
+	}
+	b.grantLocked(time.Now())
+	// Said apart from a deadline that passed elsewhere: the request was
+	// never performed, and may be retried once memory frees up.
+	return &budgetWaitError{capacity: b.capacity, err: ctx.Err()}
 }
 
 // release gives back n bytes taken by acquire.
@@ -84,7 +148,63 @@ func (b *inflightBudget) release(n int64) {
 		return
 	}
 	b.held.Add(-n)
-	b.sem.Release(n)
+	b.mu.Lock()
+	b.free += n
+	b.grantLocked(time.Now())
+	b.mu.Unlock()
+}
+
+// headOverdueLocked reports whether the first waiter's patience has run
+// out.
+//
+// Preconditions: b.mu is held; b.queue is not empty.
+func (b *inflightBudget) headOverdueLocked(now time.Time) bool {
+	return now.Sub(b.queue[0].first) >= b.patience
+}
+
+// newHeadLocked starts the patience of the first waiter, which has just
+// become first.
+//
+// Preconditions: b.mu is held; b.queue is not empty.
+func (b *inflightBudget) newHeadLocked(now time.Time) {
+	b.queue[0].first = now
+	if b.timer == nil {
+		b.timer = time.AfterFunc(b.patience, b.patienceOut)
+		return
+	}
+	b.timer.Reset(b.patience)
+}
+
+// patienceOut lets waiters that fit go ahead of a first waiter whose
+// patience has run out.
+func (b *inflightBudget) patienceOut() {
+	b.mu.Lock()
+	b.grantLocked(time.Now())
+	b.mu.Unlock()
+}
+
+// grantLocked grants, in order, every waiter that fits in what is free,
+// stopping at the first that does not unless its patience has run out.
+//
+// Preconditions: b.mu is held.
+func (b *inflightBudget) grantLocked(now time.Time) {
+	for i := 0; i < len(b.queue); {
+		w := b.queue[i]
+		if w.n <= b.free {
+			b.free -= w.n
+			w.granted = true
+			close(w.ready)
+			b.queue = slices.Delete(b.queue, i, i+1)
+			if i == 0 && len(b.queue) > 0 {
+				b.newHeadLocked(now)
+			}
+			continue
+		}
+		if i == 0 && !b.headOverdueLocked(now) {
+			return
+		}
+		i++
+	}
 }
 
 // memoryLimitHeadroom is what the Go runtime's memory limit adds to
@@ -114,14 +234,14 @@ func (s *Server) limitMemory() {
 // runs, and queues its reply to be written after the call has ended, so
 // the shares are taken and given back around those two points:
 //
-//  1. At the call's start (stats.Begin, on the call's goroutine, before the
-//     message is read: unread, it waits in the transport's flow-control
-//     window and its sender waits too), the call takes what a message at
-//     the data limit holds while it is received and decoded, since its own
-//     size is not known yet: receiveCopies of it. The tap cannot: it runs
-//     on the connection's reader goroutine, which must not wait.
-//  2. Once the message is decoded (stats.InPayload), the call gives back
-//     all but grpcCopies of it.
+//  1. Nothing is taken while the message arrives: a call that sent its
+//     headers and nothing more holds nothing, however long it waits, and a
+//     call whose message arrives holds what arrived (gRPC's buffers hold
+//     the frames as they come, not the size the message's header claims).
+//  2. Once the message is decoded (stats.InPayload), the call takes
+//     grpcCopies of it, waiting if need be; meanwhile it holds its message
+//     received and decoded, about grpcCopies times what its peer sent,
+//     outside the budget (docs/guarantees.md).
 //  3. A Read gives back what its request held and takes grpcCopies of what
 //     its reply will hold before the store is asked (unary).
 //  4. Its reply keeps what it holds until grpc-go has written it and freed
@@ -129,17 +249,14 @@ func (s *Server) limitMemory() {
 //     for a slow reader can be long before it is sent.
 //  5. The call gives back the rest when it ends (stats.End).
 //
-// Between 1 and 2 a call holds more than it needs, for as long as its
-// message takes to arrive: the price of bounding messages that are still
-// on their way, paid in how many large messages may be received at once,
-// not in memory. Streams take their share per message (budgetStream), and
-// a WriteStream for the writes it holds until their acks go out
+// gRPC health calls take nothing: a probe must answer while the budget is
+// short. Streams take their share per message (budgetStream), and a
+// WriteStream for the writes it holds until their acks go out
 // (streamBudget).
 type grpcBudget struct {
 	budget *inflightBudget
-	// receiving is what a call takes at its start (receiveHold);
 	// maxRequest is --max-request-bytes.
-	receiving, maxRequest int64
+	maxRequest int64
 	// replies holds what a Read's reply owes the budget, from the end of
 	// its handler until Marshal hands it to the reply's buffer:
 	// *filewritev1.ReadResponse → int64.
@@ -152,10 +269,10 @@ type grpcBudget struct {
 // data once more.
 const receiveCopies = 3
 
-// receiveHold is what a unary call takes before its message is read: a
-// message at the data limit, received and decoded. A message up to gRPC's
-// own, larger limit (for WriteStream) is refused by the store after it
-// was decoded, and may hold more meanwhile.
+// receiveHold is what a unary call holds at the peak of its decoding, for
+// a message at the data limit: the least --max-inflight-bytes accepted. A
+// message up to gRPC's own, larger limit (for WriteStream) is refused by
+// the store after it was decoded, and may hold more meanwhile.
 func receiveHold(maxRequestBytes int64) int64 {
 	return receiveCopies * int64(maxMessageBytes(maxRequestBytes))
 }
@@ -175,14 +292,25 @@ const grpcCopies = 2
 type callBudget struct {
 	stream bool
 	held   int64
-	reply  *filewritev1.ReadResponse // whose share is in grpcBudget.replies
+	// err is why the call could not take its share (its context ended
+	// while it waited): unary answers it instead of running the handler.
+	err   error
+	reply *filewritev1.ReadResponse // whose share is in grpcBudget.replies
 }
 
 type callBudgetKey struct{}
 
-func (g *grpcBudget) tagCall(ctx context.Context) context.Context {
+// tagCall gives a call its callBudget, unless it is a health call.
+func (g *grpcBudget) tagCall(ctx context.Context, method string) context.Context {
+	if strings.HasPrefix(method, healthPrefix) {
+		return ctx
+	}
 	return context.WithValue(ctx, callBudgetKey{}, &callBudget{})
 }
+
+// healthPrefix is the gRPC health service's method prefix: its calls and
+// streams never wait for the budget.
+const healthPrefix = "/grpc.health.v1.Health/"
 
 // event is the budget's part of the stats handler.
 func (g *grpcBudget) event(ctx context.Context, s stats.RPCStats) {
@@ -194,17 +322,14 @@ func (g *grpcBudget) event(ctx context.Context, s stats.RPCStats) {
 	case *stats.Begin:
 		if s.IsClientStream || s.IsServerStream {
 			cb.stream = true
+		}
+	case *stats.InPayload:
+		want := grpcCopies * int64(s.Length)
+		if err := g.budget.acquire(ctx, want); err != nil {
+			cb.err = err
 			return
 		}
-		if g.budget.acquire(ctx, g.receiving) == nil {
-			cb.held = g.receiving
-		}
-		// Otherwise ctx ended: the call fails as it reads its message.
-	case *stats.InPayload:
-		if keep := grpcCopies * int64(s.Length); keep < cb.held {
-			g.budget.release(cb.held - keep)
-			cb.held = keep
-		}
+		cb.held = want
 	case *stats.End:
 		if cb.reply != nil {
 			if owed, ok := g.replies.LoadAndDelete(cb.reply); ok {
@@ -225,6 +350,9 @@ func (g *grpcBudget) event(ctx context.Context, s stats.RPCStats) {
 // by waiters.
 func (g *grpcBudget) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	cb, _ := ctx.Value(callBudgetKey{}).(*callBudget)
+	if cb != nil && cb.err != nil {
+		return nil, toStatus(cb.err)
+	}
 	r, ok := req.(*filewritev1.ReadRequest)
 	if cb == nil || !ok {
 		return handler(ctx, req)
@@ -312,6 +440,9 @@ func (o *owedBytes) Put(*[]byte)       { o.budget.release(o.n) }
 // beyond the budget (at most the largest message, per stream).
 func budgetStream(b *inflightBudget) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if strings.HasPrefix(info.FullMethod, healthPrefix) {
+			return handler(srv, ss) // a probe's Watch never waits for the budget
+		}
 		bs := &budgetedStream{ServerStream: ss, budget: b}
 		defer bs.end()
 		return handler(srv, bs)

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // TestInflightBudget: acquire waits, first come first served, until
@@ -18,6 +19,7 @@ import (
 // it; a context that ends leaves nothing taken.
 func TestInflightBudget(t *testing.T) {
 	b := newInflightBudget(100)
+	b.patience = time.Hour // strictly in order here; see TestInflightBudgetPatience
 	ctx := testContext(t)
 	if err := b.acquire(ctx, 60); err != nil {
 		t.Fatal(err)
@@ -73,6 +75,60 @@ func TestInflightBudget(t *testing.T) {
 	none.release(1 << 40)
 }
 
+// setPatience sets how long b's first waiter holds back the others, for a
+// test that needs them served strictly in order (a long patience).
+func (b *inflightBudget) setPatience(d time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.patience = d
+}
+
+// TestInflightBudgetPatience: once the first waiter's patience has run
+// out, a request that fits in what is free goes ahead of it, whether it
+// comes after (acquire) or was already waiting (the timer), and the first
+// waiter keeps its place: it is granted before the others once it fits.
+func TestInflightBudgetPatience(t *testing.T) {
+	ctx := testContext(t)
+	for _, tt := range []struct {
+		name     string
+		patience time.Duration
+	}{{"run out", 0}, {"runs out while waiting", 50 * time.Millisecond}} {
+		b := newInflightBudget(100)
+		b.patience = tt.patience
+		if err := b.acquire(ctx, 60); err != nil {
+			t.Fatal(err)
+		}
+		large := make(chan error, 1)
+		go func() { large <- b.acquire(ctx, 50) }()
+		for b.waiting.Load() < 1 {
+			time.Sleep(time.Millisecond)
+		}
+		// 30 fits in the 40 free: it goes ahead, at once or once the
+		// first waiter's patience has run out.
+		if err := b.acquire(ctx, 30); err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		// 20 does not fit in the 10 free: it waits behind 50, which is
+		// granted first once 60 comes back, then 20.
+		small := make(chan error, 1)
+		go func() { small <- b.acquire(ctx, 20) }()
+		for b.waiting.Load() < 2 {
+			time.Sleep(time.Millisecond)
+		}
+		b.release(60)
+		if err := <-large; err != nil {
+			t.Fatalf("%s: the first waiter: %v", tt.name, err)
+		}
+		if err := <-small; err != nil {
+			t.Fatalf("%s: the last waiter: %v", tt.name, err)
+		}
+		if got := b.held.Load(); got != 100 {
+			t.Errorf("%s: held %d, want 100", tt.name, got)
+		}
+		b.release(100)
+	}
+}
+
 // TestBudgetMakesRequestsWait: past --max-inflight-bytes, a gRPC Write and
 // a REST PUT wait rather than fail: one whose deadline passes while it
 // waits is DEADLINE_EXCEEDED and never performed, the others go through
@@ -91,9 +147,16 @@ func TestBudgetMakesRequestsWait(t *testing.T) {
 		_, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: path, Data: allBytes(maxRequest)})
 		return err
 	}
-	held := make(chan error, 1)
-	go func() { held <- write(ctx, "held.bin") }()
+	// Two Writes held inside the store hold two thirds of the budget
+	// (grpcCopies of a message each): a third one does not fit.
+	held := make(chan error, 2)
+	for range 2 {
+		go func() { held <- write(ctx, "held.bin") }()
+	}
 	gate.waitEntered(t, ctx)
+	testutil.WaitFor(t, "two Writes to hold their share", func() bool {
+		return budget.held.Load() >= 2*grpcCopies*maxRequest
+	})
 
 	// A Write whose deadline passes in the queue for the budget.
 	err := expireWhile(t, func(int) bool { return budget.waiting.Load() > 0 }, func(ctx context.Context, attempt int) error {
@@ -112,8 +175,10 @@ func TestBudgetMakesRequestsWait(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	gate.open()
-	if err := <-held; err != nil {
-		t.Errorf("the Write that held the budget: %v", err)
+	for range 2 {
+		if err := <-held; err != nil {
+			t.Errorf("a Write that held the budget: %v", err)
+		}
 	}
 	for range 2 {
 		if err := <-waited; err != nil {

@@ -399,6 +399,7 @@ func (s *Server) startGateway() (err error) {
 		grpc.WithContextDialer(s.gatewayLis.dial),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStatsHandler(s.tel.clientHandler()),
+		grpc.WithChainUnaryInterceptor(holdBody),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limit), grpc.MaxCallSendMsgSize(limit)),
 	)
 	if err != nil {

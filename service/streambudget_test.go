@@ -161,10 +161,10 @@ func TestStreamsAndUnaryShareTheBudget(t *testing.T) {
 	budget := d.srv.budget
 
 	stream := openStream(t, ctx, d.client, "held.bin")
-	// A unary call takes the whole budget while its message arrives (a
-	// message at --max-request-bytes, three times), so it waits for any
-	// byte held; a REST PUT's share is larger than the whole.
-	const n = 512
+	// The stream holds more than two thirds of the budget, so a unary
+	// Write at --max-request-bytes (grpcCopies of it, once it arrived)
+	// does not fit; a REST PUT's share is larger than the whole.
+	const n = 1200
 	if err := stream.Send(tinyWrites(0, n)); err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestStreamsAndUnaryShareTheBudget(t *testing.T) {
 
 	unary := make(chan error, 2)
 	go func() {
-		_, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "unary.bin", Data: []byte("grpc")})
+		_, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "unary.bin", Data: allBytes(streamBudgetMaxRequest)})
 		unary <- err
 	}()
 	waitForWaiters(t, budget, 1, "a gRPC Write", unary)
@@ -246,7 +246,9 @@ func TestWriteStreamBudgetReturnsToZero(t *testing.T) {
 	}
 
 	// A stream waits for the budget, and one behind it (first come, first
-	// served); the first is cancelled while it waits, and the second goes on.
+	// served, however long the first waits); the first is cancelled while
+	// it waits, and the second goes on.
+	budget.setPatience(time.Hour)
 	waitCancelled, cancelWaiter := cancelled("wait.bin")
 	if err := waitCancelled.Send(tinyWrites(0, pastFree(budget))); err != nil {
 		t.Fatal(err)
