@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/testutil"
@@ -193,4 +194,36 @@ func TestBudgetMakesRequestsWait(t *testing.T) {
 	if got := budget.held.Load(); got != 0 {
 		t.Errorf("%d bytes still held with nothing in flight", got)
 	}
+}
+
+// TestHealthNeverWaitsForTheBudget: with every byte of
+// --max-inflight-bytes held, gRPC health's Check and Watch answer at once,
+// while a Write waits.
+func TestHealthNeverWaitsForTheBudget(t *testing.T) {
+	d := startDaemon(t, nil)
+	ctx := testContext(t)
+	budget := d.srv.budget
+	if err := budget.acquire(ctx, budget.capacity); err != nil {
+		t.Fatal(err)
+	}
+	defer budget.release(budget.capacity)
+
+	health := healthpb.NewHealthClient(d.conn)
+	resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("Check with the budget all held: %v, %v", resp, err)
+	}
+	watch, err := health.Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := watch.Recv(); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("Watch with the budget all held: %v, %v", resp, err)
+	}
+	written := make(chan error, 1)
+	go func() {
+		_, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "f", Data: []byte("x")})
+		written <- err
+	}()
+	waitForWaiters(t, budget, 1, "a Write", written)
 }
