@@ -1328,7 +1328,8 @@ func (x *StreamWrite) GetCrc32C() uint32 {
 // WriteStreamResponse carries acks of writes of the stream.
 type WriteStreamResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Acks, in no particular order; empty in the reply to the first message.
+	// Acks, in no particular order. Any response may carry them, the reply
+	// to the first message included.
 	Acks          []*StreamAck `protobuf:"bytes,1,rep,name=acks,proto3" json:"acks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

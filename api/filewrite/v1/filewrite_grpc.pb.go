@@ -115,19 +115,22 @@ type FileServiceClient interface {
 	// The first message names the file (created with its missing parents,
 	// like Write, as its open_mode says); the server answers it with a
 	// response once the file is open, so a client learns of an open error
-	// at once (NOT_FOUND or ALREADY_EXISTS for an open_mode refused). The
-	// file ends up as if the writes of one stream were applied one by one in
-	// arrival order; writes that do not overlap may run concurrently. Each
-	// write gets the validation, limits, lock policy, tracing and durability
-	// of a unary Write, and its own ack (matched by id; acks may come out of
-	// order and several in one response). A write's error comes in its ack
-	// and the stream goes on; a refused write changes nothing. The stream
-	// ends, after every write already read has been applied and acked, with
+	// at once (NOT_FOUND or ALREADY_EXISTS for an open_mode refused). That
+	// response may already carry acks of the first message's writes: read
+	// acks from every response, the first included. The file ends up as if
+	// the writes of one stream were applied one by one in arrival order;
+	// writes that do not overlap may run concurrently. Each write gets the
+	// validation, limits, lock policy, tracing and durability of a unary
+	// Write, and its own ack (matched by id; acks may come out of order and
+	// several in one response). A write's error comes in its ack and the
+	// stream goes on; a refused write changes nothing. The stream ends,
+	// after every write already read has been applied and acked, with
 	// INVALID_ARGUMENT for a missing or invalid path, a different path in a
-	// later message, a duplicate id of an unacknowledged write, or a message
-	// over the size limit; UNAVAILABLE when the daemon shuts down; OK when
-	// the client half-closes. Every status, in an ack or at the end, carries
-	// a google.rpc.ErrorInfo whose reason is an ErrorReason.
+	// later message, a duplicate id of an unacknowledged write, more than
+	// 4096 writes in one message, or a message over the size limit;
+	// UNAVAILABLE when the daemon shuts down; OK when the client
+	// half-closes. Every status, in an ack or at the end, carries a
+	// google.rpc.ErrorInfo whose reason is an ErrorReason.
 	//
 	// Durable when a write's ack arrives with no status: as for Write with
 	// the write's sync mode. No REST route: the gateway would serve a stream
@@ -346,19 +349,22 @@ type FileServiceServer interface {
 	// The first message names the file (created with its missing parents,
 	// like Write, as its open_mode says); the server answers it with a
 	// response once the file is open, so a client learns of an open error
-	// at once (NOT_FOUND or ALREADY_EXISTS for an open_mode refused). The
-	// file ends up as if the writes of one stream were applied one by one in
-	// arrival order; writes that do not overlap may run concurrently. Each
-	// write gets the validation, limits, lock policy, tracing and durability
-	// of a unary Write, and its own ack (matched by id; acks may come out of
-	// order and several in one response). A write's error comes in its ack
-	// and the stream goes on; a refused write changes nothing. The stream
-	// ends, after every write already read has been applied and acked, with
+	// at once (NOT_FOUND or ALREADY_EXISTS for an open_mode refused). That
+	// response may already carry acks of the first message's writes: read
+	// acks from every response, the first included. The file ends up as if
+	// the writes of one stream were applied one by one in arrival order;
+	// writes that do not overlap may run concurrently. Each write gets the
+	// validation, limits, lock policy, tracing and durability of a unary
+	// Write, and its own ack (matched by id; acks may come out of order and
+	// several in one response). A write's error comes in its ack and the
+	// stream goes on; a refused write changes nothing. The stream ends,
+	// after every write already read has been applied and acked, with
 	// INVALID_ARGUMENT for a missing or invalid path, a different path in a
-	// later message, a duplicate id of an unacknowledged write, or a message
-	// over the size limit; UNAVAILABLE when the daemon shuts down; OK when
-	// the client half-closes. Every status, in an ack or at the end, carries
-	// a google.rpc.ErrorInfo whose reason is an ErrorReason.
+	// later message, a duplicate id of an unacknowledged write, more than
+	// 4096 writes in one message, or a message over the size limit;
+	// UNAVAILABLE when the daemon shuts down; OK when the client
+	// half-closes. Every status, in an ack or at the end, carries a
+	// google.rpc.ErrorInfo whose reason is an ErrorReason.
 	//
 	// Durable when a write's ack arrives with no status: as for Write with
 	// the write's sync mode. No REST route: the gateway would serve a stream
