@@ -177,13 +177,15 @@ type roundSummary struct {
 // were busy in all (BusyCores): when that is the machine's CPU count, the
 // run was bound by CPU, whatever else it was meant to measure.
 // ServerAllocs is the heap allocations one operation cost the daemon, for
-// the scenarios whose daemon serves /metrics (0 otherwise).
+// the scenarios whose daemon serves /metrics (0 otherwise);
+// ServerSwitches its context switches (0 without a daemon).
 type cpuPerOp struct {
-	ServerAllocs float64 `json:"server_allocs_per_op,omitempty"`
-	ServerUS     float64 `json:"server_usec_per_op"`
-	ClientUS     float64 `json:"client_usec_per_op"`
-	OtherCores   float64 `json:"other_load_cores"`
-	BusyCores    float64 `json:"busy_cores"`
+	ServerAllocs   float64 `json:"server_allocs_per_op,omitempty"`
+	ServerSwitches float64 `json:"server_switches_per_op,omitempty"`
+	ServerUS       float64 `json:"server_usec_per_op"`
+	ClientUS       float64 `json:"client_usec_per_op"`
+	OtherCores     float64 `json:"other_load_cores"`
+	BusyCores      float64 `json:"busy_cores"`
 }
 
 func perOp(r *runResult) cpuPerOp {
@@ -191,7 +193,8 @@ func perOp(r *runResult) cpuPerOp {
 		return cpuPerOp{}
 	}
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / float64(r.Count) }
-	return cpuPerOp{ServerAllocs: float64(r.Allocs) / float64(r.Count), ServerUS: us(r.CPU.Server), ClientUS: us(r.CPU.Client),
+	return cpuPerOp{ServerAllocs: float64(r.Allocs) / float64(r.Count), ServerSwitches: float64(r.CPU.ServerSwitches) / float64(r.Count),
+		ServerUS: us(r.CPU.Server), ClientUS: us(r.CPU.Client),
 		OtherCores: r.CPU.Others().Seconds() / r.Elapsed.Seconds(), BusyCores: r.CPU.Machine.Seconds() / r.Elapsed.Seconds()}
 }
 
@@ -554,7 +557,7 @@ func (e *env) summarize(res *comparisonResult, c *comparison, cols []column) {
 		if e.opts.target != "" && col.daemon != nil {
 			cs.DaemonFlags = nil
 		}
-		var iops, allocs, server, client, others, busy []float64
+		var iops, allocs, switches, server, client, others, busy []float64
 		var syncs []float64
 		pcts := map[float64][]float64{}
 		for _, r := range res.runs[col.name] {
@@ -564,6 +567,7 @@ func (e *env) summarize(res *comparisonResult, c *comparison, cols []column) {
 			rs.Syncs, rs.SyncsPerOp = r.Syncs, r.syncsPerOp()
 			syncs = append(syncs, rs.SyncsPerOp)
 			allocs = append(allocs, rs.CPU.ServerAllocs)
+			switches = append(switches, rs.CPU.ServerSwitches)
 			server = append(server, rs.CPU.ServerUS)
 			client = append(client, rs.CPU.ClientUS)
 			others = append(others, rs.CPU.OtherCores)
@@ -582,7 +586,7 @@ func (e *env) summarize(res *comparisonResult, c *comparison, cols []column) {
 		}
 		cs.IOPS = median(iops)
 		cs.SyncsPerOp = median(syncs)
-		cs.CPU = cpuPerOp{ServerAllocs: median(allocs), ServerUS: median(server), ClientUS: median(client), OtherCores: median(others), BusyCores: median(busy)}
+		cs.CPU = cpuPerOp{ServerAllocs: median(allocs), ServerSwitches: median(switches), ServerUS: median(server), ClientUS: median(client), OtherCores: median(others), BusyCores: median(busy)}
 		cs.Bandwidth = cs.IOPS * float64(c.bs)
 		for _, p := range fioPercentiles {
 			m := median(pcts[p])

@@ -71,6 +71,14 @@ func printTable(w io.Writer, res *comparisonResult, columns []string) {
 	if slices.ContainsFunc(res.Columns, func(c columnSummary) bool { return c.CPU.ServerAllocs > 0 }) {
 		row("allocs/op daemon", func(c *columnSummary) string { return usec(c.CPU.ServerAllocs) }, nil)
 	}
+	if slices.ContainsFunc(res.Columns, func(c columnSummary) bool { return c.CPU.ServerSwitches > 0 }) {
+		row("ctx switches/op daemon", func(c *columnSummary) string {
+			if c.CPU.ServerSwitches == 0 {
+				return "-"
+			}
+			return strconv.FormatFloat(c.CPU.ServerSwitches, 'f', 2, 64)
+		}, nil)
+	}
 	row("cpu/op harness (usec)", func(c *columnSummary) string { return usec(c.CPU.ClientUS) }, nil)
 	row("other load (cpus)", func(c *columnSummary) string { return strconv.FormatFloat(c.CPU.OtherCores, 'f', 2, 64) }, nil)
 	row(fmt.Sprintf("busy, all (cpus of %d)", runtime.NumCPU()), func(c *columnSummary) string {
