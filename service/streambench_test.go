@@ -50,7 +50,15 @@ func startWriteBenchDaemon(b *testing.B) *Server {
 // process: go -C loadtest run . -scenario stream).
 //
 //	go test -run '^$' -bench WriteStream -benchtime 200000x -memprofile mem.out ./service/
-func BenchmarkWriteStream(b *testing.B) {
+func BenchmarkWriteStream(b *testing.B) { benchmarkWriteStream(b, client.SyncNone) }
+
+// BenchmarkWriteStreamDurable is BenchmarkWriteStream with every write
+// durable (SYNC_MODE_DATA): the stream's syncer and the group commit.
+//
+//	go test -run '^$' -bench WriteStreamDurable -benchtime 20000x ./service/
+func BenchmarkWriteStreamDurable(b *testing.B) { benchmarkWriteStream(b, client.SyncData) }
+
+func benchmarkWriteStream(b *testing.B, sync client.SyncMode) {
 	const fileSize, bs, callers = 64 << 20, 4096, 32
 	srv := startWriteBenchDaemon(b)
 	c, err := client.Dial(srv.GRPCAddr().String())
@@ -76,7 +84,7 @@ func BenchmarkWriteStream(b *testing.B) {
 	prepareBenchFile(b, filewritev1.NewFileServiceClient(conn), fileSize)
 	data := make([]byte, bs)
 	runWriteBench(b, fileSize, bs, callers, func(caller int, off int64) error {
-		_, err := files[caller].WriteAt(data, off)
+		_, _, err := files[caller].Write(ctx, data, off, sync)
 		return err
 	})
 	for _, f := range files {
