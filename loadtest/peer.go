@@ -107,7 +107,7 @@ func (e *env) peerComparison(name string, streams int, durable bool) peerSetup {
 				setup: func(ctx context.Context, s *session) error {
 					return writeFile(ctx, s.client, path, size)
 				},
-				run:       clientWritesOver(path, size, sync, streams),
+				run:       countSyncs(clientWritesOver(path, size, sync, streams)),
 				after:     func(ctx context.Context, s *session) error { return fsyncFile(ctx, s.client, path) },
 				transport: transportStream},
 		},
