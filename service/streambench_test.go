@@ -50,26 +50,41 @@ func startWriteBenchDaemon(b *testing.B) *Server {
 // process: go -C loadtest run . -scenario stream).
 //
 //	go test -run '^$' -bench WriteStream -benchtime 200000x -memprofile mem.out ./service/
-func BenchmarkWriteStream(b *testing.B) { benchmarkWriteStream(b, client.SyncNone) }
+func BenchmarkWriteStream(b *testing.B) { benchmarkWriteStream(b, client.SyncNone, 1) }
+
+// BenchmarkWriteStreamMany is BenchmarkWriteStream's 32 callers over 8
+// Clients, so 8 connections and streams of 4 writes in flight each, as
+// the load harness's peer-streams runs them: messages carry few writes,
+// and what a message costs shows.
+//
+//	go test -run '^$' -bench WriteStreamMany -benchtime 100000x ./service/
+func BenchmarkWriteStreamMany(b *testing.B) { benchmarkWriteStream(b, client.SyncNone, 8) }
 
 // BenchmarkWriteStreamDurable is BenchmarkWriteStream with every write
 // durable (SYNC_MODE_DATA): the stream's syncer and the group commit.
 //
 //	go test -run '^$' -bench WriteStreamDurable -benchtime 20000x ./service/
-func BenchmarkWriteStreamDurable(b *testing.B) { benchmarkWriteStream(b, client.SyncData) }
+func BenchmarkWriteStreamDurable(b *testing.B) { benchmarkWriteStream(b, client.SyncData, 1) }
 
-func benchmarkWriteStream(b *testing.B, sync client.SyncMode) {
+// benchmarkWriteStream runs the stream benchmarks: 32 callers, caller i
+// on Client i mod clients.
+func benchmarkWriteStream(b *testing.B, sync client.SyncMode, clients int) {
 	const fileSize, bs, callers = 64 << 20, 4096, 32
 	srv := startWriteBenchDaemon(b)
-	c, err := client.Dial(srv.GRPCAddr().String())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
 	ctx := context.Background()
+	cs := make([]*client.Client, clients)
+	for i := range cs {
+		c, err := client.Dial(srv.GRPCAddr().String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		cs[i] = c
+	}
 	files := make([]*client.File, callers)
 	for i := range files {
-		if files[i], err = c.Open(ctx, "f"); err != nil {
+		var err error
+		if files[i], err = cs[i%clients].Open(ctx, "f"); err != nil {
 			b.Fatal(err)
 		}
 	}
