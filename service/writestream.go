@@ -131,9 +131,12 @@ type writeStream struct {
 	// pending counts the writes read and not yet taken to be sent.
 	pending int
 	order   writeOrder
-	ready   []*streamWrite // free to apply, in arrival order
-	owing   []*streamWrite // applied, waiting for their sync
-	acks    []*streamWrite // to be sent
+	// ready holds, from readyHead on, the writes free to apply, in
+	// arrival order (popReadyLocked).
+	ready     []*streamWrite
+	readyHead int
+	owing     []*streamWrite // applied, waiting for their sync
+	acks      []*streamWrite // to be sent
 	// workers started, and those of them waiting for work.
 	workers, idle int
 	syncer        bool
@@ -259,8 +262,11 @@ func (ws *writeStream) collect(acked []*streamWrite) (_ []*streamWrite, send boo
 		cost += w.cost
 		delete(ws.unacked, w.id)
 	}
-	clear(ws.acks[:n])
-	ws.acks = ws.acks[n:]
+	// Keep the slice's start, so that its capacity serves the next acks
+	// instead of being lost one response at a time.
+	rest := copy(ws.acks, ws.acks[n:])
+	clear(ws.acks[rest:])
+	ws.acks = ws.acks[:rest]
 	ws.pending -= n
 	send = n > 0 || (ws.opened && !ws.answered)
 	if send {
@@ -556,6 +562,14 @@ func (ws *writeStream) check(req *streamRequest) error {
 //
 // Preconditions: ws.mu is held.
 func (ws *writeStream) readyLocked(w *streamWrite) {
+	if ws.readyHead > 0 && len(ws.ready) == cap(ws.ready) {
+		// Full, with taken writes at its start: move the others down
+		// rather than grow, so that a queue that never empties stays
+		// the size of what it holds.
+		n := copy(ws.ready, ws.ready[ws.readyHead:])
+		clear(ws.ready[n:])
+		ws.ready, ws.readyHead = ws.ready[:n], 0
+	}
 	ws.ready = append(ws.ready, w)
 	if ws.idle == 0 && ws.workers < streamWorkers {
 		ws.workers++
@@ -564,6 +578,21 @@ func (ws *writeStream) readyLocked(w *streamWrite) {
 		return
 	}
 	ws.workCond.Signal()
+}
+
+// popReadyLocked takes the first write of ready, which is not empty.
+// ready is a queue read from readyHead, so that taking a write moves
+// nothing, and reset once empty, so that its capacity is kept.
+//
+// Preconditions: ws.mu is held.
+func (ws *writeStream) popReadyLocked() *streamWrite {
+	w := ws.ready[ws.readyHead]
+	ws.ready[ws.readyHead] = nil
+	ws.readyHead++
+	if ws.readyHead == len(ws.ready) {
+		ws.ready, ws.readyHead = ws.ready[:0], 0
+	}
+	return w
 }
 
 // doneLocked queues w's ack.
@@ -581,17 +610,15 @@ func (ws *writeStream) work() {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	for {
-		for len(ws.ready) == 0 && !(ws.readerDone && ws.order.empty()) {
+		for ws.readyHead == len(ws.ready) && !(ws.readerDone && ws.order.empty()) {
 			ws.idle++
 			ws.workCond.Wait()
 			ws.idle--
 		}
-		if len(ws.ready) == 0 {
+		if ws.readyHead == len(ws.ready) {
 			return
 		}
-		w := ws.ready[0]
-		ws.ready[0] = nil
-		ws.ready = ws.ready[1:]
+		w := ws.popReadyLocked()
 		ws.mu.Unlock()
 		w.res, w.err = ws.h.Write(ws.ctx, w.off, w.data, w.sync)
 		if errors.Is(w.err, store.ErrDeleted) {
