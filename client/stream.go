@@ -359,8 +359,11 @@ func (s *fileStream) sendOne() bool {
 	}
 	firstID := conn.nextID
 	conn.nextID += uint64(len(batch))
-	clear(s.queue[:len(batch)])
-	s.queue = s.queue[len(batch):]
+	// Move the rest down rather than reslice past the batch, so that the
+	// queue keeps its capacity instead of reallocating as it refills.
+	rest := copy(s.queue, s.queue[len(batch):])
+	clear(s.queue[rest:])
+	s.queue = s.queue[:rest]
 	s.mu.Unlock()
 	req := encodeWrites(batch, firstID)
 	s.mu.Lock()

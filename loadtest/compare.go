@@ -30,8 +30,11 @@ type comparison struct {
 	// clients is the number of concurrent callers; bs the bytes each
 	// operation moves (0 for none, as for a no-op call).
 	clients int
-	bs      int
-	columns []column
+	// connections is how many connections the callers share, where the
+	// comparison decides it (0: -connections).
+	connections int
+	bs          int
+	columns     []column
 	// ratios are the figures the scenario is judged by, numerator first.
 	ratios [][2]string
 	// paired runs each ratio's denominator again just before its
@@ -177,13 +180,15 @@ type roundSummary struct {
 // were busy in all (BusyCores): when that is the machine's CPU count, the
 // run was bound by CPU, whatever else it was meant to measure.
 // ServerAllocs is the heap allocations one operation cost the daemon, for
-// the scenarios whose daemon serves /metrics (0 otherwise).
+// the scenarios whose daemon serves /metrics (0 otherwise);
+// ServerSwitches its context switches (0 without a daemon).
 type cpuPerOp struct {
-	ServerAllocs float64 `json:"server_allocs_per_op,omitempty"`
-	ServerUS     float64 `json:"server_usec_per_op"`
-	ClientUS     float64 `json:"client_usec_per_op"`
-	OtherCores   float64 `json:"other_load_cores"`
-	BusyCores    float64 `json:"busy_cores"`
+	ServerAllocs   float64 `json:"server_allocs_per_op,omitempty"`
+	ServerSwitches float64 `json:"server_switches_per_op,omitempty"`
+	ServerUS       float64 `json:"server_usec_per_op"`
+	ClientUS       float64 `json:"client_usec_per_op"`
+	OtherCores     float64 `json:"other_load_cores"`
+	BusyCores      float64 `json:"busy_cores"`
 }
 
 func perOp(r *runResult) cpuPerOp {
@@ -191,8 +196,12 @@ func perOp(r *runResult) cpuPerOp {
 		return cpuPerOp{}
 	}
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / float64(r.Count) }
-	return cpuPerOp{ServerAllocs: float64(r.Allocs) / float64(r.Count), ServerUS: us(r.CPU.Server), ClientUS: us(r.CPU.Client),
-		OtherCores: r.CPU.Others().Seconds() / r.Elapsed.Seconds(), BusyCores: r.CPU.Machine.Seconds() / r.Elapsed.Seconds()}
+	// The CPU was sampled around the whole run, which for a run of
+	// another tool (fio) is longer than the time it reports.
+	wall := cmp.Or(r.Wall, r.Elapsed)
+	return cpuPerOp{ServerAllocs: float64(r.Allocs) / float64(r.Count), ServerSwitches: float64(r.CPU.ServerSwitches) / float64(r.Count),
+		ServerUS: us(r.CPU.Server), ClientUS: us(r.CPU.Client),
+		OtherCores: r.CPU.Others().Seconds() / wall.Seconds(), BusyCores: r.CPU.Machine.Seconds() / wall.Seconds()}
 }
 
 type percentileUS struct {
@@ -223,7 +232,7 @@ type ratioSummary struct {
 func (e *env) runComparison(ctx context.Context, c *comparison) (_ *comparisonResult, err error) {
 	r := &comparisonRun{e: e, c: c, cols: e.columnsOf(c), daemons: map[string]*daemon{}}
 	r.res = &comparisonResult{
-		Name: c.name, Title: c.title, Preparation: c.preparation, Clients: c.clients, Connections: e.opts.connections, BS: c.bs,
+		Name: c.name, Title: c.title, Preparation: c.preparation, Clients: c.clients, Connections: cmp.Or(c.connections, e.opts.connections), BS: c.bs,
 		Duration: e.duration(false).String(), Rounds: e.opts.rounds,
 		runs: map[string][]*runResult{}, pairRuns: map[[2]string][]*runResult{},
 	}
@@ -480,9 +489,9 @@ func (e *env) runColumn(ctx context.Context, c *comparison, col column, s *sessi
 		}
 	}
 	allocs0, aerr := s.daemon.mallocs(ctx)
-	cpu0 := sampleCPU(s.pid)
+	cpu0, start := sampleCPU(s.pid), time.Now()
 	r, err := col.run(ctx, s)
-	cpu := sampleCPU(s.pid).since(cpu0)
+	cpu, wall := sampleCPU(s.pid).since(cpu0), time.Since(start)
 	allocs1, aerr1 := s.daemon.mallocs(ctx)
 	end()
 	if err == nil {
@@ -496,7 +505,9 @@ func (e *env) runColumn(ctx context.Context, c *comparison, col column, s *sessi
 	if err != nil {
 		return nil, err
 	}
-	r.Column, r.Round, r.CPU, r.Allocs = col.name, s.round, cpu, allocs1-allocs0
+	cpu.Server += r.toolServer
+	cpu.Client += r.toolClient
+	r.Column, r.Round, r.CPU, r.Allocs, r.Wall = col.name, s.round, cpu, allocs1-allocs0, wall
 	if c.daemonStats && s.daemon != nil && s.daemon.httpAddr != "" {
 		// Before after: what the run left, not what a flush made of it.
 		if r.Daemon, err = statsSince(ctx, s.pid, s.daemon.httpAddr, before); err != nil {
@@ -554,7 +565,7 @@ func (e *env) summarize(res *comparisonResult, c *comparison, cols []column) {
 		if e.opts.target != "" && col.daemon != nil {
 			cs.DaemonFlags = nil
 		}
-		var iops, allocs, server, client, others, busy []float64
+		var iops, allocs, switches, server, client, others, busy []float64
 		var syncs []float64
 		pcts := map[float64][]float64{}
 		for _, r := range res.runs[col.name] {
@@ -564,6 +575,7 @@ func (e *env) summarize(res *comparisonResult, c *comparison, cols []column) {
 			rs.Syncs, rs.SyncsPerOp = r.Syncs, r.syncsPerOp()
 			syncs = append(syncs, rs.SyncsPerOp)
 			allocs = append(allocs, rs.CPU.ServerAllocs)
+			switches = append(switches, rs.CPU.ServerSwitches)
 			server = append(server, rs.CPU.ServerUS)
 			client = append(client, rs.CPU.ClientUS)
 			others = append(others, rs.CPU.OtherCores)
@@ -582,7 +594,7 @@ func (e *env) summarize(res *comparisonResult, c *comparison, cols []column) {
 		}
 		cs.IOPS = median(iops)
 		cs.SyncsPerOp = median(syncs)
-		cs.CPU = cpuPerOp{ServerAllocs: median(allocs), ServerUS: median(server), ClientUS: median(client), OtherCores: median(others), BusyCores: median(busy)}
+		cs.CPU = cpuPerOp{ServerAllocs: median(allocs), ServerSwitches: median(switches), ServerUS: median(server), ClientUS: median(client), OtherCores: median(others), BusyCores: median(busy)}
 		cs.Bandwidth = cs.IOPS * float64(c.bs)
 		for _, p := range fioPercentiles {
 			m := median(pcts[p])

@@ -23,6 +23,9 @@ type cpuSample struct {
 	server  time.Duration // the daemon's user+system time; 0 without one
 	client  time.Duration // the harness's own user+system time
 	machine time.Duration // every CPU's non-idle time
+	// switches is the daemon's context switches (procSwitches); 0
+	// without one.
+	switches int64
 }
 
 // cpuUsage is what a run cost, as deltas of two samples.
@@ -30,12 +33,15 @@ type cpuUsage struct {
 	Server  time.Duration
 	Client  time.Duration
 	Machine time.Duration
+	// ServerSwitches is the daemon's context switches.
+	ServerSwitches int64
 }
 
 func sampleCPU(serverPID int) cpuSample {
 	var s cpuSample
 	if serverPID > 0 {
 		s.server, _ = procCPU(serverPID)
+		s.switches, _ = procSwitches(serverPID)
 	}
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
@@ -46,7 +52,8 @@ func sampleCPU(serverPID int) cpuSample {
 }
 
 func (s cpuSample) since(start cpuSample) cpuUsage {
-	return cpuUsage{Server: s.server - start.server, Client: s.client - start.client, Machine: s.machine - start.machine}
+	return cpuUsage{Server: s.server - start.server, Client: s.client - start.client, Machine: s.machine - start.machine,
+		ServerSwitches: s.switches - start.switches}
 }
 
 // Others is the CPU time that neither the daemon nor the harness used:

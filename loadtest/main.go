@@ -452,7 +452,7 @@ func run(ctx context.Context, opts options, stdout, progressOut io.Writer) (*sum
 				fmt.Fprintf(e.log, "\n== peer: skipped: %s is not installed (apt-get install nbdkit fio)\n", tool)
 				break
 			}
-			comparisons = append(comparisons, func() *comparison { return e.peer(false) }, func() *comparison { return e.peer(true) })
+			comparisons = append(comparisons, func() *comparison { return e.peer(false) }, e.peerMany, func() *comparison { return e.peer(true) })
 		}
 	}
 	switch opts.scenario {

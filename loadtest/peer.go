@@ -21,10 +21,21 @@ import (
 // same job (positional writes into one file, pipelined over one
 // connection), on the same machine and file system. nbdkit's file plugin
 // serves a file on a unix socket and fio's nbd engine drives it; filewrite
-// serves its file on a unix socket and the client package drives it, one
-// Client with a File per caller, so that the callers' writes share one
-// WriteStream as fio's share one NBD connection. Both files are written in
-// full in prepareChunk chunks and synced before the runs.
+// serves its file on a unix socket and the client package drives it. Two
+// client shapes: peer, one Client with a File per caller, so that the
+// callers' writes share one WriteStream as fio's share one NBD
+// connection; peer-streams, several Clients (so several connections and
+// streams) with a few callers each, as several fio jobs of a few requests
+// in flight each. peer-durable also runs fio itself on a file of its own,
+// pwrite plus fdatasync per write from as many jobs as there are writes in
+// flight: the limit of the disk and the kernel for durable writes at that
+// depth. Every file is written in full in prepareChunk chunks and synced
+// before the runs, and fio is told not to drop its file's page cache, so
+// that all start from the same cache state.
+
+// peerStreams is peer-streams' number of streams (fio jobs); the callers
+// are shared among them.
+const peerStreams = 8
 
 // peerMissing says which of the peer's tools is not installed, "" when
 // both are.
@@ -37,49 +48,84 @@ func peerMissing() string {
 	return ""
 }
 
-// peer compares the two at 4 KiB random writes below EOF; durable asks
-// each write to be durable: fio --fsync=1 (an NBD flush after every write,
-// which nbdkit's file plugin turns into a sync of the file) against
-// client.WithSync(SyncData).
+// peer compares the two at 4 KiB random writes below EOF over one
+// connection; durable asks each write to be durable: fio --fsync=1 (an
+// NBD flush after every write, which nbdkit's file plugin turns into a
+// sync of the file) against client.WithSync(SyncData), with fio's own
+// fdatasync-per-write run beside them.
 func (e *env) peer(durable bool) *comparison {
+	c := e.peerComparison("peer", 1, durable)
+	if durable {
+		c.columns = append(c.columns, column{name: "fio-fdatasync", setup: setupRawFile(c.fileSize), run: fioFdatasync(c.fileSize), after: syncRawFile})
+		c.ratios = append(c.ratios, [2]string{"filewrite-stream", "fio-fdatasync"})
+	}
+	return c.comparison
+}
+
+// peerMany is peer over peerStreams connections: fio's jobs each with its
+// own NBD connection, filewrite's callers shared among as many Clients,
+// each with its own connection and stream.
+func (e *env) peerMany() *comparison {
+	return e.peerComparison("peer-streams", peerStreams, false).comparison
+}
+
+// peerSetup is a peer comparison with the size of its file.
+type peerSetup struct {
+	*comparison
+	fileSize int64
+}
+
+// peerComparison is a peer comparison over streams connections (one
+// Client, or one fio job, each), durable or not.
+func (e *env) peerComparison(name string, streams int, durable bool) peerSetup {
 	bs := e.bs(4 << 10)
 	size := e.fileSize(64<<20, bs)
 	clients := e.clients(32)
-	name, title, sync, fsync := "peer", "random %s writes below EOF of a written %s file, queue depth %d, unix sockets", client.SyncNone, 0
+	streams = max(1, min(streams, clients))
+	sync, fsync, kind := client.SyncNone, 0, ""
 	if durable {
-		name, title, sync, fsync = "peer-durable", "random %s durable writes below EOF of a written %s file, queue depth %d, unix sockets", client.SyncData, 1
+		name, sync, fsync, kind = name+"-durable", client.SyncData, 1, "durable "
 	}
-	const path = "loadtest/peer.dat"
+	path := "loadtest/" + name + ".dat"
+	shape := "over one connection"
+	if streams > 1 {
+		shape = fmt.Sprintf("over %d connections of %d in flight each", streams, clients/streams)
+	}
 	// In the work directory, removed with it; a unix socket's path must
 	// fit in 108 bytes.
 	sock := filepath.Join(e.work, name+".sock")
-	return &comparison{
-		name:  name,
-		title: fmt.Sprintf(title, sizeName(bs), sizeName(size), clients),
-		preparation: fmt.Sprintf("each written in full to %s in %s chunks (prepareChunk), then synced: pwrite(2)+fsync for nbdkit's, Write+Fsync for filewrite's",
+	return peerSetup{fileSize: size, comparison: &comparison{
+		name: name,
+		title: fmt.Sprintf("random %s %swrites below EOF of a written %s file, queue depth %d %s, unix sockets",
+			sizeName(bs), kind, sizeName(size), clients, shape),
+		preparation: fmt.Sprintf("each written in full to %s in %s chunks (prepareChunk), then synced: pwrite(2)+fsync for nbdkit's and fio's, Write+Fsync for filewrite's",
 			sizeName(size), sizeName(prepareChunk)),
-		clients: clients, bs: bs,
+		clients: clients, connections: streams, bs: bs,
 		columns: []column{
-			{name: "nbdkit-fio", setup: setupRawFile(size), run: nbdkitFio(size, fsync), after: syncRawFile},
-			{name: "filewrite-stream", daemon: []string{"--grpc-addr", "unix:" + sock},
+			{name: "nbdkit-fio", setup: setupRawFile(size), run: nbdkitFio(size, fsync, streams), after: syncRawFile},
+			{name: "filewrite-stream", daemon: []string{"--grpc-addr", "unix:" + sock, "--http-addr", "127.0.0.1:0"},
 				setup: func(ctx context.Context, s *session) error {
 					return writeFile(ctx, s.client, path, size)
 				},
-				run:       clientWrites(path, size, sync),
+				run:       countSyncs(clientWritesOver(path, size, sync, streams)),
 				after:     func(ctx context.Context, s *session) error { return fsyncFile(ctx, s.client, path) },
 				transport: transportStream},
 		},
 		ratios: [][2]string{{"filewrite-stream", "nbdkit-fio"}},
-	}
+	}}
 }
 
 // nbdkitFio is one run of fio's nbd engine against nbdkit's file plugin
-// serving the column's raw file on a unix socket. nbdkit runs with as many
-// threads as fio has requests in flight (its default is 16), so that it
-// serves the whole queue depth; fsync is fio's --fsync (1: a flush after
-// every write). nbdkit is started and stopped by the run, untimed.
-func nbdkitFio(fileSize int64, fsync int) func(context.Context, *session) (*runResult, error) {
+// serving the column's raw file on a unix socket, with jobs fio jobs (so
+// NBD connections) sharing s.clients requests in flight. nbdkit runs
+// with as many threads per connection as a job has requests in flight
+// (its default is 16), so that it serves the whole queue depth; fsync is
+// fio's --fsync (1: a flush after every write). nbdkit is started and
+// stopped by the run, untimed; its CPU time counts as the server's, fio's
+// as the harness's.
+func nbdkitFio(fileSize int64, fsync, jobs int) func(context.Context, *session) (*runResult, error) {
 	return func(ctx context.Context, s *session) (*runResult, error) {
+		depth := max(1, s.clients/jobs)
 		sockDir, err := os.MkdirTemp("", "loadtest-nbd-")
 		if err != nil {
 			return nil, err
@@ -87,7 +133,7 @@ func nbdkitFio(fileSize int64, fsync int) func(context.Context, *session) (*runR
 		defer os.RemoveAll(sockDir)
 		sock := filepath.Join(sockDir, "nbd.sock")
 		nbd := exec.Command("nbdkit", "--foreground", "--exit-with-parent", "--unix", sock,
-			"--threads", strconv.Itoa(s.clients), "file", "file="+rawFile(s))
+			"--threads", strconv.Itoa(depth), "file", "file="+rawFile(s))
 		logf, err := os.Create(filepath.Join(s.dir, "nbdkit.log"))
 		if err != nil {
 			return nil, err
@@ -97,10 +143,15 @@ func nbdkitFio(fileSize int64, fsync int) func(context.Context, *session) (*runR
 		if err := nbd.Start(); err != nil {
 			return nil, fmt.Errorf("start nbdkit: %w", err)
 		}
-		defer func() {
-			nbd.Process.Signal(syscall.SIGTERM)
-			nbd.Wait()
-		}()
+		stopped := false
+		stop := func() {
+			if !stopped {
+				stopped = true
+				nbd.Process.Signal(syscall.SIGTERM)
+				nbd.Wait()
+			}
+		}
+		defer stop()
 		for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
 			if _, err := os.Stat(sock); err == nil {
 				break
@@ -109,31 +160,66 @@ func nbdkitFio(fileSize int64, fsync int) func(context.Context, *session) (*runR
 				return nil, fmt.Errorf("nbdkit made no socket within 10s; see %s", logf.Name())
 			}
 		}
-		out := filepath.Join(s.dir, fmt.Sprintf("fio-r%d.json", s.round))
-		args := []string{"--name=peer", "--ioengine=nbd", "--uri=nbd+unix:///?socket=" + sock,
-			"--rw=randwrite", "--bs=" + strconv.Itoa(s.bs), "--iodepth=" + strconv.Itoa(s.clients),
-			"--size=" + strconv.FormatInt(fileSize, 10), "--fsync=" + strconv.Itoa(fsync),
-			"--time_based", "--runtime=" + strconv.FormatInt(s.duration.Milliseconds(), 10) + "ms",
-			"--output-format=json", "--output=" + out}
-		fio := exec.CommandContext(ctx, "fio", args...)
-		if msg, err := fio.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("fio %q: %w\n%s", args, err, msg)
-		}
-		data, err := os.ReadFile(out)
+		r, err := runFio(ctx, s, "nbd", "--ioengine=nbd", "--uri=nbd+unix:///?socket="+sock,
+			"--numjobs="+strconv.Itoa(jobs), "--iodepth="+strconv.Itoa(depth),
+			"--size="+strconv.FormatInt(fileSize, 10), "--fsync="+strconv.Itoa(fsync))
 		if err != nil {
 			return nil, err
 		}
-		r, err := fromFio(data)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", out, err)
-		}
-		s.done.Add(int64(r.Count))
+		stop()
+		r.toolServer = processCPU(nbd.ProcessState)
 		return r, nil
 	}
 }
 
-// fromFio reads fio's JSON output: one job's writes, their count, runtime
-// and completion-latency percentiles (fio's defaults are the same as
+// fioFdatasync is fio alone on the column's raw file: s.clients jobs, each
+// a pwrite(2) and an fdatasync(2) per write, the durable writes' limit at
+// that many in flight without any server.
+func fioFdatasync(fileSize int64) func(context.Context, *session) (*runResult, error) {
+	return func(ctx context.Context, s *session) (*runResult, error) {
+		return runFio(ctx, s, "fdatasync", "--ioengine=psync", "--filename="+rawFile(s),
+			"--numjobs="+strconv.Itoa(s.clients), "--fdatasync=1", "--invalidate=0",
+			"--size="+strconv.FormatInt(fileSize, 10))
+	}
+}
+
+// runFio runs fio's random writes of s.bs for s.duration with args, its
+// jobs reported as one, and returns its figures; fio's CPU time counts
+// as the harness's.
+func runFio(ctx context.Context, s *session, name string, args ...string) (*runResult, error) {
+	out := filepath.Join(s.dir, fmt.Sprintf("fio-%s-r%d.json", name, s.round))
+	args = append([]string{"--name=" + name, "--rw=randwrite", "--bs=" + strconv.Itoa(s.bs), "--group_reporting",
+		"--time_based", "--runtime=" + strconv.FormatInt(s.duration.Milliseconds(), 10) + "ms",
+		"--output-format=json", "--output=" + out}, args...)
+	fio := exec.CommandContext(ctx, "fio", args...)
+	if msg, err := fio.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("fio %q: %w\n%s", args, err, msg)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		return nil, err
+	}
+	r, err := fromFio(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", out, err)
+	}
+	r.toolClient = processCPU(fio.ProcessState)
+	s.done.Add(int64(r.Count))
+	return r, nil
+}
+
+// processCPU is the user and system time of a process that was waited
+// for; 0 if it was not.
+func processCPU(ps *os.ProcessState) time.Duration {
+	if ps == nil {
+		return 0
+	}
+	return ps.UserTime() + ps.SystemTime()
+}
+
+// fromFio reads fio's JSON output: one job's writes (or its jobs', as
+// --group_reporting sums them), their count, runtime and
+// completion-latency percentiles (fio's defaults are the same as
 // fioPercentiles).
 func fromFio(data []byte) (*runResult, error) {
 	var out struct {
@@ -164,7 +250,7 @@ func fromFio(data []byte) (*runResult, error) {
 		errs[fmt.Sprintf("fio: error %d", j.Error)] = 1
 	}
 	elapsed := time.Duration(j.Write.Runtime) * time.Millisecond
-	r := loopResult("", "fio nbd randwrite", 0, elapsed, nil, errs)
+	r := loopResult("", "fio randwrite", 0, elapsed, nil, errs)
 	r.Count = j.Write.TotalIOs
 	r.report.Count, r.report.Rps = r.Count, r.IOPS()
 	r.pcts = map[float64]time.Duration{}

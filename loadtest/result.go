@@ -24,6 +24,10 @@ type runResult struct {
 	// Errors counts failed operations by error text.
 	Errors  map[string]int
 	Elapsed time.Duration
+	// Wall is how long the run took, set up and torn down included,
+	// which is the time CPU was sampled over; Elapsed may be less (what
+	// fio reports of its own runs).
+	Wall time.Duration
 	// CPU is what the run cost the daemon, the harness and the rest of
 	// the machine.
 	CPU cpuUsage
@@ -45,6 +49,11 @@ type runResult struct {
 	// pcts are the run's latency percentiles when another tool (fio)
 	// measured them and the latencies themselves are not at hand.
 	pcts map[float64]time.Duration
+	// toolServer and toolClient are the CPU time of the processes a run
+	// started and waited for itself, as server (nbdkit) and as client
+	// (fio): the harness counts them with the daemon and with itself, not
+	// as other load.
+	toolServer, toolClient time.Duration
 }
 
 // syncsPerOp is the daemon's syncs per operation of the run, 0 when not

@@ -13,19 +13,31 @@ import (
 // one WriteStream and its messages. The daemon may listen on TCP or on a
 // unix socket (dialTarget).
 func clientWrites(path string, fileSize int64, sync client.SyncMode) func(context.Context, *session) (*runResult, error) {
+	return clientWritesOver(path, fileSize, sync, 1)
+}
+
+// clientWritesOver is clientWrites with the callers shared among streams
+// Clients (each its own connection, so its own WriteStream): caller i
+// writes through Client i mod streams.
+func clientWritesOver(path string, fileSize int64, sync client.SyncMode, streams int) func(context.Context, *session) (*runResult, error) {
 	return func(ctx context.Context, s *session) (*runResult, error) {
 		var opts []client.Option
 		if s.token != "" {
 			opts = append(opts, client.WithToken(s.token))
 		}
-		c, err := client.Dial(dialTarget(s.addr), opts...)
-		if err != nil {
-			return nil, err
+		clients := make([]*client.Client, max(1, min(streams, s.clients)))
+		for i := range clients {
+			c, err := client.Dial(dialTarget(s.addr), opts...)
+			if err != nil {
+				return nil, err
+			}
+			defer c.Close()
+			clients[i] = c
 		}
-		defer c.Close()
 		files := make([]*client.File, s.clients)
 		for i := range files {
-			if files[i], err = c.Open(ctx, path); err != nil {
+			var err error
+			if files[i], err = clients[i%len(clients)].Open(ctx, path); err != nil {
 				return nil, err
 			}
 		}

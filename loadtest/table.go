@@ -71,8 +71,17 @@ func printTable(w io.Writer, res *comparisonResult, columns []string) {
 	if slices.ContainsFunc(res.Columns, func(c columnSummary) bool { return c.CPU.ServerAllocs > 0 }) {
 		row("allocs/op daemon", func(c *columnSummary) string { return usec(c.CPU.ServerAllocs) }, nil)
 	}
+	if slices.ContainsFunc(res.Columns, func(c columnSummary) bool { return c.CPU.ServerSwitches > 0 }) {
+		row("ctx switches/op daemon", func(c *columnSummary) string {
+			if c.CPU.ServerSwitches == 0 {
+				return "-"
+			}
+			return strconv.FormatFloat(c.CPU.ServerSwitches, 'f', 2, 64)
+		}, nil)
+	}
 	row("cpu/op harness (usec)", func(c *columnSummary) string { return usec(c.CPU.ClientUS) }, nil)
-	row("other load (cpus)", func(c *columnSummary) string { return strconv.FormatFloat(c.CPU.OtherCores, 'f', 2, 64) }, nil)
+	row("other load (cpus)", func(c *columnSummary) string { return strconv.FormatFloat(c.CPU.OtherCores, 'f', 2, 64) },
+		func(r *ratioSummary) string { return ratioOtherLoad(res, r) })
 	row(fmt.Sprintf("busy, all (cpus of %d)", runtime.NumCPU()), func(c *columnSummary) string {
 		return strconv.FormatFloat(c.CPU.BusyCores, 'f', 2, 64)
 	}, nil)
@@ -89,13 +98,32 @@ func printTable(w io.Writer, res *comparisonResult, columns []string) {
 	}
 
 	conns := "one connection each"
-	if res.Connections > 0 && res.Connections < res.Clients {
+	switch {
+	case res.Connections == 1:
+		conns = "one connection"
+	case res.Connections > 0 && res.Connections < res.Clients:
 		conns = fmt.Sprintf("%d connections", res.Connections)
 	}
 	fmt.Fprintf(w, "   %d clients (%s), %s per run, %d rounds alternating; medians over rounds\n",
 		res.Clients, conns, res.Duration, res.Rounds)
 	printRows(w, rows)
 	printErrors(w, res)
+}
+
+// ratioOtherLoad is the other load of a ratio's two columns, numerator
+// first ("0.05 / 0.12"), printed beside the ratio: a ratio taken while one
+// side shared the machine with more than the other is not the same
+// ratio.
+func ratioOtherLoad(res *comparisonResult, r *ratioSummary) string {
+	num, den, _ := strings.Cut(r.Name, "/")
+	load := map[string]string{}
+	for _, c := range res.Columns {
+		load[c.Name] = strconv.FormatFloat(c.CPU.OtherCores, 'f', 2, 64)
+	}
+	if load[num] == "" || load[den] == "" {
+		return ""
+	}
+	return load[num] + " / " + load[den]
 }
 
 // printFilesTable prints the files comparison one row per configuration:

@@ -67,7 +67,7 @@ type streamWrite struct {
 // writeStream is one WriteStream. Four kinds of goroutine share it:
 //
 //   - the handler's (serve) sends the acks and decides when the stream
-//     ends: it alone calls Send;
+//     ends;
 //   - the reader (read) alone calls Recv: it opens the file, checks each
 //     message and hands its writes to writeOrder;
 //   - up to streamWorkers workers (work) apply the writes that writeOrder
@@ -75,7 +75,13 @@ type streamWrite struct {
 //   - a syncer (syncLoop), started at the first write that owes a sync,
 //     waits for the group commit of every write applied and owing one
 //     since its last wait, so that such a write's ack waits for its sync
-//     while the writes behind it go on.
+//     while the writes behind it go on. It sends the acks of each round
+//     itself, unless the handler is sending: they are all ready at once,
+//     and a durable write's ack should not wait for one more goroutine to
+//     be woken.
+//
+// One goroutine at a time sends (sending), and none after the handler
+// returns (sendClosed).
 //
 // The handle is closed by whichever of the handler and the reader is done
 // last (users); the reader waits for the workers and the syncer first.
@@ -101,13 +107,18 @@ type writeStream struct {
 	wake chan struct{}
 	// helpers counts the workers and the syncer, for the reader to wait.
 	helpers sync.WaitGroup
+	// resp and acked are the response being sent and the writes it acks,
+	// owned by whoever set sending.
+	resp  encodedMessage
+	acked []*streamWrite
 
 	// mu guards the fields below, and every streamWrite's order.
 	// It is never held across a store call, a Send or a Recv.
 	mu sync.Mutex
 	// workCond wakes workers (ready grew, or the reader is done); syncCond
-	// wakes the syncer (owing grew, or everything is applied).
-	workCond, syncCond sync.Cond
+	// wakes the syncer (owing grew, or everything is applied); sentCond
+	// wakes the handler waiting for the syncer to finish sending.
+	workCond, syncCond, sentCond sync.Cond
 	// opened: the file is open; answered: the reply to it went out.
 	opened, answered bool
 	// stopping is set by stop; end is then the stream's outcome.
@@ -120,12 +131,21 @@ type writeStream struct {
 	// pending counts the writes read and not yet taken to be sent.
 	pending int
 	order   writeOrder
-	ready   []*streamWrite // free to apply, in arrival order
-	owing   []*streamWrite // applied, waiting for their sync
-	acks    []*streamWrite // to be sent
+	// ready holds, from readyHead on, the writes free to apply, in
+	// arrival order (popReadyLocked).
+	ready     []*streamWrite
+	readyHead int
+	owing     []*streamWrite // applied, waiting for their sync
+	acks      []*streamWrite // to be sent
 	// workers started, and those of them waiting for work.
 	workers, idle int
 	syncer        bool
+	// sending: the handler or the syncer is sending acks (sendAcks),
+	// and only it may call Send until it clears sending. sendClosed: the
+	// handler returns, and nobody may send any more. sendErr is the
+	// syncer's failed Send, for the handler to return.
+	sending, sendClosed bool
+	sendErr             error
 }
 
 func newWriteStream(files *fileServer, ss grpc.BidiStreamingServer[filewritev1.WriteStreamRequest, filewritev1.WriteStreamResponse]) *writeStream {
@@ -140,6 +160,7 @@ func newWriteStream(files *fileServer, ss grpc.BidiStreamingServer[filewritev1.W
 	ws.stopped, ws.cancelStop = context.WithCancel(ws.ctx)
 	ws.workCond.L = &ws.mu
 	ws.syncCond.L = &ws.mu
+	ws.sentCond.L = &ws.mu
 	return ws
 }
 
@@ -153,8 +174,6 @@ func (ws *writeStream) serve() error {
 	defer ws.release()
 	go ws.read()
 	draining := ws.files.draining
-	resp := &encodedMessage{}
-	var acked []*streamWrite
 	for {
 		select {
 		case <-ws.wake:
@@ -166,37 +185,74 @@ func (ws *writeStream) serve() error {
 			ws.stop(refusal(filewritev1.ErrorReason_SHUTTING_DOWN, nil, "the daemon is shutting down: writes read before are acked, resend the others"))
 		case <-ws.ctx.Done():
 			ws.stop(ws.ctx.Err())
+			ws.closeSends()
 			return toStatus(ws.ctx.Err())
 		}
-		for {
-			var send, done bool
-			var cost int64
-			var end error
-			acked, send, cost, done, end = ws.collect(acked[:0])
-			if send {
-				encodeAcks(acked, resp)
-				if err := ws.ss.SendMsg(resp); err != nil {
-					ws.stop(err)
-					return err
-				}
-				ws.budget.give(cost)
-				ws.logFailures(acked)
-				clear(acked)
-			}
-			if done {
-				return end
-			}
-			if !send {
-				break
-			}
+		ws.mu.Lock()
+		if err := ws.sendErr; err != nil {
+			ws.mu.Unlock()
+			ws.closeSends()
+			return err
 		}
+		if ws.sending {
+			// The syncer sends what is ready, and wakes the handler
+			// once done if the stream is stopping.
+			ws.mu.Unlock()
+			continue
+		}
+		ws.sending = true
+		ws.mu.Unlock()
+		if done, end := ws.sendAcks(true); done {
+			ws.closeSends()
+			return end
+		}
+	}
+}
+
+// sendAcks sends the acks ready, up to maxAcksPerResponse a response,
+// until none is left (collect then clears sending). handler says the
+// caller is serve, for which it reports whether the stream is over, with
+// its outcome; a failed Send is its outcome too. The syncer's failure is
+// left in sendErr for the handler.
+//
+// Preconditions: the caller set sending; ws.mu is not held.
+func (ws *writeStream) sendAcks(handler bool) (done bool, end error) {
+	for {
+		var send bool
+		var cost int64
+		var acked []*streamWrite
+		acked, send, cost, done, end = ws.collect(ws.acked[:0])
+		if !send {
+			return done && handler, end
+		}
+		ws.acked = acked
+		encodeAcks(acked, &ws.resp)
+		if err := ws.ss.SendMsg(&ws.resp); err != nil {
+			ws.stop(err)
+			ws.mu.Lock()
+			ws.sending = false
+			ws.sentCond.Broadcast()
+			if !handler {
+				ws.sendErr = err
+				ws.wakeSenderLocked()
+			}
+			ws.mu.Unlock()
+			return handler, err
+		}
+		ws.budget.give(cost)
+		ws.logFailures(acked)
+		clear(acked)
 	}
 }
 
 // collect appends to acked up to maxAcksPerResponse writes whose acks are
 // ready, and reports whether to send a response (also when it is the empty
 // answer to the first message), the budget those acks give back, and
-// whether the stream is over, with its outcome.
+// whether the stream is over, with its outcome. When there is nothing to
+// send it clears sending, in the same hold of mu in which it found nothing,
+// so that an ack queued after it finds nobody sending.
+//
+// Preconditions: the caller set sending.
 func (ws *writeStream) collect(acked []*streamWrite) (_ []*streamWrite, send bool, cost int64, done bool, end error) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
@@ -206,15 +262,39 @@ func (ws *writeStream) collect(acked []*streamWrite) (_ []*streamWrite, send boo
 		cost += w.cost
 		delete(ws.unacked, w.id)
 	}
-	clear(ws.acks[:n])
-	ws.acks = ws.acks[n:]
+	// Keep the slice's start, so that its capacity serves the next acks
+	// instead of being lost one response at a time.
+	rest := copy(ws.acks, ws.acks[n:])
+	clear(ws.acks[rest:])
+	ws.acks = ws.acks[:rest]
 	ws.pending -= n
 	send = n > 0 || (ws.opened && !ws.answered)
 	if send {
 		ws.answered = true
+		return acked, true, cost, false, nil
+	}
+	ws.sending = false
+	ws.sentCond.Broadcast()
+	if ws.stopping {
+		// Only the handler ends the stream: if the syncer was sending,
+		// the handler must look again.
+		ws.wakeSenderLocked()
 	}
 	done = ws.stopping && ws.pending == 0 && len(ws.acks) == 0
-	return acked, send, cost, done, ws.end
+	return acked, false, cost, done, ws.end
+}
+
+// closeSends is called by the handler before it returns: nobody sends
+// after it, and it waits for the syncer if it is sending (its Send fails
+// at once once the stream's context ends, as it does when the handler
+// returns with an error).
+func (ws *writeStream) closeSends() {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	ws.sendClosed = true
+	for ws.sending {
+		ws.sentCond.Wait()
+	}
 }
 
 // logFailures logs the writes acked with a code that means the server or
@@ -484,6 +564,14 @@ func (ws *writeStream) check(req *streamRequest) error {
 //
 // Preconditions: ws.mu is held.
 func (ws *writeStream) readyLocked(w *streamWrite) {
+	if ws.readyHead > 0 && len(ws.ready) == cap(ws.ready) {
+		// Full, with taken writes at its start: move the others down
+		// rather than grow, so that a queue that never empties stays
+		// the size of what it holds.
+		n := copy(ws.ready, ws.ready[ws.readyHead:])
+		clear(ws.ready[n:])
+		ws.ready, ws.readyHead = ws.ready[:n], 0
+	}
 	ws.ready = append(ws.ready, w)
 	if ws.idle == 0 && ws.workers < streamWorkers {
 		ws.workers++
@@ -492,6 +580,21 @@ func (ws *writeStream) readyLocked(w *streamWrite) {
 		return
 	}
 	ws.workCond.Signal()
+}
+
+// popReadyLocked takes the first write of ready, which is not empty.
+// ready is a queue read from readyHead, so that taking a write moves
+// nothing, and reset once empty, so that its capacity is kept.
+//
+// Preconditions: ws.mu is held.
+func (ws *writeStream) popReadyLocked() *streamWrite {
+	w := ws.ready[ws.readyHead]
+	ws.ready[ws.readyHead] = nil
+	ws.readyHead++
+	if ws.readyHead == len(ws.ready) {
+		ws.ready, ws.readyHead = ws.ready[:0], 0
+	}
+	return w
 }
 
 // doneLocked queues w's ack.
@@ -509,17 +612,15 @@ func (ws *writeStream) work() {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	for {
-		for len(ws.ready) == 0 && !(ws.readerDone && ws.order.empty()) {
+		for ws.readyHead == len(ws.ready) && !(ws.readerDone && ws.order.empty()) {
 			ws.idle++
 			ws.workCond.Wait()
 			ws.idle--
 		}
-		if len(ws.ready) == 0 {
+		if ws.readyHead == len(ws.ready) {
 			return
 		}
-		w := ws.ready[0]
-		ws.ready[0] = nil
-		ws.ready = ws.ready[1:]
+		w := ws.popReadyLocked()
 		ws.mu.Unlock()
 		w.res, w.err = ws.h.Write(ws.ctx, w.off, w.data, w.sync)
 		if errors.Is(w.err, store.ErrDeleted) {
@@ -576,8 +677,19 @@ func (ws *writeStream) syncLoop() {
 		ws.mu.Lock()
 		for _, w := range batch {
 			w.err = err
-			ws.doneLocked(w)
+			ws.acks = append(ws.acks, w)
 		}
 		clear(batch)
+		switch {
+		case ws.sending:
+			// The sender takes them with the acks it is sending.
+		case ws.sendClosed || ws.sendErr != nil:
+			ws.wakeSenderLocked()
+		default:
+			ws.sending = true
+			ws.mu.Unlock()
+			ws.sendAcks(false)
+			ws.mu.Lock()
+		}
 	}
 }
