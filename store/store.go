@@ -55,7 +55,7 @@ func (s *Store) Close() error {
 	return errors.Join(err, s.gauges.Unregister(), s.fsys.Close())
 }
 
-// SyncAll makes everything written to every open file durable (fsync),
+// syncAll makes everything written to every open file durable (fsync),
 // and the names of the files this store created and closed since, for lack
 // of descriptors, before a sync (their directories).
 //
@@ -65,7 +65,7 @@ func (s *Store) Close() error {
 // its sync is reopened for it: fsync of a new descriptor writes back what
 // the old one left dirty, and a failed sync of the old one is remembered
 // (failedSync).
-func (s *Store) SyncAll(ctx context.Context) error {
+func (s *Store) syncAll(ctx context.Context) error {
 	var errs []error
 	for _, key := range s.table.keys() {
 		ino, err := s.table.get(ctx, key, false)

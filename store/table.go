@@ -55,7 +55,7 @@ type inodeTable struct {
 	// (inode.pendingDirs) of the files this store created and closed while
 	// idle before a sync made their names durable. It is kept apart from
 	// the inodes, like failedSync, and never evicted: the inode that
-	// reopens one takes its record back, and SyncAll and Close sync what
+	// reopens one takes its record back, and syncAll and Close sync what
 	// is left.
 	//
 	// failedSync and unsyncedDirs outlive a file's descriptors but not its
@@ -676,7 +676,7 @@ func (t *inodeTable) idleCount() int {
 
 // keys lists the paths of the open inodes, busy ones first, then idle ones
 // least recently used first: a caller that gets and puts each in this order
-// (SyncAll) leaves the idle ones in the LRU order it found, as put moves an
+// (syncAll) leaves the idle ones in the LRU order it found, as put moves an
 // inode to the front of the idle list.
 func (t *inodeTable) keys() []string {
 	t.mu.Lock()
