@@ -28,6 +28,20 @@ func pathHeader(ctx context.Context, method string, req, reply any, cc *grpc.Cli
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
+// routedClient dials target in cleartext with pathHeader on every call,
+// and opts, and closes the connection when the test ends.
+func routedClient(t *testing.T, target string, opts ...grpc.DialOption) filewritev1.FileServiceClient {
+	t.Helper()
+	cc, err := grpc.NewClient(target, append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(pathHeader)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return filewritev1.NewFileServiceClient(cc)
+}
+
 // grpcLifecycle writes file i in two writes, reads it back, truncates,
 // syncs and stats it. On a daemon that does not hold the file, the read,
 // truncate, sync and Stat find none.
@@ -97,14 +111,7 @@ func checkGRPCSharding(t *testing.T, ds []*clusterDaemon, fc filewritev1.FileSer
 func TestHAProxyGRPCShardsByPath(t *testing.T) {
 	ds := startDaemons(t, 3)
 	_, grpcAddr := startHAProxy(t, ds)
-	cc, err := grpc.NewClient(grpcAddr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(pathHeader))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	checkGRPCSharding(t, ds, filewritev1.NewFileServiceClient(cc))
+	checkGRPCSharding(t, ds, routedClient(t, grpcAddr))
 }
 
 // TestRingHashShardsByPath: grpc-go's ring_hash over the three daemons'
@@ -119,14 +126,6 @@ func TestRingHashShardsByPath(t *testing.T) {
 		addrs = append(addrs, resolver.Address{Addr: d.GRPCAddr})
 	}
 	r.InitialState(resolver.State{Addresses: addrs})
-	cc, err := grpc.NewClient(r.Scheme()+":///cluster",
-		grpc.WithResolvers(r),
-		grpc.WithDefaultServiceConfig(shard.ServiceConfig),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(pathHeader))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	checkGRPCSharding(t, ds, filewritev1.NewFileServiceClient(cc))
+	checkGRPCSharding(t, ds, routedClient(t, r.Scheme()+":///cluster",
+		grpc.WithResolvers(r), grpc.WithDefaultServiceConfig(shard.ServiceConfig)))
 }

@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 )
 
@@ -54,12 +51,7 @@ func TestHAProxyOneCanonicalPath(t *testing.T) {
 	ds := startDaemons(t, 3, "--require-path-header")
 	restAddr, grpcAddr := startHAProxy(t, ds)
 	base := "http://" + restAddr
-	cc, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUnaryInterceptor(pathHeader))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	fc := filewritev1.NewFileServiceClient(cc)
+	fc := routedClient(t, grpcAddr)
 	hc := &http.Client{}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()

@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"context"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -26,12 +24,7 @@ import (
 // is lost in the daemon, and state is rebuilt from disk at start);
 // docs/guarantees.md says how power loss is and would be tested.
 func TestDaemonCrashKeepsDurableWrites(t *testing.T) {
-	dir := testutil.Dir(t)
-	bin := testutil.BuildDaemon(t, dir, raceEnabled)
-	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
-	defer cancel()
-	root := filepath.Join(dir, "root")
-	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", root)
+	ctx, root, proc, logs := startFresh(t, 4*time.Minute)
 	grpcAddr := proc.GRPCAddr
 
 	conn := testutil.PlaintextConn(t, grpcAddr)
@@ -70,7 +63,7 @@ func TestDaemonCrashKeepsDurableWrites(t *testing.T) {
 	t.Logf("killed after %d acknowledged writes, %d of them durable", acked, durable)
 
 	// Restart on the same root.
-	restarted, logs := testutil.StartDaemon(t, ctx, bin, "--root", root)
+	restarted, logs := testutil.StartDaemon(t, ctx, daemonBin, "--root", root)
 	grpcAddr = restarted.GRPCAddr
 	conn2 := testutil.PlaintextConn(t, grpcAddr)
 	client = filewritev1.NewFileServiceClient(conn2)

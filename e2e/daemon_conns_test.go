@@ -31,11 +31,10 @@ import (
 // through.
 func TestDaemonClosesUnauthenticatedConnections(t *testing.T) {
 	dir := testutil.Dir(t)
-	bin := testutil.BuildDaemon(t, dir, raceEnabled)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	tokens := testutil.WriteTokenFile(t, dir, "tokens", tokenAlpha)
-	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", filepath.Join(dir, "root"),
+	proc, logs := testutil.StartDaemon(t, ctx, daemonBin, "--root", filepath.Join(dir, "root"),
 		"--auth-token-file", tokens, "--conn-auth-timeout", "2s")
 	grpcAddr, httpAddr := proc.GRPCAddr, proc.HTTPAddr
 	var old unix.Rlimit
@@ -123,12 +122,7 @@ func TestDaemonClosesUnauthenticatedConnections(t *testing.T) {
 // open goes through. With the limit back, the refused Write goes through
 // too, with no restart.
 func TestDaemonOutOfDescriptors(t *testing.T) {
-	dir := testutil.Dir(t)
-	bin := testutil.BuildDaemon(t, dir, raceEnabled)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	root := filepath.Join(dir, "root")
-	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", root)
+	ctx, root, proc, logs := startFresh(t, time.Minute)
 	grpcAddr := proc.GRPCAddr
 	conn := testutil.PlaintextConn(t, grpcAddr)
 	c := filewritev1.NewFileServiceClient(conn)

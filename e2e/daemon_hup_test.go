@@ -21,7 +21,6 @@ import (
 // exits, final sync included, does not stop it from syncing and exiting 0.
 func TestDaemonSurvivesSIGHUP(t *testing.T) {
 	dir := testutil.Dir(t)
-	bin := testutil.BuildDaemon(t, dir, raceEnabled)
 	tokens := testutil.WriteTokenFile(t, dir, "tokens", tokenAlpha)
 	tests := []struct {
 		name    string
@@ -36,7 +35,7 @@ func TestDaemonSurvivesSIGHUP(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 			defer cancel()
 			root := filepath.Join(dir, "root", string(rune('a'+i)))
-			proc, logs := testutil.StartDaemon(t, ctx, bin, append([]string{"--root", root}, tt.args...)...)
+			proc, logs := testutil.StartDaemon(t, ctx, daemonBin, append([]string{"--root", root}, tt.args...)...)
 			grpcAddr := proc.GRPCAddr
 			conn := testutil.PlaintextConn(t, grpcAddr)
 			authCtx := withAuth(ctx, "Bearer "+tokenAlpha)

@@ -25,11 +25,10 @@ import (
 // without tokens.
 func TestDaemonSecurity(t *testing.T) {
 	dir := testutil.Dir(t)
-	bin := testutil.BuildDaemon(t, dir, raceEnabled)
 
 	t.Run("refuses a listener beyond loopback without tokens", func(t *testing.T) {
 		root := filepath.Join(dir, "refused")
-		cmd := exec.Command(bin, "--root", root, "--grpc-addr", "0.0.0.0:0", "--http-addr", "")
+		cmd := exec.Command(daemonBin, "--root", root, "--grpc-addr", "0.0.0.0:0", "--http-addr", "")
 		out, err := cmd.CombinedOutput()
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) || exit.ExitCode() == 0 {
@@ -50,7 +49,7 @@ func TestDaemonSecurity(t *testing.T) {
 		defer cancel()
 		cert := testutil.NewCert(t, dir, "daemon")
 		tokens := testutil.WriteTokenFile(t, dir, "tokens", tokenAlpha)
-		proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", filepath.Join(dir, "root"),
+		proc, logs := testutil.StartDaemon(t, ctx, daemonBin, "--root", filepath.Join(dir, "root"),
 			"--auth-token-file", tokens, "--tls-cert", cert.CertFile, "--tls-key", cert.KeyFile)
 		grpcAddr, httpAddr := proc.GRPCAddr, proc.HTTPAddr
 		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(cert.ClientTLS())))

@@ -63,12 +63,7 @@ func (c *countingConn) Write(p []byte) (int, error) {
 // answers health, and on SIGTERM turns NOT_SERVING, lets a long gRPC Write
 // and a REST PUT that is still receiving its body finish, syncs, and exits 0.
 func TestDaemonDrainsOnSIGTERM(t *testing.T) {
-	dir := testutil.Dir(t)
-	bin := testutil.BuildDaemon(t, dir, raceEnabled)
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	root := filepath.Join(dir, "root")
-	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", root, "--drain-timeout", "2m")
+	ctx, root, proc, logs := startFresh(t, 3*time.Minute, "--drain-timeout", "2m")
 	grpcAddr, httpAddr := proc.GRPCAddr, proc.HTTPAddr
 
 	conn := testutil.PlaintextConn(t, grpcAddr)

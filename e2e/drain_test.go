@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net"
@@ -29,12 +28,7 @@ import (
 // TestDaemonDrainsOnSIGTERM shows single long requests in flight finishing;
 // this test shows the same under concurrent load.
 func TestDaemonDrainsUnderLoad(t *testing.T) {
-	dir := testutil.Dir(t)
-	bin := testutil.BuildDaemon(t, dir, raceEnabled)
-	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
-	defer cancel()
-	root := filepath.Join(dir, "root")
-	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", root, "--drain-timeout", "2m")
+	ctx, root, proc, logs := startFresh(t, 4*time.Minute, "--drain-timeout", "2m")
 	grpcAddr, httpAddr := proc.GRPCAddr, proc.HTTPAddr
 
 	const grpcWriters, httpWriters = 6, 2

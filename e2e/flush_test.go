@@ -75,10 +75,9 @@ func TestDaemonExportsTracesOnShutdown(t *testing.T) {
 		t.Setenv(k, v) // inherited by the daemon
 	}
 	dir := testutil.Dir(t)
-	bin := testutil.BuildDaemon(t, dir, raceEnabled)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", filepath.Join(dir, "root"))
+	proc, logs := testutil.StartDaemon(t, ctx, daemonBin, "--root", filepath.Join(dir, "root"))
 	grpcAddr := proc.GRPCAddr
 	conn := testutil.PlaintextConn(t, grpcAddr)
 	if _, err := filewritev1.NewFileServiceClient(conn).Write(ctx, &filewritev1.WriteRequest{Path: "f", Data: []byte("x")}); err != nil {

@@ -6,12 +6,40 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/filewrite/filewrite/internal/daemonproc"
+	"github.com/filewrite/filewrite/internal/testutil"
 )
+
+// daemonBin is the daemon binary every test runs, built once by TestMain
+// (with -race when the tests run with it) into a directory on the project
+// filesystem.
+var daemonBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		dir, err := os.MkdirTemp(".", "testdata-tmp-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		if daemonBin, err = daemonproc.Build(context.Background(), dir, raceEnabled); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return m.Run()
+	}())
+}
 
 // The tokens the tests' token files hold.
 const (
@@ -46,4 +74,16 @@ func allBytes(n int) []byte {
 		b[i] = byte(i)
 	}
 	return b
+}
+
+// startFresh starts the daemon binary on a fresh root, with args after
+// --root, and returns a context that ends after timeout (or with the
+// test), the root, and the running daemon with its log.
+func startFresh(t *testing.T, timeout time.Duration, args ...string) (context.Context, string, *daemonproc.Process, *testutil.LockedBuffer) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	t.Cleanup(cancel)
+	root := filepath.Join(testutil.Dir(t), "root")
+	proc, logs := testutil.StartDaemon(t, ctx, daemonBin, append([]string{"--root", root}, args...)...)
+	return ctx, root, proc, logs
 }

@@ -73,10 +73,9 @@ func TestMemorySoak(t *testing.T) {
 		rounds = r
 	}
 	dir := testutil.Dir(t)
-	bin := testutil.BuildDaemon(t, dir, raceEnabled)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Minute)
 	defer cancel()
-	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", filepath.Join(dir, "root"),
+	proc, logs := testutil.StartDaemon(t, ctx, daemonBin, "--root", filepath.Join(dir, "root"),
 		"--max-inflight-bytes", budget)
 	grpcAddr, httpAddr := proc.GRPCAddr, proc.HTTPAddr
 	var budgetBytes int64

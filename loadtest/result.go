@@ -73,15 +73,6 @@ func (r *runResult) IOPS() float64 {
 	return float64(r.Count) / r.Elapsed.Seconds()
 }
 
-// ErrorCount is how many operations failed.
-func (r *runResult) ErrorCount() int {
-	n := 0
-	for _, c := range r.Errors {
-		n += c
-	}
-	return n
-}
-
 // percentile is the nearest-rank percentile p of the run's latencies.
 func (r *runResult) percentile(p float64) time.Duration {
 	if r.pcts != nil {

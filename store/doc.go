@@ -81,7 +81,8 @@
 //
 // # Lock order
 //
-// Lock order:
+// This is the one statement of the lock order; docs/design.md says why it
+// is this one. Lock order:
 //
 //	inode.lock             (the rwsem: inodeLock, FIFO, abandonable; held
 //	                        across the write it protects)

@@ -22,8 +22,10 @@ type inodeTable struct {
 	// every open (groupCommit.onBatch).
 	recordBatch func(callers int)
 
-	// mu guards every field below and the table fields of each inode. It is
-	// taken before any inode lock and never held across I/O, except the
+	// mu guards every field below and the table fields of each inode. No
+	// one waits for an inode lock while holding it; Delete and Rename take
+	// it under their inode locks (remove, rename; the lock order is in
+	// doc.go). It is never held across I/O, except the
 	// fstat(2) that dates an evicted file's extent map (keepExtentsLocked),
 	// the close(2) of a file left without a name or of an alias's
 	// descriptors (putLocked, getInode), and Close's final syncs (closeAll).

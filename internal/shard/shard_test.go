@@ -37,10 +37,11 @@ var routedPaths = func() []string {
 }()
 
 // startServers starts n gRPC servers on loopback, each serving health, and
-// returns their addresses.
-func startServers(t *testing.T, n int) []string {
+// returns their addresses and the servers, which stop when the test ends.
+func startServers(t *testing.T, n int) ([]string, []*grpc.Server) {
 	t.Helper()
 	var addrs []string
+	var srvs []*grpc.Server
 	for range n {
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -50,9 +51,9 @@ func startServers(t *testing.T, n int) []string {
 		healthpb.RegisterHealthServer(srv, health.NewServer())
 		go srv.Serve(lis)
 		t.Cleanup(srv.Stop)
-		addrs = append(addrs, lis.Addr().String())
+		addrs, srvs = append(addrs, lis.Addr().String()), append(srvs, srv)
 	}
-	return addrs
+	return addrs, srvs
 }
 
 // dialRing dials endpoints (one per address, in the order given, repeats
@@ -96,7 +97,7 @@ func servedBy(t *testing.T, ctx context.Context, conn *grpc.ClientConn, path str
 func TestOwnerMatchesGRPCRingHash(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	servers := startServers(t, 5)
+	servers, _ := startServers(t, 5)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, tt := range []struct {
 		name      string
@@ -165,19 +166,7 @@ func TestRingOwners(t *testing.T) {
 func TestOwnerDownIsNotRerouted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	var addrs []string
-	var srvs []*grpc.Server
-	for range 3 {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := grpc.NewServer()
-		healthpb.RegisterHealthServer(srv, health.NewServer())
-		go srv.Serve(lis)
-		t.Cleanup(srv.Stop)
-		addrs, srvs = append(addrs, lis.Addr().String()), append(srvs, srv)
-	}
+	addrs, srvs := startServers(t, 3)
 	ring := newRing(addrs, 1024, 4096)
 	conn := dialRing(t, addrs, ServiceConfig)
 	for _, path := range routedPaths {

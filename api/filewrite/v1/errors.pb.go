@@ -155,8 +155,9 @@ const (
 	ErrorReason_APPEND_OFFSET_MISMATCH ErrorReason = 104
 	// Reserved: INVALID_ARGUMENT, an append id reused with other data.
 	ErrorReason_APPEND_ID_REUSED ErrorReason = 105
-	// Reserved: INVALID_ARGUMENT, the routing header names another path
-	// than the request.
+	// FAILED_PRECONDITION, the filewrite-path routing header names another
+	// path than the request, or (--require-path-header) a call on a file
+	// carries none.
 	ErrorReason_PATH_HEADER_MISMATCH ErrorReason = 106
 	// Reserved: UNAVAILABLE, the daemon closed a stream that stayed idle.
 	ErrorReason_STREAM_IDLE ErrorReason = 107
