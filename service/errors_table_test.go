@@ -665,3 +665,19 @@ func checkDocumentedStatus(t *testing.T, via string, row docReason, st *spb.Stat
 		t.Errorf("%s: RetryInfo given: %v, want %v", via, retry, row.retry)
 	}
 }
+
+// TestStreamMessageOverTransportLimit: a WriteStream message over gRPC's
+// own limit (twice --max-request-bytes plus 64 KiB) ends the stream with
+// gRPC's RESOURCE_EXHAUSTED and no reason: grpc-go writes that status
+// itself as the message arrives, before the daemon's code can answer, as
+// docs/errors.md says under "Statuses without a reason".
+func TestStreamMessageOverTransportLimit(t *testing.T) {
+	d := startDaemon(t, func(c *Config) { c.Store.MaxRequestBytes = errorsMaxRequest })
+	ctx := testContext(t)
+	big := make([]byte, transportRecvBytes(errorsMaxRequest)+1)
+	err := firstStreamError(ctx, d.client, nil, &filewritev1.WriteStreamRequest{Path: "big",
+		Writes: []*filewritev1.StreamWrite{{Id: 1, Data: big}}})
+	if status.Code(err) != codes.ResourceExhausted || errorinfo.Reason(err) != "" {
+		t.Errorf("stream ended with %v (reason %q), want gRPC's RESOURCE_EXHAUSTED without a reason", err, errorinfo.Reason(err))
+	}
+}

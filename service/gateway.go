@@ -238,9 +238,10 @@ func (g *gateway) bodyTooLarge() error {
 		g.maxBodyBytes, g.maxRequestBytes)
 }
 
-// requestLimit is the ErrorInfo metadata of a REQUEST_TOO_LARGE refusal.
+// requestLimit is the ErrorInfo metadata of a REQUEST_TOO_LARGE refusal
+// of a body: what is too large is the data it carries.
 func (g *gateway) requestLimit() map[string]string {
-	return map[string]string{errorinfo.KeyLimit: strconv.FormatInt(g.maxRequestBytes, 10)}
+	return map[string]string{errorinfo.KeyLimit: strconv.FormatInt(g.maxRequestBytes, 10), errorinfo.KeyField: "data"}
 }
 
 // handleError reports an over-long chunked body as REQUEST_TOO_LARGE and

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -278,18 +277,12 @@ var codeReasons = map[codes.Code]filewritev1.ErrorReason{
 }
 
 // withReason returns st, or, when it carries no ErrorInfo of the daemon's
-// and its code implies a reason (codeReasons), st with that reason. A
-// message too large for gRPC's own limit (which only a WriteStream's
-// handler sees: a unary call's is refused before any of the daemon's code
-// runs) is REQUEST_TOO_LARGE like the daemon's own refusals of one.
+// and its code implies a reason (codeReasons), st with that reason.
 func withReason(st *status.Status) *status.Status {
 	if st.Code() == codes.OK || errorinfo.From(st.Err()) != nil {
 		return st
 	}
 	reason, ok := codeReasons[st.Code()]
-	if st.Code() == codes.ResourceExhausted && strings.HasPrefix(st.Message(), "grpc: received message larger than max") {
-		reason, ok = filewritev1.ErrorReason_REQUEST_TOO_LARGE, true
-	}
 	if !ok {
 		return st
 	}
@@ -332,18 +325,18 @@ func (e *budgetWaitError) Unwrap() error { return e.err }
 
 func crcMismatch(sum, sent uint32) error {
 	return refusal(filewritev1.ErrorReason_CRC_MISMATCH, map[string]string{
-		errorinfo.KeyField: "crc32c",
+		errorinfo.KeyField: "writes.crc32c",
 		"crc32c_data":      fmt.Sprintf("%#08x", sum),
 		"crc32c_sent":      fmt.Sprintf("%#08x", sent),
 	}, "the CRC-32C of the data is %#08x, the write says %#08x: nothing written", sum, sent)
 }
 
 func writeIDInUse(id uint64) error {
-	return refusal(filewritev1.ErrorReason_WRITE_ID_IN_USE, map[string]string{errorinfo.KeyField: "id", "id": strconv.FormatUint(id, 10)},
+	return refusal(filewritev1.ErrorReason_WRITE_ID_IN_USE, map[string]string{errorinfo.KeyField: "writes.id", "id": strconv.FormatUint(id, 10)},
 		"write id %d is already in use by a write not yet acknowledged", id)
 }
 
 func messageTooLarge(size int, limit int64) error {
-	return refusal(filewritev1.ErrorReason_REQUEST_TOO_LARGE, map[string]string{errorinfo.KeyLimit: strconv.FormatInt(limit, 10)},
+	return refusal(filewritev1.ErrorReason_REQUEST_TOO_LARGE, map[string]string{errorinfo.KeyLimit: strconv.FormatInt(limit, 10), errorinfo.KeyField: "writes"},
 		"a message of %d bytes: the limit is %d (--max-request-bytes plus %d)", size, limit, messageOverhead)
 }

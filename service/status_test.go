@@ -59,8 +59,6 @@ func TestToStatus(t *testing.T) {
 		{"canceled while waiting for a lock", fmt.Errorf("%w: %w", store.ErrTooManyWaiters, context.Canceled), codes.Canceled, "CANCELLED"},
 		{"already a status", status.Error(codes.PermissionDenied, "no"), codes.PermissionDenied, ""},
 		{"a status of the transport", status.Error(codes.Unavailable, "closing"), codes.Unavailable, "SHUTTING_DOWN"},
-		{"a status of the transport's message limit", status.Error(codes.ResourceExhausted, "grpc: received message larger than max (9 vs. 8)"),
-			codes.InvalidArgument, "REQUEST_TOO_LARGE"},
 		{"unknown error", errors.New("disk on fire"), codes.Internal, "IO_ERROR"},
 		{"unknown wrapped errno", wrap(fs.ErrPermission), codes.Internal, "IO_ERROR"},
 	}
