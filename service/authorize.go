@@ -131,6 +131,9 @@ func (a *tokenAuth) resolve(p string) (string, bool) {
 	}
 }
 
+// pathRequest is a request that names a file.
+type pathRequest interface{ GetPath() string }
+
 // unaryAuthorize checks each request's paths against the call's scope
 // before its handler runs, and filters what a List of an ancestor of the
 // scope's prefixes answers.
@@ -140,26 +143,17 @@ func (a *tokenAuth) unaryAuthorize(ctx context.Context, req any, info *grpc.Unar
 	}
 	var err error
 	switch r := req.(type) {
-	case *filewritev1.WriteRequest:
-		err = a.authorize(ctx, accessWrite, r.GetPath())
-	case *filewritev1.FsyncRequest:
-		err = a.authorize(ctx, accessWrite, r.GetPath())
-	case *filewritev1.TruncateRequest:
-		err = a.authorize(ctx, accessWrite, r.GetPath())
-	case *filewritev1.FallocateRequest:
-		err = a.authorize(ctx, accessWrite, r.GetPath())
-	case *filewritev1.DeleteRequest:
-		err = a.authorize(ctx, accessWrite, r.GetPath())
-	case *filewritev1.RenameRequest:
-		err = a.authorize(ctx, accessWrite, r.GetPath(), r.GetNewPath())
-	case *filewritev1.ReadRequest:
-		err = a.authorize(ctx, accessRead, r.GetPath())
-	case *filewritev1.StatRequest:
-		err = a.authorize(ctx, accessRead, r.GetPath())
-	case *filewritev1.ExtentsRequest:
-		err = a.authorize(ctx, accessRead, r.GetPath())
+	case *filewritev1.ReadRequest, *filewritev1.StatRequest, *filewritev1.ExtentsRequest:
+		err = a.authorize(ctx, accessRead, r.(pathRequest).GetPath())
 	case *filewritev1.ListRequest:
 		return a.authorizeList(ctx, r, handler)
+	case *filewritev1.RenameRequest:
+		err = a.authorize(ctx, accessWrite, r.GetPath(), r.GetNewPath())
+	case pathRequest:
+		// Every other request that names a file may change it (Write,
+		// Fsync, Truncate, Fallocate, Delete, and any RPC added later):
+		// a new RPC is checked as a write until it is listed above.
+		err = a.authorize(ctx, accessWrite, r.GetPath())
 	}
 	if err != nil {
 		return nil, err
