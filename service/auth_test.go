@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -421,5 +422,35 @@ func TestRefuseExposedListener(t *testing.T) {
 	}
 	if _, err := os.Stat(cfg.Root); !os.IsNotExist(err) {
 		t.Errorf("the refused Start created its root: %v", err)
+	}
+}
+
+// TestRefusalBeforeBodyIsAnswered: a request refused before its body is
+// read (no token; a Host the daemon does not answer to) gets its answer
+// while the body it announced never comes, instead of once a timeout
+// ends the body.
+func TestRefusalBeforeBodyIsAnswered(t *testing.T) {
+	authed := startDaemon(t, func(c *Config) {
+		c.AuthTokenFile = testutil.WriteTokenFile(t, testutil.Dir(t), "tokens", tokenAlpha)
+		c.BodyTimeout = time.Hour
+	})
+	open := startDaemon(t, func(c *Config) { c.BodyTimeout = time.Hour })
+	for _, tt := range []struct {
+		name, url, host string
+		want            int
+	}{
+		{"no token", authed.url, "localhost", http.StatusUnauthorized},
+		{"unknown Host", open.url, "rebound.example", http.StatusForbidden},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := rawRequest(strings.TrimPrefix(tt.url, "http://"),
+				"PUT /v1/files/stalled HTTP/1.1\r\nHost: "+tt.host+"\r\nContent-Type: application/octet-stream\r\nContent-Length: 100\r\n\r\n", nil, 0)
+			if err != nil {
+				t.Fatalf("no answer while the body stalls: %v", err)
+			}
+			if resp.StatusCode != tt.want {
+				t.Errorf("status %d, want %d", resp.StatusCode, tt.want)
+			}
+		})
 	}
 }

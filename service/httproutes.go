@@ -102,7 +102,12 @@ func writeStatus(w http.ResponseWriter, code int, st *status.Status) {
 	if err != nil {
 		body = []byte(`{"code":2,"message":"unknown","details":[]}`)
 	}
-	w.Header().Set("Content-Type", "application/json")
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	// Every caller refuses a request before reading its body: without
+	// this, Go's server would wait for a stalled body to end before it
+	// sent the answer, and the refused client would see nothing.
+	h.Set("Connection", "close")
 	w.WriteHeader(code)
 	w.Write(body)
 }
