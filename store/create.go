@@ -53,9 +53,10 @@ func (c creation) undo(fsys FS) {
 }
 
 // createFile opens name with openFlags, creating it, and the directories
-// above it that are missing, if it does not exist. The caller undoes the
-// creation if it refuses the file after all.
-func createFile(fsys FS, name string) (File, creation, error) {
+// above it that are missing, if it does not exist; dirs learns of the
+// directories it makes (makeParents). The caller undoes the creation if it
+// refuses the file after all.
+func createFile(fsys FS, dirs *dirSyncs, name string) (File, creation, error) {
 	for attempt := 1; ; attempt++ {
 		// Most creates are of files in a directory that exists: try that
 		// first, without a mkdir(2) for each directory above.
@@ -63,14 +64,14 @@ func createFile(fsys FS, name string) (File, creation, error) {
 		if err == nil || !errors.Is(err, fs.ErrNotExist) {
 			return f, creation{name: name, file: made}, err
 		}
-		dirs, err := makeParents(fsys, name)
+		madeDirs, err := makeParents(fsys, dirs, name)
 		if err == nil {
 			f, made, err = createOrOpen(fsys, name)
 			if err == nil {
-				return f, creation{name: name, file: made, dirs: dirs}, nil
+				return f, creation{name: name, file: made, dirs: madeDirs}, nil
 			}
 		}
-		removeDirs(fsys, dirs)
+		removeDirs(fsys, madeDirs)
 		if !errors.Is(err, fs.ErrNotExist) {
 			return nil, creation{}, err
 		}
@@ -108,18 +109,22 @@ func createOrOpen(fsys FS, name string) (File, bool, error) {
 
 // makeParents makes the directories above name that are missing, parents
 // first, and returns those it made: also when it fails, so that the caller
-// can take them back.
-func makeParents(fsys FS, name string) ([]string, error) {
-	var dirs []string
+// can take them back. dirs (if not nil) counts each as not durable from
+// before its mkdir(2) (dirSyncs.making), so that no one finds it on disk
+// and takes it for durable.
+func makeParents(fsys FS, dirs *dirSyncs, name string) ([]string, error) {
+	var above []string
 	for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
-		dirs = append(dirs, dir)
+		above = append(above, dir)
 	}
 	var made []string
-	for i := len(dirs) - 1; i >= 0; i-- {
-		err := fsys.Mkdir(dirs[i], 0o755)
+	for i := len(above) - 1; i >= 0; i-- {
+		done := dirs.making(above[i])
+		err := fsys.Mkdir(above[i], 0o755)
+		done(err == nil)
 		switch {
 		case err == nil:
-			made = append(made, dirs[i])
+			made = append(made, above[i])
 		case errors.Is(err, fs.ErrExist):
 			// A directory, a symlink to one, or something else, which the
 			// next mkdir or the open finds out (ENOTDIR).

@@ -45,11 +45,24 @@ type dirSyncs struct {
 	// from it when a create returned (now) and when an fsync starts.
 	clock atomic.Int64
 
-	// mu guards byDir and each entry's users. It is a leaf, never held
-	// across a sync.
+	// mu guards byDir, each entry's users, and made. It is a leaf, never
+	// held across a sync.
 	mu    sync.Mutex
 	byDir map[string]*dirSync
+	// made are the directories the store made, or is making, (for a
+	// file it created, or a Rename) whose entry no fsync of their parent
+	// is known to cover yet, by parent. A Rename with sync asks it which
+	// directories up its new path are not durable (notDurable). Past
+	// maxMadeDirs entries it stops keeping count (madeOverflow) and calls
+	// every directory not durable.
+	made         map[string]map[string]*madeDir
+	madeCount    int
+	madeOverflow bool
 }
+
+// maxMadeDirs bounds dirSyncs.made: directories made and never synced
+// (Renames without sync into new directories) cost the store no more.
+const maxMadeDirs = 1 << 16
 
 // dirRecord is what a file the store created needs synced for its name to
 // be durable (inode.pendingDirs): the directories above the name, and when
@@ -102,12 +115,135 @@ func newDirSyncs(fsys FS, opts *Options, tel *Telemetry) *dirSyncs {
 // later covers them.
 func (d *dirSyncs) now() int64 { return d.clock.Add(1) }
 
+// making counts dir as not durable from now, before the caller's mkdir(2)
+// of it, so that no one finds it on disk and takes it for durable; the
+// caller calls the done it returns with whether the mkdir made it. A
+// directory made is not durable until an fsync of its parent that starts
+// after done covers it; one that the mkdir found there (EEXIST) is
+// forgotten again, unless another maker of it is at work. d may be nil.
+func (d *dirSyncs) making(dir string) (done func(madeIt bool)) {
+	if d == nil {
+		return func(bool) {}
+	}
+	parent := path.Dir(dir)
+	d.mu.Lock()
+	if d.madeCount >= maxMadeDirs {
+		d.madeOverflow = true
+		d.mu.Unlock()
+		return func(bool) {}
+	}
+	if d.made == nil {
+		d.made = make(map[string]map[string]*madeDir)
+	}
+	if d.made[parent] == nil {
+		d.made[parent] = make(map[string]*madeDir)
+	}
+	m := d.made[parent][dir]
+	if m == nil {
+		m = &madeDir{}
+		d.made[parent][dir] = m
+		d.madeCount++
+	}
+	m.making++
+	d.mu.Unlock()
+	return func(madeIt bool) {
+		var since int64
+		if madeIt {
+			since = d.now() // after the mkdir returned
+		}
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		m.making--
+		if madeIt {
+			m.since = since
+		}
+		if m.making == 0 && m.since == 0 {
+			d.forgetMadeLocked(parent, dir, m)
+		}
+	}
+}
+
+// madeDir is a directory of dirSyncs.made. Guarded by dirSyncs.mu.
+type madeDir struct {
+	making int   // mkdir(2)s of it under way
+	since  int64 // a stamp taken after a mkdir made it; 0 before
+}
+
+// forgetMadeLocked drops dir, a directory of parent, from made if m is
+// still its entry.
+//
+// Preconditions: d.mu is held.
+func (d *dirSyncs) forgetMadeLocked(parent, dir string, m *madeDir) {
+	if d.made[parent][dir] != m {
+		return
+	}
+	delete(d.made[parent], dir)
+	d.madeCount--
+	if len(d.made[parent]) == 0 {
+		delete(d.made, parent)
+	}
+}
+
+// synced forgets the directories made in dir before start, the stamp at
+// which a successful fsync of dir started: their entries are durable.
+func (d *dirSyncs) synced(dir string, start int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for child, m := range d.made[dir] {
+		if m.making == 0 && m.since != 0 && m.since < start {
+			d.forgetMadeLocked(dir, child, m)
+		}
+	}
+}
+
+// notDurable lists, root first, the directories to fsync so that the
+// entry of name (not yet made, or just made) and every directory up its
+// path are durable: name's own directory, and the parent of each
+// directory up the path that the store made and no fsync has covered yet
+// (made). Directories the store did not make (by an earlier run, whose
+// Close synced what it made, or from outside) are taken as durable.
+func (d *dirSyncs) notDurable(name string) []string {
+	above := dirsAbove(name) // nearest first
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+	for i := len(above) - 1; i >= 0; i-- {
+		dir := above[i]
+		if i == 0 || d.madeOverflow {
+			out = append(out, dir)
+			continue
+		}
+		// above[i-1] is the directory below dir on the path: its entry is in dir.
+		if _, ok := d.made[dir][above[i-1]]; ok {
+			out = append(out, dir)
+		}
+	}
+	return out
+}
+
+// allMade lists the parents of every directory made and not yet known
+// durable, for Close to sync.
+func (d *dirSyncs) allMade() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]string, 0, len(d.made))
+	for parent := range d.made {
+		out = append(out, parent)
+	}
+	return out
+}
+
 // sync makes durable the entries made in dir before since (a stamp of
 // now), with an fsync of dir that started after since.
 func (d *dirSyncs) sync(dir string, since int64) error {
 	if d.perCall {
 		d.onBatch(1)
-		return d.fsys.SyncDir(dir)
+		start := d.now()
+		err := d.fsys.SyncDir(dir)
+		if err == nil {
+			d.synced(dir, start)
+		}
+		return err
 	}
 	d.mu.Lock()
 	ds := d.byDir[dir]
@@ -168,6 +304,9 @@ func (d *dirSyncs) startLocked(ds *dirSync) {
 // Preconditions: b is ds.running.
 func (d *dirSyncs) run(dir string, ds *dirSync, b *dirBatch) {
 	err := d.fsys.SyncDir(dir)
+	if err == nil {
+		d.synced(dir, b.start) // d.mu, then ds.mu: never nested
+	}
 	ds.mu.Lock()
 	if err == nil {
 		ds.synced = max(ds.synced, b.start)

@@ -97,7 +97,8 @@
 //	  extentCache.mu       (the extent maps of files closed for room; a
 //	                        leaf, also taken alone when a file opens)
 //
-//	dirSyncs.mu            (the directories being synced; a leaf)
+//	dirSyncs.mu            (the directories being synced, and those made
+//	                        and not yet durable; a leaf)
 //	dirSync.mu             (one directory's fsyncs; a leaf, taken alone)
 //	unlistedNames.mu       (names List left out and reported; a leaf)
 //
@@ -143,10 +144,12 @@
 // unaligned write, which consumes the error on the descriptor fsync uses.
 // Delete and Rename change directory entries: durable once the directory
 // is synced (their sync flag, or Fsync of the directory). Rename's sync
-// flag syncs every directory up the new name's path, root first, as the
-// first sync of a new file does: a directory that an earlier unsynced
-// call made may not be durable, and on a filesystem that does not order
-// its metadata writes the new name is lost with it.
+// flag also syncs, root first, the parent of each directory up the new
+// name's path that the store made and no sync has covered yet
+// (dirSyncs.made): on a filesystem that does not order its metadata
+// writes the new name would be lost with such a directory. Close syncs
+// those parents, so that a store opened later may take every directory
+// it did not make as durable.
 //
 // A sync that finds its file without a name (fstat(2) says st_nlink 0)
 // fails with ErrFileRemoved only if the name went from outside the store.

@@ -127,7 +127,7 @@ func (ino *inode) open(t *inodeTable, create bool) (err error) {
 	f, err := t.fsys.OpenFile(ino.path(), openFlags, 0)
 	var made creation
 	if create && errors.Is(err, fs.ErrNotExist) {
-		if f, made, err = createFile(t.fsys, ino.path()); err == nil {
+		if f, made, err = createFile(t.fsys, t.dirs, ino.path()); err == nil {
 			ino.created = made.file
 			ino.pendingDirs.Store(&dirRecord{dirs: dirsAbove(ino.path()), since: t.dirs.now()})
 		}

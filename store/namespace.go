@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
-	"slices"
 )
 
 // Delete removes the file name. Writes that started before it finish first
@@ -82,9 +81,11 @@ func (s *Store) namesFile(name string, ino *inode, stat func(string) (FileInfo, 
 // relative symlink would change what it names.
 //
 // Durable when it returns: nothing, unless sync, which fsyncs the old
-// name's directory and every directory up the new name's path (those it
-// created among them) before returning, so that the new name survives a
-// crash even where the filesystem does not order its metadata writes.
+// name's directory, the new name's, and the parent of every directory up
+// the new path that the store made and no sync has made durable yet
+// (those this call made among them) before returning, so that the new
+// name survives a crash even where the filesystem does not order its
+// metadata writes.
 func (s *Store) Rename(ctx context.Context, oldName, newName string, noReplace, sync bool) error {
 	if err := validatePath(oldName); err != nil {
 		return err
@@ -122,22 +123,17 @@ func (s *Store) Rename(ctx context.Context, oldName, newName string, noReplace, 
 		if !sync {
 			return nil
 		}
-		// The old name's directory, and every directory up the new
-		// name's path: its parent holds the new entry, and any of those
-		// above may hold the entry of a directory that no sync has made
-		// durable yet (made by this Rename, or by an earlier Write or
-		// Rename without sync). On a filesystem that does not order its
-		// metadata writes that entry could be lost with the new name
-		// below it, though the parent was synced. Like the first sync
-		// of a new file (pendingDirs), and through the same directory
-		// group commit, so a directory that nothing changed costs an
-		// fsync the kernel answers at once. From the root down, one at a
-		// time: the rename is durable once its two parents are synced,
-		// and a crash before that leaves the old name, so by then every
-		// directory above the new one must be durable already.
-		above := dirsAbove(newName)
-		slices.Reverse(above)
-		dirs := append([]string{path.Dir(oldName)}, above...)
+		// The old name's directory, the new name's, and the parent of
+		// every directory up the new path that the store made and no
+		// sync has covered yet (made by this Rename, or by an earlier
+		// Write or Rename without sync): on a filesystem that does not
+		// order its metadata writes, such a directory's entry could be
+		// lost, and the new name below it with it, though its own
+		// directory was synced. From the root down, one at a time: the
+		// rename is durable once its two parents are synced, and a crash
+		// before that leaves the old name, so by then the directories
+		// above the new one must be durable already.
+		dirs := append([]string{path.Dir(oldName)}, s.table.dirs.notDurable(newName)...)
 		if s.opts.Hooks.broken(func(b *breaks) bool { return b.renameSyncsOldDirOnly }) {
 			dirs = dirs[:1]
 		}
@@ -301,7 +297,7 @@ func (s *Store) parentsFor(name string) ([]string, error) {
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, mapOpenErr(dir, err)
 	}
-	made, err := makeParents(s.fsys, name)
+	made, err := makeParents(s.fsys, s.table.dirs, name)
 	if err != nil {
 		return made, mapOpenErr(dir, err)
 	}

@@ -303,12 +303,10 @@ func TestNamespaceSyncs(t *testing.T) {
 		{"delete with sync", func() error { return s.Delete(ctx, "a/f2", true) }, []string{"a"}},
 		{"delete with sync in the root", func() error { return s.Delete(ctx, "top", true) }, []string{"."}},
 		{"rename", func() error { return s.Rename(ctx, "a/f3", "b/f3", false, false) }, nil},
-		// The old name's directory, then every directory up the new
-		// name's path, from the root down.
-		{"rename with sync", func() error { return s.Rename(ctx, "b/f3", "a/f3", false, true) }, []string{"b", ".", "a"}},
-		{"rename with sync in one directory", func() error { return s.Rename(ctx, "a/f3", "a/f4", false, true) }, []string{"a", "."}},
+		{"rename with sync", func() error { return s.Rename(ctx, "b/f3", "a/f3", false, true) }, []string{"b", "a"}},
+		{"rename with sync in one directory", func() error { return s.Rename(ctx, "a/f3", "a/f4", false, true) }, []string{"a"}},
 		{"rename with sync into new directories", func() error { return s.Rename(ctx, "a/f4", "b/c/d/f4", false, true) },
-			[]string{"a", ".", "b", "b/c", "b/c/d"}},
+			[]string{"a", "b", "b/c", "b/c/d"}},
 		{"fsync of a directory", func() error { return s.Fsync(ctx, "b/c", SyncData) }, []string{"b/c"}},
 	}
 	for _, st := range steps {
@@ -322,6 +320,48 @@ func TestNamespaceSyncs(t *testing.T) {
 	}
 	if err := s.Fsync(ctx, "nodir", SyncFull); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Fsync of a missing directory: %v, want %v", err, ErrNotFound)
+	}
+}
+
+// TestRenameSyncsDirectoriesNotDurable: a Rename with sync syncs, beside
+// the two parents, the parent of each directory up the new path that the
+// store made and no sync has covered (here made by a Write without sync),
+// and no other; and Close syncs the parents of the directories made by a
+// Rename without sync, so that a Rename with sync after a restart may take
+// every directory it did not make as durable.
+func TestRenameSyncsDirectoriesNotDurable(t *testing.T) {
+	ctx := context.Background()
+	rec := &syncRecorder{}
+	s, _ := newRecordedStore(t, rec, Options{})
+	for _, name := range []string{"t", "u", "d/e/synced"} {
+		if _, err := s.Write(ctx, name, 0, []byte("x"), SyncData); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Write(ctx, "d/e/n/m/unsynced", 0, []byte("x"), SyncNone); err != nil {
+		t.Fatal(err)
+	}
+	before := len(rec.syncedDirs())
+	if err := s.Rename(ctx, "t", "d/e/n/m/f", false, true); err != nil {
+		t.Fatal(err)
+	}
+	// d and d/e are durable (d/e/synced's first sync synced them); n and
+	// n/m are not: the parents of d/e/n and d/e/n/m are synced.
+	if got, want := rec.syncedDirs()[before:], []string{".", "d/e", "d/e/n", "d/e/n/m"}; !slices.Equal(got, want) {
+		t.Errorf("Rename with sync into a directory an unsynced Write made synced %v, want %v", got, want)
+	}
+	if err := s.Rename(ctx, "u", "p/q/u", false, false); err != nil {
+		t.Fatal(err)
+	}
+	before = len(rec.syncedDirs())
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := rec.syncedDirs()[before:]
+	for _, want := range []string{".", "p"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("Close after a Rename without sync into p/q synced %v, want %s among them", got, want)
+		}
 	}
 }
 
@@ -528,4 +568,65 @@ func reuseInode(t *testing.T, osDir string, ino uint64, size int64) string {
 		}
 	}
 	return ""
+}
+
+// mkdirHold is an FS whose Mkdir of one directory, once it has made it,
+// waits until release opens.
+type mkdirHold struct {
+	FS
+	dir     string
+	made    chan struct{}
+	release *testutil.Gate
+}
+
+func (m *mkdirHold) Mkdir(name string, perm os.FileMode) error {
+	err := m.FS.Mkdir(name, perm)
+	if name == m.dir && err == nil {
+		m.made <- struct{}{}
+		<-m.release.Opened()
+	}
+	return err
+}
+
+// TestRenameSyncsADirectoryBeingMade: a directory that a create has just
+// made, and not yet told the store of, is not durable either: a Rename
+// with sync into it, which finds it on disk and makes nothing, syncs its
+// parent. The store counts a directory as not durable from before its
+// mkdir(2), not from after.
+func TestRenameSyncsADirectoryBeingMade(t *testing.T) {
+	ctx := context.Background()
+	rec := &syncRecorder{}
+	dir := testutil.Dir(t)
+	osfs, err := OpenOSFS(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := &mkdirHold{FS: osfs, dir: "n/m", made: make(chan struct{}, 1), release: testutil.NewGate(t)}
+	rec.FS = hold
+	s, err := Open(rec, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Write(ctx, "t", 0, []byte("x"), SyncData); err != nil {
+		t.Fatal(err)
+	}
+	created := make(chan error, 1)
+	go func() {
+		_, err := s.Write(ctx, "n/m/x", 0, []byte("x"), SyncNone)
+		created <- err
+	}()
+	<-hold.made
+	before := len(rec.syncedDirs())
+	if err := s.Rename(ctx, "t", "n/m/f", false, true); err != nil {
+		t.Fatal(err)
+	}
+	got := rec.syncedDirs()[before:]
+	hold.release.Open()
+	if err := <-created; err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{".", "n", "n/m"}; !slices.Equal(got, want) {
+		t.Errorf("Rename with sync into a directory being made synced %v, want %v", got, want)
+	}
 }

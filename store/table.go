@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"sync"
 
@@ -620,6 +621,16 @@ func (t *inodeTable) closeAll() error {
 	}
 	if err := t.syncDirs(t.unsyncedDirs.dirLists()); err != nil {
 		errs = append(errs, err)
+	}
+	// The directories the store made whose entries no sync covered yet
+	// (a Rename without sync into new ones): a Rename with sync after a
+	// restart takes every directory it did not make in this run as
+	// durable (dirSyncs.notDurable). One that is gone since needs nothing.
+	since := t.dirs.now()
+	for _, dir := range t.dirs.allMade() {
+		if err := t.dirs.sync(dir, since); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("%w: sync directory %s: %w", ErrSyncFailed, dir, err))
+		}
 	}
 	t.idleHead, t.idleTail = nil, nil
 	t.byPath, t.byID, t.open, t.failedSync, t.unsyncedDirs = nil, nil, 0, nil, newClosedDirs()
