@@ -2,13 +2,21 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding/gzip"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/testutil"
@@ -80,4 +88,24 @@ func postJSON(ctx context.Context, url, body string) error {
 		return fmt.Errorf("%s: %s", resp.Status, b)
 	}
 	return nil
+}
+
+// TestCompressionBomb: a gzip-compressed Write whose data grows more
+// than maxDecompressionRatio times (8 MiB of zeros, about 8 KiB
+// compressed) fails before it is inflated, and writes nothing; one of
+// data that compresses little goes through.
+func TestCompressionBomb(t *testing.T) {
+	d := startDaemon(t, nil)
+	ctx := testContext(t)
+	bomb := &filewritev1.WriteRequest{Path: "zeros.bin", Data: make([]byte, 8<<20)}
+	if _, err := d.client.Write(ctx, bomb, grpc.UseCompressor(gzip.Name)); status.Code(err) == codes.OK {
+		t.Error("a Write of 8 MiB of zeros, gzip-compressed, went through")
+	}
+	if _, err := os.Stat(filepath.Join(d.root, "zeros.bin")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the refused Write made its file: %v", err)
+	}
+	plain := &filewritev1.WriteRequest{Path: "plain.bin", Data: allBytes(256 << 10)}
+	if _, err := d.client.Write(ctx, plain, grpc.UseCompressor(gzip.Name)); err != nil {
+		t.Errorf("a gzip-compressed Write of data that compresses little: %v", err)
+	}
 }
