@@ -28,6 +28,7 @@ import (
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
 	"github.com/filewrite/filewrite/internal/shard"
+	"github.com/filewrite/filewrite/internal/streamwire"
 	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/store/faultfs"
 )
@@ -348,6 +349,16 @@ func errorScenarios() map[string]errorScenario {
 				return firstStreamError(ctx, env.d.client, nil, &filewritev1.WriteStreamRequest{Path: "crc", Writes: []*filewritev1.StreamWrite{w}})
 			},
 			skip: "REST has no checksummed write",
+		},
+		"TOO_MANY_WRITES_IN_MESSAGE": {
+			grpc: func(_ *testing.T, env *errorsEnv, ctx context.Context) error {
+				ws := make([]*filewritev1.StreamWrite, streamwire.MaxWritesPerMessage+1)
+				for i := range ws {
+					ws[i] = &filewritev1.StreamWrite{Id: uint64(i)}
+				}
+				return firstStreamError(ctx, env.d.client, nil, &filewritev1.WriteStreamRequest{Path: "many", Writes: ws})
+			},
+			skip: "WriteStream only",
 		},
 		"WRITE_ID_IN_USE": {
 			grpc: func(_ *testing.T, env *errorsEnv, ctx context.Context) error {

@@ -79,6 +79,8 @@ var reasonRules = map[filewritev1.ErrorReason]reasonRule{
 	filewritev1.ErrorReason_TOKEN_INVALID: {code: codes.Unauthenticated},
 	filewritev1.ErrorReason_TOKEN_REVOKED: {code: codes.Unauthenticated},
 
+	filewritev1.ErrorReason_TOO_MANY_WRITES_IN_MESSAGE: {code: codes.InvalidArgument, field: "writes"},
+
 	filewritev1.ErrorReason_PERMISSION_DENIED_SCOPE: {code: codes.PermissionDenied, flag: "--auth-token-file"},
 
 	filewritev1.ErrorReason_SHUTTING_DOWN: {code: codes.Unavailable, retry: time.Second},

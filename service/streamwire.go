@@ -1,6 +1,7 @@
 package service
 
 import (
+	"errors"
 	"sync/atomic"
 
 	"google.golang.org/grpc/mem"
@@ -39,6 +40,9 @@ type streamRequest struct {
 	// requestCodec, decoding never fails gRPC's receive: the reader
 	// answers INVALID_ARGUMENT.
 	bad string
+	// tooMany is the limit a message of too many writes passed (bad says
+	// so too); 0 otherwise.
+	tooMany int
 	// buf holds the received bytes that the writes' data alias; pending
 	// counts the writes not yet applied, the last of which frees buf.
 	buf     mem.Buffer
@@ -80,6 +84,10 @@ func decodeStreamRequest(data mem.BufferSlice, r *streamRequest) {
 	msg, err := streamwire.ScanRequest(r.buf.ReadOnlyData(), streamwire.MaxWritesPerMessage)
 	if err != nil {
 		r.bad = err.Error()
+		var many *streamwire.TooManyWritesError
+		if errors.As(err, &many) {
+			r.tooMany = many.Limit
+		}
 		r.release()
 		return
 	}

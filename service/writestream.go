@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -519,6 +520,10 @@ func (ws *writeStream) queue(req *streamRequest) (bool, error) {
 // at, opening the file on the first.
 func (ws *writeStream) check(req *streamRequest) error {
 	ws.files.streamMetrics.message(ws.ctx, req.msg.Writes, ws.budget.held.Load())
+	if req.tooMany > 0 {
+		return refusal(filewritev1.ErrorReason_TOO_MANY_WRITES_IN_MESSAGE, map[string]string{errorinfo.KeyField: "writes", errorinfo.KeyLimit: strconv.Itoa(req.tooMany)},
+			"a message of more than %d writes: the limit is %d writes per message; send the rest in the next message", req.tooMany, req.tooMany)
+	}
 	if req.bad != "" {
 		return malformed(req.bad)
 	}
