@@ -1,8 +1,12 @@
 package client_test
 
 import (
+	"bufio"
 	"fmt"
 	"net"
+	"net/http"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -107,14 +111,16 @@ func testStreamEndedCleanly(t *testing.T, end error) {
 }
 
 // TestIdleFilesGiveBackFiles: 64 Files left open and idle against
-// --max-open-files 64 lock another client out of new files only until
-// --stream-idle-timeout closes their streams; each of them then writes
-// again without an error and without WithRetry, on a new stream.
+// --max-open-files 64 hold every file the daemon may open only until
+// --stream-idle-timeout closes their streams: another client then opens
+// and writes a new file at once, and each of the 64 writes again without
+// an error and without WithRetry, on a new stream.
 func TestIdleFilesGiveBackFiles(t *testing.T) {
 	const files = 64
 	d := startDaemon(t, func(c *service.Config) {
 		c.Store.MaxOpenFiles = files
 		c.StreamIdleTimeout = 100 * time.Millisecond
+		c.HTTPAddr = "127.0.0.1:0" // for /metrics
 	})
 	ctx := testContext(t)
 	holder := dial(t, d.addr)
@@ -130,27 +136,29 @@ func TestIdleFilesGiveBackFiles(t *testing.T) {
 		open = append(open, f)
 	}
 
-	other := dial(t, d.addr)
-	for {
-		f, err := other.Open(ctx, "new")
-		if err == nil {
-			if _, err := f.WriteAt([]byte("new"), 0); err != nil {
-				t.Fatalf("write to a new file: %v", err)
-			}
-			if err := f.Close(); err != nil {
-				t.Fatal(err)
-			}
-			break
-		}
-		if client.Reason(err) != filewritev1.ErrorReason_TOO_MANY_OPEN_FILES.String() || ctx.Err() != nil {
-			t.Fatalf("Open of a new file: %v, want it to succeed once the idle streams are closed", err)
+	// Every stream closed and its file given back (the gauge goes down
+	// once the stream's file is closed).
+	for streamsOpen(t, d) > 0 {
+		if ctx.Err() != nil {
+			t.Fatalf("%v streams still open: idle streams are not closed", streamsOpen(t, d))
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	other := dial(t, d.addr)
+	f, err := other.Open(ctx, "new")
+	if err != nil {
+		t.Fatalf("Open of a new file once the idle streams are closed: %v", err)
+	}
+	if _, err := f.WriteAt([]byte("new"), 0); err != nil {
+		t.Fatalf("write to a new file: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
 	}
 
 	for i, f := range open {
 		if _, err := f.WriteAt([]byte("b"), 1); err != nil {
-			t.Errorf("write to %s after its stream went idle: %v, want nil", f.Name(), err)
+			t.Errorf("write to %s after its stream was closed for idleness: %v, want nil", f.Name(), err)
 		}
 		if err := f.Close(); err != nil {
 			t.Errorf("Close of %s: %v", f.Name(), err)
@@ -159,4 +167,26 @@ func TestIdleFilesGiveBackFiles(t *testing.T) {
 			t.Errorf("%s holds %q, want %q", f.Name(), got, "ab")
 		}
 	}
+}
+
+// streamsOpen reads the daemon's filewrite_streams_open gauge.
+func streamsOpen(t *testing.T, d *daemon) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + d.srv.HTTPAddr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "filewrite_streams_open "); ok {
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("filewrite_streams_open %q: %v", v, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("/metrics has no filewrite_streams_open (%v)", sc.Err())
+	return 0
 }
