@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -112,8 +113,14 @@ func TestDebugLocksHTMLAndBounds(t *testing.T) {
 		}
 	}
 	for _, path := range []string{"/debug/locks", "/metrics"} {
-		if r := doHTTP(t, http.MethodPost, d.url+path, nil, nil); r.status != http.StatusMethodNotAllowed {
-			t.Errorf("POST %s: %d, want 405", path, r.status)
+		r := doHTTP(t, http.MethodPost, d.url+path, nil, nil)
+		if r.status != http.StatusMethodNotAllowed || r.contentType != "application/json" {
+			t.Errorf("POST %s: %d, %s; want 405, application/json", path, r.status, r.contentType)
+		}
+		// The body is a google.rpc.Status, as on every other route.
+		var st spb.Status
+		if err := protojson.Unmarshal(r.body, &st); err != nil || codes.Code(st.GetCode()) != codes.Unimplemented {
+			t.Errorf("POST %s: body %s, want a google.rpc.Status of UNIMPLEMENTED (%v)", path, r.body, err)
 		}
 	}
 }
