@@ -112,6 +112,8 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 		"largest `size` of the data of one Write or Read (bytes, or with k, m, g or t: 4k = 4KiB)")
 	fs.Var(sizeFlag(&cfg.MaxStreamBytes, 1), "max-stream-bytes",
 		"most `bytes` of unacknowledged writes one WriteStream holds (each write counts its data plus 256, against --max-inflight-bytes too); at it the stream reads no more until acks go out")
+	fs.DurationVar(&cfg.StreamIdleTimeout, "stream-idle-timeout", cfg.StreamIdleTimeout,
+		"a WriteStream that goes this long without a message and without a write to apply or acknowledge is ended (UNAVAILABLE, STREAM_IDLE), giving back its file")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout,
 		"on SIGINT/SIGTERM, how long to wait for requests in flight before cancelling them")
 	// Authentication, TLS and resource limits (docs/guarantees.md).

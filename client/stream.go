@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/errorinfo"
 	"github.com/filewrite/filewrite/internal/streamwire"
 )
 
@@ -376,9 +377,11 @@ func (s *fileStream) sendOne() bool {
 	s.mu.Unlock()
 	clear(batch)
 	s.batch = batch[:0]
-	if err := conn.stream.SendMsg(req); err != nil {
+	if err := conn.stream.SendMsg(req); err != nil && !errors.Is(err, io.EOF) {
 		// The stream is broken; its receiver fails (or requeues) what
 		// it held once Recv returns, which cancelling makes sure of.
+		// io.EOF says the daemon ended the stream: its receiver gets
+		// why from Recv, which cancelling could turn into CANCELLED.
 		conn.cancel()
 	}
 	return true
@@ -409,10 +412,14 @@ func (s *fileStream) receive(conn *streamConn) {
 }
 
 // ended handles the end of conn: its writes still in flight are resent
-// (WithRetry) or fail with the stream's error, and the next write opens a
-// new stream.
+// (WithRetry, or unread) or fail with the stream's error, and the next
+// write opens a new stream.
 func (s *fileStream) ended(conn *streamConn, err error) {
+	// A stream the daemon ended with OK, or with STREAM_IDLE (it closes
+	// streams that stay idle), had every write it read acked: those still
+	// in flight were never read.
 	cleanEnd := errors.Is(err, io.EOF)
+	unread := cleanEnd || errorinfo.Reason(err) == filewritev1.ErrorReason_STREAM_IDLE.String()
 	if cleanEnd {
 		err = status.Error(codes.Unavailable, "the daemon ended the stream before acknowledging the write")
 	}
@@ -421,9 +428,9 @@ func (s *fileStream) ended(conn *streamConn, err error) {
 	s.mu.Lock()
 	conn.broken = true
 	conn.err = err
-	if !cleanEnd {
-		// A daemon that ends a stream cleanly (an idle one, say) is not
-		// failing: the next write opens a new one at once.
+	if !unread {
+		// A daemon that ends a stream this way is not failing: the next
+		// write opens a new one at once.
 		s.failures++
 	}
 	if status.Code(err) == codes.NotFound {
@@ -449,7 +456,7 @@ func (s *fileStream) ended(conn *streamConn, err error) {
 	var resend []*write
 	for _, id := range ids {
 		w := conn.inflight[id]
-		if !w.gaveUp && s.mayRetryLocked(w, err, cleanEnd) {
+		if !w.gaveUp && s.mayRetryLocked(w, err, unread) {
 			w.attempts++
 			w.state = queued
 			resend = append(resend, w)
@@ -471,20 +478,19 @@ func (s *fileStream) ended(conn *streamConn, err error) {
 }
 
 // mayRetryLocked reports whether w, which failed with err before it was
-// acked, may be sent again on a new stream. After a clean end (the daemon
-// ended the stream with OK, having applied and acked every write it read,
-// as it does with a stream it closes for being idle) w was never read:
-// sending it again is its first delivery, so it goes once whatever
-// WithRetry says. Otherwise only under WithRetry, with attempts left, for
-// an error that says the daemon was not reached (retryable). Never once
-// the file is gone or the Client or stream is closed.
+// acked, may be sent again on a new stream. When w is unread (the daemon
+// ended the stream with OK or STREAM_IDLE, having applied and acked every
+// write it read) sending it again is its first delivery, so it goes once
+// whatever WithRetry says. Otherwise only under WithRetry, with attempts
+// left, for an error that says the daemon was not reached (retryable).
+// Never once the file is gone or the Client or stream is closed.
 //
 // Preconditions: s.mu is held.
-func (s *fileStream) mayRetryLocked(w *write, err error, cleanEnd bool) bool {
+func (s *fileStream) mayRetryLocked(w *write, err error, unread bool) bool {
 	switch {
 	case s.gone != nil || s.closed || s.c.ctx.Err() != nil:
 		return false
-	case cleanEnd:
+	case unread:
 		return w.attempts < max(1, s.c.opts.retries)
 	}
 	return w.attempts < s.c.opts.retries && retryable(err)

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/errorinfo"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -56,7 +58,9 @@ func (d *debugLocks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > debugLocksLimit {
-			http.Error(w, fmt.Sprintf("limit %q: want 1 to %d", v, debugLocksLimit), http.StatusBadRequest)
+			writeStatus(w, http.StatusBadRequest, newRefusal(filewritev1.ErrorReason_PAGE_INVALID,
+				map[string]string{errorinfo.KeyField: "limit", errorinfo.KeyLimit: strconv.Itoa(debugLocksLimit)},
+				fmt.Sprintf("limit %q: want 1 to %d", v, debugLocksLimit)))
 			return
 		}
 		limit = n
@@ -69,7 +73,8 @@ func (d *debugLocks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "json", "html":
 		asHTML = f == "html"
 	default:
-		http.Error(w, fmt.Sprintf("format %q: want json or html", f), http.StatusBadRequest)
+		writeStatus(w, http.StatusBadRequest, newRefusal(filewritev1.ErrorReason_REQUEST_MALFORMED,
+			map[string]string{errorinfo.KeyField: "format"}, fmt.Sprintf("format %q: want json or html", f)))
 		return
 	}
 	if asHTML {

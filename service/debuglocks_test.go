@@ -7,7 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/errorinfo"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -87,14 +93,34 @@ func TestDebugLocksHTMLAndBounds(t *testing.T) {
 	if rep.OpenFiles != 3 || rep.Shown != 2 || len(rep.Files) != 2 || !rep.Truncated || !strings.Contains(rep.Note, "limit 2") {
 		t.Errorf("?limit=2 of 3 open files: %+v, want 2 shown, truncated, with a note", rep)
 	}
-	for _, bad := range []string{"?limit=0", "?limit=1001", "?limit=x", "?format=xml"} {
-		if r := doHTTP(t, http.MethodGet, d.url+"/debug/locks"+bad, nil, nil); r.status != http.StatusBadRequest {
-			t.Errorf("GET /debug/locks%s: %d, want 400", bad, r.status)
+	for _, tt := range []struct{ query, reason, field string }{
+		{"?limit=0", "PAGE_INVALID", "limit"},
+		{"?limit=1001", "PAGE_INVALID", "limit"},
+		{"?limit=x", "PAGE_INVALID", "limit"},
+		{"?format=xml", "REQUEST_MALFORMED", "format"},
+	} {
+		r := doHTTP(t, http.MethodGet, d.url+"/debug/locks"+tt.query, nil, nil)
+		if r.status != http.StatusBadRequest {
+			t.Errorf("GET /debug/locks%s: %d, want 400", tt.query, r.status)
+		}
+		var st spb.Status
+		if err := protojson.Unmarshal(r.body, &st); err != nil {
+			t.Fatalf("GET /debug/locks%s: body %s is no google.rpc.Status: %v", tt.query, r.body, err)
+		}
+		err := status.FromProto(&st).Err()
+		if got, field := errorinfo.Reason(err), errorinfo.From(err).GetMetadata()[errorinfo.KeyField]; got != tt.reason || field != tt.field {
+			t.Errorf("GET /debug/locks%s: reason %q, field %q; want %q, %q", tt.query, got, field, tt.reason, tt.field)
 		}
 	}
 	for _, path := range []string{"/debug/locks", "/metrics"} {
-		if r := doHTTP(t, http.MethodPost, d.url+path, nil, nil); r.status != http.StatusMethodNotAllowed {
-			t.Errorf("POST %s: %d, want 405", path, r.status)
+		r := doHTTP(t, http.MethodPost, d.url+path, nil, nil)
+		if r.status != http.StatusMethodNotAllowed || r.contentType != "application/json" {
+			t.Errorf("POST %s: %d, %s; want 405, application/json", path, r.status, r.contentType)
+		}
+		// The body is a google.rpc.Status, as on every other route.
+		var st spb.Status
+		if err := protojson.Unmarshal(r.body, &st); err != nil || codes.Code(st.GetCode()) != codes.Unimplemented {
+			t.Errorf("POST %s: body %s, want a google.rpc.Status of UNIMPLEMENTED (%v)", path, r.body, err)
 		}
 	}
 }

@@ -468,6 +468,14 @@ func errorScenarios() map[string]errorScenario {
 			},
 			skip: "the HTTP server stops taking requests when the drain begins",
 		},
+		"STREAM_IDLE": {
+			grpc: func(t *testing.T, env *errorsEnv, ctx context.Context) error {
+				d := startDaemon(t, func(c *Config) { c.StreamIdleTimeout = 20 * time.Millisecond })
+				return firstStreamError(ctx, d.client, nil,
+					&filewritev1.WriteStreamRequest{Path: "idle", Writes: []*filewritev1.StreamWrite{sw(1, 0, "a")}})
+			},
+			skip: "WriteStream only",
+		},
 		"PRECONDITION_FAILED": {
 			rest: func(t *testing.T, env *errorsEnv) restResult {
 				return env.d.rest(t, "PUT", "/v1/files/existing", "x", map[string]string{"If-None-Match": "*", "Content-Type": mimeOctetStream})

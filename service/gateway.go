@@ -15,7 +15,6 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
@@ -265,15 +264,14 @@ func (g *gateway) handleError(ctx context.Context, mux *runtime.ServeMux, m runt
 
 // withReasonHTTP is withReason for an error that reaches the gateway's
 // error handler, which may wrap a status in a *runtime.HTTPStatusError.
+// An error that is no status (grpc-gateway's own, such as a reply its
+// marshaler could not encode) becomes one through toStatus, which
+// grpc-gateway would answer as UNKNOWN without a reason.
 func withReasonHTTP(err error) error {
 	if he, ok := err.(*runtime.HTTPStatusError); ok {
 		return &runtime.HTTPStatusError{HTTPStatus: he.HTTPStatus, Err: withReasonHTTP(he.Err)}
 	}
-	st, ok := status.FromError(err)
-	if !ok {
-		return err // grpc-gateway answers it as INTERNAL
-	}
-	return withReason(st).Err()
+	return toStatus(err)
 }
 
 // bodyError is the error to answer for a body that failed to arrive: too

@@ -55,6 +55,9 @@ type fileServer struct {
 	// auth checks a stream's file against its credential's scope (nil:
 	// no --auth-token-file). Set once before the servers start.
 	auth *tokenAuth
+	// streamIdleTimeout is --stream-idle-timeout (0: streams are never
+	// closed for idleness). Set once before the servers start.
+	streamIdleTimeout time.Duration
 }
 
 // newFileServer is the FileService over st; its streams take budget, and

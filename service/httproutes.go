@@ -44,7 +44,7 @@ func (s *Server) httpHandler(gateway http.Handler, browser *browserGuard) http.H
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
-			http.Error(w, r.Method+" not allowed: GET "+r.URL.Path, http.StatusMethodNotAllowed)
+			writeStatus(w, http.StatusMethodNotAllowed, status.Newf(codes.Unimplemented, "method %s not allowed: GET %s", r.Method, r.URL.Path))
 			return
 		}
 		h.ServeHTTP(w, r)

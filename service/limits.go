@@ -22,6 +22,17 @@ const DefaultConnAuthTimeout = 10 * time.Second
 // body sent a byte at a time does not hold its connection for long.
 const DefaultBodyTimeout = 30 * time.Second
 
+// DefaultStreamIdleTimeout is how long a WriteStream may stay idle before
+// the daemon closes it and gives back its file. An idle stream holds a
+// slot of --max-open-files for nobody, so a client that leaves Files open
+// can lock others out of new files until then; closing one costs its
+// client a new stream (one round trip) at its next write, which the Go
+// client opens by itself. Five minutes is well beyond the pauses of a
+// writer that is still at work (seconds between bursts, a minute between
+// checkpoints), so such a writer rarely pays it, and short enough that
+// files left open are given back within minutes.
+const DefaultStreamIdleTimeout = 5 * time.Minute
+
 // DefaultMaxInflightBytes bounds the memory of requests in flight: room
 // for five gRPC messages at the default --max-request-bytes being received
 // at once, or eight decoded 64 MiB Writes, and for very many small

@@ -66,6 +66,10 @@ type Config struct {
 	// holds, each counted as its data plus a fixed overhead; at the bound
 	// the stream reads no further message until acks go out.
 	MaxStreamBytes int64
+	// StreamIdleTimeout is how long a WriteStream may go without a
+	// message, and without a write to apply or acknowledge, before the
+	// daemon ends it with STREAM_IDLE, giving back the file it holds.
+	StreamIdleTimeout time.Duration
 	// DrainTimeout bounds how long a shutdown waits for requests in flight
 	// before it cancels them.
 	DrainTimeout time.Duration
@@ -139,11 +143,12 @@ func DefaultConfig() Config {
 			MaxWaitersPerFile: DefaultMaxWaitersPerFile,
 			ExtentCacheBytes:  store.DefaultExtentCacheBytes,
 		},
-		MaxStreamBytes:   DefaultMaxStreamBytes,
-		DrainTimeout:     30 * time.Second,
-		ConnAuthTimeout:  DefaultConnAuthTimeout,
-		BodyTimeout:      DefaultBodyTimeout,
-		MaxInflightBytes: DefaultMaxInflightBytes,
+		MaxStreamBytes:    DefaultMaxStreamBytes,
+		StreamIdleTimeout: DefaultStreamIdleTimeout,
+		DrainTimeout:      30 * time.Second,
+		ConnAuthTimeout:   DefaultConnAuthTimeout,
+		BodyTimeout:       DefaultBodyTimeout,
+		MaxInflightBytes:  DefaultMaxInflightBytes,
 	}
 }
 
@@ -173,6 +178,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxStreamBytes <= 0 {
 		return fmt.Errorf("--max-stream-bytes %d: want at least 1", c.MaxStreamBytes)
+	}
+	if c.StreamIdleTimeout <= 0 {
+		return fmt.Errorf("--stream-idle-timeout %v: want more than 0", c.StreamIdleTimeout)
 	}
 	if c.DrainTimeout < 0 {
 		return fmt.Errorf("drain timeout %v is negative", c.DrainTimeout)
@@ -339,6 +347,7 @@ func Start(cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	s.files.auth = s.auth
+	s.files.streamIdleTimeout = cfg.StreamIdleTimeout
 	s.grpcLis = newGuardedListener(lis, cfg.ConnAuthTimeout)
 	s.grpcSrv = newGRPCServer(s.files, s.health, cfg.Store.MaxRequestBytes, log, s.tel, append(s.publicServerOptions(), pathHeaderOptions(cfg.RequirePathHeader)...)...)
 	if cfg.HTTPAddr != "" {

@@ -84,6 +84,9 @@ var reasonRules = map[filewritev1.ErrorReason]reasonRule{
 	filewritev1.ErrorReason_PERMISSION_DENIED_SCOPE: {code: codes.PermissionDenied, flag: "--auth-token-file"},
 
 	filewritev1.ErrorReason_SHUTTING_DOWN: {code: codes.Unavailable, retry: time.Second},
+	// Nothing is wrong and nothing was lost: open a new stream at once,
+	// which the least RetryInfo says.
+	filewritev1.ErrorReason_STREAM_IDLE: {code: codes.Unavailable, retry: time.Millisecond, flag: "--stream-idle-timeout"},
 
 	filewritev1.ErrorReason_CANCELLED:         {code: codes.Canceled},
 	filewritev1.ErrorReason_DEADLINE_EXCEEDED: {code: codes.DeadlineExceeded},
@@ -341,4 +344,9 @@ func writeIDInUse(id uint64) error {
 func messageTooLarge(size int, limit int64) error {
 	return refusal(filewritev1.ErrorReason_REQUEST_TOO_LARGE, map[string]string{errorinfo.KeyLimit: strconv.FormatInt(limit, 10), errorinfo.KeyField: "writes"},
 		"a message of %d bytes: the limit is %d (--max-request-bytes plus %d)", size, limit, messageOverhead)
+}
+
+func streamIdleStatus(timeout time.Duration) error {
+	return refusal(filewritev1.ErrorReason_STREAM_IDLE, nil,
+		"the stream was idle for %v (--stream-idle-timeout): every write it read was acknowledged; open a new stream to write again", timeout)
 }

@@ -11,10 +11,12 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
 	"github.com/filewrite/filewrite/store"
 )
@@ -171,6 +173,43 @@ func TestRefusalDetails(t *testing.T) {
 			}
 			if msg := status.Convert(got).Message(); msg != tt.err.Error()+tt.msgSuffix {
 				t.Errorf("message = %q, want %q", msg, tt.err.Error()+tt.msgSuffix)
+			}
+		})
+	}
+}
+
+// TestWithReasonHTTP: whatever reaches the gateway's error handler leaves
+// it as a status with an ErrorInfo: an error that is no status (a reply
+// grpc-gateway's marshaler could not encode) is classified as toStatus
+// classifies it, keeping the HTTP status it was wrapped with, and a
+// status with a reason passes as it is.
+func TestWithReasonHTTP(t *testing.T) {
+	refused := refusal(filewritev1.ErrorReason_FILE_NOT_FOUND, nil, "missing")
+	tests := []struct {
+		name     string
+		err      error
+		code     codes.Code
+		reason   string
+		httpCode int // 0: not wrapped
+	}{
+		{"plain error", errors.New("proto: string field contains invalid UTF-8"), codes.Internal, "IO_ERROR", 0},
+		{"context error", fmt.Errorf("write reply: %w", context.Canceled), codes.Canceled, "CANCELLED", 0},
+		{"status without a reason", status.Error(codes.InvalidArgument, "not JSON"), codes.InvalidArgument, "REQUEST_MALFORMED", 0},
+		{"status with a reason", refused, codes.NotFound, "FILE_NOT_FOUND", 0},
+		{"wrapped plain error", &runtime.HTTPStatusError{HTTPStatus: 418, Err: errors.New("odd")}, codes.Internal, "IO_ERROR", 418},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := withReasonHTTP(tt.err)
+			httpCode := 0
+			if he, ok := got.(*runtime.HTTPStatusError); ok {
+				httpCode, got = he.HTTPStatus, he.Err
+			}
+			if httpCode != tt.httpCode {
+				t.Errorf("HTTP status %d, want %d", httpCode, tt.httpCode)
+			}
+			if status.Code(got) != tt.code || errorinfo.Reason(got) != tt.reason {
+				t.Errorf("got %v (reason %q), want %v with reason %q", got, errorinfo.Reason(got), tt.code, tt.reason)
 			}
 		})
 	}

@@ -103,6 +103,9 @@ type writeStream struct {
 	// users counts the handler and the reader: the last to finish closes
 	// h and the budget.
 	users atomic.Int32
+	// idleWatch ends the stream once idle (streamidle.go); its timer is
+	// guarded by mu.
+	idleWatch idleWatch
 	// wake has one slot: something for the sender (an ack, the answer to
 	// the first message, the end).
 	wake chan struct{}
@@ -173,6 +176,7 @@ func (ws *writeStream) serve() error {
 	ws.files.streamMetrics.opened(ws.ctx)
 	ws.users.Store(2)
 	defer ws.release()
+	ws.startIdleTimer()
 	go ws.read()
 	draining := ws.files.draining
 	for {
@@ -269,6 +273,9 @@ func (ws *writeStream) collect(acked []*streamWrite) (_ []*streamWrite, send boo
 	clear(ws.acks[rest:])
 	ws.acks = ws.acks[:rest]
 	ws.pending -= n
+	if n > 0 && ws.pending == 0 {
+		ws.idleWatch.acked()
+	}
 	send = n > 0 || (ws.opened && !ws.answered)
 	if send {
 		ws.answered = true
@@ -330,6 +337,13 @@ func ackStatus(err error) *spb.Status {
 func (ws *writeStream) stop(end error) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	ws.stopLocked(end)
+}
+
+// stopLocked is stop.
+//
+// Preconditions: ws.mu is held.
+func (ws *writeStream) stopLocked(end error) {
 	if ws.stopping {
 		return
 	}
@@ -395,6 +409,7 @@ func (ws *writeStream) release() {
 		ws.h.Close()
 	}
 	ws.cancelStop()
+	ws.stopIdleTimer()
 	ws.budget.close()
 	ws.files.streamMetrics.closed(context.Background())
 }
@@ -412,7 +427,9 @@ func (ws *writeStream) read() {
 			return
 		}
 		if err == nil {
+			ws.idleWatch.receiving()
 			err = ws.accept(req)
+			ws.idleWatch.handled()
 		}
 		if err != nil {
 			ws.stop(err)

@@ -159,7 +159,10 @@ const (
 	// path than the request, or (--require-path-header) a call on a file
 	// carries none.
 	ErrorReason_PATH_HEADER_MISMATCH ErrorReason = 106
-	// Reserved: UNAVAILABLE, the daemon closed a stream that stayed idle.
+	// UNAVAILABLE: the daemon ended a WriteStream that went
+	// --stream-idle-timeout without a message and without a write to apply
+	// or acknowledge. Every write it read was acknowledged: open a new
+	// stream and send the writes that got no ack. Metadata: flag.
 	ErrorReason_STREAM_IDLE ErrorReason = 107
 	// Reserved: INVALID_ARGUMENT, a WriteStream message carries more writes
 	// than the daemon takes. Metadata: limit.

@@ -128,8 +128,10 @@ type FileServiceClient interface {
 	// INVALID_ARGUMENT for a missing or invalid path, a different path in a
 	// later message, a duplicate id of an unacknowledged write, more than
 	// 4096 writes in one message, or a message over the size limit;
-	// UNAVAILABLE when the daemon shuts down; OK when the client
-	// half-closes. Every status, in an ack or at the end, carries a
+	// UNAVAILABLE when the daemon shuts down, or when the stream went
+	// --stream-idle-timeout without a message and without a write in flight
+	// (STREAM_IDLE: nothing is lost, open a new stream to write on); OK when
+	// the client half-closes. Every status, in an ack or at the end, carries a
 	// google.rpc.ErrorInfo whose reason is an ErrorReason.
 	//
 	// Durable when a write's ack arrives with no status: as for Write with
@@ -362,8 +364,10 @@ type FileServiceServer interface {
 	// INVALID_ARGUMENT for a missing or invalid path, a different path in a
 	// later message, a duplicate id of an unacknowledged write, more than
 	// 4096 writes in one message, or a message over the size limit;
-	// UNAVAILABLE when the daemon shuts down; OK when the client
-	// half-closes. Every status, in an ack or at the end, carries a
+	// UNAVAILABLE when the daemon shuts down, or when the stream went
+	// --stream-idle-timeout without a message and without a write in flight
+	// (STREAM_IDLE: nothing is lost, open a new stream to write on); OK when
+	// the client half-closes. Every status, in an ack or at the end, carries a
 	// google.rpc.ErrorInfo whose reason is an ErrorReason.
 	//
 	// Durable when a write's ack arrives with no status: as for Write with
