@@ -472,7 +472,10 @@ func (ws *writeStream) accept(req *streamRequest) error {
 	cost := req.cost()
 	if err := ws.budget.take(ws.stopped, cost); err != nil {
 		req.release()
-		if err := ws.ctx.Err(); err != nil {
+		if ws.ctx.Err() != nil {
+			// take's error says the stream's deadline passed while it
+			// waited for the budget (INFLIGHT_BUDGET), not a bare
+			// DEADLINE_EXCEEDED.
 			return toStatus(err)
 		}
 		return nil // stopped while waiting
