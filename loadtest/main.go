@@ -488,6 +488,7 @@ func run(ctx context.Context, opts options, stdout, progressOut io.Writer) (*sum
 		info.commit, info.dirty = checkoutCommit(ctx)
 		info.finished, info.loadEnd = time.Now(), loadAverage()
 		info.host, info.target, info.failed = e.summary.Host, opts.target, e.summary.failed()
+		info.out = out
 		path, err := writeRecord(opts.record, info, transcript.Bytes())
 		if err != nil {
 			return e.summary, fmt.Errorf("-record: %w", err)

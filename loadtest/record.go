@@ -37,6 +37,9 @@ type recordInfo struct {
 	host               hostInfo
 	target             string
 	failed             bool
+	// out is -out as the run printed it: the record writes "$OUT" for it,
+	// so that no record names a path of the machine it ran on.
+	out string
 }
 
 // checkoutCommit returns the short commit of the filewrite checkout the
@@ -120,8 +123,26 @@ func writeRecord(dir string, info recordInfo, transcript []byte) (string, error)
 		result = "SOME RUNS HAD ERRORS OR WRONG CONTENT: do not trust these figures"
 	}
 	fmt.Fprintf(&b, "- result: %s\n\n", result)
+	if info.out != "" {
+		fmt.Fprintf(&b, "`$OUT` below is the run's `-out` directory.\n\n")
+		transcript = redactPath(transcript, info.out, "$OUT")
+	}
 	b.WriteString("```\n")
 	b.Write(bytes.TrimRight(transcript, "\n"))
 	b.WriteString("\n```\n")
 	return path, os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// redactPath replaces dir, and its absolute form, in transcript with name.
+func redactPath(transcript []byte, dir, name string) []byte {
+	dirs := []string{dir}
+	if abs, err := filepath.Abs(dir); err == nil && abs != dir {
+		dirs = append([]string{abs}, dirs...) // the longer first
+	}
+	for _, d := range dirs {
+		if d != "" && d != "." {
+			transcript = bytes.ReplaceAll(transcript, []byte(d), []byte(name))
+		}
+	}
+	return transcript
 }
