@@ -1,21 +1,12 @@
 package service
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -25,74 +16,6 @@ import (
 	"github.com/filewrite/filewrite/internal/testutil"
 )
 
-// testCA issues client certificates in a test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	file string // PEM, for --tls-client-ca
-}
-
-func newTestCA(t *testing.T, dir string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "filewrite test client CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(dir, "client-ca.crt")
-	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key, file: file}
-}
-
-// issue makes a client certificate whose first URI SAN is uri.
-func (ca *testCA) issue(t *testing.T, uri string) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := url.Parse(uri)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: "ignored when there is a URI"},
-		URIs:         []*url.URL{u},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
-
 // TestClientCertificates runs a daemon with --tls-client-ca: a certificate
 // mapped by a cert= line reaches its scope over gRPC and REST, one without
 // a mapping gets nothing, and a REST client cannot claim a certificate
@@ -100,12 +23,12 @@ func (ca *testCA) issue(t *testing.T, uri string) tls.Certificate {
 func TestClientCertificates(t *testing.T) {
 	dir := testutil.Dir(t)
 	server := testutil.NewCert(t, dir, "server")
-	ca := newTestCA(t, dir)
+	ca := testutil.NewCA(t, dir)
 	tokens := testutil.WriteTokenFile(t, dir, "tokens",
 		tokenAdmin,
 		"cert=spiffe://example.org/job-a name=job-a prefix=tenants/a/")
 	d := startDaemon(t, func(c *Config) {
-		c.TLSCert, c.TLSKey, c.TLSClientCA = server.CertFile, server.KeyFile, ca.file
+		c.TLSCert, c.TLSKey, c.TLSClientCA = server.CertFile, server.KeyFile, ca.File
 		c.AuthTokenFile = tokens
 	})
 	for _, p := range []string{"tenants/a/x.bin", "tenants/b/x.bin"} {
@@ -121,8 +44,8 @@ func TestClientCertificates(t *testing.T) {
 		c.Certificates = certs
 		return c
 	}
-	mapped := tlsWith(ca.issue(t, "spiffe://example.org/job-a"))
-	unmapped := tlsWith(ca.issue(t, "spiffe://example.org/stranger"))
+	mapped := tlsWith(ca.Issue(t, "spiffe://example.org/job-a"))
+	unmapped := tlsWith(ca.Issue(t, "spiffe://example.org/stranger"))
 
 	ctx := testContext(t)
 	for _, tt := range []struct {
@@ -200,7 +123,7 @@ func TestClientCANeedsTLSAndTokens(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Root = filepath.Join(dir, "root")
 	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.TLSClientCA = newTestCA(t, dir).file
+	cfg.TLSClientCA = testutil.NewCA(t, dir).File
 	if srv, err := Start(cfg); err == nil {
 		srv.Shutdown()
 		t.Fatal("Start with --tls-client-ca alone succeeded")

@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -77,14 +78,7 @@ type Cert struct {
 // localhost, and writes it to dir/name.crt and its key to dir/name.key.
 func NewCert(t testing.TB, dir, name string) Cert {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
-	if err != nil {
-		t.Fatal(err)
-	}
+	key, serial := newKey(t)
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
 		Subject:               pkix.Name{CommonName: name},
@@ -221,4 +215,79 @@ func (c *OnceEncoded) Marshal(v any) (mem.BufferSlice, error) {
 
 func (c *OnceEncoded) Unmarshal(data mem.BufferSlice, v any) error {
 	return proto.Unmarshal(data.Materialize(), v.(proto.Message))
+}
+
+// newKey is a fresh P-256 key and a random serial number for a
+// certificate of it.
+func newKey(t testing.TB) (*ecdsa.PrivateKey, *big.Int) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key, serial
+}
+
+// CA is a certificate authority made at run time, which issues client
+// certificates (mTLS tests).
+type CA struct {
+	File string // its certificate, PEM, for --tls-client-ca
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+// NewCA makes a CA and writes its certificate to dir/client-ca.crt.
+func NewCA(t testing.TB, dir string) *CA {
+	t.Helper()
+	key, serial := newKey(t)
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: "filewrite test client CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := &CA{File: filepath.Join(dir, "client-ca.crt"), cert: cert, key: key}
+	if err := os.WriteFile(ca.File, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+// Issue makes a client certificate whose first URI SAN is uri.
+func (ca *CA) Issue(t testing.TB, uri string) tls.Certificate {
+	t.Helper()
+	u, err := url.Parse(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, serial := newKey(t)
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: "ignored when there is a URI"},
+		URIs:         []*url.URL{u},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
