@@ -10,6 +10,8 @@
 //	                        budget)
 //
 //	streamBudget.mu        (a stream's cost beyond the daemon's budget; a leaf)
+//	inflightBudget.mu      (the daemon-wide budget's free bytes and its
+//	                        waiters; a leaf, never held while a caller waits)
 //	budgetedStream.mu      (what a stream's last message holds; a leaf)
 //	tokenAuth.reloadMu     (serialises token reloads; a leaf, held across
 //	                        the read of the token file)
