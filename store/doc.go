@@ -29,7 +29,31 @@
 // after the extension's would be ordered both before and after it, by its
 // returned size and by its bytes. Reads take S.
 // Fallocate allocate and keep-size take X without waiting for in-flight
-// writes: they change no data.
+// writes when they stay below EOF: they change no data. Past EOF they wait,
+// for appends in flight reserve ranges there.
+//
+// # Appends
+//
+//	policy               append
+//	exclusive            X policy (the whole append, its sync too)
+//	every other          S append to reserve, then - (counted in flight)
+//
+// An append reserves [end, end+len) on the file's reserved end
+// (appendQueue, in append.go) while it holds the lock shared, registers in
+// flight, drops the lock and writes its bytes. The size that readers see
+// (inode.size, the published end) advances over completed appends only, in
+// offset order: the append that completes the lowest pending range
+// publishes it and every completed one above it. Each append returns once
+// its range is published, so a Read after it sees its bytes. Truncate,
+// Fallocate past EOF and extending writes hold X and wait for in-flight
+// writes, so they never run while a range is reserved; the next append
+// starts from the end they leave. An append that fails after reserving
+// fails those above it too (ErrAppendAborted), the size never passes its
+// offset, and the last of them truncates the file back to it before
+// leaving the in-flight count; new appends wait for that. A synced append
+// joins the group commit after its range is published, so its sync covers
+// every append below it. Under exclusive the lock is held throughout, the
+// baseline that the experiment measures the reservation against.
 //
 // A synced write (SyncData, SyncFull) under the exclusive policy syncs
 // before it drops the lock: that policy is the naive baseline, one lock
@@ -97,6 +121,11 @@
 //	  extentCache.mu       (the extent maps of files closed for room; a
 //	                        leaf, also taken alone when a file opens)
 //
+//	appendQueue.mu         (an inode's reservations; a leaf, taken with
+//	                        inode.lock shared to reserve, and without any
+//	                        lock to publish; never across I/O)
+//	appendIDWindow.mu      (remembered append IDs; a leaf, taken alone)
+//
 //	dirSyncs.mu            (the directories being synced, and those made
 //	                        and not yet durable; a leaf)
 //	dirSync.mu             (one directory's fsyncs; a leaf, taken alone)
@@ -142,6 +171,10 @@
 // makes the next one fail too (Linux reports a writeback error once per
 // descriptor), and so does a failed sync_file_range of a direct-mode
 // unaligned write, which consumes the error on the descriptor fsync uses.
+// An acknowledged synced append has every append below it complete and
+// synced. After a crash the size comes from the file: a non-durable
+// append may be gone, or read as zeros where a lower one had not reached
+// the disk when a higher one's blocks did.
 // Delete and Rename change directory entries: durable once the directory
 // is synced (their sync flag, or Fsync of the directory). Rename's sync
 // flag also syncs, root first, the parent of each directory up the new

@@ -87,6 +87,16 @@ var (
 	// sync is in a file that no name reaches. The next request for the path
 	// opens what it names then.
 	ErrFileRemoved = errors.New("file removed or replaced from outside")
+	// ErrAppendOffsetMismatch is returned (as an *AppendMismatch) by a
+	// conditional Append that found the file's end elsewhere.
+	ErrAppendOffsetMismatch = errors.New("the file ends elsewhere")
+	// ErrAppendIDReused is returned by an Append whose ID the store
+	// remembers for an append of other data.
+	ErrAppendIDReused = errors.New("append id reused with other data")
+	// ErrAppendAborted is returned by an Append reserved above one that
+	// failed: its bytes were given back with the failed one's, so that no
+	// reader sees a hole. Nothing of it was kept; send it again.
+	ErrAppendAborted = errors.New("append aborted")
 	// ErrClosed is returned once Close has begun.
 	ErrClosed = errors.New("store closed")
 )

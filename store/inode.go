@@ -47,9 +47,14 @@ type inode struct {
 	// (inodeTable.goneChan): most inodes never have one. Guarded by
 	// inodeTable.mu.
 	gone chan struct{}
-	// size is the file size. Read without locks (like i_size_read());
-	// written only with lock held exclusively.
+	// size is the file size that readers see. Read without locks (like
+	// i_size_read()); written with lock held exclusively, or by an append
+	// publishing its range with appends.mu held (completeAppend), which
+	// happens only while appends are counted in flight, so never while
+	// an exclusive holder that changes the size runs.
 	size atomic.Int64
+	// appends orders the appends in flight (see appendQueue).
+	appends appendQueue
 	// inflight counts writes below EOF that run without lock. It and
 	// extents are recycled, and set to nil, when the table closes the
 	// inode for room (inodeTable.closeIdleLocked).

@@ -127,7 +127,7 @@ func (s *Store) List(ctx context.Context, dir string, pageSize int, pageToken st
 		}
 		e := DirEntry{Name: n, IsDir: fi.IsDir}
 		if fi.Type.IsRegular() {
-			e.Size = fi.Size
+			e.Size = s.table.visibleSize(joinName(dir, n), fi.Size)
 		}
 		entries = append(entries, e)
 	}
@@ -209,4 +209,13 @@ func (u *unlistedNames) report(log *slog.Logger, dir, name string) {
 		log.Warn("List leaves out a name that is not valid UTF-8 (made outside the daemon: no request can name it)",
 			"dir", dir, "name", strconv.Quote(name))
 	}
+}
+
+// joinName is the path of the entry n of the directory dir ("" for the
+// root).
+func joinName(dir, n string) string {
+	if dir == "" {
+		return n
+	}
+	return dir + "/" + n
 }

@@ -24,6 +24,8 @@ type Store struct {
 	gauges metric.Registration
 	// unlisted are the names List left out and logged (Options.Logger).
 	unlisted unlistedNames
+	// appendIDs remembers recent appends by ID (Append).
+	appendIDs appendIDWindow
 }
 
 // Open opens a store over fsys (see OpenOSFS). The store owns fsys and
@@ -38,6 +40,7 @@ func Open(fsys FS, opts Options) (*Store, error) {
 		tel = noopTelemetry
 	}
 	s := &Store{opts: opts, fsys: fsys, tel: tel}
+	s.appendIDs = appendIDWindow{max: opts.AppendIDs, ttl: opts.AppendIDTTL}
 	s.table = newInodeTable(fsys, &s.opts, tel)
 	var err error
 	if s.gauges, err = tel.observe(s.table.gauges); err != nil {
@@ -408,6 +411,9 @@ type FileLocks struct {
 	Holders  []HolderInfo `json:"holders"`
 	Waiting  int          `json:"waiting"`
 	Inflight int64        `json:"inflight"`
+	// Appending is how many appends have a range reserved that readers
+	// do not see yet.
+	Appending int64 `json:"appending"`
 }
 
 // Locks describes up to limit open files and up to 16 holders of each.
@@ -416,11 +422,12 @@ func (s *Store) Locks(limit int) []FileLocks {
 	s.table.each(limit, func(ino *inode) {
 		snap := ino.lock.snapshot(16)
 		out = append(out, FileLocks{
-			Path:     ino.path(),
-			Size:     ino.size.Load(),
-			Holders:  snap.Holders,
-			Waiting:  snap.Waiting,
-			Inflight: ino.inflight.count(),
+			Path:      ino.path(),
+			Size:      ino.size.Load(),
+			Holders:   snap.Holders,
+			Waiting:   snap.Waiting,
+			Inflight:  ino.inflight.count(),
+			Appending: ino.appends.inFlight.Load(),
 		})
 	})
 	return out

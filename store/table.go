@@ -778,3 +778,16 @@ func (t *inodeTable) gauges() tableGauges {
 	g.cached, g.cachedBytes = t.closedExtents.size()
 	return g
 }
+
+// visibleSize is the size readers may see of name, whose file's own size
+// is fileSize: while appends are in flight (appendQueue) the file's size
+// may take in ranges not yet published.
+func (t *inodeTable) visibleSize(name string, fileSize int64) int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ino := t.byPath[name]
+	if ino == nil || ino.appends.inFlight.Load() == 0 {
+		return fileSize
+	}
+	return min(fileSize, ino.size.Load())
+}

@@ -310,6 +310,12 @@ type Options struct {
 	// theirs from FIEMAP when they reopen. 0 means
 	// DefaultExtentCacheBytes; a negative value turns the cache off.
 	ExtentCacheBytes int64
+	// AppendIDs bounds how many append IDs the store remembers (see
+	// AppendOptions.ID), and AppendIDTTL for how long; defaults
+	// DefaultAppendIDs and DefaultAppendIDTTL. A resend after either has
+	// passed is a new append.
+	AppendIDs   int
+	AppendIDTTL time.Duration
 	// Telemetry receives lock waits; default no-op.
 	Telemetry *Telemetry
 	// Logger, if not nil, receives the store's warnings: an entry that List
@@ -335,6 +341,12 @@ const (
 	DefaultMaxOpenFiles = 1024
 	// DefaultFsyncTimerDelay is FsyncTimer's gathering delay.
 	DefaultFsyncTimerDelay = 3 * time.Millisecond
+	// DefaultAppendIDs is how many append IDs are remembered: some 100
+	// bytes each, and the IDs themselves.
+	DefaultAppendIDs = 65536
+	// DefaultAppendIDTTL is how long an append ID is remembered: longer
+	// than a client's retries take.
+	DefaultAppendIDTTL = 10 * time.Minute
 )
 
 // The daemon's default bound on open files comes from its descriptor limit,
@@ -421,6 +433,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxOpenFiles <= 0 {
 		o.MaxOpenFiles = DefaultMaxOpenFiles
+	}
+	if o.AppendIDs <= 0 {
+		o.AppendIDs = DefaultAppendIDs
+	}
+	if o.AppendIDTTL <= 0 {
+		o.AppendIDTTL = DefaultAppendIDTTL
 	}
 	switch {
 	case o.ExtentCacheBytes == 0:

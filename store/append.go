@@ -1,0 +1,501 @@
+//go:build linux
+
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ReasonAppend is recorded with an append's lock decision: under every
+// policy but exclusive an append takes the lock shared only to reserve its
+// range, then writes counted in flight.
+const ReasonAppend = "append"
+
+// AppendOptions are the conditions of one Append.
+type AppendOptions struct {
+	// ExpectedOffset, if not nil, is where the caller expects the file to
+	// end: the append is refused with an *AppendMismatch when it ends
+	// elsewhere (appends in flight count: their ranges are taken).
+	ExpectedOffset *int64
+	// ID, if not empty, makes the append idempotent: an Append of the same
+	// path with an ID the store remembers (Options.AppendIDs, AppendIDTTL)
+	// writes nothing and returns the first one's result, or ErrAppendIDReused
+	// if its data differ.
+	ID string
+}
+
+// AppendResult is where an append landed.
+type AppendResult struct {
+	// Offset is where the bytes begin: they occupy [Offset, Offset+len).
+	Offset int64
+	// Size is the size readers saw once the append completed: at least
+	// Offset+len.
+	Size int64
+	// Replayed says that the ID was remembered: nothing was written again.
+	Replayed bool
+}
+
+// AppendMismatch is the error of a conditional append that found the
+// file's end elsewhere. It is an ErrAppendOffsetMismatch.
+type AppendMismatch struct {
+	Expected, End int64
+}
+
+func (e *AppendMismatch) Error() string {
+	return fmt.Sprintf("%v: expected the file to end at %d, it ends at %d", ErrAppendOffsetMismatch, e.Expected, e.End)
+}
+
+func (e *AppendMismatch) Unwrap() error { return ErrAppendOffsetMismatch }
+
+// appendQueue orders one file's appends: reserve hands out ranges past
+// the end, and complete moves the size that readers see (inode.size, the
+// published end) over them in offset order as they finish, so that no
+// reader meets a range still being written. Compare the reserved end to
+// ext4's i_disksize trailing i_size, the other way round: here the
+// reserved end leads and the visible size trails.
+//
+// An append that fails after reserving (ENOSPC, EIO) fails every append
+// reserved above it too, so the size never passes its offset: those
+// appends are not acknowledged and their bytes are given back. The one
+// that completes last truncates the file back to the failed offset before
+// it leaves the in-flight count, and new appends wait for that
+// (cleared) before they reserve. So a reader never sees a hole, and the
+// next append starts where the failed one did.
+type appendQueue struct {
+	// mu guards the fields below: a leaf, never held across I/O.
+	mu sync.Mutex
+	// reserved is the end of the last reservation; meaningful only while
+	// pending is not empty (with none, the end is inode.size).
+	reserved int64
+	// pending are the reservations not yet settled, in offset order.
+	pending []*reservation
+	// failedAt, while failed, is the lowest offset of a failed append.
+	failed   bool
+	failedAt int64
+	// cleared is closed once a failure's range is given back; not nil
+	// from the failure until then.
+	cleared chan struct{}
+	// inFlight mirrors len(pending) for readers without mu (List,
+	// /debug/locks).
+	inFlight atomic.Int64
+}
+
+// reservation is one append's range.
+type reservation struct {
+	off, end int64
+	// done and err are guarded by appendQueue.mu.
+	done bool
+	err  error
+	// settled is closed once the size has passed end, or the append failed.
+	settled chan struct{}
+}
+
+// reserveLocked takes the n bytes past the end for one append.
+//
+// Preconditions: q.mu is held, the inode lock is held (shared), and q is
+// not failed.
+func (q *appendQueue) reserveLocked(start, n int64) *reservation {
+	r := &reservation{off: start, end: start + n, settled: make(chan struct{})}
+	q.reserved = r.end
+	q.pending = append(q.pending, r)
+	q.inFlight.Add(1)
+	return r
+}
+
+// endLocked is where the next append would land: past every reservation.
+//
+// Preconditions: q.mu is held.
+func (q *appendQueue) endLocked(size int64) int64 {
+	if len(q.pending) > 0 {
+		return q.reserved
+	}
+	return size
+}
+
+// complete settles r, whose bytes were written (err nil) or not, and
+// publishes the size over every completed append at the head of the
+// queue. If r is the last one and an append failed, it gives the failed
+// range back before it returns.
+//
+// Preconditions: r is still counted in flight (so truncates and extending
+// writes, which wait for the count, do not run meanwhile).
+func (s *Store) completeAppend(ino *inode, r *reservation, err error) {
+	q := &ino.appends
+	q.mu.Lock()
+	r.done, r.err = true, err
+	if err != nil && (!q.failed || r.off < q.failedAt) {
+		if !q.failed {
+			q.cleared = make(chan struct{})
+		}
+		q.failed, q.failedAt = true, r.off
+	}
+	for len(q.pending) > 0 && q.pending[0].done {
+		head := q.pending[0]
+		switch {
+		case q.failed && head.off >= q.failedAt:
+			if head.err == nil {
+				head.err = fmt.Errorf("%w: an append below it, at offset %d, failed: nothing was kept", ErrAppendAborted, q.failedAt)
+			}
+		default:
+			ino.size.Store(head.end)
+		}
+		close(head.settled)
+		q.pending[0] = nil
+		q.pending = q.pending[1:]
+		q.inFlight.Add(-1)
+	}
+	if !q.failed || len(q.pending) > 0 {
+		q.mu.Unlock()
+		return
+	}
+	at := q.failedAt
+	q.mu.Unlock()
+	// Give the failed range back. The size never passed at, so readers
+	// saw none of it; the file's own size may have.
+	if terr := ino.file.Truncate(at); terr != nil {
+		ino.extentsInDoubt.Store(true)
+	}
+	ino.extentMu.Lock()
+	ino.extents.truncate(at)
+	ino.extentMu.Unlock()
+	q.mu.Lock()
+	q.failed = false
+	close(q.cleared)
+	q.cleared = nil
+	q.mu.Unlock()
+}
+
+// Append writes data at the end of path, created if missing, and returns
+// where it landed. Concurrent appends to one file never overlap: their
+// ranges, sorted, tile the file from its size when they began. The size
+// that Read, Stat, List and Extents see advances over an append only once
+// every append below it has completed.
+//
+// Under PolicyExclusive an append holds the lock exclusively throughout
+// (and syncs under it): the baseline. Under every other policy it holds
+// the lock shared only to reserve its range, then writes counted in
+// flight, like a write below EOF; truncates, fallocates and extending
+// writes wait for it.
+//
+// With sync SyncData or SyncFull it returns once every append below it
+// has completed and a sync that started after that has finished. A
+// zero-length append reserves nothing and returns the size (with sync, it
+// still syncs). An append that would pass MaxFileSize is refused before it
+// reserves. Once reserved, an append is carried out whatever ctx does;
+// ctx bounds the waits for the lock and the sync.
+func (s *Store) Append(ctx context.Context, path string, data []byte, sync SyncMode, opts AppendOptions) (AppendResult, error) {
+	if err := validatePath(path); err != nil {
+		return AppendResult{}, err
+	}
+	if err := s.validateAppend(data, sync, opts); err != nil {
+		return AppendResult{}, err
+	}
+	if opts.ID == "" {
+		return s.appendPath(ctx, path, data, sync, opts)
+	}
+	for {
+		rec, owner, err := s.appendIDs.claim(ctx, path, opts.ID, data)
+		if err != nil {
+			return AppendResult{}, err
+		}
+		if !owner {
+			if rec.err == nil {
+				res := rec.res
+				res.Replayed = true
+				// A replay is as durable as asked: the first may not have
+				// synced.
+				if err := s.syncPath(ctx, path, sync); err != nil {
+					return res, err
+				}
+				return res, nil
+			}
+			continue // the first failed and was forgotten: try again
+		}
+		res, err := s.appendPath(ctx, path, data, sync, opts)
+		s.appendIDs.settle(rec, res, err)
+		return res, err
+	}
+}
+
+// syncPath syncs path's file as sync asks (a replayed append's).
+func (s *Store) syncPath(ctx context.Context, path string, sync SyncMode) error {
+	if sync == SyncNone {
+		return nil
+	}
+	ino, err := s.table.get(ctx, path, false)
+	if err != nil {
+		return err
+	}
+	defer s.table.put(ino)
+	return s.syncWrite(ctx, ino, sync, false)
+}
+
+// validateAppend checks an append's sync mode and length; a refused append
+// changes nothing.
+func (s *Store) validateAppend(data []byte, sync SyncMode, opts AppendOptions) error {
+	if err := validateSync(sync); err != nil {
+		return err
+	}
+	if opts.ExpectedOffset != nil && *opts.ExpectedOffset < 0 {
+		return refuse(ErrInvalidOffset, "expected_offset", "expected offset %d is negative", *opts.ExpectedOffset)
+	}
+	if len(opts.ID) > MaxAppendIDLen {
+		return refuseLimit(ErrInvalidOffset, "append_id", MaxAppendIDLen, "append id of %d bytes, the limit is %d", len(opts.ID), MaxAppendIDLen)
+	}
+	return validateRequestLength("data", int64(len(data)), s.opts.MaxRequestBytes)
+}
+
+// MaxAppendIDLen bounds an append id, in bytes.
+const MaxAppendIDLen = 128
+
+// appendPath is Append without the ID window.
+func (s *Store) appendPath(ctx context.Context, path string, data []byte, sync SyncMode, opts AppendOptions) (AppendResult, error) {
+	for {
+		ino, created, err := s.table.getOrCreate(ctx, path, "append", ReasonExtending)
+		if err != nil {
+			return AppendResult{}, err
+		}
+		var res AppendResult
+		switch {
+		case created != nil || s.opts.Policy == PolicyExclusive:
+			res, err = s.appendExclusive(ctx, ino, path, created, data, sync, opts)
+		default:
+			res, err = s.appendReserving(ctx, ino, path, data, opts)
+			if err == nil && sync != SyncNone {
+				// Every append below this one has completed (its size
+				// was published): a sync that starts now covers them.
+				err = s.syncWrite(ctx, ino, sync, false)
+			}
+		}
+		s.table.put(ino)
+		if errors.Is(err, ErrDeleted) || errors.Is(err, errNameMoved) {
+			continue
+		}
+		return res, err
+	}
+}
+
+// checkAppend refuses an append of n bytes that would land at end
+// when opts expects another end, or that would pass MaxFileSize.
+func (s *Store) checkAppend(end, n int64, opts AppendOptions) error {
+	if opts.ExpectedOffset != nil && *opts.ExpectedOffset != end {
+		return &AppendMismatch{Expected: *opts.ExpectedOffset, End: end}
+	}
+	if end+n > s.opts.MaxFileSize {
+		return refuseLimit(ErrFileTooLarge, "data", s.opts.MaxFileSize, "an append of %d bytes at %d would pass the maximum file size of %d bytes", n, end, s.opts.MaxFileSize)
+	}
+	return nil
+}
+
+// appendExclusive appends with the lock held exclusively: every append
+// under PolicyExclusive (syncing under the lock, the baseline), and the
+// one that created the file (held) under the others.
+func (s *Store) appendExclusive(ctx context.Context, ino *inode, name string, held *holder, data []byte, sync SyncMode, opts AppendOptions) (AppendResult, error) {
+	h := held
+	if h == nil {
+		var err error
+		if h, err = lockInode(ctx, ino, lockExclusive, "append", ReasonPolicy); err != nil {
+			return AppendResult{}, err
+		}
+		if err := s.checkNamed(ino, name); err != nil {
+			ino.lock.release(h)
+			return AppendResult{}, err
+		}
+	}
+	locked := true
+	defer func() {
+		if locked {
+			ino.lock.release(h)
+		}
+	}()
+	// Reservations in flight (none under PolicyExclusive) end past the
+	// size: wait for them, as an extending write does.
+	if err := waitInflight(ctx, ino, ReasonAppend); err != nil {
+		return AppendResult{}, err
+	}
+	off := ino.size.Load()
+	n := int64(len(data))
+	if err := s.checkAppend(off, n, opts); err != nil {
+		return AppendResult{}, err
+	}
+	res := AppendResult{Offset: off}
+	if n > 0 {
+		if _, err := s.writeExclusive(ctx, ino, off, data, ReasonPolicy); err != nil {
+			// Keep nothing of a failed append, as appendQueue does.
+			if terr := ino.file.Truncate(off); terr != nil {
+				ino.extentsInDoubt.Store(true)
+			} else {
+				ino.size.Store(off)
+			}
+			ino.extentMu.Lock()
+			ino.extents.truncate(min(off, ino.size.Load()))
+			ino.extentMu.Unlock()
+			return res, err
+		}
+	}
+	if s.opts.Policy == PolicyExclusive {
+		err := s.syncWrite(ctx, ino, sync, true)
+		res.Size = ino.size.Load()
+		return res, err
+	}
+	res.Size = ino.size.Load()
+	ino.lock.release(h)
+	locked = false
+	return res, s.syncWrite(ctx, ino, sync, false)
+}
+
+// appendReserving reserves [end, end+len) with the lock held shared, then
+// writes it counted in flight and waits until the size has passed it. It
+// leaves the sync to its caller.
+func (s *Store) appendReserving(ctx context.Context, ino *inode, name string, data []byte, opts AppendOptions) (AppendResult, error) {
+	n := int64(len(data))
+	q := &ino.appends
+	for {
+		h, err := lockInode(ctx, ino, lockShared, "append", ReasonAppend)
+		if err != nil {
+			return AppendResult{}, err
+		}
+		if err := s.checkNamed(ino, name); err != nil {
+			ino.lock.release(h)
+			putHolder(h)
+			return AppendResult{}, err
+		}
+		q.mu.Lock()
+		if cleared := q.cleared; cleared != nil {
+			// A failed append's range is being given back: reserve after.
+			q.mu.Unlock()
+			ino.lock.release(h)
+			putHolder(h)
+			span := ino.wait.tel.startWait(ctx, SpanInflightWait, lockShared, ReasonAppend, ino.wait.policy, ino.wait.path(), nil)
+			select {
+			case <-cleared:
+				span.end(ctx, nil)
+			case <-ctx.Done():
+				span.end(ctx, ctx.Err())
+				return AppendResult{}, ctx.Err()
+			}
+			continue
+		}
+		end := q.endLocked(ino.size.Load())
+		if err := s.checkAppend(end, n, opts); err != nil || n == 0 {
+			q.mu.Unlock()
+			ino.lock.release(h)
+			putHolder(h)
+			return AppendResult{Offset: end, Size: ino.size.Load()}, err
+		}
+		r := q.reserveLocked(end, n)
+		token := ino.inflight.begin()
+		q.mu.Unlock()
+		ino.lock.release(h)
+		putHolder(h)
+
+		_, err = s.writeData(ctx, ino, r.off, data, lockNone, ReasonAppend)
+		s.completeAppend(ino, r, err)
+		ino.inflight.end(token)
+		<-r.settled
+		q.mu.Lock()
+		err = r.err
+		q.mu.Unlock()
+		return AppendResult{Offset: r.off, Size: max(ino.size.Load(), r.end)}, err
+	}
+}
+
+// appendIDWindow remembers the results of recent appends by (path, ID),
+// for resends of an append whose reply was lost: at most max of them, each
+// for at most ttl.
+type appendIDWindow struct {
+	max int
+	ttl time.Duration
+
+	// mu guards the fields below: a leaf, never held across I/O.
+	mu    sync.Mutex
+	byKey map[appendKey]*appendRecord
+	order []*appendRecord // oldest first
+}
+
+type appendKey struct{ path, id string }
+
+// appendRecord is one remembered append. n and crc are immutable; res
+// and err are written before done is closed.
+type appendRecord struct {
+	key  appendKey
+	n    int
+	crc  uint32
+	at   time.Time
+	done chan struct{}
+	res  AppendResult
+	err  error
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// claim returns the record of (path, id): a new one that the caller owns
+// (owner) and must settle, or a remembered one whose append has finished.
+// It returns ErrAppendIDReused for a remembered id whose data differ.
+func (w *appendIDWindow) claim(ctx context.Context, path, id string, data []byte) (*appendRecord, bool, error) {
+	key := appendKey{path, id}
+	crc := crc32.Checksum(data, castagnoli)
+	w.mu.Lock()
+	now := time.Now()
+	w.expireLocked(now)
+	if rec := w.byKey[key]; rec != nil {
+		w.mu.Unlock()
+		if rec.n != len(data) || rec.crc != crc {
+			return nil, false, refuse(ErrAppendIDReused, "append_id", "append id %q was used for an append of %d bytes (CRC-32C %08x), this one has %d (%08x)", id, rec.n, rec.crc, len(data), crc)
+		}
+		select {
+		case <-rec.done:
+			return rec, false, nil
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+	}
+	if w.byKey == nil {
+		w.byKey = make(map[appendKey]*appendRecord)
+	}
+	rec := &appendRecord{key: key, n: len(data), crc: crc, at: now, done: make(chan struct{})}
+	w.byKey[key] = rec
+	w.order = append(w.order, rec)
+	for len(w.order) > w.max {
+		w.dropOldestLocked()
+	}
+	w.mu.Unlock()
+	return rec, true, nil
+}
+
+// settle records the outcome of rec's append. A failed one is forgotten,
+// so that a resend tries again.
+func (w *appendIDWindow) settle(rec *appendRecord, res AppendResult, err error) {
+	rec.res, rec.err = res, err
+	if err != nil {
+		w.mu.Lock()
+		if w.byKey[rec.key] == rec {
+			delete(w.byKey, rec.key)
+		}
+		w.mu.Unlock()
+	}
+	close(rec.done)
+}
+
+// Preconditions: w.mu is held.
+func (w *appendIDWindow) expireLocked(now time.Time) {
+	for len(w.order) > 0 && now.Sub(w.order[0].at) > w.ttl {
+		w.dropOldestLocked()
+	}
+}
+
+// Preconditions: w.mu is held and w.order is not empty.
+func (w *appendIDWindow) dropOldestLocked() {
+	rec := w.order[0]
+	w.order[0] = nil
+	w.order = w.order[1:]
+	if w.byKey[rec.key] == rec {
+		delete(w.byKey, rec.key)
+	}
+}

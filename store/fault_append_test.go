@@ -1,0 +1,91 @@
+//go:build linux
+
+package store_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/filewrite/filewrite/store"
+	"github.com/filewrite/filewrite/store/faultfs"
+)
+
+// TestAppendFailureLeavesNoHole fails one append with ENOSPC while appends
+// above it are in flight, under every policy. Under exclusive nothing is in
+// flight beside it; under the others the appends above it fail too
+// (ErrAppendAborted) and the file goes back to the failed offset, so that
+// no reader sees a hole and the next append lands there.
+func TestAppendFailureLeavesNoHole(t *testing.T) {
+	for _, p := range store.Policies() {
+		t.Run(p.String(), func(t *testing.T) {
+			fs := newFaultStore(t, store.Options{Policy: p})
+			ctx := context.Background()
+			if _, err := fs.Append(ctx, faultPath, bytes.Repeat([]byte("h"), 100), store.SyncNone, store.AppendOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			hold := make(chan struct{})
+			fs.fsys.Inject(faultfs.Rule{Op: faultfs.OpWrite, Path: faultPath, Off: 100, Len: 1, Err: syscall.ENOSPC, After: 3, Times: 1, Hold: hold})
+			type result struct {
+				res store.AppendResult
+				err error
+			}
+			failed := make(chan result, 1)
+			go func() {
+				res, err := fs.Append(ctx, faultPath, []byte("fail-me"), store.SyncNone, store.AppendOptions{})
+				failed <- result{res, err}
+			}()
+			const above = 4
+			results := make(chan result, above)
+			if p != store.PolicyExclusive {
+				// Wait until the failing append holds its range.
+				waitAppending(t, fs.Store, 1)
+				for range above {
+					go func() {
+						res, err := fs.Append(ctx, faultPath, []byte("above"), store.SyncNone, store.AppendOptions{})
+						results <- result{res, err}
+					}()
+				}
+				waitAppending(t, fs.Store, 1+above)
+				if st, err := fs.Stat(ctx, faultPath); err != nil || st.Size != 100 {
+					t.Errorf("Stat while appends are in flight: got %d, %v, want 100 (no reserved range)", st.Size, err)
+				}
+			}
+			close(hold)
+			if r := <-failed; !errors.Is(r.err, store.ErrNoSpace) {
+				t.Errorf("the failing append: got %+v, %v, want ErrNoSpace", r.res, r.err)
+			}
+			if p != store.PolicyExclusive {
+				for range above {
+					if r := <-results; !errors.Is(r.err, store.ErrAppendAborted) {
+						t.Errorf("an append above it: got %+v, %v, want ErrAppendAborted", r.res, r.err)
+					}
+				}
+			}
+			res, err := fs.Append(ctx, faultPath, []byte("next"), store.SyncNone, store.AppendOptions{})
+			if err != nil || res.Offset != 100 {
+				t.Errorf("the next append: got %+v, %v, want offset 100", res, err)
+			}
+			if got, want := string(fs.content(t, faultPath)), string(bytes.Repeat([]byte("h"), 100))+"next"; got != want {
+				t.Errorf("file: got %q, want %q", got, want)
+			}
+			fs.checkTrue(t, faultPath, true)
+		})
+	}
+}
+
+// waitAppending waits until path's file has at least n appends in flight.
+func waitAppending(t *testing.T, s *store.Store, n int64) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		for _, f := range s.Locks(100) {
+			if f.Path == faultPath && f.Appending >= n {
+				return
+			}
+		}
+	}
+	t.Fatalf("fewer than %d appends in flight after 10s", n)
+}
