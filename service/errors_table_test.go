@@ -375,6 +375,31 @@ func errorScenarios() map[string]errorScenario {
 			},
 			skip: "WriteStream only",
 		},
+		"APPEND_OFFSET_MISMATCH": {
+			grpc: func(_ *testing.T, env *errorsEnv, ctx context.Context) error {
+				off := int64(999999)
+				_, err := env.d.client.Append(ctx, &filewritev1.AppendRequest{Path: "existing", Data: []byte("x"), ExpectedOffset: &off})
+				return err
+			},
+			rest: func(t *testing.T, env *errorsEnv) restResult {
+				return env.d.rest(t, "POST", "/v1/files/existing:append?expected_offset=999999", "x", octetHeader)
+			},
+		},
+		"APPEND_ID_REUSED": {
+			grpc: func(t *testing.T, env *errorsEnv, ctx context.Context) error {
+				if _, err := env.d.client.Append(ctx, &filewritev1.AppendRequest{Path: "log", Data: []byte("first"), AppendId: "grpc-1"}); err != nil {
+					t.Fatal(err)
+				}
+				_, err := env.d.client.Append(ctx, &filewritev1.AppendRequest{Path: "log", Data: []byte("other"), AppendId: "grpc-1"})
+				return err
+			},
+			rest: func(t *testing.T, env *errorsEnv) restResult {
+				if r := env.d.rest(t, "POST", "/v1/files/log:append?append_id=rest-1", "first", octetHeader); r.status != http.StatusOK {
+					t.Fatalf("first append: %d %s", r.status, r.body)
+				}
+				return env.d.rest(t, "POST", "/v1/files/log:append", `{"data":"b3RoZXI=","appendId":"rest-1"}`, nil)
+			},
+		},
 		"PATH_HEADER_MISMATCH": {
 			grpc: func(_ *testing.T, env *errorsEnv, ctx context.Context) error {
 				_, err := env.d.client.Write(withPathHeader(ctx, "other"), &filewritev1.WriteRequest{Path: "routed", Data: []byte("x")})

@@ -41,7 +41,7 @@ func newGateway(ctx context.Context, conn grpc.ClientConnInterface, cfg gatewayC
 		// A JSON body carries data as base64: 4 bytes for every 3.
 		maxBodyBytes: 4*((cfg.maxRequestBytes+2)/3) + messageOverhead,
 	}
-	g.mux = runtime.NewServeMux(
+	muxOpts := []runtime.ServeMuxOption{
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, strictJSON{jsonMarshaler}),
 		runtime.WithMarshalerOption(mimeOctetStream, rawMarshaler{json: jsonMarshaler}),
 		runtime.WithErrorHandler(g.handleError),
@@ -63,7 +63,15 @@ func newGateway(ctx context.Context, conn grpc.ClientConnInterface, cfg gatewayC
 			}
 			return runtime.DefaultHeaderMatcher(key)
 		}),
-	)
+		runtime.WithForwardResponseOption(appendOffsetHeader),
+	}
+	g.mux = runtime.NewServeMux(muxOpts...)
+	// The raw append shares its route with the JSON one: serveHTTP sends
+	// it here by its Content-Type.
+	g.rawAppend = runtime.NewServeMux(muxOpts...)
+	if err := g.rawAppend.HandlePath(http.MethodPost, appendPattern, g.appendRaw); err != nil {
+		return nil, fmt.Errorf("register raw append route: %w", err)
+	}
 	if err := filewritev1.RegisterFileServiceHandlerClient(ctx, g.mux, g.client); err != nil {
 		return nil, fmt.Errorf("register REST routes: %w", err)
 	}
@@ -101,6 +109,7 @@ type gateway struct {
 	gatewayConfig
 	mux          *runtime.ServeMux
 	media        *runtime.ServeMux // the requests with alt (newMediaMux)
+	rawAppend    *runtime.ServeMux // appends of raw bytes (appendRaw)
 	routes       *routeTable       // which methods a path takes, for 405's Allow
 	client       filewritev1.FileServiceClient
 	maxBodyBytes int64 // the HTTP body that can carry maxRequestBytes of data
@@ -168,6 +177,10 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		g.media.ServeHTTP(w, r)
 		return
 	}
+	if isRawAppend(r) {
+		g.rawAppend.ServeHTTP(w, r)
+		return
+	}
 	g.mux.ServeHTTP(w, r)
 }
 
@@ -213,7 +226,10 @@ func (bh *bodyHold) release() {
 // hold one chunk on each of those steps, whatever they move.
 const (
 	jsonBodyCopies = 6
-	chunkCopies    = 6
+	// rawAppendCopies: a raw append's body, read whole, is copied into
+	// the gRPC request and decoded from it.
+	rawAppendCopies = 3
+	chunkCopies     = 6
 )
 
 // holds is what r takes before its body is read: the streaming routes'
@@ -222,6 +238,9 @@ func (g *gateway) holds(r *http.Request) int64 {
 	switch {
 	case r.Method == http.MethodPut:
 		return chunkCopies * rawPutChunkBytes
+	case isRawAppend(r):
+		// Read whole, then a gRPC message each way.
+		return rawAppendCopies * max(r.ContentLength, 0) // none: refused unread
 	case r.Method == http.MethodGet && (strings.HasSuffix(r.URL.Path, ":read") || hasAlt(r)):
 		if isHead(r.Context()) && hasAlt(r) {
 			return 0 // a download's HEAD reads no byte

@@ -118,7 +118,7 @@ func (g *browserGuard) hostAllowed(host string) bool {
 // (octet-stream or none: curl -T sends none, and no browser sends a PUT
 // cross-site without asking).
 func checkContentType(r *http.Request) error {
-	if r.Method != http.MethodPost {
+	if r.Method != http.MethodPost || isRawAppend(r) {
 		return nil
 	}
 	ct := r.Header.Get("Content-Type")

@@ -105,6 +105,25 @@ func (s *fileServer) Write(ctx context.Context, req *filewritev1.WriteRequest) (
 	return &filewritev1.WriteResponse{BytesWritten: int64(res.BytesWritten), Size: res.Size}, nil
 }
 
+// Append checks the request's CRC-32C, if any, before the store sees it:
+// a refused append writes nothing.
+func (s *fileServer) Append(ctx context.Context, req *filewritev1.AppendRequest) (*filewritev1.AppendResponse, error) {
+	sync, err := syncModeFromProto(req.GetSync())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if req.Crc32C != nil {
+		if sum := crc32.Checksum(req.GetData(), castagnoli); sum != req.GetCrc32C() {
+			return nil, crcMismatch(sum, req.GetCrc32C())
+		}
+	}
+	res, err := s.store.Append(ctx, req.GetPath(), req.GetData(), sync, store.AppendOptions{ExpectedOffset: req.ExpectedOffset, ID: req.GetAppendId()})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &filewritev1.AppendResponse{Offset: res.Offset, Size: res.Size}, nil
+}
+
 func (s *fileServer) Fsync(ctx context.Context, req *filewritev1.FsyncRequest) (*filewritev1.FsyncResponse, error) {
 	mode := store.SyncFull
 	if req.GetDataOnly() {

@@ -55,8 +55,10 @@ var reasonRules = map[filewritev1.ErrorReason]reasonRule{
 	filewritev1.ErrorReason_CRC_MISMATCH:        {code: codes.InvalidArgument},
 	filewritev1.ErrorReason_WRITE_ID_IN_USE:     {code: codes.InvalidArgument},
 	filewritev1.ErrorReason_STREAM_PATH_CHANGED: {code: codes.InvalidArgument},
+	filewritev1.ErrorReason_APPEND_ID_REUSED:    {code: codes.InvalidArgument, field: "append_id"},
 
-	filewritev1.ErrorReason_PATH_HEADER_MISMATCH: {code: codes.FailedPrecondition},
+	filewritev1.ErrorReason_PATH_HEADER_MISMATCH:   {code: codes.FailedPrecondition},
+	filewritev1.ErrorReason_APPEND_OFFSET_MISMATCH: {code: codes.FailedPrecondition},
 
 	filewritev1.ErrorReason_FILE_TOO_LARGE: {code: codes.OutOfRange, flag: "--max-file-size"},
 
@@ -180,7 +182,10 @@ func toStatus(err error) error {
 		md[errorinfo.KeyField] = reasonRules[reason].field
 	}
 	var bw *budgetWaitError
+	var am *store.AppendMismatch
 	switch {
+	case reason == filewritev1.ErrorReason_APPEND_OFFSET_MISMATCH && errors.As(err, &am):
+		md["size"] = strconv.FormatInt(am.End, 10)
 	case reason == filewritev1.ErrorReason_INFLIGHT_BUDGET && errors.As(err, &bw):
 		md[errorinfo.KeyLimit] = strconv.FormatInt(bw.capacity, 10)
 	case reason == filewritev1.ErrorReason_NO_DESCRIPTORS && errors.Is(err, syscall.EMFILE):
@@ -234,6 +239,10 @@ func reasonOf(err error) filewritev1.ErrorReason {
 		return filewritev1.ErrorReason_MODE_INVALID
 	case errors.Is(err, store.ErrInvalidPage):
 		return filewritev1.ErrorReason_PAGE_INVALID
+	case errors.Is(err, store.ErrAppendOffsetMismatch):
+		return filewritev1.ErrorReason_APPEND_OFFSET_MISMATCH
+	case errors.Is(err, store.ErrAppendIDReused):
+		return filewritev1.ErrorReason_APPEND_ID_REUSED
 	case errors.Is(err, store.ErrDeleted):
 		return filewritev1.ErrorReason_FILE_DELETED
 	case errors.Is(err, store.ErrNotFound):

@@ -78,6 +78,7 @@ type appendQueue struct {
 	// failedAt, while failed, is the lowest offset of a failed append.
 	failed   bool
 	failedAt int64
+	failErr  error // the failed append's error, for those above it
 	// cleared is closed once a failure's range is given back; not nil
 	// from the failure until then.
 	cleared chan struct{}
@@ -133,14 +134,14 @@ func (s *Store) completeAppend(ino *inode, r *reservation, err error) {
 		if !q.failed {
 			q.cleared = make(chan struct{})
 		}
-		q.failed, q.failedAt = true, r.off
+		q.failed, q.failedAt, q.failErr = true, r.off, err
 	}
 	for len(q.pending) > 0 && q.pending[0].done {
 		head := q.pending[0]
 		switch {
 		case q.failed && head.off >= q.failedAt:
 			if head.err == nil {
-				head.err = fmt.Errorf("%w: an append below it, at offset %d, failed: nothing was kept", ErrAppendAborted, q.failedAt)
+				head.err = fmt.Errorf("%w: an append below it, at offset %d, failed, and nothing of this one was kept: %w", ErrAppendAborted, q.failedAt, q.failErr)
 			}
 		default:
 			ino.size.Store(head.end)
@@ -165,7 +166,7 @@ func (s *Store) completeAppend(ino *inode, r *reservation, err error) {
 	ino.extents.truncate(at)
 	ino.extentMu.Unlock()
 	q.mu.Lock()
-	q.failed = false
+	q.failed, q.failErr = false, nil
 	close(q.cleared)
 	q.cleared = nil
 	q.mu.Unlock()

@@ -406,6 +406,158 @@ func (x *WriteResponse) GetSize() int64 {
 	return 0
 }
 
+// AppendRequest is one append.
+type AppendRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The file, relative to the root.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// The bytes to append; at most --max-request-bytes, and the file's end
+	// plus len(data) at most --max-file-size. Empty: nothing is reserved,
+	// and the reply says the size (a sync still syncs).
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// The durability the reply promises.
+	Sync SyncMode `protobuf:"varint,3,opt,name=sync,proto3,enum=filewrite.v1.SyncMode" json:"sync,omitempty"`
+	// The CRC-32C (Castagnoli) of data; when set and wrong, the append is
+	// refused (CRC_MISMATCH) and nothing is written.
+	Crc32C *uint32 `protobuf:"fixed32,4,opt,name=crc32c,proto3,oneof" json:"crc32c,omitempty"`
+	// When set, the append is made only if the file ends here.
+	ExpectedOffset *int64 `protobuf:"varint,5,opt,name=expected_offset,json=expectedOffset,proto3,oneof" json:"expected_offset,omitempty"`
+	// When not empty, an id unique per file for as long as the client
+	// lives: a resend with an id the daemon remembers returns the first
+	// append's offset without writing again. At most 128 bytes.
+	AppendId      string `protobuf:"bytes,6,opt,name=append_id,json=appendId,proto3" json:"append_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendRequest) Reset() {
+	*x = AppendRequest{}
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendRequest) ProtoMessage() {}
+
+func (x *AppendRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendRequest.ProtoReflect.Descriptor instead.
+func (*AppendRequest) Descriptor() ([]byte, []int) {
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AppendRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *AppendRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *AppendRequest) GetSync() SyncMode {
+	if x != nil {
+		return x.Sync
+	}
+	return SyncMode_SYNC_MODE_UNSPECIFIED
+}
+
+func (x *AppendRequest) GetCrc32C() uint32 {
+	if x != nil && x.Crc32C != nil {
+		return *x.Crc32C
+	}
+	return 0
+}
+
+func (x *AppendRequest) GetExpectedOffset() int64 {
+	if x != nil && x.ExpectedOffset != nil {
+		return *x.ExpectedOffset
+	}
+	return 0
+}
+
+func (x *AppendRequest) GetAppendId() string {
+	if x != nil {
+		return x.AppendId
+	}
+	return ""
+}
+
+// AppendResponse says where an append landed.
+type AppendResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Where the data begins: it occupies [offset, offset+len(data)).
+	Offset int64 `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
+	// The file size readers saw once the append completed; at least
+	// offset+len(data).
+	Size          int64 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendResponse) Reset() {
+	*x = AppendResponse{}
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendResponse) ProtoMessage() {}
+
+func (x *AppendResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendResponse.ProtoReflect.Descriptor instead.
+func (*AppendResponse) Descriptor() ([]byte, []int) {
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AppendResponse) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *AppendResponse) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
 // FsyncRequest names the file to make durable.
 type FsyncRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -420,7 +572,7 @@ type FsyncRequest struct {
 
 func (x *FsyncRequest) Reset() {
 	*x = FsyncRequest{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[2]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -432,7 +584,7 @@ func (x *FsyncRequest) String() string {
 func (*FsyncRequest) ProtoMessage() {}
 
 func (x *FsyncRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[2]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -445,7 +597,7 @@ func (x *FsyncRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsyncRequest.ProtoReflect.Descriptor instead.
 func (*FsyncRequest) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{2}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *FsyncRequest) GetPath() string {
@@ -471,7 +623,7 @@ type FsyncResponse struct {
 
 func (x *FsyncResponse) Reset() {
 	*x = FsyncResponse{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[3]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -483,7 +635,7 @@ func (x *FsyncResponse) String() string {
 func (*FsyncResponse) ProtoMessage() {}
 
 func (x *FsyncResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[3]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -496,7 +648,7 @@ func (x *FsyncResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsyncResponse.ProtoReflect.Descriptor instead.
 func (*FsyncResponse) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{3}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{5}
 }
 
 // TruncateRequest sets a file's size.
@@ -512,7 +664,7 @@ type TruncateRequest struct {
 
 func (x *TruncateRequest) Reset() {
 	*x = TruncateRequest{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[4]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -524,7 +676,7 @@ func (x *TruncateRequest) String() string {
 func (*TruncateRequest) ProtoMessage() {}
 
 func (x *TruncateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[4]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -537,7 +689,7 @@ func (x *TruncateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TruncateRequest.ProtoReflect.Descriptor instead.
 func (*TruncateRequest) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{4}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TruncateRequest) GetPath() string {
@@ -563,7 +715,7 @@ type TruncateResponse struct {
 
 func (x *TruncateResponse) Reset() {
 	*x = TruncateResponse{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[5]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -575,7 +727,7 @@ func (x *TruncateResponse) String() string {
 func (*TruncateResponse) ProtoMessage() {}
 
 func (x *TruncateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[5]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -588,7 +740,7 @@ func (x *TruncateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TruncateResponse.ProtoReflect.Descriptor instead.
 func (*TruncateResponse) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{5}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{7}
 }
 
 // FallocateRequest changes the allocation of a range.
@@ -609,7 +761,7 @@ type FallocateRequest struct {
 
 func (x *FallocateRequest) Reset() {
 	*x = FallocateRequest{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[6]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -621,7 +773,7 @@ func (x *FallocateRequest) String() string {
 func (*FallocateRequest) ProtoMessage() {}
 
 func (x *FallocateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[6]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -634,7 +786,7 @@ func (x *FallocateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FallocateRequest.ProtoReflect.Descriptor instead.
 func (*FallocateRequest) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{6}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FallocateRequest) GetPath() string {
@@ -676,7 +828,7 @@ type FallocateResponse struct {
 
 func (x *FallocateResponse) Reset() {
 	*x = FallocateResponse{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[7]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -688,7 +840,7 @@ func (x *FallocateResponse) String() string {
 func (*FallocateResponse) ProtoMessage() {}
 
 func (x *FallocateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[7]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -701,7 +853,7 @@ func (x *FallocateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FallocateResponse.ProtoReflect.Descriptor instead.
 func (*FallocateResponse) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{7}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FallocateResponse) GetSize() int64 {
@@ -727,7 +879,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[8]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -739,7 +891,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[8]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -752,7 +904,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{8}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReadRequest) GetPath() string {
@@ -791,7 +943,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[9]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -803,7 +955,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[9]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -816,7 +968,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{9}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReadResponse) GetData() []byte {
@@ -844,7 +996,7 @@ type StatRequest struct {
 
 func (x *StatRequest) Reset() {
 	*x = StatRequest{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[10]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +1008,7 @@ func (x *StatRequest) String() string {
 func (*StatRequest) ProtoMessage() {}
 
 func (x *StatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[10]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +1021,7 @@ func (x *StatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatRequest.ProtoReflect.Descriptor instead.
 func (*StatRequest) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{10}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StatRequest) GetPath() string {
@@ -906,7 +1058,7 @@ type StatResponse struct {
 
 func (x *StatResponse) Reset() {
 	*x = StatResponse{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[11]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -918,7 +1070,7 @@ func (x *StatResponse) String() string {
 func (*StatResponse) ProtoMessage() {}
 
 func (x *StatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[11]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -931,7 +1083,7 @@ func (x *StatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatResponse.ProtoReflect.Descriptor instead.
 func (*StatResponse) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{11}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StatResponse) GetSize() int64 {
@@ -991,7 +1143,7 @@ type ExtentsRequest struct {
 
 func (x *ExtentsRequest) Reset() {
 	*x = ExtentsRequest{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[12]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1155,7 @@ func (x *ExtentsRequest) String() string {
 func (*ExtentsRequest) ProtoMessage() {}
 
 func (x *ExtentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[12]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1168,7 @@ func (x *ExtentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtentsRequest.ProtoReflect.Descriptor instead.
 func (*ExtentsRequest) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{12}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExtentsRequest) GetPath() string {
@@ -1067,7 +1219,7 @@ type ExtentsResponse struct {
 
 func (x *ExtentsResponse) Reset() {
 	*x = ExtentsResponse{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[13]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1079,7 +1231,7 @@ func (x *ExtentsResponse) String() string {
 func (*ExtentsResponse) ProtoMessage() {}
 
 func (x *ExtentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[13]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1092,7 +1244,7 @@ func (x *ExtentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtentsResponse.ProtoReflect.Descriptor instead.
 func (*ExtentsResponse) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{13}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExtentsResponse) GetExtents() []*Extent {
@@ -1125,7 +1277,7 @@ type Extent struct {
 
 func (x *Extent) Reset() {
 	*x = Extent{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[14]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1289,7 @@ func (x *Extent) String() string {
 func (*Extent) ProtoMessage() {}
 
 func (x *Extent) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[14]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1302,7 @@ func (x *Extent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Extent.ProtoReflect.Descriptor instead.
 func (*Extent) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{14}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Extent) GetOffset() int64 {
@@ -1192,7 +1344,7 @@ type WriteStreamRequest struct {
 
 func (x *WriteStreamRequest) Reset() {
 	*x = WriteStreamRequest{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[15]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1204,7 +1356,7 @@ func (x *WriteStreamRequest) String() string {
 func (*WriteStreamRequest) ProtoMessage() {}
 
 func (x *WriteStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[15]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1217,7 +1369,7 @@ func (x *WriteStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStreamRequest.ProtoReflect.Descriptor instead.
 func (*WriteStreamRequest) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{15}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WriteStreamRequest) GetPath() string {
@@ -1262,7 +1414,7 @@ type StreamWrite struct {
 
 func (x *StreamWrite) Reset() {
 	*x = StreamWrite{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[16]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1274,7 +1426,7 @@ func (x *StreamWrite) String() string {
 func (*StreamWrite) ProtoMessage() {}
 
 func (x *StreamWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[16]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1287,7 +1439,7 @@ func (x *StreamWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamWrite.ProtoReflect.Descriptor instead.
 func (*StreamWrite) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{16}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StreamWrite) GetId() uint64 {
@@ -1337,7 +1489,7 @@ type WriteStreamResponse struct {
 
 func (x *WriteStreamResponse) Reset() {
 	*x = WriteStreamResponse{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[17]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1349,7 +1501,7 @@ func (x *WriteStreamResponse) String() string {
 func (*WriteStreamResponse) ProtoMessage() {}
 
 func (x *WriteStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[17]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1362,7 +1514,7 @@ func (x *WriteStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStreamResponse.ProtoReflect.Descriptor instead.
 func (*WriteStreamResponse) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{17}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WriteStreamResponse) GetAcks() []*StreamAck {
@@ -1389,7 +1541,7 @@ type StreamAck struct {
 
 func (x *StreamAck) Reset() {
 	*x = StreamAck{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[18]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1401,7 +1553,7 @@ func (x *StreamAck) String() string {
 func (*StreamAck) ProtoMessage() {}
 
 func (x *StreamAck) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[18]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1414,7 +1566,7 @@ func (x *StreamAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAck.ProtoReflect.Descriptor instead.
 func (*StreamAck) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{18}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StreamAck) GetId() uint64 {
@@ -1459,7 +1611,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[19]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1471,7 +1623,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[19]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1484,7 +1636,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{19}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeleteRequest) GetPath() string {
@@ -1510,7 +1662,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[20]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1522,7 +1674,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[20]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1535,7 +1687,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{20}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{22}
 }
 
 // RenameRequest gives a file a new name.
@@ -1555,7 +1707,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[21]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +1719,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[21]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +1732,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{21}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RenameRequest) GetPath() string {
@@ -1620,7 +1772,7 @@ type RenameResponse struct {
 
 func (x *RenameResponse) Reset() {
 	*x = RenameResponse{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[22]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +1784,7 @@ func (x *RenameResponse) String() string {
 func (*RenameResponse) ProtoMessage() {}
 
 func (x *RenameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[22]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +1797,7 @@ func (x *RenameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameResponse.ProtoReflect.Descriptor instead.
 func (*RenameResponse) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{22}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{24}
 }
 
 // ListRequest asks for a page of a directory's entries.
@@ -1665,7 +1817,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[23]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1677,7 +1829,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[23]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1690,7 +1842,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{23}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListRequest) GetPath() string {
@@ -1727,7 +1879,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[24]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1739,7 +1891,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[24]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1752,7 +1904,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{24}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListResponse) GetEntries() []*DirEntry {
@@ -1784,7 +1936,7 @@ type DirEntry struct {
 
 func (x *DirEntry) Reset() {
 	*x = DirEntry{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[25]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1796,7 +1948,7 @@ func (x *DirEntry) String() string {
 func (*DirEntry) ProtoMessage() {}
 
 func (x *DirEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[25]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1809,7 +1961,7 @@ func (x *DirEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirEntry.ProtoReflect.Descriptor instead.
 func (*DirEntry) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{25}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DirEntry) GetName() string {
@@ -1846,6 +1998,18 @@ const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\topen_mode\x18\x05 \x01(\x0e2\x16.filewrite.v1.OpenModeR\bopenMode\"H\n" +
 	"\rWriteResponse\x12#\n" +
 	"\rbytes_written\x18\x01 \x01(\x03R\fbytesWritten\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\"\xea\x01\n" +
+	"\rAppendRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12*\n" +
+	"\x04sync\x18\x03 \x01(\x0e2\x16.filewrite.v1.SyncModeR\x04sync\x12\x1b\n" +
+	"\x06crc32c\x18\x04 \x01(\aH\x00R\x06crc32c\x88\x01\x01\x12,\n" +
+	"\x0fexpected_offset\x18\x05 \x01(\x03H\x01R\x0eexpectedOffset\x88\x01\x01\x12\x1b\n" +
+	"\tappend_id\x18\x06 \x01(\tR\bappendIdB\t\n" +
+	"\a_crc32cB\x12\n" +
+	"\x10_expected_offset\"<\n" +
+	"\x0eAppendResponse\x12\x16\n" +
+	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\"?\n" +
 	"\fFsyncRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1b\n" +
@@ -1953,9 +2117,10 @@ const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\x18EXTENT_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11EXTENT_STATE_HOLE\x10\x01\x12\x1a\n" +
 	"\x16EXTENT_STATE_UNWRITTEN\x10\x02\x12\x18\n" +
-	"\x14EXTENT_STATE_WRITTEN\x10\x032\x80\t\n" +
+	"\x14EXTENT_STATE_WRITTEN\x10\x032\xec\t\n" +
 	"\vFileService\x12f\n" +
-	"\x05Write\x12\x1a.filewrite.v1.WriteRequest\x1a\x1b.filewrite.v1.WriteResponse\"$\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/files/{path=**}:write\x12f\n" +
+	"\x05Write\x12\x1a.filewrite.v1.WriteRequest\x1a\x1b.filewrite.v1.WriteResponse\"$\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/files/{path=**}:write\x12j\n" +
+	"\x06Append\x12\x1b.filewrite.v1.AppendRequest\x1a\x1c.filewrite.v1.AppendResponse\"%\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/v1/files/{path=**}:append\x12f\n" +
 	"\x05Fsync\x12\x1a.filewrite.v1.FsyncRequest\x1a\x1b.filewrite.v1.FsyncResponse\"$\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/files/{path=**}:fsync\x12r\n" +
 	"\bTruncate\x12\x1d.filewrite.v1.TruncateRequest\x1a\x1e.filewrite.v1.TruncateResponse\"'\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/v1/files/{path=**}:truncate\x12v\n" +
 	"\tFallocate\x12\x1e.filewrite.v1.FallocateRequest\x1a\x1f.filewrite.v1.FallocateResponse\"(\x82\xd3\xe4\x93\x02\":\x01*\"\x1d/v1/files/{path=**}:fallocate\x12Z\n" +
@@ -1981,7 +2146,7 @@ func file_filewrite_v1_filewrite_proto_rawDescGZIP() []byte {
 }
 
 var file_filewrite_v1_filewrite_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_filewrite_v1_filewrite_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_filewrite_v1_filewrite_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_filewrite_v1_filewrite_proto_goTypes = []any{
 	(SyncMode)(0),                 // 0: filewrite.v1.SyncMode
 	(FallocateMode)(0),            // 1: filewrite.v1.FallocateMode
@@ -1989,73 +2154,78 @@ var file_filewrite_v1_filewrite_proto_goTypes = []any{
 	(ExtentState)(0),              // 3: filewrite.v1.ExtentState
 	(*WriteRequest)(nil),          // 4: filewrite.v1.WriteRequest
 	(*WriteResponse)(nil),         // 5: filewrite.v1.WriteResponse
-	(*FsyncRequest)(nil),          // 6: filewrite.v1.FsyncRequest
-	(*FsyncResponse)(nil),         // 7: filewrite.v1.FsyncResponse
-	(*TruncateRequest)(nil),       // 8: filewrite.v1.TruncateRequest
-	(*TruncateResponse)(nil),      // 9: filewrite.v1.TruncateResponse
-	(*FallocateRequest)(nil),      // 10: filewrite.v1.FallocateRequest
-	(*FallocateResponse)(nil),     // 11: filewrite.v1.FallocateResponse
-	(*ReadRequest)(nil),           // 12: filewrite.v1.ReadRequest
-	(*ReadResponse)(nil),          // 13: filewrite.v1.ReadResponse
-	(*StatRequest)(nil),           // 14: filewrite.v1.StatRequest
-	(*StatResponse)(nil),          // 15: filewrite.v1.StatResponse
-	(*ExtentsRequest)(nil),        // 16: filewrite.v1.ExtentsRequest
-	(*ExtentsResponse)(nil),       // 17: filewrite.v1.ExtentsResponse
-	(*Extent)(nil),                // 18: filewrite.v1.Extent
-	(*WriteStreamRequest)(nil),    // 19: filewrite.v1.WriteStreamRequest
-	(*StreamWrite)(nil),           // 20: filewrite.v1.StreamWrite
-	(*WriteStreamResponse)(nil),   // 21: filewrite.v1.WriteStreamResponse
-	(*StreamAck)(nil),             // 22: filewrite.v1.StreamAck
-	(*DeleteRequest)(nil),         // 23: filewrite.v1.DeleteRequest
-	(*DeleteResponse)(nil),        // 24: filewrite.v1.DeleteResponse
-	(*RenameRequest)(nil),         // 25: filewrite.v1.RenameRequest
-	(*RenameResponse)(nil),        // 26: filewrite.v1.RenameResponse
-	(*ListRequest)(nil),           // 27: filewrite.v1.ListRequest
-	(*ListResponse)(nil),          // 28: filewrite.v1.ListResponse
-	(*DirEntry)(nil),              // 29: filewrite.v1.DirEntry
-	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
-	(*status.Status)(nil),         // 31: google.rpc.Status
+	(*AppendRequest)(nil),         // 6: filewrite.v1.AppendRequest
+	(*AppendResponse)(nil),        // 7: filewrite.v1.AppendResponse
+	(*FsyncRequest)(nil),          // 8: filewrite.v1.FsyncRequest
+	(*FsyncResponse)(nil),         // 9: filewrite.v1.FsyncResponse
+	(*TruncateRequest)(nil),       // 10: filewrite.v1.TruncateRequest
+	(*TruncateResponse)(nil),      // 11: filewrite.v1.TruncateResponse
+	(*FallocateRequest)(nil),      // 12: filewrite.v1.FallocateRequest
+	(*FallocateResponse)(nil),     // 13: filewrite.v1.FallocateResponse
+	(*ReadRequest)(nil),           // 14: filewrite.v1.ReadRequest
+	(*ReadResponse)(nil),          // 15: filewrite.v1.ReadResponse
+	(*StatRequest)(nil),           // 16: filewrite.v1.StatRequest
+	(*StatResponse)(nil),          // 17: filewrite.v1.StatResponse
+	(*ExtentsRequest)(nil),        // 18: filewrite.v1.ExtentsRequest
+	(*ExtentsResponse)(nil),       // 19: filewrite.v1.ExtentsResponse
+	(*Extent)(nil),                // 20: filewrite.v1.Extent
+	(*WriteStreamRequest)(nil),    // 21: filewrite.v1.WriteStreamRequest
+	(*StreamWrite)(nil),           // 22: filewrite.v1.StreamWrite
+	(*WriteStreamResponse)(nil),   // 23: filewrite.v1.WriteStreamResponse
+	(*StreamAck)(nil),             // 24: filewrite.v1.StreamAck
+	(*DeleteRequest)(nil),         // 25: filewrite.v1.DeleteRequest
+	(*DeleteResponse)(nil),        // 26: filewrite.v1.DeleteResponse
+	(*RenameRequest)(nil),         // 27: filewrite.v1.RenameRequest
+	(*RenameResponse)(nil),        // 28: filewrite.v1.RenameResponse
+	(*ListRequest)(nil),           // 29: filewrite.v1.ListRequest
+	(*ListResponse)(nil),          // 30: filewrite.v1.ListResponse
+	(*DirEntry)(nil),              // 31: filewrite.v1.DirEntry
+	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
+	(*status.Status)(nil),         // 33: google.rpc.Status
 }
 var file_filewrite_v1_filewrite_proto_depIdxs = []int32{
 	0,  // 0: filewrite.v1.WriteRequest.sync:type_name -> filewrite.v1.SyncMode
 	2,  // 1: filewrite.v1.WriteRequest.open_mode:type_name -> filewrite.v1.OpenMode
-	1,  // 2: filewrite.v1.FallocateRequest.mode:type_name -> filewrite.v1.FallocateMode
-	30, // 3: filewrite.v1.StatResponse.change_time:type_name -> google.protobuf.Timestamp
-	18, // 4: filewrite.v1.ExtentsResponse.extents:type_name -> filewrite.v1.Extent
-	3,  // 5: filewrite.v1.Extent.state:type_name -> filewrite.v1.ExtentState
-	20, // 6: filewrite.v1.WriteStreamRequest.writes:type_name -> filewrite.v1.StreamWrite
-	2,  // 7: filewrite.v1.WriteStreamRequest.open_mode:type_name -> filewrite.v1.OpenMode
-	0,  // 8: filewrite.v1.StreamWrite.sync:type_name -> filewrite.v1.SyncMode
-	22, // 9: filewrite.v1.WriteStreamResponse.acks:type_name -> filewrite.v1.StreamAck
-	31, // 10: filewrite.v1.StreamAck.status:type_name -> google.rpc.Status
-	29, // 11: filewrite.v1.ListResponse.entries:type_name -> filewrite.v1.DirEntry
-	4,  // 12: filewrite.v1.FileService.Write:input_type -> filewrite.v1.WriteRequest
-	6,  // 13: filewrite.v1.FileService.Fsync:input_type -> filewrite.v1.FsyncRequest
-	8,  // 14: filewrite.v1.FileService.Truncate:input_type -> filewrite.v1.TruncateRequest
-	10, // 15: filewrite.v1.FileService.Fallocate:input_type -> filewrite.v1.FallocateRequest
-	14, // 16: filewrite.v1.FileService.Stat:input_type -> filewrite.v1.StatRequest
-	12, // 17: filewrite.v1.FileService.Read:input_type -> filewrite.v1.ReadRequest
-	16, // 18: filewrite.v1.FileService.Extents:input_type -> filewrite.v1.ExtentsRequest
-	19, // 19: filewrite.v1.FileService.WriteStream:input_type -> filewrite.v1.WriteStreamRequest
-	23, // 20: filewrite.v1.FileService.Delete:input_type -> filewrite.v1.DeleteRequest
-	25, // 21: filewrite.v1.FileService.Rename:input_type -> filewrite.v1.RenameRequest
-	27, // 22: filewrite.v1.FileService.List:input_type -> filewrite.v1.ListRequest
-	5,  // 23: filewrite.v1.FileService.Write:output_type -> filewrite.v1.WriteResponse
-	7,  // 24: filewrite.v1.FileService.Fsync:output_type -> filewrite.v1.FsyncResponse
-	9,  // 25: filewrite.v1.FileService.Truncate:output_type -> filewrite.v1.TruncateResponse
-	11, // 26: filewrite.v1.FileService.Fallocate:output_type -> filewrite.v1.FallocateResponse
-	15, // 27: filewrite.v1.FileService.Stat:output_type -> filewrite.v1.StatResponse
-	13, // 28: filewrite.v1.FileService.Read:output_type -> filewrite.v1.ReadResponse
-	17, // 29: filewrite.v1.FileService.Extents:output_type -> filewrite.v1.ExtentsResponse
-	21, // 30: filewrite.v1.FileService.WriteStream:output_type -> filewrite.v1.WriteStreamResponse
-	24, // 31: filewrite.v1.FileService.Delete:output_type -> filewrite.v1.DeleteResponse
-	26, // 32: filewrite.v1.FileService.Rename:output_type -> filewrite.v1.RenameResponse
-	28, // 33: filewrite.v1.FileService.List:output_type -> filewrite.v1.ListResponse
-	23, // [23:34] is the sub-list for method output_type
-	12, // [12:23] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	0,  // 2: filewrite.v1.AppendRequest.sync:type_name -> filewrite.v1.SyncMode
+	1,  // 3: filewrite.v1.FallocateRequest.mode:type_name -> filewrite.v1.FallocateMode
+	32, // 4: filewrite.v1.StatResponse.change_time:type_name -> google.protobuf.Timestamp
+	20, // 5: filewrite.v1.ExtentsResponse.extents:type_name -> filewrite.v1.Extent
+	3,  // 6: filewrite.v1.Extent.state:type_name -> filewrite.v1.ExtentState
+	22, // 7: filewrite.v1.WriteStreamRequest.writes:type_name -> filewrite.v1.StreamWrite
+	2,  // 8: filewrite.v1.WriteStreamRequest.open_mode:type_name -> filewrite.v1.OpenMode
+	0,  // 9: filewrite.v1.StreamWrite.sync:type_name -> filewrite.v1.SyncMode
+	24, // 10: filewrite.v1.WriteStreamResponse.acks:type_name -> filewrite.v1.StreamAck
+	33, // 11: filewrite.v1.StreamAck.status:type_name -> google.rpc.Status
+	31, // 12: filewrite.v1.ListResponse.entries:type_name -> filewrite.v1.DirEntry
+	4,  // 13: filewrite.v1.FileService.Write:input_type -> filewrite.v1.WriteRequest
+	6,  // 14: filewrite.v1.FileService.Append:input_type -> filewrite.v1.AppendRequest
+	8,  // 15: filewrite.v1.FileService.Fsync:input_type -> filewrite.v1.FsyncRequest
+	10, // 16: filewrite.v1.FileService.Truncate:input_type -> filewrite.v1.TruncateRequest
+	12, // 17: filewrite.v1.FileService.Fallocate:input_type -> filewrite.v1.FallocateRequest
+	16, // 18: filewrite.v1.FileService.Stat:input_type -> filewrite.v1.StatRequest
+	14, // 19: filewrite.v1.FileService.Read:input_type -> filewrite.v1.ReadRequest
+	18, // 20: filewrite.v1.FileService.Extents:input_type -> filewrite.v1.ExtentsRequest
+	21, // 21: filewrite.v1.FileService.WriteStream:input_type -> filewrite.v1.WriteStreamRequest
+	25, // 22: filewrite.v1.FileService.Delete:input_type -> filewrite.v1.DeleteRequest
+	27, // 23: filewrite.v1.FileService.Rename:input_type -> filewrite.v1.RenameRequest
+	29, // 24: filewrite.v1.FileService.List:input_type -> filewrite.v1.ListRequest
+	5,  // 25: filewrite.v1.FileService.Write:output_type -> filewrite.v1.WriteResponse
+	7,  // 26: filewrite.v1.FileService.Append:output_type -> filewrite.v1.AppendResponse
+	9,  // 27: filewrite.v1.FileService.Fsync:output_type -> filewrite.v1.FsyncResponse
+	11, // 28: filewrite.v1.FileService.Truncate:output_type -> filewrite.v1.TruncateResponse
+	13, // 29: filewrite.v1.FileService.Fallocate:output_type -> filewrite.v1.FallocateResponse
+	17, // 30: filewrite.v1.FileService.Stat:output_type -> filewrite.v1.StatResponse
+	15, // 31: filewrite.v1.FileService.Read:output_type -> filewrite.v1.ReadResponse
+	19, // 32: filewrite.v1.FileService.Extents:output_type -> filewrite.v1.ExtentsResponse
+	23, // 33: filewrite.v1.FileService.WriteStream:output_type -> filewrite.v1.WriteStreamResponse
+	26, // 34: filewrite.v1.FileService.Delete:output_type -> filewrite.v1.DeleteResponse
+	28, // 35: filewrite.v1.FileService.Rename:output_type -> filewrite.v1.RenameResponse
+	30, // 36: filewrite.v1.FileService.List:output_type -> filewrite.v1.ListResponse
+	25, // [25:37] is the sub-list for method output_type
+	13, // [13:25] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_filewrite_v1_filewrite_proto_init() }
@@ -2063,15 +2233,16 @@ func file_filewrite_v1_filewrite_proto_init() {
 	if File_filewrite_v1_filewrite_proto != nil {
 		return
 	}
-	file_filewrite_v1_filewrite_proto_msgTypes[9].OneofWrappers = []any{}
-	file_filewrite_v1_filewrite_proto_msgTypes[16].OneofWrappers = []any{}
+	file_filewrite_v1_filewrite_proto_msgTypes[2].OneofWrappers = []any{}
+	file_filewrite_v1_filewrite_proto_msgTypes[11].OneofWrappers = []any{}
+	file_filewrite_v1_filewrite_proto_msgTypes[18].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_filewrite_v1_filewrite_proto_rawDesc), len(file_filewrite_v1_filewrite_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   26,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	FileService_Write_FullMethodName       = "/filewrite.v1.FileService/Write"
+	FileService_Append_FullMethodName      = "/filewrite.v1.FileService/Append"
 	FileService_Fsync_FullMethodName       = "/filewrite.v1.FileService/Fsync"
 	FileService_Truncate_FullMethodName    = "/filewrite.v1.FileService/Truncate"
 	FileService_Fallocate_FullMethodName   = "/filewrite.v1.FileService/Fallocate"
@@ -68,6 +69,18 @@ type FileServiceClient interface {
 	// started writing (an I/O error, no space), part of data may have reached
 	// the file and nothing is known to be durable.
 	Write(ctx context.Context, in *WriteRequest, opts ...grpc.CallOption) (*WriteResponse, error)
+	// Append writes data at the end of the file, created if missing, and
+	// says where it landed. Concurrent appends never overlap: their ranges,
+	// sorted, tile the file. Readers (Read, Stat, List, Extents) see an
+	// append's range only once it and every append below it completed. With
+	// sync, the reply promises durability of this append and of every
+	// append below it. expected_offset makes the append conditional
+	// (FAILED_PRECONDITION, reason APPEND_OFFSET_MISMATCH, with the end in
+	// metadata "size"); append_id makes a resend of it idempotent within
+	// the daemon's window (see the guarantees page). An append that fails
+	// leaves nothing of itself (and fails those reserved above it: resend
+	// them).
+	Append(ctx context.Context, in *AppendRequest, opts ...grpc.CallOption) (*AppendResponse, error)
 	// Fsync makes the file durable. Durable when it returns OK: everything
 	// written to the file by calls that returned before Fsync was called —
 	// the data and the size with data_only (fdatasync), the data and all
@@ -167,6 +180,16 @@ func (c *fileServiceClient) Write(ctx context.Context, in *WriteRequest, opts ..
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(WriteResponse)
 	err := c.cc.Invoke(ctx, FileService_Write_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fileServiceClient) Append(ctx context.Context, in *AppendRequest, opts ...grpc.CallOption) (*AppendResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AppendResponse)
+	err := c.cc.Invoke(ctx, FileService_Append_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -304,6 +327,18 @@ type FileServiceServer interface {
 	// started writing (an I/O error, no space), part of data may have reached
 	// the file and nothing is known to be durable.
 	Write(context.Context, *WriteRequest) (*WriteResponse, error)
+	// Append writes data at the end of the file, created if missing, and
+	// says where it landed. Concurrent appends never overlap: their ranges,
+	// sorted, tile the file. Readers (Read, Stat, List, Extents) see an
+	// append's range only once it and every append below it completed. With
+	// sync, the reply promises durability of this append and of every
+	// append below it. expected_offset makes the append conditional
+	// (FAILED_PRECONDITION, reason APPEND_OFFSET_MISMATCH, with the end in
+	// metadata "size"); append_id makes a resend of it idempotent within
+	// the daemon's window (see the guarantees page). An append that fails
+	// leaves nothing of itself (and fails those reserved above it: resend
+	// them).
+	Append(context.Context, *AppendRequest) (*AppendResponse, error)
 	// Fsync makes the file durable. Durable when it returns OK: everything
 	// written to the file by calls that returned before Fsync was called —
 	// the data and the size with data_only (fdatasync), the data and all
@@ -402,6 +437,9 @@ type UnimplementedFileServiceServer struct{}
 func (UnimplementedFileServiceServer) Write(context.Context, *WriteRequest) (*WriteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Write not implemented")
 }
+func (UnimplementedFileServiceServer) Append(context.Context, *AppendRequest) (*AppendResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Append not implemented")
+}
 func (UnimplementedFileServiceServer) Fsync(context.Context, *FsyncRequest) (*FsyncResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Fsync not implemented")
 }
@@ -467,6 +505,24 @@ func _FileService_Write_Handler(srv interface{}, ctx context.Context, dec func(i
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(FileServiceServer).Write(ctx, req.(*WriteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FileService_Append_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AppendRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FileServiceServer).Append(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FileService_Append_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FileServiceServer).Append(ctx, req.(*AppendRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -650,6 +706,10 @@ var FileService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Write",
 			Handler:    _FileService_Write_Handler,
+		},
+		{
+			MethodName: "Append",
+			Handler:    _FileService_Append_Handler,
 		},
 		{
 			MethodName: "Fsync",

@@ -1,0 +1,132 @@
+package service
+
+import (
+	"context"
+	"io"
+	"maps"
+	"mime"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/errorinfo"
+)
+
+// appendPattern is the REST route of Append: JSON like every POST, or the
+// data itself as an application/octet-stream body (appendRaw).
+const appendPattern = "/v1/files/{path=**}:append"
+
+// HeaderAppendOffset carries where an append landed, beside the JSON body,
+// so that a script can read it without parsing JSON.
+const HeaderAppendOffset = "Filewrite-Offset"
+
+// isRawAppend reports whether r is an append whose body is the data.
+func isRawAppend(r *http.Request) bool {
+	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, ":append") {
+		return false
+	}
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return err == nil && mt == mimeOctetStream
+}
+
+// appendOffsetHeader sets HeaderAppendOffset on the answer of an append,
+// JSON or raw.
+func appendOffsetHeader(_ context.Context, w http.ResponseWriter, m proto.Message) error {
+	if a, ok := m.(*filewritev1.AppendResponse); ok {
+		w.Header().Set(HeaderAppendOffset, strconv.FormatInt(a.GetOffset(), 10))
+	}
+	return nil
+}
+
+// appendRaw is POST /v1/files/{path}:append?sync=none|data|full
+// &expected_offset=N&append_id=ID with an application/octet-stream body:
+// one Append of the whole body. A reserved range is one contiguous write,
+// so the body is not chunked as a PUT's is: its Content-Length is required
+// and at most --max-request-bytes, and the body is read whole first.
+func (g *gateway) appendRaw(w http.ResponseWriter, r *http.Request, pathParams map[string]string) {
+	ctx := r.Context()
+	_, out := runtime.MarshalerForRequest(g.mux, r)
+	fail := func(err error) { runtime.HTTPError(ctx, g.mux, out, w, r, err) }
+	req, err := rawAppendQuery(r.URL.RawQuery)
+	if err != nil {
+		fail(err)
+		return
+	}
+	req.Path = pathParams["path"]
+	switch n := r.ContentLength; {
+	case n < 0:
+		fail(&runtime.HTTPStatusError{HTTPStatus: http.StatusLengthRequired,
+			Err: refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "a raw append needs a Content-Length: its bytes are one contiguous range, reserved before they are read")})
+		return
+	case n > g.maxRequestBytes:
+		fail(g.dataTooLarge(n))
+		return
+	}
+	req.Data = make([]byte, r.ContentLength)
+	if _, err := io.ReadFull(r.Body, req.Data); err != nil {
+		b, _ := r.Body.(*requestBody)
+		if b == nil {
+			b = &requestBody{}
+		}
+		fail(g.bodyError(b, err))
+		return
+	}
+	ctx, err = runtime.AnnotateContext(ctx, g.mux, r, filewritev1.FileService_Append_FullMethodName,
+		runtime.WithHTTPPathPattern(appendPattern))
+	if err != nil {
+		fail(err)
+		return
+	}
+	var md runtime.ServerMetadata
+	resp, err := g.client.Append(ctx, req, grpc.Header(&md.HeaderMD), grpc.Trailer(&md.TrailerMD))
+	ctx = runtime.NewServerMetadataContext(ctx, md)
+	if err != nil {
+		runtime.HTTPError(ctx, g.mux, out, w, r, err)
+		return
+	}
+	runtime.ForwardResponseMessage(ctx, g.mux, out, w, r, resp, g.mux.GetForwardResponseOptions()...)
+}
+
+// rawAppendQuery parses the query of a raw append: sync, expected_offset
+// and append_id, each at most once and not empty.
+func rawAppendQuery(rawQuery string) (*filewritev1.AppendRequest, error) {
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return nil, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "query %q: %v", rawQuery, err)
+	}
+	req := &filewritev1.AppendRequest{}
+	for _, key := range slices.Sorted(maps.Keys(q)) {
+		vals := q[key]
+		md := map[string]string{errorinfo.KeyField: key}
+		switch {
+		case key != "sync" && key != "expected_offset" && key != "append_id":
+			return nil, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, md, "unknown query parameter %q: a raw append takes sync, expected_offset and append_id", key)
+		case len(vals) > 1:
+			return nil, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, md, "query parameter %q given %d times", key, len(vals))
+		case vals[0] == "":
+			return nil, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, md, "query parameter %q is empty", key)
+		}
+		switch key {
+		case "sync":
+			if req.Sync, err = parseRawSync(vals[0]); err != nil {
+				return nil, err
+			}
+		case "expected_offset":
+			off, err := strconv.ParseInt(vals[0], 10, 64)
+			if err != nil {
+				return nil, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, md, "expected_offset %q is not an int64", vals[0])
+			}
+			req.ExpectedOffset = &off
+		case "append_id":
+			req.AppendId = vals[0]
+		}
+	}
+	return req, nil
+}
