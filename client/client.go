@@ -132,6 +132,8 @@ type Client struct {
 	owned *grpc.ClientConn // made by Dial, closed by Close; nil for New
 	api   filewritev1.FileServiceClient
 	opts  options
+	// appendIDs names appends under WithRetry (File.Append).
+	appendIDs *appendIDs
 	// ctx bounds every stream; Close cancels it.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -154,12 +156,13 @@ func New(cc grpc.ClientConnInterface, opts ...Option) *Client {
 	o.piece = 1 << (bits.Len(uint(max(1, o.maxMessageBytes-writeOverhead))) - 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Client{
-		cc:      cc,
-		api:     filewritev1.NewFileServiceClient(cc),
-		opts:    o,
-		ctx:     ctx,
-		cancel:  cancel,
-		streams: make(map[string]*fileStream),
+		cc:        cc,
+		api:       filewritev1.NewFileServiceClient(cc),
+		opts:      o,
+		ctx:       ctx,
+		cancel:    cancel,
+		streams:   make(map[string]*fileStream),
+		appendIDs: newAppendIDs(),
 	}
 }
 

@@ -57,7 +57,8 @@
 // then costs a pause, not an error. A write whose ack arrived is never
 // sent again; the doc of WithRetry says what a resend can do to a range
 // that another writer wrote in between. Read, Stat, Extents and List are
-// retried by gRPC's own retry policy; Truncate and the Allocate family
+// retried by gRPC's own retry policy; File.Append is resent with the
+// append ID it carries under WithRetry; Truncate and the Allocate family
 // are left to the caller, and Delete and Rename are never retried.
 //
 // # Names
