@@ -89,7 +89,8 @@ func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }
 // at most 5, on UNAVAILABLE, after waiting for the connection). Truncate
 // and the Allocate family are idempotent, but a retry could land after a
 // later call of the caller's, so they are left to the caller; Delete and
-// Rename are never retried (see their docs). An exclusive Open is never
+// Rename are never retried (see their docs). File.Append is resent with
+// its append ID (see its doc). An exclusive Open is never
 // sent twice: its second attempt would find the file the first created.
 func WithRetry(attempts int) Option { return func(o *options) { o.retries = max(0, attempts) } }
 

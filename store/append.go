@@ -399,6 +399,11 @@ func (s *Store) appendReserving(ctx context.Context, ino *inode, name string, da
 		_, err = s.writeData(ctx, ino, r.off, data, lockNone, ReasonAppend)
 		s.completeAppend(ino, r, err)
 		ino.inflight.end(token)
+		if err == nil && s.opts.Hooks.broken(func(b *breaks) bool { return b.ackAppendUnordered }) {
+			// The deliberate break: on to the sync, not waiting for the
+			// appends below.
+			return AppendResult{Offset: r.off, Size: r.end}, nil
+		}
 		<-r.settled
 		q.mu.Lock()
 		err = r.err

@@ -195,8 +195,9 @@
 //
 // store/crashfs simulates a power cut below the FS seam, and the
 // power-loss tests hold the store to these rules on the images it leaves:
-// powerloss_test.go for data, powerloss_names_test.go for Rename and
+// powerloss_test.go for data, powerloss_append_test.go for appends,
+// powerloss_names_test.go for Rename and
 // Delete (a cut before each FS call they make, and every image of each
-// cut). Five deliberate breaks of them, unexported (Hooks.breaks) and
+// cut). Six deliberate breaks of them, unexported (Hooks.breaks) and
 // off in production, are what the tests must catch.
 package store

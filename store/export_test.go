@@ -52,6 +52,7 @@ type Breaks struct {
 	AckUnalignedDirectWriteBack bool
 	RenameSyncsOldDirOnly       bool
 	DeleteSkipsDirSync          bool
+	AckAppendUnordered          bool
 }
 
 // BrokenHooks are Hooks with the breaks b on and nothing else.
@@ -62,6 +63,7 @@ func BrokenHooks(b Breaks) *Hooks {
 		ackUnalignedDirectWriteBack: b.AckUnalignedDirectWriteBack,
 		renameSyncsOldDirOnly:       b.RenameSyncsOldDirOnly,
 		deleteSkipsDirSync:          b.DeleteSkipsDirSync,
+		ackAppendUnordered:          b.AckAppendUnordered,
 	}}
 }
 

@@ -44,6 +44,11 @@ type breaks struct {
 	// deleteSkipsDirSync makes a Delete with sync return without its
 	// directory's sync.
 	deleteSkipsDirSync bool
+	// ackAppendUnordered lets an append (under a reserving policy) go on
+	// to its sync once its own bytes are written, without waiting for the
+	// appends below it: a synced append is then acknowledged with a range
+	// below it that no sync covered.
+	ackAppendUnordered bool
 }
 
 // broken reports whether the break pick chooses is on. h may be nil.
