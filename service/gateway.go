@@ -226,21 +226,16 @@ func (bh *bodyHold) release() {
 // hold one chunk on each of those steps, whatever they move.
 const (
 	jsonBodyCopies = 6
-	// rawAppendCopies: a raw append's body, read whole, is copied into
-	// the gRPC request and decoded from it.
-	rawAppendCopies = 3
-	chunkCopies     = 6
+	chunkCopies    = 6
 )
 
 // holds is what r takes before its body is read: the streaming routes'
-// fixed share; 0 for the JSON routes (bodyHold).
+// fixed share; 0 for the JSON routes and the raw append, whose body is
+// read whole before its one call (bodyHold).
 func (g *gateway) holds(r *http.Request) int64 {
 	switch {
 	case r.Method == http.MethodPut:
 		return chunkCopies * rawPutChunkBytes
-	case isRawAppend(r):
-		// Read whole, then a gRPC message each way.
-		return rawAppendCopies * max(r.ContentLength, 0) // none: refused unread
 	case r.Method == http.MethodGet && (strings.HasSuffix(r.URL.Path, ":read") || hasAlt(r)):
 		if isHead(r.Context()) && hasAlt(r) {
 			return 0 // a download's HEAD reads no byte
