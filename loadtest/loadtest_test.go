@@ -159,6 +159,8 @@ func TestScenarios(t *testing.T) {
 		{"fsync", "", []string{"fsync-1", "fsync"}, []string{"timer", "per-call", "group"}, []string{"group/per-call", "timer/group"},
 			map[string][]string{"fsync-1": {"group/timer", "group/per-call"}}, nil},
 		{"throughput", "", []string{"throughput"}, []string{"noop", "write", "raw-pwrite"}, []string{"write/noop", "write/raw-pwrite"}, nil, nil},
+		{"append", "", []string{"append", "append-sync"}, []string{"exclusive", "exclusive-overwrites", "reserving", "reserving-overwrites"},
+			[]string{"reserving/exclusive", "reserving/reserving-overwrites"}, nil, nil},
 	} {
 		t.Run(tt.scenario+"/"+cmp.Or(tt.transport, "default"), func(t *testing.T) {
 			if tool := peerMissing(); tt.scenario == "peer" && tool != "" {

@@ -87,7 +87,7 @@ type options struct {
 }
 
 // scenarioNames in the order "all" runs them; soak is separate.
-var scenarioNames = []string{"below-eof", "prealloc-overwrite", "fsync", "throughput", "stream", "peer"}
+var scenarioNames = []string{"below-eof", "prealloc-overwrite", "fsync", "throughput", "stream", "peer", "append"}
 
 func main() {
 	opts, err := parseOptions(os.Args[1:], os.Stderr)
@@ -443,6 +443,10 @@ func run(ctx context.Context, opts options, stdout, progressOut io.Writer) (*sum
 			comparisons = append(comparisons, e.throughput)
 		case "stream":
 			comparisons = append(comparisons, e.stream)
+		case "append":
+			comparisons = append(comparisons,
+				func() *comparison { return e.appendScenario(false) },
+				func() *comparison { return e.appendScenario(true) })
 		case "cluster":
 			comparisons = append(comparisons, e.cluster)
 		case "files":
