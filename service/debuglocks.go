@@ -98,7 +98,9 @@ func buildLocksReport(files []store.FileLocks, limit int, now time.Time) locksRe
 			files[i].Holders = []store.HolderInfo{} // [] rather than null in JSON
 		}
 	}
-	busy := func(f store.FileLocks) bool { return len(f.Holders) > 0 || f.Waiting > 0 || f.Inflight > 0 }
+	busy := func(f store.FileLocks) bool {
+		return len(f.Holders) > 0 || f.Waiting > 0 || f.Inflight > 0 || f.Appending > 0
+	}
 	slices.SortFunc(files, func(a, b store.FileLocks) int {
 		if ba, bb := busy(a), busy(b); ba != bb {
 			if ba {
@@ -179,10 +181,10 @@ code { font-size: 90%; }
 <h1>filewrite: inode locks</h1>
 <p>{{.Time.Format "2006-01-02 15:04:05.000 MST"}}: {{.OpenFiles}} open files, {{.Shown}} listed{{if .Note}} ({{.Note}}){{end}}. Busy files first. Reload to refresh. <a href="?format=json">As JSON</a>.</p>
 <table>
-<tr><th>path</th><th>size</th><th>in flight</th><th>waiting</th><th>holders: mode, op, reason, held for, trace id / span id</th></tr>
+<tr><th>path</th><th>size</th><th>in flight</th><th>appending</th><th>waiting</th><th>holders: mode, op, reason, held for, trace id / span id</th></tr>
 {{- $now := .Time}}
 {{- range .Files}}
-<tr><td><code>{{.Path}}</code></td><td class="n">{{.Size}}</td><td class="n">{{.Inflight}}</td><td class="n">{{.Waiting}}</td><td>
+<tr><td><code>{{.Path}}</code></td><td class="n">{{.Size}}</td><td class="n">{{.Inflight}}</td><td class="n">{{.Appending}}</td><td class="n">{{.Waiting}}</td><td>
 {{- range .Holders}}{{.Mode}} {{.Op}} ({{.Reason}}) for {{age $now .Since}}{{if .TraceID}} <code>{{.TraceID}}</code> / <code>{{.SpanID}}</code>{{end}}<br>{{end -}}
 </td></tr>
 {{- end}}

@@ -90,7 +90,8 @@ type appendQueue struct {
 // reservation is one append's range.
 type reservation struct {
 	off, end int64
-	// done and err are guarded by appendQueue.mu.
+	// done and err are guarded by appendQueue.mu; err is final once
+	// settled is closed, and may be read without it then.
 	done bool
 	err  error
 	// settled is closed once the size has passed end, or the append failed.
@@ -404,11 +405,8 @@ func (s *Store) appendReserving(ctx context.Context, ino *inode, name string, da
 			// appends below.
 			return AppendResult{Offset: r.off, Size: r.end}, nil
 		}
-		<-r.settled
-		q.mu.Lock()
-		err = r.err
-		q.mu.Unlock()
-		return AppendResult{Offset: r.off, Size: max(ino.size.Load(), r.end)}, err
+		<-r.settled // r.err was written before settled was closed
+		return AppendResult{Offset: r.off, Size: max(ino.size.Load(), r.end)}, r.err
 	}
 }
 
