@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io/fs"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -258,6 +259,16 @@ const MaxAppendIDLen = 128
 
 // appendPath is Append without the ID window.
 func (s *Store) appendPath(ctx context.Context, path string, data []byte, sync SyncMode, opts AppendOptions) (AppendResult, error) {
+	// Refusals that need no file come before the file is created: a
+	// refused append changes nothing.
+	if err := s.checkAppend(0, int64(len(data)), AppendOptions{}); err != nil {
+		return AppendResult{}, err
+	}
+	if opts.ExpectedOffset != nil && *opts.ExpectedOffset != 0 {
+		if _, err := s.fsys.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return AppendResult{}, &AppendMismatch{Expected: *opts.ExpectedOffset, End: 0}
+		}
+	}
 	for {
 		ino, created, err := s.table.getOrCreate(ctx, path, "append", ReasonExtending)
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"golang.org/x/sys/unix"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -67,10 +68,14 @@ func TestAppendRules(t *testing.T) {
 		}, "0123456789" + "01234"},
 		{"bad sync mode", []step{
 			{data: "a", sync: SyncMode(99), wantErr: ErrInvalidMode},
-		}, ""},
+		}, "(none)"},
+		{"a conditional append to a missing file creates nothing", []step{
+			{data: "a", opts: AppendOptions{ExpectedOffset: ptr[int64](3)}, wantErr: ErrAppendOffsetMismatch},
+			{data: "0123456789abcdefg", wantErr: ErrFileTooLarge},
+		}, "(none)"},
 		{"negative expected offset", []step{
 			{data: "a", opts: AppendOptions{ExpectedOffset: ptr[int64](-1)}, wantErr: ErrInvalidOffset},
-		}, ""},
+		}, "(none)"},
 	}
 	for _, p := range Policies() {
 		for _, c := range cases {
@@ -90,7 +95,9 @@ func TestAppendRules(t *testing.T) {
 					}
 				}
 				b, err := os.ReadFile(filepath.Join(dir, "f"))
-				if err != nil && !errors.Is(err, os.ErrNotExist) {
+				if errors.Is(err, os.ErrNotExist) {
+					b = []byte("(none)")
+				} else if err != nil {
 					t.Fatal(err)
 				}
 				if got := string(b); got != c.want {
@@ -125,10 +132,16 @@ func TestAppendRefusesWhatWriteRefuses(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, "d"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	if err := unix.Mkfifo(filepath.Join(dir, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("..", filepath.Join(dir, "up")); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		path string
 		want error
-	}{{"d", ErrIsDirectory}, {"../x", ErrInvalidPath}, {"/x", ErrInvalidPath}} {
+	}{{"d", ErrIsDirectory}, {"fifo", ErrNotRegular}, {"up/x", ErrPathEscapes}, {"../x", ErrInvalidPath}, {"/x", ErrInvalidPath}} {
 		if _, err := s.Append(context.Background(), c.path, []byte("a"), SyncNone, AppendOptions{}); !errors.Is(err, c.want) {
 			t.Errorf("%s: got %v, want %v", c.path, err, c.want)
 		}
