@@ -104,6 +104,7 @@ func TestUnknownFieldsInEveryRequest(t *testing.T) {
 		resp   proto.Message
 	}{
 		{"Write", &filewritev1.WriteRequest{Path: "u/f.bin", Data: []byte("hello, world")}, &filewritev1.WriteResponse{}},
+		{"Append", &filewritev1.AppendRequest{Path: "u/f.bin", Data: []byte("!"), AppendId: "u1"}, &filewritev1.AppendResponse{}},
 		{"Fsync", &filewritev1.FsyncRequest{Path: "u/f.bin"}, &filewritev1.FsyncResponse{}},
 		{"Truncate", &filewritev1.TruncateRequest{Path: "u/f.bin", Size: 5}, &filewritev1.TruncateResponse{}},
 		{"Fallocate", &filewritev1.FallocateRequest{Path: "u/f.bin", Mode: filewritev1.FallocateMode_FALLOCATE_MODE_KEEP_SIZE, Length: 4096}, &filewritev1.FallocateResponse{}},
@@ -125,7 +126,7 @@ func TestUnknownFieldsInEveryRequest(t *testing.T) {
 			t.Errorf("%s: the reply has fields the generated code does not know: %x", c.method, u)
 		}
 	}
-	if got := string(calls[5].resp.(*filewritev1.ReadResponse).GetData()); got != "hello" {
+	if got := string(calls[6].resp.(*filewritev1.ReadResponse).GetData()); got != "hello" {
 		t.Errorf("Read: %q, want %q", got, "hello")
 	}
 
