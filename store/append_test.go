@@ -330,28 +330,35 @@ var appendLinModel = porcupine.Model{
 
 // TestAppendLinearizability runs histories of appends, positional writes,
 // truncates, reads and stats of one file from many goroutines, under every
-// policy, and checks each against appendLinModel: appends never overlap,
+// policy and both I/O modes, and checks each against appendLinModel: appends never overlap,
 // land at the end, and no reader sees a range before its append completed.
 func TestAppendLinearizability(t *testing.T) {
 	const histories, clients, opsPerClient = 6, 6, 30
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
-	for _, p := range Policies() {
-		t.Run(p.String(), func(t *testing.T) {
-			s, _ := newJitterStore(t, Options{Policy: p})
-			for h := range histories {
-				path := fmt.Sprintf("h%d", h)
-				ops := runAppendLinHistory(t, s, path, seed+uint64(h), clients, opsPerClient)
-				res, info := porcupine.CheckOperationsVerbose(appendLinModel, ops, time.Minute)
-				switch res {
-				case porcupine.Ok:
-				case porcupine.Illegal:
-					t.Errorf("history %d (%d operations) is not linearizable; visualization: %s", h, len(ops), writeAppendVisualization(t, info, path))
-				default:
-					t.Errorf("history %d: the checker gave up (%v)", h, res)
+	for _, io := range []IOMode{IOBuffered, IODirect} {
+		for _, p := range Policies() {
+			t.Run(io.String()+"/"+p.String(), func(t *testing.T) {
+				s, _ := newJitterStore(t, Options{Policy: p, IO: io})
+				if err := s.Truncate(context.Background(), "o-direct-probe", 0); io == IODirect && errors.Is(err, ErrUnsupported) {
+					t.Skipf("O_DIRECT is not supported here: %v", err)
 				}
-			}
-		})
+				for h := range histories {
+					path := fmt.Sprintf("h%d", h)
+					ops := runAppendLinHistory(t, s, path, seed+uint64(h), clients, opsPerClient)
+					res, info := porcupine.CheckOperationsVerbose(appendLinModel, ops, time.Minute)
+					switch res {
+					case porcupine.Ok:
+						// The extent map the appends marked is the file's.
+						extentsMatchFile(t, s, path)
+					case porcupine.Illegal:
+						t.Errorf("history %d (%d operations) is not linearizable; visualization: %s", h, len(ops), writeAppendVisualization(t, info, path))
+					default:
+						t.Errorf("history %d: the checker gave up (%v)", h, res)
+					}
+				}
+			})
+		}
 	}
 }
 
