@@ -102,11 +102,17 @@ func appendsWithOverwriters(fileSize int64, syncMode filewritev1.SyncMode, timeA
 		}
 		bg, stop := context.WithCancel(ctx)
 		var wg sync.WaitGroup
+		var mu sync.Mutex
+		failed := map[string]int{} // the untimed half's errors, but its end's
 		for i := range s.clients {
 			c := clients[s.clients+i]
 			wg.Go(func() {
 				for bg.Err() == nil {
-					alongside(bg, c)
+					if err := alongside(bg, c); err != nil && bg.Err() == nil {
+						mu.Lock()
+						failed["alongside: "+err.Error()]++
+						mu.Unlock()
+					}
 				}
 			})
 		}
@@ -115,6 +121,9 @@ func appendsWithOverwriters(fileSize int64, syncMode filewritev1.SyncMode, timeA
 		})
 		stop()
 		wg.Wait()
+		for k, n := range failed {
+			r.Errors[k] += n
+		}
 		return r, nil
 	}
 }
