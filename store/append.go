@@ -199,8 +199,17 @@ func (s *Store) Append(ctx context.Context, path string, data []byte, sync SyncM
 	if err := s.validateAppend(data, sync, opts); err != nil {
 		return AppendResult{}, err
 	}
-	if opts.ID == "" {
+	return s.appendOnce(ctx, path, data, sync, opts, func() (AppendResult, error) {
 		return s.appendPath(ctx, path, data, sync, opts)
+	}, func() error { return s.syncPath(ctx, path, sync) })
+}
+
+// appendOnce runs do, the append, unless opts.ID names one the window
+// remembers for path: then it returns that one's result, after sync (the
+// first may not have synced as this one asks).
+func (s *Store) appendOnce(ctx context.Context, path string, data []byte, sync SyncMode, opts AppendOptions, do func() (AppendResult, error), syncAgain func() error) (AppendResult, error) {
+	if opts.ID == "" {
+		return do()
 	}
 	for {
 		rec, owner, err := s.appendIDs.claim(ctx, path, opts.ID, data)
@@ -208,19 +217,19 @@ func (s *Store) Append(ctx context.Context, path string, data []byte, sync SyncM
 			return AppendResult{}, err
 		}
 		if !owner {
-			if rec.err == nil {
-				res := rec.res
-				res.Replayed = true
-				// A replay is as durable as asked: the first may not have
-				// synced.
-				if err := s.syncPath(ctx, path, sync); err != nil {
+			if rec.err != nil {
+				continue // the first failed and was forgotten: try again
+			}
+			res := rec.res
+			res.Replayed = true
+			if sync != SyncNone {
+				if err := syncAgain(); err != nil {
 					return res, err
 				}
-				return res, nil
 			}
-			continue // the first failed and was forgotten: try again
+			return res, nil
 		}
-		res, err := s.appendPath(ctx, path, data, sync, opts)
+		res, err := do()
 		s.appendIDs.settle(rec, res, err)
 		return res, err
 	}
@@ -274,24 +283,29 @@ func (s *Store) appendPath(ctx context.Context, path string, data []byte, sync S
 		if err != nil {
 			return AppendResult{}, err
 		}
-		var res AppendResult
-		switch {
-		case created != nil || s.opts.Policy == PolicyExclusive:
-			res, err = s.appendExclusive(ctx, ino, path, created, data, sync, opts)
-		default:
-			res, err = s.appendReserving(ctx, ino, path, data, opts)
-			if err == nil && sync != SyncNone {
-				// Every append below this one has completed (its size
-				// was published): a sync that starts now covers them.
-				err = s.syncWrite(ctx, ino, sync, false)
-			}
-		}
+		res, err := s.appendTo(ctx, ino, path, created, data, sync, opts)
 		s.table.put(ino)
 		if errors.Is(err, ErrDeleted) || errors.Is(err, errNameMoved) {
 			continue
 		}
 		return res, err
 	}
+}
+
+// appendTo appends to ino, found by name ("" for a Handle's), as the
+// policy says. created, if not nil, is the lock held exclusively by the
+// getOrCreate that made the file.
+func (s *Store) appendTo(ctx context.Context, ino *inode, name string, created *holder, data []byte, sync SyncMode, opts AppendOptions) (AppendResult, error) {
+	if created != nil || s.opts.Policy == PolicyExclusive {
+		return s.appendExclusive(ctx, ino, name, created, data, sync, opts)
+	}
+	res, err := s.appendReserving(ctx, ino, name, data, opts)
+	if err == nil && sync != SyncNone {
+		// Every append below this one has completed (its size was
+		// published): a sync that starts now covers them.
+		err = s.syncWrite(ctx, ino, sync, false)
+	}
+	return res, err
 }
 
 // checkAppend refuses an append of n bytes that would land at end

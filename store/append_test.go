@@ -435,3 +435,38 @@ func runAppendLinHistory(t *testing.T, s *Store, path string, seed uint64, clien
 	wg.Wait()
 	return ops
 }
+
+// TestHandleAppend appends through a Handle under every policy: offsets
+// follow one another, an id is remembered by the Handle's path, and once
+// the file is deleted an append fails with ErrDeleted.
+func TestHandleAppend(t *testing.T) {
+	for _, p := range Policies() {
+		t.Run(p.String(), func(t *testing.T) {
+			s, _ := newTestStore(t, Options{Policy: p})
+			ctx := context.Background()
+			h, err := s.OpenHandle(ctx, "log", OpenCreate)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Close()
+			for i, want := range []int64{0, 3, 6} {
+				res, err := h.Append(ctx, []byte("abc"), SyncData, AppendOptions{})
+				if err != nil || res.Offset != want {
+					t.Errorf("append %d: got %+v, %v, want offset %d", i, res, err, want)
+				}
+			}
+			if _, err := h.Append(ctx, []byte("xy"), SyncNone, AppendOptions{ID: "i"}); err != nil {
+				t.Fatal(err)
+			}
+			if res, err := s.Append(ctx, "log", []byte("xy"), SyncNone, AppendOptions{ID: "i"}); err != nil || !res.Replayed || res.Offset != 9 {
+				t.Errorf("resend by path: got %+v, %v, want a replay at 9", res, err)
+			}
+			if err := s.Delete(ctx, "log", false); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.Append(ctx, []byte("z"), SyncNone, AppendOptions{}); !errors.Is(err, ErrDeleted) {
+				t.Errorf("append after Delete: got %v, want ErrDeleted", err)
+			}
+		})
+	}
+}

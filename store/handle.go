@@ -97,6 +97,22 @@ func (h *Handle) Write(ctx context.Context, off int64, data []byte, sync SyncMod
 	return h.s.applyWrite(ctx, h.ino, "", nil, off, data, sync)
 }
 
+// Append appends data to the Handle's file, as Store.Append does, and
+// returns once it is as durable as sync asks. Appends made one after
+// another through a Handle get increasing offsets. Append IDs are
+// remembered by the path the Handle was opened by.
+func (h *Handle) Append(ctx context.Context, data []byte, sync SyncMode, opts AppendOptions) (AppendResult, error) {
+	if err := h.s.validateAppend(data, sync, opts); err != nil {
+		return AppendResult{}, err
+	}
+	if err := h.s.checkAppend(0, int64(len(data)), AppendOptions{}); err != nil {
+		return AppendResult{}, err
+	}
+	return h.s.appendOnce(ctx, h.path, data, sync, opts, func() (AppendResult, error) {
+		return h.s.appendTo(ctx, h.ino, "", nil, data, sync, opts)
+	}, func() error { return h.s.syncWrite(ctx, h.ino, sync, false) })
+}
+
 // Wait makes the writes ws, each returned by Write on h, as durable as
 // each asked: one group-commit sync that started after Wait was called
 // covers all of them (fsync when any asked for SyncFull, else fdatasync).
