@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/store"
 )
 
 // TestAppendREST appends through both REST forms and checks the offset in
@@ -146,5 +147,80 @@ func TestAppendGRPC(t *testing.T) {
 	}
 	if got := rebuilt.String(); got != string(b) || len(offsets) != writers*each {
 		t.Errorf("file %q, rebuilt from %d offsets %q", b, len(offsets), got)
+	}
+}
+
+// TestStreamAppend mixes appends with positional writes on one stream:
+// each append lands after every write read before it, the acks say where,
+// and an append with an offset is refused.
+func TestStreamAppend(t *testing.T) {
+	for _, policy := range []string{"exclusive", "unlocked-below-eof"} {
+		t.Run(policy, func(t *testing.T) {
+			d := startDaemon(t, func(c *Config) {
+				p, err := store.ParsePolicy(policy)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.Store.Policy = p
+			})
+			ctx := testContext(t)
+			stream, err := d.client.WriteStream(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := func(id uint64, off int64, data string, app bool) *filewritev1.StreamWrite {
+				return &filewritev1.StreamWrite{Id: id, Offset: off, Data: []byte(data), Append: app, Sync: filewritev1.SyncMode_SYNC_MODE_DATA}
+			}
+			msgs := [][]*filewritev1.StreamWrite{
+				{w(1, 0, "aaaa", false), w(2, 0, "bb", true), w(3, 0, "cc", true)},
+				{w(4, 100, "z", false), w(5, 0, "dd", true), w(6, 3, "x", true), w(7, 0, "", true)},
+			}
+			for i, m := range msgs {
+				req := &filewritev1.WriteStreamRequest{Writes: m}
+				if i == 0 {
+					req.Path = "log"
+				}
+				if err := stream.Send(req); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := stream.CloseSend(); err != nil {
+				t.Fatal(err)
+			}
+			got := map[uint64]*filewritev1.StreamAck{}
+			for {
+				resp, err := stream.Recv()
+				if err != nil {
+					break
+				}
+				for _, a := range resp.GetAcks() {
+					got[a.GetId()] = a
+				}
+			}
+			for _, c := range []struct {
+				id   uint64
+				off  int64
+				code codes.Code
+			}{{1, 0, codes.OK}, {2, 4, codes.OK}, {3, 6, codes.OK}, {4, 100, codes.OK}, {5, 101, codes.OK}, {6, 0, codes.InvalidArgument}, {7, 103, codes.OK}} {
+				a := got[c.id]
+				if a == nil {
+					t.Errorf("write %d: no ack", c.id)
+					continue
+				}
+				if code := status.FromProto(a.GetStatus()).Code(); code != c.code {
+					t.Errorf("write %d: %v, want %v", c.id, a.GetStatus(), c.code)
+				}
+				if c.code == codes.OK && a.GetOffset() != c.off {
+					t.Errorf("write %d: acked at offset %d, want %d", c.id, a.GetOffset(), c.off)
+				}
+			}
+			b, err := os.ReadFile(filepath.Join(d.root, "log"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := "aaaabbcc" + strings.Repeat("\x00", 92) + "zdd"; string(b) != want {
+				t.Errorf("file: got %q, want %q", b, want)
+			}
+		})
 	}
 }

@@ -63,7 +63,7 @@ func segmentLess(a, b *segment) bool { return a.start < b.start }
 func (o *writeOrder) add(w *streamWrite) bool {
 	o.held++
 	w.order = orderState{}
-	start, end := w.off, w.end()
+	start, end := w.orderRange()
 	if start >= end {
 		return true // empty, or saturated at the largest offset
 	}
@@ -173,8 +173,23 @@ func (w *streamWrite) end() int64 {
 	return w.off + int64(len(w.data))
 }
 
-// overlaps reports whether w and v write a byte in common. An empty write
-// overlaps nothing.
+// orderRange is the range w is ordered by: its bytes, or, for an append,
+// whose range is known only once it is applied, every offset: it waits for
+// every write read before it, and every write read after it waits for it,
+// so the stream's appends land in arrival order, each after the writes
+// before it (an empty append too: it answers the end they leave).
+func (w *streamWrite) orderRange() (int64, int64) {
+	if w.append {
+		return 0, math.MaxInt64
+	}
+	return w.off, w.end()
+}
+
+// overlaps reports whether w and v are ordered with each other: they write
+// a byte in common, or one of them is an append. An empty positional
+// write overlaps nothing.
 func (w *streamWrite) overlaps(v *streamWrite) bool {
-	return len(w.data) > 0 && len(v.data) > 0 && w.off < v.end() && v.off < w.end()
+	ws, we := w.orderRange()
+	vs, ve := v.orderRange()
+	return ws < we && vs < ve && ws < ve && vs < we
 }

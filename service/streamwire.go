@@ -110,7 +110,7 @@ func (r *streamRequest) decodeWrites() {
 	r.writes = make([]streamWrite, r.msg.Writes)
 	r.msg.Each(func(i int, w *streamwire.Write) {
 		r.writes[i] = streamWrite{id: w.ID, off: w.Offset, data: w.Data, syncRaw: filewritev1.SyncMode(w.Sync),
-			crc: w.CRC, hasCRC: w.HasCRC, req: r}
+			crc: w.CRC, hasCRC: w.HasCRC, append: w.Append, req: r}
 	})
 	r.pending.Store(int32(len(r.writes)))
 }
@@ -147,5 +147,5 @@ func encodeAcks(ws []*streamWrite, m *encodedMessage) {
 
 // ack is w's StreamAck, once w.status is set.
 func (w *streamWrite) ack() streamwire.Ack {
-	return streamwire.Ack{ID: w.id, Written: int64(w.res.BytesWritten), Size: w.res.Size, Status: w.status}
+	return streamwire.Ack{ID: w.id, Written: int64(w.res.BytesWritten), Size: w.res.Size, Status: w.status, Offset: w.landed}
 }

@@ -50,7 +50,12 @@ type streamWrite struct {
 	syncRaw filewritev1.SyncMode
 	crc     uint32
 	hasCRC  bool
+	append  bool // an append: off is 0, and landed says where it went
 	req     *streamRequest
+
+	// landed is where the write's bytes begin, for its ack: off, or
+	// where an append landed. Written as res is.
+	landed int64
 
 	sync store.SyncMode
 	cost int64 // against the budgets, given back once acked
@@ -490,6 +495,10 @@ func (ws *writeStream) accept(req *streamRequest) error {
 				err = crcMismatch(sum, w.crc)
 			}
 		}
+		if err == nil && w.append && w.off != 0 {
+			err = refusal(filewritev1.ErrorReason_RANGE_INVALID, map[string]string{errorinfo.KeyField: "offset"},
+				"a write with append takes no offset (it goes at the end of the file), this one has offset %d", w.off)
+		}
 		w.err = err
 	}
 	queued, err := ws.queue(req)
@@ -647,7 +656,12 @@ func (ws *writeStream) work() {
 		}
 		w := ws.popReadyLocked()
 		ws.mu.Unlock()
-		w.res, w.err = ws.h.Write(ws.ctx, w.off, w.data, w.sync)
+		if w.append {
+			w.res, w.landed, w.err = ws.h.ApplyAppend(ws.ctx, w.data, w.sync)
+		} else {
+			w.res, w.err = ws.h.Write(ws.ctx, w.off, w.data, w.sync)
+			w.landed = w.off
+		}
 		if errors.Is(w.err, store.ErrDeleted) {
 			ws.stop(ws.deletedStatus()) // as watchDelete would, a moment later
 		}

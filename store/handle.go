@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 )
 
 // Handle is a file held open for a caller that writes to it many times,
@@ -111,6 +112,34 @@ func (h *Handle) Append(ctx context.Context, data []byte, sync SyncMode, opts Ap
 	return h.s.appendOnce(ctx, h.path, data, sync, opts, func() (AppendResult, error) {
 		return h.s.appendTo(ctx, h.ino, "", nil, data, sync, opts)
 	}, func() error { return h.s.syncWrite(ctx, h.ino, sync, false) })
+}
+
+// ApplyAppend is Append for a caller that settles durability apart, as
+// Write and Wait do: it returns once data is appended and every append
+// below it completed, with the sync still owed (settle it with Wait), and
+// where data landed. Under PolicyExclusive it syncs under the lock, and
+// owes nothing.
+func (h *Handle) ApplyAppend(ctx context.Context, data []byte, sync SyncMode) (AppliedWrite, int64, error) {
+	w := AppliedWrite{sync: sync, start: time.Now()}
+	if err := h.s.validateAppend(data, sync, AppendOptions{}); err != nil {
+		return w, 0, err
+	}
+	owed := sync
+	if h.s.opts.Policy == PolicyExclusive {
+		owed = SyncNone
+	} else {
+		sync = SyncNone // owed, for Wait
+	}
+	res, err := h.s.appendTo(ctx, h.ino, "", nil, data, sync, AppendOptions{})
+	w.Size = res.Size
+	if err != nil {
+		return w, res.Offset, err
+	}
+	w.BytesWritten, w.Owed = len(data), owed
+	if owed == SyncNone {
+		h.s.recordWrite(ctx, w.start, w.sync)
+	}
+	return w, res.Offset, nil
 }
 
 // Wait makes the writes ws, each returned by Write on h, as durable as

@@ -33,11 +33,13 @@ const (
 	FieldWriteData     = 3 // StreamWrite.data
 	FieldWriteSync     = 4 // StreamWrite.sync
 	FieldWriteCRC      = 5 // StreamWrite.crc32c
+	FieldWriteAppend   = 6 // StreamWrite.append
 	FieldResponseAcks  = 1 // WriteStreamResponse.acks
 	FieldAckID         = 1 // StreamAck.id
 	FieldAckWritten    = 2 // StreamAck.bytes_written
 	FieldAckSize       = 3 // StreamAck.size
 	FieldAckStatus     = 4 // StreamAck.status
+	FieldAckOffset     = 5 // StreamAck.offset
 )
 
 // MaxWritesPerMessage bounds the writes of one WriteStreamRequest: the
@@ -74,6 +76,7 @@ type Write struct {
 	Sync   int32 // a filewritev1.SyncMode, unchecked
 	CRC    uint32
 	HasCRC bool
+	Append bool
 }
 
 // Request is a WriteStreamRequest that ScanRequest found well formed.
@@ -197,6 +200,9 @@ func decodeWrite(b []byte, w *Write) bool {
 		case num == FieldWriteCRC && typ == protowire.Fixed32Type:
 			w.CRC, l = protowire.ConsumeFixed32(b)
 			w.HasCRC = true
+		case num == FieldWriteAppend && typ == protowire.VarintType:
+			v, l = protowire.ConsumeVarint(b)
+			w.Append = v != 0
 		default:
 			l = protowire.ConsumeFieldValue(num, typ, b)
 		}
@@ -260,6 +266,9 @@ type Ack struct {
 	ID            uint64
 	Written, Size int64
 	Status        []byte
+	// Offset is where the write's data begins (an append's, where it
+	// landed).
+	Offset int64
 }
 
 func ackSize(a *Ack) int {
@@ -275,6 +284,9 @@ func ackSize(a *Ack) int {
 	}
 	if a.Status != nil {
 		n += protowire.SizeTag(FieldAckStatus) + protowire.SizeBytes(len(a.Status))
+	}
+	if a.Offset != 0 {
+		n += protowire.SizeTag(FieldAckOffset) + protowire.SizeVarint(uint64(a.Offset))
 	}
 	return n
 }
@@ -303,6 +315,10 @@ func AppendAck(b []byte, a *Ack) []byte {
 	if a.Status != nil {
 		b = protowire.AppendTag(b, FieldAckStatus, protowire.BytesType)
 		b = protowire.AppendBytes(b, a.Status)
+	}
+	if a.Offset != 0 {
+		b = protowire.AppendTag(b, FieldAckOffset, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(a.Offset))
 	}
 	return b
 }
@@ -359,6 +375,9 @@ func decodeAck(b []byte, a *Ack) bool {
 			a.Size = int64(v)
 		case num == FieldAckStatus && typ == protowire.BytesType:
 			a.Status, l = protowire.ConsumeBytes(b)
+		case num == FieldAckOffset && typ == protowire.VarintType:
+			v, l = protowire.ConsumeVarint(b)
+			a.Offset = int64(v)
 		default:
 			l = protowire.ConsumeFieldValue(num, typ, b)
 		}

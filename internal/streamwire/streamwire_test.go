@@ -43,7 +43,7 @@ func sameWrites(got []Write, want []*filewritev1.StreamWrite) bool {
 	for i, w := range got {
 		v := want[i]
 		if w.ID != v.Id || w.Offset != v.Offset || !bytes.Equal(w.Data, v.Data) || w.Sync != int32(v.Sync) ||
-			w.HasCRC != (v.Crc32C != nil) || w.CRC != v.GetCrc32C() {
+			w.HasCRC != (v.Crc32C != nil) || w.CRC != v.GetCrc32C() || w.Append != v.Append {
 			return false
 		}
 	}
@@ -184,7 +184,7 @@ func TestScanRequestAllocations(t *testing.T) {
 // what the generated code encodes, the client's decoder reads, in order.
 func TestAckRoundTrip(t *testing.T) {
 	st, _ := proto.Marshal(status.New(codes.ResourceExhausted, "full").Proto())
-	acks := []Ack{{}, {ID: 5, Written: 4096, Size: 1 << 40}, {ID: math.MaxUint64, Written: 100, Size: 8292, Status: st}}
+	acks := []Ack{{}, {ID: 5, Written: 4096, Size: 1 << 40, Offset: 1 << 39}, {ID: math.MaxUint64, Written: 100, Size: 8292, Status: st}}
 	var b []byte
 	size := 0
 	for i := range acks {
@@ -200,7 +200,7 @@ func TestAckRoundTrip(t *testing.T) {
 	}
 	want := &filewritev1.WriteStreamResponse{}
 	for _, a := range acks {
-		v := &filewritev1.StreamAck{Id: a.ID, BytesWritten: a.Written, Size: a.Size}
+		v := &filewritev1.StreamAck{Id: a.ID, BytesWritten: a.Written, Size: a.Size, Offset: a.Offset}
 		if a.Status != nil {
 			v.Status = status.New(codes.ResourceExhausted, "full").Proto()
 		}
@@ -220,7 +220,7 @@ func TestAckRoundTrip(t *testing.T) {
 		t.Fatalf("%d acks, want %d", len(decoded), len(acks))
 	}
 	for i, a := range decoded {
-		if a.ID != acks[i].ID || a.Written != acks[i].Written || a.Size != acks[i].Size || !bytes.Equal(a.Status, acks[i].Status) {
+		if a.ID != acks[i].ID || a.Written != acks[i].Written || a.Size != acks[i].Size || a.Offset != acks[i].Offset || !bytes.Equal(a.Status, acks[i].Status) {
 			t.Errorf("ack %d = %+v, want %+v", i, a, acks[i])
 		}
 	}
@@ -242,7 +242,7 @@ func FuzzDecodeStreamRequest(f *testing.F) {
 	for _, m := range []*filewritev1.WriteStreamRequest{
 		{},
 		{Path: "p", Writes: []*filewritev1.StreamWrite{{Id: 1, Offset: 2, Data: []byte("x"), Sync: 1, Crc32C: ptr(uint32(1))}}},
-		{Writes: []*filewritev1.StreamWrite{{}, {Id: 3}}},
+		{Writes: []*filewritev1.StreamWrite{{}, {Id: 3}, {Id: 4, Data: []byte("y"), Append: true}}},
 	} {
 		b, _ := proto.Marshal(m)
 		f.Add(b)

@@ -1407,7 +1407,13 @@ type StreamWrite struct {
 	// The durability the ack promises, as in WriteRequest.
 	Sync SyncMode `protobuf:"varint,4,opt,name=sync,proto3,enum=filewrite.v1.SyncMode" json:"sync,omitempty"`
 	// CRC-32C (Castagnoli) of data; checked before anything is written.
-	Crc32C        *uint32 `protobuf:"fixed32,5,opt,name=crc32c,proto3,oneof" json:"crc32c,omitempty"`
+	Crc32C *uint32 `protobuf:"fixed32,5,opt,name=crc32c,proto3,oneof" json:"crc32c,omitempty"`
+	// The write is an append: data goes at the end of the file, as with
+	// Append, and the ack says where (offset must be 0: INVALID_ARGUMENT
+	// otherwise). An append is ordered after every write read before it on
+	// the stream and before every write read after it, so the stream's
+	// appends get increasing offsets in arrival order.
+	Append        bool `protobuf:"varint,6,opt,name=append,proto3" json:"append,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1477,6 +1483,13 @@ func (x *StreamWrite) GetCrc32C() uint32 {
 	return 0
 }
 
+func (x *StreamWrite) GetAppend() bool {
+	if x != nil {
+		return x.Append
+	}
+	return false
+}
+
 // WriteStreamResponse carries acks of writes of the stream.
 type WriteStreamResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1534,7 +1547,10 @@ type StreamAck struct {
 	// The file's size after the write, as in WriteResponse.
 	Size int64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
 	// Unset when the write succeeded.
-	Status        *status.Status `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	Status *status.Status `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	// Where the write's data begins: its offset, or for an append where it
+	// landed.
+	Offset        int64 `protobuf:"varint,5,opt,name=offset,proto3" json:"offset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1595,6 +1611,13 @@ func (x *StreamAck) GetStatus() *status.Status {
 		return x.Status
 	}
 	return nil
+}
+
+func (x *StreamAck) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
 }
 
 // DeleteRequest names the file to remove.
@@ -2061,21 +2084,23 @@ const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\x12WriteStreamRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x121\n" +
 	"\x06writes\x18\x02 \x03(\v2\x19.filewrite.v1.StreamWriteR\x06writes\x123\n" +
-	"\topen_mode\x18\x03 \x01(\x0e2\x16.filewrite.v1.OpenModeR\bopenMode\"\x9d\x01\n" +
+	"\topen_mode\x18\x03 \x01(\x0e2\x16.filewrite.v1.OpenModeR\bopenMode\"\xb5\x01\n" +
 	"\vStreamWrite\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12*\n" +
 	"\x04sync\x18\x04 \x01(\x0e2\x16.filewrite.v1.SyncModeR\x04sync\x12\x1b\n" +
-	"\x06crc32c\x18\x05 \x01(\aH\x00R\x06crc32c\x88\x01\x01B\t\n" +
+	"\x06crc32c\x18\x05 \x01(\aH\x00R\x06crc32c\x88\x01\x01\x12\x16\n" +
+	"\x06append\x18\x06 \x01(\bR\x06appendB\t\n" +
 	"\a_crc32c\"B\n" +
 	"\x13WriteStreamResponse\x12+\n" +
-	"\x04acks\x18\x01 \x03(\v2\x17.filewrite.v1.StreamAckR\x04acks\"\x80\x01\n" +
+	"\x04acks\x18\x01 \x03(\v2\x17.filewrite.v1.StreamAckR\x04acks\"\x98\x01\n" +
 	"\tStreamAck\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12#\n" +
 	"\rbytes_written\x18\x02 \x01(\x03R\fbytesWritten\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x03R\x04size\x12*\n" +
-	"\x06status\x18\x04 \x01(\v2\x12.google.rpc.StatusR\x06status\"7\n" +
+	"\x06status\x18\x04 \x01(\v2\x12.google.rpc.StatusR\x06status\x12\x16\n" +
+	"\x06offset\x18\x05 \x01(\x03R\x06offset\"7\n" +
 	"\rDeleteRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04sync\x18\x02 \x01(\bR\x04sync\"\x10\n" +
