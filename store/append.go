@@ -54,12 +54,13 @@ func (e *AppendMismatch) Error() string {
 
 func (e *AppendMismatch) Unwrap() error { return ErrAppendOffsetMismatch }
 
-// appendQueue orders one file's appends: reserve hands out ranges past
-// the end, and complete moves the size that readers see (inode.size, the
-// published end) over them in offset order as they finish, so that no
-// reader meets a range still being written. Compare the reserved end to
-// ext4's i_disksize trailing i_size, the other way round: here the
-// reserved end leads and the visible size trails.
+// appendQueue orders one file's appends: reserveLocked hands out ranges
+// past the end, and completeAppend moves the size that readers see
+// (inode.size, the published end) over them in offset order as they
+// finish, so that no reader meets a range still being written. Compare
+// ext4's two sizes: i_disksize trails i_size until the data below it is
+// on disk, as the published end trails the reserved end here until the
+// bytes below it are written.
 //
 // An append that fails after reserving (ENOSPC, EIO) fails every append
 // reserved above it too, so the size never passes its offset: those
@@ -121,7 +122,7 @@ func (q *appendQueue) endLocked(size int64) int64 {
 	return size
 }
 
-// complete settles r, whose bytes were written (err nil) or not, and
+// completeAppend settles r, whose bytes were written (err nil) or not, and
 // publishes the size over every completed append at the head of the
 // queue. If r is the last one and an append failed, it gives the failed
 // range back before it returns.
