@@ -48,12 +48,13 @@ func (e *env) appendScenario(synced bool) *comparison {
 		name, syncName = "append-sync", "sync=data"
 	}
 	col := func(name, policy string, timeAppends bool) column {
-		run := appendsWithOverwriters(size, syncMode, timeAppends)
+		run := appendsWithOverwriters(size, syncMode, timeAppends, false)
+		stream := appendsWithOverwriters(size, syncMode, timeAppends, true)
 		if synced {
-			run = countSyncs(run)
+			run, stream = countSyncs(run), countSyncs(stream)
 		}
 		return column{name: name, daemon: []string{"--policy", policy, "--http-addr", "127.0.0.1:0"},
-			setup: setup, before: empty, after: empty, run: run}
+			setup: setup, before: empty, after: empty, run: run, stream: stream}
 	}
 	return &comparison{
 		name:        name,
@@ -75,8 +76,10 @@ func (e *env) appendScenario(synced bool) *comparison {
 // appendLogPath and as many overwriters of random blocks below fileSize of
 // appendOverwritePath, each over its own connection (or -connections),
 // and times the appenders (timeAppends) or the overwriters; the other
-// half runs until the timed half is done.
-func appendsWithOverwriters(fileSize int64, syncMode filewritev1.SyncMode, timeAppends bool) func(context.Context, *session) (*runResult, error) {
+// half runs until the timed half is done. With overStream each client
+// sends its writes on a WriteStream of its own, one at a time (append set
+// for the appenders), instead of one unary call each.
+func appendsWithOverwriters(fileSize int64, syncMode filewritev1.SyncMode, timeAppends, overStream bool) func(context.Context, *session) (*runResult, error) {
 	return func(ctx context.Context, s *session) (*runResult, error) {
 		clients, closeAll, err := dialClients(s.addr, s.token, 2*s.clients, s.connections)
 		if err != nil {
@@ -85,30 +88,84 @@ func appendsWithOverwriters(fileSize int64, syncMode filewritev1.SyncMode, timeA
 		defer closeAll()
 		data := patternBytes(s.bs)
 		blocks, bs, seed := fileSize/int64(s.bs), int64(s.bs), uint64(s.round)
-		appendOnce := func(ctx context.Context, c filewritev1.FileServiceClient) error {
-			_, err := c.Append(ctx, &filewritev1.AppendRequest{Path: appendLogPath, Data: data, Sync: syncMode})
-			return err
-		}
 		var n atomic.Int64
-		overwriteOnce := func(ctx context.Context, c filewritev1.FileServiceClient) error {
-			off := randomBlock(seed, n.Add(1), blocks) * bs
-			_, err := c.Write(ctx, &filewritev1.WriteRequest{Path: appendOverwritePath, Offset: off, Data: data})
-			return err
-		}
-		timed, alongside := appendOnce, overwriteOnce
-		call := "Append"
-		if !timeAppends {
-			timed, alongside, call = overwriteOnce, appendOnce, "Write"
+		// op makes client i's operation: an append, or an overwrite.
+		op := func(ctx context.Context, c filewritev1.FileServiceClient, appends bool) (func() error, error) {
+			if !overStream {
+				if appends {
+					return func() error {
+						_, err := c.Append(ctx, &filewritev1.AppendRequest{Path: appendLogPath, Data: data, Sync: syncMode})
+						return err
+					}, nil
+				}
+				return func() error {
+					off := randomBlock(seed, n.Add(1), blocks) * bs
+					_, err := c.Write(ctx, &filewritev1.WriteRequest{Path: appendOverwritePath, Offset: off, Data: data})
+					return err
+				}, nil
+			}
+			path, sync := appendOverwritePath, filewritev1.SyncMode_SYNC_MODE_UNSPECIFIED
+			if appends {
+				path, sync = appendLogPath, syncMode
+			}
+			st, err := c.WriteStream(ctx)
+			if err != nil {
+				return nil, err
+			}
+			first := true
+			var id uint64
+			return func() error {
+				id++
+				w := &filewritev1.StreamWrite{Id: id, Data: data, Sync: sync, Append: appends}
+				if !appends {
+					w.Offset = randomBlock(seed, n.Add(1), blocks) * bs
+				}
+				req := &filewritev1.WriteStreamRequest{Writes: []*filewritev1.StreamWrite{w}}
+				if first {
+					req.Path, first = path, false
+				}
+				if err := st.Send(req); err != nil {
+					return err
+				}
+				for {
+					resp, err := st.Recv()
+					if err != nil {
+						return err
+					}
+					for _, a := range resp.GetAcks() {
+						if a.GetId() == id {
+							if a.GetStatus() != nil {
+								return fmt.Errorf("ack: %v", a.GetStatus())
+							}
+							return nil
+						}
+					}
+				}
+			}, nil
 		}
 		bg, stop := context.WithCancel(ctx)
+		defer stop()
+		timed := make([]func() error, s.clients)
+		alongside := make([]func() error, s.clients)
+		for i := range s.clients {
+			if timed[i], err = op(ctx, clients[i], timeAppends); err != nil {
+				return nil, err
+			}
+			if alongside[i], err = op(bg, clients[s.clients+i], !timeAppends); err != nil {
+				return nil, err
+			}
+		}
+		call := map[bool]string{true: "Append", false: "Write"}[timeAppends]
+		if overStream {
+			call += " (WriteStream)"
+		}
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		failed := map[string]int{} // the untimed half's errors, but its end's
 		for i := range s.clients {
-			c := clients[s.clients+i]
 			wg.Go(func() {
 				for bg.Err() == nil {
-					if err := alongside(bg, c); err != nil && bg.Err() == nil {
+					if err := alongside[i](); err != nil && bg.Err() == nil {
 						mu.Lock()
 						failed["alongside: "+err.Error()]++
 						mu.Unlock()
@@ -116,8 +173,8 @@ func appendsWithOverwriters(fileSize int64, syncMode filewritev1.SyncMode, timeA
 				}
 			})
 		}
-		r := loop(ctx, s, call, func(ctx context.Context, client int, _ int64) error {
-			return timed(ctx, clients[client])
+		r := loop(ctx, s, call, func(_ context.Context, client int, _ int64) error {
+			return timed[client]()
 		})
 		stop()
 		wg.Wait()

@@ -161,6 +161,9 @@ func TestScenarios(t *testing.T) {
 		{"throughput", "", []string{"throughput"}, []string{"noop", "write", "raw-pwrite"}, []string{"write/noop", "write/raw-pwrite"}, nil, nil},
 		{"append", "", []string{"append", "append-sync"}, []string{"exclusive", "exclusive-overwrites", "reserving", "reserving-overwrites"},
 			[]string{"reserving/exclusive", "reserving/reserving-overwrites"}, nil, nil},
+		{"append", "stream", []string{"append", "append-sync"},
+			[]string{"exclusive-stream", "exclusive-overwrites-stream", "reserving-stream", "reserving-overwrites-stream"},
+			[]string{"reserving-stream/exclusive-stream", "reserving-stream/reserving-overwrites-stream"}, nil, nil},
 	} {
 		t.Run(tt.scenario+"/"+cmp.Or(tt.transport, "default"), func(t *testing.T) {
 			if tool := peerMissing(); tt.scenario == "peer" && tool != "" {
