@@ -117,7 +117,7 @@ func startTenantDaemon(t *testing.T) (*daemon, string) {
 		tokenRO+" name=tenant-a-ro prefix=tenants/a mode=ro")
 	d := startDaemon(t, func(c *Config) { c.AuthTokenFile = tokens })
 	for _, dir := range []string{"tenants/a", "tenants/b", "tenants/ab"} {
-		for _, op := range []string{"write", "fsync", "truncate", "fallocate", "read", "stat", "extents", "delete", "rename", "stream"} {
+		for _, op := range []string{"write", "fsync", "truncate", "fallocate", "read", "stat", "extents", "delete", "rename", "stream", "append"} {
 			p := filepath.Join(d.root, dir, op+".bin")
 			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 				t.Fatal(err)
@@ -176,6 +176,10 @@ func scopedCalls() []scopedCall {
 		}},
 		{"rename", true, func(ctx context.Context, d *daemon, p string) error {
 			_, err := d.client.Rename(ctx, &filewritev1.RenameRequest{Path: p, NewPath: p + ".moved"})
+			return err
+		}},
+		{"append", true, func(ctx context.Context, d *daemon, p string) error {
+			_, err := d.client.Append(ctx, &filewritev1.AppendRequest{Path: p, Data: []byte("MORE")})
 			return err
 		}},
 		{"stream", true, func(ctx context.Context, d *daemon, p string) error {
@@ -269,7 +273,7 @@ func TestScopedRenameAndList(t *testing.T) {
 	}{
 		{"", []string{"tenants"}, codes.OK},
 		{"tenants", []string{"a"}, codes.OK},
-		{"tenants/a", []string{"delete.bin", "extents.bin", "fallocate.bin", "fsync.bin", "link", "read.bin", "rename.bin", "stat.bin", "stream.bin", "truncate.bin", "write.bin"}, codes.OK},
+		{"tenants/a", []string{"append.bin", "delete.bin", "extents.bin", "fallocate.bin", "fsync.bin", "link", "read.bin", "rename.bin", "stat.bin", "stream.bin", "truncate.bin", "write.bin"}, codes.OK},
 		{"tenants/b", nil, codes.PermissionDenied},
 		{"tenants/ab", nil, codes.PermissionDenied},
 		{"tenants/a/link", nil, codes.PermissionDenied},
