@@ -47,13 +47,13 @@ func (c streamCodec) Marshal(v any) (mem.BufferSlice, error) {
 func encodeWrites(ws []*write, firstID uint64) *encodedRequest {
 	size := 0
 	for i, w := range ws {
-		size += streamwire.RequestWriteSize(firstID+uint64(i), w.off, len(w.data), int32(w.sync.proto()))
+		size += streamwire.RequestWriteSize(0, firstID+uint64(i), w.off, len(w.data), int32(w.sync.proto()))
 	}
 	pool := bufpool.Shared
 	bp := pool.Get(size)
 	b := (*bp)[:0]
 	for i, w := range ws {
-		b = streamwire.AppendWrite(b, firstID+uint64(i), w.off, w.data, int32(w.sync.proto()), w.crc)
+		b = streamwire.AppendWrite(b, 0, firstID+uint64(i), w.off, w.data, int32(w.sync.proto()), w.crc)
 	}
 	*bp = b
 	return &encodedRequest{data: mem.BufferSlice{mem.NewBuffer(bp, pool)}}

@@ -1185,7 +1185,22 @@ type WriteStreamRequest struct {
 	// Whether the stream may create the file, or must; read in the first
 	// message only. A stream refused for it ends with NOT_FOUND or
 	// ALREADY_EXISTS before any write, having changed nothing.
-	OpenMode      OpenMode `protobuf:"varint,3,opt,name=open_mode,json=openMode,proto3,enum=filewrite.v1.OpenMode" json:"open_mode,omitempty"`
+	OpenMode OpenMode `protobuf:"varint,3,opt,name=open_mode,json=openMode,proto3,enum=filewrite.v1.OpenMode" json:"open_mode,omitempty"`
+	// Files this message declares, each under an index chosen by the client,
+	// before its writes are read: a write names its file by that index
+	// (StreamWrite.file). Index 0 is the file of path and cannot be declared.
+	// Each declared file is answered once, in a later response's files: open,
+	// or why not (its writes are then acked with that status). A declared
+	// file's failure (an open refused, the file deleted, its scope revoked)
+	// fails only its writes; the stream goes on. A daemon that predates
+	// declared files ignores this field and refuses such a stream ("a
+	// different path in a later message", or a missing path).
+	Files []*StreamFile `protobuf:"bytes,4,rep,name=files,proto3" json:"files,omitempty"`
+	// Indexes of declared files the stream is done with, closed after this
+	// message's writes: the writes already read to them are applied and
+	// acked, then the file is given back. The index may then be declared
+	// again, in this message's files or a later one's.
+	Close         []uint32 `protobuf:"varint,5,rep,packed,name=close,proto3" json:"close,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1241,6 +1256,85 @@ func (x *WriteStreamRequest) GetOpenMode() OpenMode {
 	return OpenMode_OPEN_MODE_UNSPECIFIED
 }
 
+func (x *WriteStreamRequest) GetFiles() []*StreamFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+func (x *WriteStreamRequest) GetClose() []uint32 {
+	if x != nil {
+		return x.Close
+	}
+	return nil
+}
+
+// StreamFile declares one file of a WriteStream.
+type StreamFile struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The index writes name the file by: 1 or more, unused on the stream
+	// (never declared, or closed).
+	Index uint32 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// The file, as WriteRequest.path.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// Whether the stream may create the file, or must.
+	OpenMode      OpenMode `protobuf:"varint,3,opt,name=open_mode,json=openMode,proto3,enum=filewrite.v1.OpenMode" json:"open_mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamFile) Reset() {
+	*x = StreamFile{}
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamFile) ProtoMessage() {}
+
+func (x *StreamFile) ProtoReflect() protoreflect.Message {
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamFile.ProtoReflect.Descriptor instead.
+func (*StreamFile) Descriptor() ([]byte, []int) {
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *StreamFile) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *StreamFile) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *StreamFile) GetOpenMode() OpenMode {
+	if x != nil {
+		return x.OpenMode
+	}
+	return OpenMode_OPEN_MODE_UNSPECIFIED
+}
+
 // StreamWrite is one positional write of a WriteStream.
 type StreamWrite struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1255,14 +1349,17 @@ type StreamWrite struct {
 	// The durability the ack promises, as in WriteRequest.
 	Sync SyncMode `protobuf:"varint,4,opt,name=sync,proto3,enum=filewrite.v1.SyncMode" json:"sync,omitempty"`
 	// CRC-32C (Castagnoli) of data; checked before anything is written.
-	Crc32C        *uint32 `protobuf:"fixed32,5,opt,name=crc32c,proto3,oneof" json:"crc32c,omitempty"`
+	Crc32C *uint32 `protobuf:"fixed32,5,opt,name=crc32c,proto3,oneof" json:"crc32c,omitempty"`
+	// The declared file (StreamFile.index) the write goes to; 0, the default,
+	// is the file of the stream's path.
+	File          uint32 `protobuf:"varint,6,opt,name=file,proto3" json:"file,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StreamWrite) Reset() {
 	*x = StreamWrite{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[16]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1274,7 +1371,7 @@ func (x *StreamWrite) String() string {
 func (*StreamWrite) ProtoMessage() {}
 
 func (x *StreamWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[16]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1287,7 +1384,7 @@ func (x *StreamWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamWrite.ProtoReflect.Descriptor instead.
 func (*StreamWrite) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{16}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StreamWrite) GetId() uint64 {
@@ -1325,19 +1422,28 @@ func (x *StreamWrite) GetCrc32C() uint32 {
 	return 0
 }
 
+func (x *StreamWrite) GetFile() uint32 {
+	if x != nil {
+		return x.File
+	}
+	return 0
+}
+
 // WriteStreamResponse carries acks of writes of the stream.
 type WriteStreamResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Acks, in no particular order. Any response may carry them, the reply
 	// to the first message included.
-	Acks          []*StreamAck `protobuf:"bytes,1,rep,name=acks,proto3" json:"acks,omitempty"`
+	Acks []*StreamAck `protobuf:"bytes,1,rep,name=acks,proto3" json:"acks,omitempty"`
+	// What became of files declared on the stream, each reported once.
+	Files         []*StreamFileStatus `protobuf:"bytes,2,rep,name=files,proto3" json:"files,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WriteStreamResponse) Reset() {
 	*x = WriteStreamResponse{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[17]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1349,7 +1455,7 @@ func (x *WriteStreamResponse) String() string {
 func (*WriteStreamResponse) ProtoMessage() {}
 
 func (x *WriteStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[17]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1362,12 +1468,77 @@ func (x *WriteStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStreamResponse.ProtoReflect.Descriptor instead.
 func (*WriteStreamResponse) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{17}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WriteStreamResponse) GetAcks() []*StreamAck {
 	if x != nil {
 		return x.Acks
+	}
+	return nil
+}
+
+func (x *WriteStreamResponse) GetFiles() []*StreamFileStatus {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+// StreamFileStatus reports one declared file of a WriteStream.
+type StreamFileStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The file's index (StreamFile.index).
+	Index uint32 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// Unset when the file is open; else why it could not be (NOT_FOUND,
+	// ALREADY_EXISTS, PERMISSION_DENIED, RESOURCE_EXHAUSTED with
+	// TOO_MANY_FILES_ON_STREAM or TOO_MANY_OPEN_FILES, ...). The index stays
+	// taken until the client closes it.
+	Status        *status.Status `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamFileStatus) Reset() {
+	*x = StreamFileStatus{}
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamFileStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamFileStatus) ProtoMessage() {}
+
+func (x *StreamFileStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamFileStatus.ProtoReflect.Descriptor instead.
+func (*StreamFileStatus) Descriptor() ([]byte, []int) {
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *StreamFileStatus) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *StreamFileStatus) GetStatus() *status.Status {
+	if x != nil {
+		return x.Status
 	}
 	return nil
 }
@@ -1389,7 +1560,7 @@ type StreamAck struct {
 
 func (x *StreamAck) Reset() {
 	*x = StreamAck{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[18]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1401,7 +1572,7 @@ func (x *StreamAck) String() string {
 func (*StreamAck) ProtoMessage() {}
 
 func (x *StreamAck) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[18]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1414,7 +1585,7 @@ func (x *StreamAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAck.ProtoReflect.Descriptor instead.
 func (*StreamAck) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{18}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StreamAck) GetId() uint64 {
@@ -1459,7 +1630,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[19]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1471,7 +1642,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[19]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1484,7 +1655,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{19}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeleteRequest) GetPath() string {
@@ -1510,7 +1681,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[20]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1522,7 +1693,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[20]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1535,7 +1706,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{20}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{22}
 }
 
 // RenameRequest gives a file a new name.
@@ -1555,7 +1726,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[21]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +1738,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[21]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +1751,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{21}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RenameRequest) GetPath() string {
@@ -1620,7 +1791,7 @@ type RenameResponse struct {
 
 func (x *RenameResponse) Reset() {
 	*x = RenameResponse{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[22]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +1803,7 @@ func (x *RenameResponse) String() string {
 func (*RenameResponse) ProtoMessage() {}
 
 func (x *RenameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[22]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +1816,7 @@ func (x *RenameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameResponse.ProtoReflect.Descriptor instead.
 func (*RenameResponse) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{22}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{24}
 }
 
 // ListRequest asks for a page of a directory's entries.
@@ -1665,7 +1836,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[23]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1677,7 +1848,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[23]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1690,7 +1861,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{23}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListRequest) GetPath() string {
@@ -1727,7 +1898,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[24]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1739,7 +1910,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[24]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1752,7 +1923,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{24}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListResponse) GetEntries() []*DirEntry {
@@ -1784,7 +1955,7 @@ type DirEntry struct {
 
 func (x *DirEntry) Reset() {
 	*x = DirEntry{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[25]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1796,7 +1967,7 @@ func (x *DirEntry) String() string {
 func (*DirEntry) ProtoMessage() {}
 
 func (x *DirEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[25]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1809,7 +1980,7 @@ func (x *DirEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirEntry.ProtoReflect.Descriptor instead.
 func (*DirEntry) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{25}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DirEntry) GetName() string {
@@ -1893,20 +2064,32 @@ const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\x06Extent\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x16\n" +
 	"\x06length\x18\x02 \x01(\x03R\x06length\x12/\n" +
-	"\x05state\x18\x03 \x01(\x0e2\x19.filewrite.v1.ExtentStateR\x05state\"\x90\x01\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x19.filewrite.v1.ExtentStateR\x05state\"\xd6\x01\n" +
 	"\x12WriteStreamRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x121\n" +
 	"\x06writes\x18\x02 \x03(\v2\x19.filewrite.v1.StreamWriteR\x06writes\x123\n" +
-	"\topen_mode\x18\x03 \x01(\x0e2\x16.filewrite.v1.OpenModeR\bopenMode\"\x9d\x01\n" +
+	"\topen_mode\x18\x03 \x01(\x0e2\x16.filewrite.v1.OpenModeR\bopenMode\x12.\n" +
+	"\x05files\x18\x04 \x03(\v2\x18.filewrite.v1.StreamFileR\x05files\x12\x14\n" +
+	"\x05close\x18\x05 \x03(\rR\x05close\"k\n" +
+	"\n" +
+	"StreamFile\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x123\n" +
+	"\topen_mode\x18\x03 \x01(\x0e2\x16.filewrite.v1.OpenModeR\bopenMode\"\xb1\x01\n" +
 	"\vStreamWrite\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12*\n" +
 	"\x04sync\x18\x04 \x01(\x0e2\x16.filewrite.v1.SyncModeR\x04sync\x12\x1b\n" +
-	"\x06crc32c\x18\x05 \x01(\aH\x00R\x06crc32c\x88\x01\x01B\t\n" +
-	"\a_crc32c\"B\n" +
+	"\x06crc32c\x18\x05 \x01(\aH\x00R\x06crc32c\x88\x01\x01\x12\x12\n" +
+	"\x04file\x18\x06 \x01(\rR\x04fileB\t\n" +
+	"\a_crc32c\"x\n" +
 	"\x13WriteStreamResponse\x12+\n" +
-	"\x04acks\x18\x01 \x03(\v2\x17.filewrite.v1.StreamAckR\x04acks\"\x80\x01\n" +
+	"\x04acks\x18\x01 \x03(\v2\x17.filewrite.v1.StreamAckR\x04acks\x124\n" +
+	"\x05files\x18\x02 \x03(\v2\x1e.filewrite.v1.StreamFileStatusR\x05files\"T\n" +
+	"\x10StreamFileStatus\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12*\n" +
+	"\x06status\x18\x02 \x01(\v2\x12.google.rpc.StatusR\x06status\"\x80\x01\n" +
 	"\tStreamAck\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12#\n" +
 	"\rbytes_written\x18\x02 \x01(\x03R\fbytesWritten\x12\x12\n" +
@@ -1981,7 +2164,7 @@ func file_filewrite_v1_filewrite_proto_rawDescGZIP() []byte {
 }
 
 var file_filewrite_v1_filewrite_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_filewrite_v1_filewrite_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_filewrite_v1_filewrite_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_filewrite_v1_filewrite_proto_goTypes = []any{
 	(SyncMode)(0),                 // 0: filewrite.v1.SyncMode
 	(FallocateMode)(0),            // 1: filewrite.v1.FallocateMode
@@ -2003,59 +2186,65 @@ var file_filewrite_v1_filewrite_proto_goTypes = []any{
 	(*ExtentsResponse)(nil),       // 17: filewrite.v1.ExtentsResponse
 	(*Extent)(nil),                // 18: filewrite.v1.Extent
 	(*WriteStreamRequest)(nil),    // 19: filewrite.v1.WriteStreamRequest
-	(*StreamWrite)(nil),           // 20: filewrite.v1.StreamWrite
-	(*WriteStreamResponse)(nil),   // 21: filewrite.v1.WriteStreamResponse
-	(*StreamAck)(nil),             // 22: filewrite.v1.StreamAck
-	(*DeleteRequest)(nil),         // 23: filewrite.v1.DeleteRequest
-	(*DeleteResponse)(nil),        // 24: filewrite.v1.DeleteResponse
-	(*RenameRequest)(nil),         // 25: filewrite.v1.RenameRequest
-	(*RenameResponse)(nil),        // 26: filewrite.v1.RenameResponse
-	(*ListRequest)(nil),           // 27: filewrite.v1.ListRequest
-	(*ListResponse)(nil),          // 28: filewrite.v1.ListResponse
-	(*DirEntry)(nil),              // 29: filewrite.v1.DirEntry
-	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
-	(*status.Status)(nil),         // 31: google.rpc.Status
+	(*StreamFile)(nil),            // 20: filewrite.v1.StreamFile
+	(*StreamWrite)(nil),           // 21: filewrite.v1.StreamWrite
+	(*WriteStreamResponse)(nil),   // 22: filewrite.v1.WriteStreamResponse
+	(*StreamFileStatus)(nil),      // 23: filewrite.v1.StreamFileStatus
+	(*StreamAck)(nil),             // 24: filewrite.v1.StreamAck
+	(*DeleteRequest)(nil),         // 25: filewrite.v1.DeleteRequest
+	(*DeleteResponse)(nil),        // 26: filewrite.v1.DeleteResponse
+	(*RenameRequest)(nil),         // 27: filewrite.v1.RenameRequest
+	(*RenameResponse)(nil),        // 28: filewrite.v1.RenameResponse
+	(*ListRequest)(nil),           // 29: filewrite.v1.ListRequest
+	(*ListResponse)(nil),          // 30: filewrite.v1.ListResponse
+	(*DirEntry)(nil),              // 31: filewrite.v1.DirEntry
+	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
+	(*status.Status)(nil),         // 33: google.rpc.Status
 }
 var file_filewrite_v1_filewrite_proto_depIdxs = []int32{
 	0,  // 0: filewrite.v1.WriteRequest.sync:type_name -> filewrite.v1.SyncMode
 	2,  // 1: filewrite.v1.WriteRequest.open_mode:type_name -> filewrite.v1.OpenMode
 	1,  // 2: filewrite.v1.FallocateRequest.mode:type_name -> filewrite.v1.FallocateMode
-	30, // 3: filewrite.v1.StatResponse.change_time:type_name -> google.protobuf.Timestamp
+	32, // 3: filewrite.v1.StatResponse.change_time:type_name -> google.protobuf.Timestamp
 	18, // 4: filewrite.v1.ExtentsResponse.extents:type_name -> filewrite.v1.Extent
 	3,  // 5: filewrite.v1.Extent.state:type_name -> filewrite.v1.ExtentState
-	20, // 6: filewrite.v1.WriteStreamRequest.writes:type_name -> filewrite.v1.StreamWrite
+	21, // 6: filewrite.v1.WriteStreamRequest.writes:type_name -> filewrite.v1.StreamWrite
 	2,  // 7: filewrite.v1.WriteStreamRequest.open_mode:type_name -> filewrite.v1.OpenMode
-	0,  // 8: filewrite.v1.StreamWrite.sync:type_name -> filewrite.v1.SyncMode
-	22, // 9: filewrite.v1.WriteStreamResponse.acks:type_name -> filewrite.v1.StreamAck
-	31, // 10: filewrite.v1.StreamAck.status:type_name -> google.rpc.Status
-	29, // 11: filewrite.v1.ListResponse.entries:type_name -> filewrite.v1.DirEntry
-	4,  // 12: filewrite.v1.FileService.Write:input_type -> filewrite.v1.WriteRequest
-	6,  // 13: filewrite.v1.FileService.Fsync:input_type -> filewrite.v1.FsyncRequest
-	8,  // 14: filewrite.v1.FileService.Truncate:input_type -> filewrite.v1.TruncateRequest
-	10, // 15: filewrite.v1.FileService.Fallocate:input_type -> filewrite.v1.FallocateRequest
-	14, // 16: filewrite.v1.FileService.Stat:input_type -> filewrite.v1.StatRequest
-	12, // 17: filewrite.v1.FileService.Read:input_type -> filewrite.v1.ReadRequest
-	16, // 18: filewrite.v1.FileService.Extents:input_type -> filewrite.v1.ExtentsRequest
-	19, // 19: filewrite.v1.FileService.WriteStream:input_type -> filewrite.v1.WriteStreamRequest
-	23, // 20: filewrite.v1.FileService.Delete:input_type -> filewrite.v1.DeleteRequest
-	25, // 21: filewrite.v1.FileService.Rename:input_type -> filewrite.v1.RenameRequest
-	27, // 22: filewrite.v1.FileService.List:input_type -> filewrite.v1.ListRequest
-	5,  // 23: filewrite.v1.FileService.Write:output_type -> filewrite.v1.WriteResponse
-	7,  // 24: filewrite.v1.FileService.Fsync:output_type -> filewrite.v1.FsyncResponse
-	9,  // 25: filewrite.v1.FileService.Truncate:output_type -> filewrite.v1.TruncateResponse
-	11, // 26: filewrite.v1.FileService.Fallocate:output_type -> filewrite.v1.FallocateResponse
-	15, // 27: filewrite.v1.FileService.Stat:output_type -> filewrite.v1.StatResponse
-	13, // 28: filewrite.v1.FileService.Read:output_type -> filewrite.v1.ReadResponse
-	17, // 29: filewrite.v1.FileService.Extents:output_type -> filewrite.v1.ExtentsResponse
-	21, // 30: filewrite.v1.FileService.WriteStream:output_type -> filewrite.v1.WriteStreamResponse
-	24, // 31: filewrite.v1.FileService.Delete:output_type -> filewrite.v1.DeleteResponse
-	26, // 32: filewrite.v1.FileService.Rename:output_type -> filewrite.v1.RenameResponse
-	28, // 33: filewrite.v1.FileService.List:output_type -> filewrite.v1.ListResponse
-	23, // [23:34] is the sub-list for method output_type
-	12, // [12:23] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	20, // 8: filewrite.v1.WriteStreamRequest.files:type_name -> filewrite.v1.StreamFile
+	2,  // 9: filewrite.v1.StreamFile.open_mode:type_name -> filewrite.v1.OpenMode
+	0,  // 10: filewrite.v1.StreamWrite.sync:type_name -> filewrite.v1.SyncMode
+	24, // 11: filewrite.v1.WriteStreamResponse.acks:type_name -> filewrite.v1.StreamAck
+	23, // 12: filewrite.v1.WriteStreamResponse.files:type_name -> filewrite.v1.StreamFileStatus
+	33, // 13: filewrite.v1.StreamFileStatus.status:type_name -> google.rpc.Status
+	33, // 14: filewrite.v1.StreamAck.status:type_name -> google.rpc.Status
+	31, // 15: filewrite.v1.ListResponse.entries:type_name -> filewrite.v1.DirEntry
+	4,  // 16: filewrite.v1.FileService.Write:input_type -> filewrite.v1.WriteRequest
+	6,  // 17: filewrite.v1.FileService.Fsync:input_type -> filewrite.v1.FsyncRequest
+	8,  // 18: filewrite.v1.FileService.Truncate:input_type -> filewrite.v1.TruncateRequest
+	10, // 19: filewrite.v1.FileService.Fallocate:input_type -> filewrite.v1.FallocateRequest
+	14, // 20: filewrite.v1.FileService.Stat:input_type -> filewrite.v1.StatRequest
+	12, // 21: filewrite.v1.FileService.Read:input_type -> filewrite.v1.ReadRequest
+	16, // 22: filewrite.v1.FileService.Extents:input_type -> filewrite.v1.ExtentsRequest
+	19, // 23: filewrite.v1.FileService.WriteStream:input_type -> filewrite.v1.WriteStreamRequest
+	25, // 24: filewrite.v1.FileService.Delete:input_type -> filewrite.v1.DeleteRequest
+	27, // 25: filewrite.v1.FileService.Rename:input_type -> filewrite.v1.RenameRequest
+	29, // 26: filewrite.v1.FileService.List:input_type -> filewrite.v1.ListRequest
+	5,  // 27: filewrite.v1.FileService.Write:output_type -> filewrite.v1.WriteResponse
+	7,  // 28: filewrite.v1.FileService.Fsync:output_type -> filewrite.v1.FsyncResponse
+	9,  // 29: filewrite.v1.FileService.Truncate:output_type -> filewrite.v1.TruncateResponse
+	11, // 30: filewrite.v1.FileService.Fallocate:output_type -> filewrite.v1.FallocateResponse
+	15, // 31: filewrite.v1.FileService.Stat:output_type -> filewrite.v1.StatResponse
+	13, // 32: filewrite.v1.FileService.Read:output_type -> filewrite.v1.ReadResponse
+	17, // 33: filewrite.v1.FileService.Extents:output_type -> filewrite.v1.ExtentsResponse
+	22, // 34: filewrite.v1.FileService.WriteStream:output_type -> filewrite.v1.WriteStreamResponse
+	26, // 35: filewrite.v1.FileService.Delete:output_type -> filewrite.v1.DeleteResponse
+	28, // 36: filewrite.v1.FileService.Rename:output_type -> filewrite.v1.RenameResponse
+	30, // 37: filewrite.v1.FileService.List:output_type -> filewrite.v1.ListResponse
+	27, // [27:38] is the sub-list for method output_type
+	16, // [16:27] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_filewrite_v1_filewrite_proto_init() }
@@ -2064,14 +2253,14 @@ func file_filewrite_v1_filewrite_proto_init() {
 		return
 	}
 	file_filewrite_v1_filewrite_proto_msgTypes[9].OneofWrappers = []any{}
-	file_filewrite_v1_filewrite_proto_msgTypes[16].OneofWrappers = []any{}
+	file_filewrite_v1_filewrite_proto_msgTypes[17].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_filewrite_v1_filewrite_proto_rawDesc), len(file_filewrite_v1_filewrite_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   26,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
