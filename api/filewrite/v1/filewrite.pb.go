@@ -1192,14 +1192,19 @@ type WriteStreamRequest struct {
 	// Each declared file is answered once, in a later response's files: open,
 	// or why not (its writes are then acked with that status). A declared
 	// file's failure (an open refused, the file deleted, its scope revoked)
-	// fails only its writes; the stream goes on. A daemon that predates
+	// fails only its writes; the stream goes on. At most
+	// --max-files-per-stream declared files are held at once
+	// (TOO_MANY_FILES_ON_STREAM past it). The routing header names the
+	// stream's first file; the client puts on one stream only files of the
+	// daemon it routes to. A daemon that predates
 	// declared files ignores this field and refuses such a stream ("a
 	// different path in a later message", or a missing path).
 	Files []*StreamFile `protobuf:"bytes,4,rep,name=files,proto3" json:"files,omitempty"`
 	// Indexes of declared files the stream is done with, closed after this
 	// message's writes: the writes already read to them are applied and
-	// acked, then the file is given back. The index may then be declared
-	// again, in this message's files or a later one's.
+	// acked, then the file is given back. The index is free at once: a later
+	// message may declare it again. Closing an index that names no file does
+	// nothing.
 	Close         []uint32 `protobuf:"varint,5,rep,packed,name=close,proto3" json:"close,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
