@@ -116,7 +116,7 @@ func main() {
 }
 
 func parseOptions(args []string, out io.Writer) (options, error) {
-	o := options{rounds: 3, out: "loadtest-out", maxOpenFiles: 1024, streams: 512, createFiles: 10000}
+	o := options{rounds: 3, out: "loadtest-out", maxOpenFiles: 1024, streams: 8192, createFiles: 10000}
 	raw := rawFlags{files: "1000,10000,100000"}
 	fs := o.flagSet(&raw, out)
 	if err := fs.Parse(args); err != nil {
@@ -161,7 +161,7 @@ func (o *options) flagSet(raw *rawFlags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.record, "record", "", "also write the run as a dated record, DATE-COMMIT-SCENARIO.md, into this `dir` (docs/benchmarks keeps them)")
 	fs.StringVar(&raw.files, "files", raw.files, "files: the file counts of the many-file rows, comma-separated")
 	fs.IntVar(&o.maxOpenFiles, "max-open-files", o.maxOpenFiles, "files: the daemon's --max-open-files in the second run of each many-file row")
-	fs.IntVar(&o.streams, "streams", o.streams, "files: most idle WriteStreams (one per file) the stream transport keeps open; with one per client in use, keep the sum below -max-open-files")
+	fs.IntVar(&o.streams, "streams", o.streams, "files: most files the stream transport keeps declared (open on the daemon) on its multi-file WriteStreams, 4096 to a stream; rows with -max-open-files keep fewer")
 	fs.IntVar(&o.createFiles, "create", o.createFiles, "files: how many files files-create makes, ten to a new directory")
 	return fs
 }
