@@ -542,15 +542,18 @@ func (ws *writeStream) release() {
 		return
 	}
 	// Every write was acked or dropped: the reader waited for the workers
-	// and syncers, and the handler is done. No lock is needed any more.
+	// and syncers, and the handler is done. watchAuth may still look at
+	// the files until cancelStop, hence the lock.
 	if ws.main != nil && ws.main.h != nil {
 		ws.main.h.Close()
 	}
+	ws.mu.Lock()
 	for _, f := range ws.declared {
 		f.closing = true
 		f.writes = 0
 		f.releaseLocked()
 	}
+	ws.mu.Unlock()
 	ws.cancelStop()
 	ws.stopIdleTimer()
 	ws.budget.close()
