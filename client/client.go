@@ -53,6 +53,26 @@ type options struct {
 	targets         []string          // WithTargets (targets.go)
 	ringHash        bool              // WithRingHash
 	dialOpts        []grpc.DialOption // WithDialOptions
+	filesPerStream  int               // WithSharedStreams; 0: a stream per path
+}
+
+// DefaultFilesPerStream is WithSharedStreams' default: the daemon's
+// default --max-files-per-stream.
+const DefaultFilesPerStream = 4096
+
+// WithSharedStreams sets how many paths' Files share one WriteStream:
+// each path is a file declared on a shared stream (docs/streaming.md), so
+// that many open files cost a few streams, not one each. It must not
+// exceed the daemon's --max-files-per-stream. With WithTargets a stream
+// carries only files of one daemon (their owner on the ring). Not with
+// WithRingHash, whose members only the resolver knows: there each path
+// keeps a stream of its own. Each file still holds a file open on its
+// daemon (--max-open-files). A daemon that predates declared files
+// refuses a shared stream (INVALID_ARGUMENT), and Open fails: 0 gives
+// each path a stream of its own, as before. Default:
+// DefaultFilesPerStream.
+func WithSharedStreams(filesPerStream int) Option {
+	return func(o *options) { o.filesPerStream = max(0, filesPerStream) }
 }
 
 // WithToken sends tok as a bearer token ("authorization: Bearer tok") on
@@ -140,13 +160,15 @@ type Client struct {
 	mu sync.Mutex
 	// streams holds the stream of each path with an open File.
 	streams map[string]*fileStream
-	closed  bool
+	// muxes holds the shared streams by owner (WithSharedStreams).
+	muxes  map[string][]*muxStream
+	closed bool
 }
 
 // New makes a Client over cc, a connection the caller made (and closes
 // after Client.Close).
 func New(cc grpc.ClientConnInterface, opts ...Option) *Client {
-	o := options{maxMessageBytes: DefaultMaxMessageBytes}
+	o := options{maxMessageBytes: DefaultMaxMessageBytes, filesPerStream: DefaultFilesPerStream}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -160,6 +182,7 @@ func New(cc grpc.ClientConnInterface, opts ...Option) *Client {
 		ctx:     ctx,
 		cancel:  cancel,
 		streams: make(map[string]*fileStream),
+		muxes:   make(map[string][]*muxStream),
 	}
 }
 

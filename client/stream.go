@@ -131,9 +131,13 @@ type fileStream struct {
 	stopped chan struct{}
 }
 
-// streamConn is one WriteStream of a fileStream.
+// streamConn is one WriteStream of a fileStream, or its file's index on a
+// shared one (mux, index: see mux.go).
 type streamConn struct {
 	stream grpc.BidiStreamingClient[filewritev1.WriteStreamRequest, filewritev1.WriteStreamResponse]
+	mux    *muxStream
+	index  uint32
+	s      *fileStream
 	cancel context.CancelFunc
 	// inflight, nextID and broken are guarded by fileStream.mu.
 	inflight map[uint64]*write
@@ -222,11 +226,23 @@ func (s *fileStream) connect(ctx context.Context) (*streamConn, error) {
 	s.conn = conn
 	s.opened = true
 	s.mu.Unlock()
-	go s.receive(conn)
+	if conn.mux == nil {
+		go s.receive(conn) // a shared stream has its own receiver
+	}
 	return conn, nil
 }
 
 func (s *fileStream) handshake(ctx context.Context, cancel context.CancelFunc, mode filewritev1.OpenMode) (*streamConn, error) {
+	if s.c.sharing() {
+		// ctx bounds the declaration only: the shared stream has its own
+		// context.
+		defer cancel()
+		m, err := s.c.acquireMux(ctx, s.path)
+		if err != nil {
+			return nil, err
+		}
+		return m.declare(ctx, s, mode)
+	}
 	opts := []grpc.CallOption{grpc.ForceCodecV2(newStreamCodec())}
 	if s.c.opts.retries > 0 {
 		// Wait for the connection rather than fail while the daemon is
@@ -247,7 +263,7 @@ func (s *fileStream) handshake(ctx context.Context, cancel context.CancelFunc, m
 		}
 		return nil, wrapErr(err)
 	}
-	return &streamConn{stream: stream, cancel: cancel, inflight: make(map[uint64]*write), done: make(chan struct{})}, nil
+	return &streamConn{stream: stream, s: s, cancel: cancel, inflight: make(map[uint64]*write), done: make(chan struct{})}, nil
 }
 
 // enqueue queues ws, in order, and wakes the sender.
@@ -366,7 +382,7 @@ func (s *fileStream) sendOne() bool {
 	clear(s.queue[rest:])
 	s.queue = s.queue[:rest]
 	s.mu.Unlock()
-	req := encodeWrites(batch, firstID)
+	req := encodeWrites(batch, conn.index, firstID)
 	s.mu.Lock()
 	for _, w := range batch {
 		if w.state == beingEncoded {
@@ -377,7 +393,9 @@ func (s *fileStream) sendOne() bool {
 	s.mu.Unlock()
 	clear(batch)
 	s.batch = batch[:0]
-	if err := conn.stream.SendMsg(req); err != nil && !errors.Is(err, io.EOF) {
+	if conn.mux != nil {
+		conn.mux.send(req) // which breaks the shared stream if it fails
+	} else if err := conn.stream.SendMsg(req); err != nil && !errors.Is(err, io.EOF) {
 		// The stream is broken; its receiver fails (or requeues) what
 		// it held once Recv returns, which cancelling makes sure of.
 		// io.EOF says the daemon ended the stream: its receiver gets
@@ -385,6 +403,29 @@ func (s *fileStream) sendOne() bool {
 		conn.cancel()
 	}
 	return true
+}
+
+// acked takes acks of conn, a file's index on a shared stream (mux.go).
+// There a deleted file's writes are acked NOT_FOUND (FILE_DELETED) and
+// the stream goes on: the file is gone, as when its own stream ends so.
+func (s *fileStream) acked(conn *streamConn, acks []ack) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failures = 0
+	for i := range acks {
+		a := &acks[i]
+		w := conn.inflight[a.id]
+		if w == nil {
+			continue // not ours: ignore rather than guess
+		}
+		delete(conn.inflight, a.id)
+		w.n, w.size, w.err = a.written, a.size, a.err
+		if status.Code(a.err) == codes.NotFound && s.gone == nil {
+			s.gone = wrapErr(a.err)
+			s.failQueuedLocked(s.gone)
+		}
+		s.finishLocked(w)
+	}
 }
 
 // receive matches the acks of conn to their writes until conn ends.
@@ -597,6 +638,20 @@ func (s *fileStream) close() error {
 	s.conn = nil
 	s.mu.Unlock()
 	if conn == nil {
+		return nil
+	}
+	if conn.mux != nil {
+		// Wait for the acks of the writes in flight, then close the
+		// file on the shared stream.
+		s.mu.Lock()
+		for len(conn.inflight) > 0 && !conn.broken {
+			s.idle.Wait()
+		}
+		broken := conn.broken
+		s.mu.Unlock()
+		if !broken {
+			conn.mux.detach(conn)
+		}
 		return nil
 	}
 	conn.stream.CloseSend()
