@@ -160,9 +160,12 @@ type Client struct {
 	mu sync.Mutex
 	// streams holds the stream of each path with an open File.
 	streams map[string]*fileStream
-	// muxes holds the shared streams by owner (WithSharedStreams).
-	muxes  map[string][]*muxStream
-	closed bool
+	// muxes holds the shared streams by owner (WithSharedStreams);
+	// muxOpening, the owners a new one is being opened for, closed once
+	// it is in muxes or failed.
+	muxes      map[string][]*muxStream
+	muxOpening map[string]chan struct{}
+	closed     bool
 }
 
 // New makes a Client over cc, a connection the caller made (and closes
@@ -176,13 +179,14 @@ func New(cc grpc.ClientConnInterface, opts ...Option) *Client {
 	o.piece = 1 << (bits.Len(uint(max(1, o.maxMessageBytes-writeOverhead))) - 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Client{
-		cc:      cc,
-		api:     filewritev1.NewFileServiceClient(cc),
-		opts:    o,
-		ctx:     ctx,
-		cancel:  cancel,
-		streams: make(map[string]*fileStream),
-		muxes:   make(map[string][]*muxStream),
+		cc:         cc,
+		api:        filewritev1.NewFileServiceClient(cc),
+		opts:       o,
+		ctx:        ctx,
+		cancel:     cancel,
+		streams:    make(map[string]*fileStream),
+		muxes:      make(map[string][]*muxStream),
+		muxOpening: make(map[string]chan struct{}),
 	}
 }
 

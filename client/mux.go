@@ -79,18 +79,41 @@ func (c *Client) sharing() bool {
 func (c *Client) acquireMux(ctx context.Context, path string) (*muxStream, error) {
 	owner := c.ownerOf(path)
 	c.mu.Lock()
-	var best *muxStream
-	for _, m := range c.muxes[owner] {
-		if m.users < c.opts.filesPerStream && (best == nil || m.users < best.users) {
-			best = m
+	for {
+		var best *muxStream
+		for _, m := range c.muxes[owner] {
+			if m.users < c.opts.filesPerStream && (best == nil || m.users < best.users) {
+				best = m
+			}
 		}
-	}
-	if best != nil {
-		best.users++
+		if best != nil {
+			best.users++
+			c.mu.Unlock()
+			return best, nil
+		}
+		// One new stream at a time per owner: callers that find no room
+		// while one opens wait for it, rather than each open one.
+		opening := c.muxOpening[owner]
+		if opening == nil {
+			break
+		}
 		c.mu.Unlock()
-		return best, nil
+		select {
+		case <-opening:
+		case <-ctx.Done():
+			return nil, wrapErr(ctx.Err())
+		}
+		c.mu.Lock()
 	}
+	opened := make(chan struct{})
+	c.muxOpening[owner] = opened
 	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.muxOpening, owner)
+		c.mu.Unlock()
+		close(opened)
+	}()
 	mctx, cancel := context.WithCancel(c.outgoing(c.ctx, path))
 	opts := []grpc.CallOption{grpc.ForceCodecV2(newStreamCodec())}
 	if c.opts.retries > 0 {
@@ -113,6 +136,8 @@ func (c *Client) acquireMux(ctx context.Context, path string) (*muxStream, error
 		cancel()
 		return nil, errClientClosed
 	}
+	// Added before muxOpening is cleared (deferred): a caller woken by
+	// it finds the stream.
 	c.muxes[owner] = append(c.muxes[owner], m)
 	c.mu.Unlock()
 	go m.receive()
