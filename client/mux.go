@@ -73,10 +73,13 @@ func (c *Client) sharing() bool {
 	return c.opts.filesPerStream > 0 && !c.opts.ringHash
 }
 
-// acquireMux returns a muxStream to path's owner with room for one more
-// file, counted as a user: one of the open ones, or a new one, routed by
-// path. ctx bounds opening a new one.
-func (c *Client) acquireMux(ctx context.Context, path string) (*muxStream, error) {
+// declareShared declares s's file in mode on a muxStream to its path's
+// owner with room for one more file: one of the open ones, or a new one,
+// routed by the path. The file is a user of it from then on. It returns
+// once the declaration is sent; await has the daemon's answer. ctx bounds
+// opening a new stream.
+func (c *Client) declareShared(ctx context.Context, s *fileStream, mode filewritev1.OpenMode) (*streamConn, chan error, error) {
+	path := s.path
 	owner := c.ownerOf(path)
 	c.mu.Lock()
 	for {
@@ -89,7 +92,7 @@ func (c *Client) acquireMux(ctx context.Context, path string) (*muxStream, error
 		if best != nil {
 			best.users++
 			c.mu.Unlock()
-			return best, nil
+			return best.declare(s, mode)
 		}
 		// One new stream at a time per owner: callers that find no room
 		// while one opens wait for it, rather than each open one.
@@ -101,7 +104,7 @@ func (c *Client) acquireMux(ctx context.Context, path string) (*muxStream, error
 		select {
 		case <-opening:
 		case <-ctx.Done():
-			return nil, wrapErr(ctx.Err())
+			return nil, nil, wrapErr(ctx.Err())
 		}
 		c.mu.Lock()
 	}
@@ -126,22 +129,28 @@ func (c *Client) acquireMux(ctx context.Context, path string) (*muxStream, error
 	}
 	if err != nil {
 		cancel()
-		return nil, wrapErr(err)
+		return nil, nil, wrapErr(err)
 	}
 	m := &muxStream{c: c, owner: owner, stream: stream, cancel: cancel, users: 1, sendMu: make(chan struct{}, 1),
 		members: map[uint32]*streamConn{}, opening: map[uint32]chan error{}, done: make(chan struct{})}
+	go m.receive()
+	// The daemon checks the stream's routing header against its first
+	// file: declare it before another file can join.
+	conn, answer, err := m.declare(s, mode)
+	if err != nil {
+		return nil, nil, err
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		cancel()
-		return nil, errClientClosed
+		return nil, nil, errClientClosed
 	}
 	// Added before muxOpening is cleared (deferred): a caller woken by
 	// it finds the stream.
 	c.muxes[owner] = append(c.muxes[owner], m)
 	c.mu.Unlock()
-	go m.receive()
-	return m, nil
+	return conn, answer, nil
 }
 
 // releaseLocked drops a user of m; the last closes the stream.
@@ -203,17 +212,17 @@ func (m *muxStream) send(req any) error {
 	return err
 }
 
-// declare declares s's file on m in mode, and waits for the daemon's
-// answer (bounded by ctx): its streamConn, or why the file could not be
-// opened. m's user is s's from then on; on error it is given back.
-func (m *muxStream) declare(ctx context.Context, s *fileStream, mode filewritev1.OpenMode) (*streamConn, error) {
+// declare sends the declaration of s's file on m in mode: its streamConn
+// once await has the daemon's answer. m's user is s's from then on; on
+// error it is given back.
+func (m *muxStream) declare(s *fileStream, mode filewritev1.OpenMode) (*streamConn, chan error, error) {
 	answer := make(chan error, 1)
 	m.mu.Lock()
 	if m.broken {
 		err := m.err
 		m.mu.Unlock()
 		m.release()
-		return nil, err
+		return nil, nil, err
 	}
 	m.nextIndex++
 	index := m.nextIndex
@@ -224,15 +233,22 @@ func (m *muxStream) declare(ctx context.Context, s *fileStream, mode filewritev1
 	m.mu.Unlock()
 	f := streamwire.File{Index: index, Path: s.path, OpenMode: int32(mode)}
 	b := streamwire.AppendFile(nil, &f)
-	err := m.send(&encodedRequest{data: mem.BufferSlice{mem.SliceBuffer(b)}})
-	if err == nil {
-		select {
-		case err = <-answer:
-		case <-ctx.Done():
-			err = wrapErr(ctx.Err())
-		}
-	} else {
-		err = wrapErr(err)
+	if err := m.send(&encodedRequest{data: mem.BufferSlice{mem.SliceBuffer(b)}}); err != nil {
+		m.detach(conn)
+		return nil, nil, wrapErr(err)
+	}
+	return conn, answer, nil
+}
+
+// await waits for the daemon's answer to conn's declaration (bounded by
+// ctx): conn, or why the file could not be opened, its user of m given
+// back.
+func (m *muxStream) await(ctx context.Context, conn *streamConn, answer chan error) (*streamConn, error) {
+	var err error
+	select {
+	case err = <-answer:
+	case <-ctx.Done():
+		err = wrapErr(ctx.Err())
 	}
 	if err != nil {
 		m.detach(conn)

@@ -237,11 +237,11 @@ func (s *fileStream) handshake(ctx context.Context, cancel context.CancelFunc, m
 		// ctx bounds the declaration only: the shared stream has its own
 		// context.
 		defer cancel()
-		m, err := s.c.acquireMux(ctx, s.path)
+		conn, answer, err := s.c.declareShared(ctx, s, mode)
 		if err != nil {
 			return nil, err
 		}
-		return m.declare(ctx, s, mode)
+		return conn.mux.await(ctx, conn, answer)
 	}
 	opts := []grpc.CallOption{grpc.ForceCodecV2(newStreamCodec())}
 	if s.c.opts.retries > 0 {
