@@ -156,7 +156,7 @@ func (o *options) flagSet(raw *rawFlags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&raw.targets, "targets", "", "with -scenario cluster: comma-separated gRPC addresses of running daemons, routed by ring hash of the path")
 	fs.StringVar(&raw.tokenFile, "token-file", "", "with -target: a `file` whose first token (one per line, # comments) is sent as the bearer token")
 	fs.StringVar(&o.daemon, "daemon", "", "a filewrite binary to start instead of building one from this checkout")
-	fs.StringVar(&o.transport, "transport", "", "how the clients reach the daemon: unary (one RPC per write), stream (WriteStream through the client package, a File per client) or both, alternated (default: both for all and files, unary otherwise)")
+	fs.StringVar(&o.transport, "transport", "", "how the clients reach the daemon: unary (one RPC per write), stream (WriteStream through the client package, a File per client; files: multi-file WriteStreams) or both, alternated (default: both for all and files, unary otherwise)")
 	fs.BoolVar(&o.keepData, "keep-data", false, "keep the daemons' data directories and logs after each scenario")
 	fs.StringVar(&o.record, "record", "", "also write the run as a dated record, DATE-COMMIT-SCENARIO.md, into this `dir` (docs/benchmarks keeps them)")
 	fs.StringVar(&raw.files, "files", raw.files, "files: the file counts of the many-file rows, comma-separated")
