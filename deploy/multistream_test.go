@@ -6,7 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -14,6 +17,7 @@ import (
 	"google.golang.org/grpc/resolver/manual"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/client"
 	"github.com/filewrite/filewrite/internal/shard"
 )
 
@@ -98,6 +102,69 @@ func TestRingHashMultiFileStreams(t *testing.T) {
 		}
 		if acked != 2*len(group) {
 			t.Errorf("%d acks, want %d", acked, 2*len(group))
+		}
+	}
+	for i := range files {
+		owner := slices.Index(names, shard.Owner(names, clusterPath(i)))
+		if got := owners(ds, clusterPath(i)); !slices.Equal(got, []int{owner}) {
+			t.Errorf("%s is on daemons %v, want only its owner %d", clusterPath(i), got, owner)
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(ds[owner].root, clusterPath(i)))
+		if err != nil || string(b) != string(content(i, 2*halfSize)) {
+			t.Errorf("%s on its owner: %d bytes, %v; want it whole", clusterPath(i), len(b), err)
+		}
+	}
+}
+
+// TestClientSharedStreamsByOwner: one Client over the three daemons
+// (WithTargets) holds 90 Files open at once over one shared stream per
+// owner daemon, writes each from its own goroutine, and every file ends
+// whole on its owner and on no other daemon.
+func TestClientSharedStreamsByOwner(t *testing.T) {
+	ds := startDaemons(t, 3, "--require-path-header")
+	var names []string
+	for _, d := range ds {
+		names = append(names, d.GRPCAddr)
+	}
+	var streams atomic.Int64
+	count := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		streams.Add(1)
+		return streamer(ctx, desc, cc, method, opts...)
+	}
+	c, err := client.Dial("", client.WithTargets(names...), client.WithDialOptions(grpc.WithStreamInterceptor(count)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	const files = 90
+	open := make([]*client.File, files)
+	for i := range open {
+		if open[i], err = c.Open(ctx, clusterPath(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := streams.Load(); got != int64(len(ds)) {
+		t.Errorf("%d Files over %d daemons opened %d streams, want one per daemon", files, len(ds), got)
+	}
+	var wg sync.WaitGroup
+	for i, f := range open {
+		wg.Go(func() {
+			want := content(i, 2*halfSize)
+			if _, err := f.WriteAt(want[halfSize:], halfSize); err != nil {
+				t.Errorf("write %s: %v", clusterPath(i), err)
+			}
+			if _, err := f.WriteAt(want[:halfSize], 0); err != nil {
+				t.Errorf("write %s: %v", clusterPath(i), err)
+			}
+		})
+	}
+	wg.Wait()
+	for _, f := range open {
+		if err := f.Close(); err != nil {
+			t.Error(err)
 		}
 	}
 	for i := range files {
