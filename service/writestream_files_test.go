@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"testing"
 
@@ -404,4 +405,54 @@ func TestStreamFilesHeldWrite(t *testing.T) {
 		}
 	}
 	fs.end()
+}
+
+// TestStreamFilesScopeReload: a reload of --auth-token-file that narrows
+// the credential's scope away from one declared file fails that file's
+// later writes with PERMISSION_DENIED; the file still in scope is written
+// on, and the stream goes on.
+func TestStreamFilesScopeReload(t *testing.T) {
+	d, tokens := startTenantDaemon(t)
+	wide := []byte(tokenAdmin + " name=admin\n" + tokenRW + " name=tenant-a prefix=tenants/ mode=rw\n")
+	if err := os.WriteFile(tokens, wide, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.srv.ReloadAuth(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := withAuth(testContext(t), "Bearer "+tokenRW)
+	fs := openFilesStream(t, ctx, d.client)
+	fs.send(&filewritev1.WriteStreamRequest{
+		Files:  []*filewritev1.StreamFile{declare(1, "tenants/a/kept.bin"), declare(2, "tenants/b/narrowed.bin")},
+		Writes: []*filewritev1.StreamWrite{fileWrite(1, 1, 0, []byte("a"), 0), fileWrite(2, 2, 0, []byte("b"), 0)},
+	})
+	for _, id := range []uint64{1, 2} {
+		if got := ackReason(fs.ack(id)); got != "" {
+			t.Fatalf("write %d before the reload: %q", id, got)
+		}
+	}
+	narrow := []byte(tokenAdmin + " name=admin\n" + tokenRW + " name=tenant-a prefix=tenants/a/ mode=rw\n")
+	if err := os.WriteFile(tokens, narrow, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.srv.ReloadAuth(); err != nil {
+		t.Fatal(err)
+	}
+	// The stream learns of the reload on its own goroutine: write until
+	// file 2's writes are refused.
+	id := uint64(3)
+	testutil.WaitFor(t, "file 2's writes to be refused", func() bool {
+		fs.send(&filewritev1.WriteStreamRequest{Writes: []*filewritev1.StreamWrite{fileWrite(2, id, 1, []byte("B"), 0)}})
+		got := ackReason(fs.ack(id))
+		id++
+		return got == "PERMISSION_DENIED_SCOPE"
+	})
+	fs.send(&filewritev1.WriteStreamRequest{Writes: []*filewritev1.StreamWrite{fileWrite(1, id, 1, []byte("A"), 0)}})
+	if got := ackReason(fs.ack(id)); got != "" {
+		t.Errorf("file 1, still in scope, after the reload: %q, want OK", got)
+	}
+	fs.end()
+	if got := string(d.onDisk(t, "tenants/a/kept.bin")); got != "aA" {
+		t.Errorf("tenants/a/kept.bin: %q, want %q", got, "aA")
+	}
 }
