@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -165,7 +166,9 @@ type Client struct {
 	// it is in muxes or failed.
 	muxes      map[string][]*muxStream
 	muxOpening map[string]chan struct{}
-	closed     bool
+	// paths is len(streams), read without mu (idleSenderLocked).
+	paths  atomic.Int64
+	closed bool
 }
 
 // New makes a Client over cc, a connection the caller made (and closes
@@ -306,6 +309,7 @@ func (c *Client) Open(ctx context.Context, path string, opts ...FileOption) (*Fi
 	// The stream opened last serves the file path names now: later Opens
 	// share it.
 	c.streams[path] = s
+	c.paths.Store(int64(len(c.streams)))
 	c.mu.Unlock()
 	return &File{c: c, path: path, sync: fo.sync, timeout: fo.timeout, s: s}, nil
 }
@@ -317,6 +321,7 @@ func (c *Client) release(s *fileStream) error {
 	last := s.refs == 0
 	if last && c.streams[s.path] == s {
 		delete(c.streams, s.path)
+		c.paths.Store(int64(len(c.streams)))
 	}
 	c.mu.Unlock()
 	if !last {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/client"
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // streamCounter counts the WriteStreams a connection opens.
@@ -125,7 +127,8 @@ func (s *declaredFiles) WriteStream(ss grpc.BidiStreamingServer[filewritev1.Writ
 
 // TestHundredThousandFiles: one Client opens 100,000 Files of different
 // paths and writes to each: they go over ceil(100,000/4096) streams, no
-// stream holds more than 4096 files, and closing them closes the streams.
+// stream holds more than 4096 files, and the idle Files keep no
+// goroutine.
 func TestHundredThousandFiles(t *testing.T) {
 	if testing.Short() {
 		t.Skip("100,000 opens")
@@ -172,6 +175,9 @@ func TestHundredThousandFiles(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
+	// Idle Files keep no goroutine: their senders exit once nothing is
+	// queued or in flight.
+	testutil.WaitFor(t, "the idle Files' senders to exit", func() bool { return runtime.NumGoroutine() < 1000 })
 	most := int64((files + client.DefaultFilesPerStream - 1) / client.DefaultFilesPerStream)
 	if got := fake.streams.Load(); got > most {
 		t.Errorf("%d Files opened %d streams, want at most %d", files, got, most)

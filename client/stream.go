@@ -102,13 +102,14 @@ type fileStream struct {
 	pending int
 	idle    sync.Cond
 	// sending: the sender goroutine runs; closed: no File is left, the
-	// sender exits once the queue is empty.
+	// sender exits once the queue is empty. On a Client of many paths it
+	// also exits once nothing is queued or in flight (idleSender).
 	sending, closed bool
 	// wake has one slot: the sender has work.
 	wake chan struct{}
 	// batch is the sender's own: the writes of the message it builds.
 	batch []*write
-	// senderDone is closed when the sender goroutine exits.
+	// senderDone is closed when the current sender goroutine exits.
 	senderDone chan struct{}
 	// gone is the NOT_FOUND a stream ended with because the daemon
 	// deleted the file (or a Rename replaced it), or that a re-open got:
@@ -149,7 +150,7 @@ type streamConn struct {
 }
 
 func newFileStream(c *Client, path string, mode filewritev1.OpenMode) *fileStream {
-	s := &fileStream{c: c, path: path, mode: mode, wake: make(chan struct{}, 1), senderDone: make(chan struct{}), stopped: make(chan struct{})}
+	s := &fileStream{c: c, path: path, mode: mode, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
 	s.idle.L = &s.mu
 	return s
 }
@@ -284,7 +285,8 @@ func (s *fileStream) enqueue(ws []*write) error {
 	s.pending += len(ws)
 	if !s.sending {
 		s.sending = true
-		go s.send()
+		s.senderDone = make(chan struct{})
+		go s.send(s.senderDone)
 	}
 	select {
 	case s.wake <- struct{}{}:
@@ -295,8 +297,8 @@ func (s *fileStream) enqueue(ws []*write) error {
 
 // send is the sender: while writes are queued it sends them, as many to a
 // message as fit, on the current stream (opening one if needed).
-func (s *fileStream) send() {
-	defer close(s.senderDone)
+func (s *fileStream) send(done chan struct{}) {
+	defer close(done)
 	for {
 		select {
 		case <-s.wake:
@@ -311,11 +313,29 @@ func (s *fileStream) send() {
 		}
 		s.mu.Lock()
 		exit := s.closed && len(s.queue) == 0
+		if !exit && s.idleSenderLocked() {
+			s.sending = false // the next write starts another
+			exit = true
+		}
 		s.mu.Unlock()
 		if exit {
 			return
 		}
 	}
+}
+
+// manyPaths is how many paths with open Files a Client has before their
+// senders exit when idle: 100,000 open Files would otherwise keep as many
+// goroutines parked, some 4 KiB of stack each, while a Client of few
+// files keeps its senders, which a write wakes sooner than it starts one.
+const manyPaths = 64
+
+// idleSenderLocked reports whether the sender should exit: nothing queued
+// or in flight, on a Client of more than manyPaths paths.
+//
+// Preconditions: s.mu is held.
+func (s *fileStream) idleSenderLocked() bool {
+	return len(s.queue) == 0 && s.pending == 0 && s.c.paths.Load() > manyPaths
 }
 
 // sendOne sends one message of queued writes and reports whether it sent
@@ -545,6 +565,12 @@ func (s *fileStream) finishLocked(w *write) {
 	w.state = finished
 	s.pending--
 	w.f.outstanding--
+	if s.sending && s.idleSenderLocked() {
+		select {
+		case s.wake <- struct{}{}: // to exit
+		default:
+		}
+	}
 	if w.gaveUp && w.err != nil && w.f.unreported == nil {
 		w.f.unreported = w.err
 	}
@@ -622,14 +648,14 @@ func (s *fileStream) close() error {
 	if s.connecting != nil {
 		s.connecting()
 	}
-	sending := s.sending
+	sending, senderDone := s.sending, s.senderDone
 	select {
 	case s.wake <- struct{}{}:
 	default:
 	}
 	s.mu.Unlock()
 	if sending {
-		<-s.senderDone
+		<-senderDone
 	}
 	s.openMu.Lock()
 	defer s.openMu.Unlock()
