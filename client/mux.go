@@ -29,8 +29,7 @@ import (
 // stream would (fileStream.ended), re-declaring its file, which must then
 // exist, on another muxStream.
 //
-// Lock order: fileStream.openMu, then Client.mu, then muxStream.mu;
-// fileStream.mu and muxStream.mu are never held together.
+// Locks: see the package doc; muxStream.mu is taken alone.
 
 // muxStream is one WriteStream of declared files.
 type muxStream struct {
