@@ -114,6 +114,8 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 		"most `bytes` of unacknowledged writes one WriteStream holds (each write counts its data plus 256, against --max-inflight-bytes too); at it the stream reads no more until acks go out")
 	fs.DurationVar(&cfg.StreamIdleTimeout, "stream-idle-timeout", cfg.StreamIdleTimeout,
 		"a WriteStream that goes this long without a message and without a write to apply or acknowledge is ended (UNAVAILABLE, STREAM_IDLE), giving back its file")
+	fs.IntVar(&cfg.MaxFilesPerStream, "max-files-per-stream", cfg.MaxFilesPerStream,
+		"most `files` one WriteStream holds declared at once (each also counts against --max-open-files); a declaration past it fails with TOO_MANY_FILES_ON_STREAM")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout,
 		"on SIGINT/SIGTERM, how long to wait for requests in flight before cancelling them")
 	// Authentication, TLS and resource limits (docs/guarantees.md).

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -53,6 +54,26 @@ type options struct {
 	targets         []string          // WithTargets (targets.go)
 	ringHash        bool              // WithRingHash
 	dialOpts        []grpc.DialOption // WithDialOptions
+	filesPerStream  int               // WithSharedStreams; 0: a stream per path
+}
+
+// DefaultFilesPerStream is WithSharedStreams' default: the daemon's
+// default --max-files-per-stream.
+const DefaultFilesPerStream = 4096
+
+// WithSharedStreams sets how many paths' Files share one WriteStream:
+// each path is a file declared on a shared stream (docs/streaming.md), so
+// that many open files cost a few streams, not one each. It must not
+// exceed the daemon's --max-files-per-stream. With WithTargets a stream
+// carries only files of one daemon (their owner on the ring). Not with
+// WithRingHash, whose members only the resolver knows: there each path
+// keeps a stream of its own. Each file still holds a file open on its
+// daemon (--max-open-files). A daemon that predates declared files
+// refuses a shared stream (INVALID_ARGUMENT), and Open fails: 0 gives
+// each path a stream of its own, as before. Default:
+// DefaultFilesPerStream.
+func WithSharedStreams(filesPerStream int) Option {
+	return func(o *options) { o.filesPerStream = max(0, filesPerStream) }
 }
 
 // WithToken sends tok as a bearer token ("authorization: Bearer tok") on
@@ -143,13 +164,20 @@ type Client struct {
 	mu sync.Mutex
 	// streams holds the stream of each path with an open File.
 	streams map[string]*fileStream
-	closed  bool
+	// muxes holds the shared streams by owner (WithSharedStreams);
+	// muxOpening, the owners a new one is being opened for, closed once
+	// it is in muxes or failed.
+	muxes      map[string][]*muxStream
+	muxOpening map[string]chan struct{}
+	// paths is len(streams), read without mu (idleSenderLocked).
+	paths  atomic.Int64
+	closed bool
 }
 
 // New makes a Client over cc, a connection the caller made (and closes
 // after Client.Close).
 func New(cc grpc.ClientConnInterface, opts ...Option) *Client {
-	o := options{maxMessageBytes: DefaultMaxMessageBytes}
+	o := options{maxMessageBytes: DefaultMaxMessageBytes, filesPerStream: DefaultFilesPerStream}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -157,13 +185,15 @@ func New(cc grpc.ClientConnInterface, opts ...Option) *Client {
 	o.piece = 1 << (bits.Len(uint(max(1, o.maxMessageBytes-writeOverhead))) - 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Client{
-		cc:        cc,
-		api:       filewritev1.NewFileServiceClient(cc),
-		opts:      o,
-		ctx:       ctx,
-		cancel:    cancel,
-		streams:   make(map[string]*fileStream),
-		appendIDs: newAppendIDs(),
+		cc:         cc,
+		api:        filewritev1.NewFileServiceClient(cc),
+		opts:       o,
+		ctx:        ctx,
+		cancel:     cancel,
+		streams:    make(map[string]*fileStream),
+		muxes:      make(map[string][]*muxStream),
+		muxOpening: make(map[string]chan struct{}),
+		appendIDs:  newAppendIDs(),
 	}
 }
 
@@ -283,6 +313,7 @@ func (c *Client) Open(ctx context.Context, path string, opts ...FileOption) (*Fi
 	// The stream opened last serves the file path names now: later Opens
 	// share it.
 	c.streams[path] = s
+	c.paths.Store(int64(len(c.streams)))
 	c.mu.Unlock()
 	return &File{c: c, path: path, sync: fo.sync, timeout: fo.timeout, s: s}, nil
 }
@@ -294,6 +325,7 @@ func (c *Client) release(s *fileStream) error {
 	last := s.refs == 0
 	if last && c.streams[s.path] == s {
 		delete(c.streams, s.path)
+		c.paths.Store(int64(len(c.streams)))
 	}
 	c.mu.Unlock()
 	if !last {

@@ -471,7 +471,7 @@ func TestReadAtChecksCRC(t *testing.T) {
 	go srv.Serve(lis)
 	defer srv.Stop()
 	ctx := testContext(t)
-	c := dial(t, lis.Addr().String())
+	c := dial(t, lis.Addr().String(), client.WithSharedStreams(0)) // the fake speaks one file per stream
 	f, err := c.Open(ctx, "crc/f")
 	if err != nil {
 		t.Fatal(err)

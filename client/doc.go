@@ -98,9 +98,14 @@
 //
 // # Locks
 //
-// Lock order:
+// Lock order (opening a path's stream declares its file on a shared
+// stream, which takes Client.mu under openMu; Open looks at a path's
+// stream, fileStream.mu, under Client.mu):
 //
-//	Client.mu
-//	  fileStream.openMu
+//	fileStream.openMu
+//	  Client.mu
 //	    fileStream.mu
+//
+// muxStream.mu is taken alone: never with fileStream.mu, nor with
+// Client.mu held.
 package client

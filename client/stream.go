@@ -102,13 +102,14 @@ type fileStream struct {
 	pending int
 	idle    sync.Cond
 	// sending: the sender goroutine runs; closed: no File is left, the
-	// sender exits once the queue is empty.
+	// sender exits once the queue is empty. On a Client of many paths it
+	// also exits once nothing is queued or in flight (idleSender).
 	sending, closed bool
 	// wake has one slot: the sender has work.
 	wake chan struct{}
 	// batch is the sender's own: the writes of the message it builds.
 	batch []*write
-	// senderDone is closed when the sender goroutine exits.
+	// senderDone is closed when the current sender goroutine exits.
 	senderDone chan struct{}
 	// gone is the NOT_FOUND a stream ended with because the daemon
 	// deleted the file (or a Rename replaced it), or that a re-open got:
@@ -131,9 +132,13 @@ type fileStream struct {
 	stopped chan struct{}
 }
 
-// streamConn is one WriteStream of a fileStream.
+// streamConn is one WriteStream of a fileStream, or its file's index on a
+// shared one (mux, index: see mux.go).
 type streamConn struct {
 	stream grpc.BidiStreamingClient[filewritev1.WriteStreamRequest, filewritev1.WriteStreamResponse]
+	mux    *muxStream
+	index  uint32
+	s      *fileStream
 	cancel context.CancelFunc
 	// inflight, nextID and broken are guarded by fileStream.mu.
 	inflight map[uint64]*write
@@ -145,7 +150,7 @@ type streamConn struct {
 }
 
 func newFileStream(c *Client, path string, mode filewritev1.OpenMode) *fileStream {
-	s := &fileStream{c: c, path: path, mode: mode, wake: make(chan struct{}, 1), senderDone: make(chan struct{}), stopped: make(chan struct{})}
+	s := &fileStream{c: c, path: path, mode: mode, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
 	s.idle.L = &s.mu
 	return s
 }
@@ -222,11 +227,23 @@ func (s *fileStream) connect(ctx context.Context) (*streamConn, error) {
 	s.conn = conn
 	s.opened = true
 	s.mu.Unlock()
-	go s.receive(conn)
+	if conn.mux == nil {
+		go s.receive(conn) // a shared stream has its own receiver
+	}
 	return conn, nil
 }
 
 func (s *fileStream) handshake(ctx context.Context, cancel context.CancelFunc, mode filewritev1.OpenMode) (*streamConn, error) {
+	if s.c.sharing() {
+		// ctx bounds the declaration only: the shared stream has its own
+		// context.
+		defer cancel()
+		conn, answer, err := s.c.declareShared(ctx, s, mode)
+		if err != nil {
+			return nil, err
+		}
+		return conn.mux.await(ctx, conn, answer)
+	}
 	opts := []grpc.CallOption{grpc.ForceCodecV2(newStreamCodec())}
 	if s.c.opts.retries > 0 {
 		// Wait for the connection rather than fail while the daemon is
@@ -247,7 +264,7 @@ func (s *fileStream) handshake(ctx context.Context, cancel context.CancelFunc, m
 		}
 		return nil, wrapErr(err)
 	}
-	return &streamConn{stream: stream, cancel: cancel, inflight: make(map[uint64]*write), done: make(chan struct{})}, nil
+	return &streamConn{stream: stream, s: s, cancel: cancel, inflight: make(map[uint64]*write), done: make(chan struct{})}, nil
 }
 
 // enqueue queues ws, in order, and wakes the sender.
@@ -268,7 +285,8 @@ func (s *fileStream) enqueue(ws []*write) error {
 	s.pending += len(ws)
 	if !s.sending {
 		s.sending = true
-		go s.send()
+		s.senderDone = make(chan struct{})
+		go s.send(s.senderDone)
 	}
 	select {
 	case s.wake <- struct{}{}:
@@ -279,8 +297,8 @@ func (s *fileStream) enqueue(ws []*write) error {
 
 // send is the sender: while writes are queued it sends them, as many to a
 // message as fit, on the current stream (opening one if needed).
-func (s *fileStream) send() {
-	defer close(s.senderDone)
+func (s *fileStream) send(done chan struct{}) {
+	defer close(done)
 	for {
 		select {
 		case <-s.wake:
@@ -295,11 +313,29 @@ func (s *fileStream) send() {
 		}
 		s.mu.Lock()
 		exit := s.closed && len(s.queue) == 0
+		if !exit && s.idleSenderLocked() {
+			s.sending = false // the next write starts another
+			exit = true
+		}
 		s.mu.Unlock()
 		if exit {
 			return
 		}
 	}
+}
+
+// manyPaths is how many paths with open Files a Client has before their
+// senders exit when idle: 100,000 open Files would otherwise keep as many
+// goroutines parked, some 4 KiB of stack each, while a Client of few
+// files keeps its senders, which a write wakes sooner than it starts one.
+const manyPaths = 64
+
+// idleSenderLocked reports whether the sender should exit: nothing queued
+// or in flight, on a Client of more than manyPaths paths.
+//
+// Preconditions: s.mu is held.
+func (s *fileStream) idleSenderLocked() bool {
+	return len(s.queue) == 0 && s.pending == 0 && s.c.paths.Load() > manyPaths
 }
 
 // sendOne sends one message of queued writes and reports whether it sent
@@ -366,7 +402,7 @@ func (s *fileStream) sendOne() bool {
 	clear(s.queue[rest:])
 	s.queue = s.queue[:rest]
 	s.mu.Unlock()
-	req := encodeWrites(batch, firstID)
+	req := encodeWrites(batch, conn.index, firstID)
 	s.mu.Lock()
 	for _, w := range batch {
 		if w.state == beingEncoded {
@@ -377,7 +413,9 @@ func (s *fileStream) sendOne() bool {
 	s.mu.Unlock()
 	clear(batch)
 	s.batch = batch[:0]
-	if err := conn.stream.SendMsg(req); err != nil && !errors.Is(err, io.EOF) {
+	if conn.mux != nil {
+		conn.mux.send(req) // which breaks the shared stream if it fails
+	} else if err := conn.stream.SendMsg(req); err != nil && !errors.Is(err, io.EOF) {
 		// The stream is broken; its receiver fails (or requeues) what
 		// it held once Recv returns, which cancelling makes sure of.
 		// io.EOF says the daemon ended the stream: its receiver gets
@@ -385,6 +423,29 @@ func (s *fileStream) sendOne() bool {
 		conn.cancel()
 	}
 	return true
+}
+
+// acked takes acks of conn, a file's index on a shared stream (mux.go).
+// There a deleted file's writes are acked NOT_FOUND (FILE_DELETED) and
+// the stream goes on: the file is gone, as when its own stream ends so.
+func (s *fileStream) acked(conn *streamConn, acks []ack) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failures = 0
+	for i := range acks {
+		a := &acks[i]
+		w := conn.inflight[a.id]
+		if w == nil {
+			continue // not ours: ignore rather than guess
+		}
+		delete(conn.inflight, a.id)
+		w.n, w.size, w.err = a.written, a.size, a.err
+		if status.Code(a.err) == codes.NotFound && s.gone == nil {
+			s.gone = wrapErr(a.err)
+			s.failQueuedLocked(s.gone)
+		}
+		s.finishLocked(w)
+	}
 }
 
 // receive matches the acks of conn to their writes until conn ends.
@@ -504,6 +565,12 @@ func (s *fileStream) finishLocked(w *write) {
 	w.state = finished
 	s.pending--
 	w.f.outstanding--
+	if s.sending && s.idleSenderLocked() {
+		select {
+		case s.wake <- struct{}{}: // to exit
+		default:
+		}
+	}
 	if w.gaveUp && w.err != nil && w.f.unreported == nil {
 		w.f.unreported = w.err
 	}
@@ -581,14 +648,14 @@ func (s *fileStream) close() error {
 	if s.connecting != nil {
 		s.connecting()
 	}
-	sending := s.sending
+	sending, senderDone := s.sending, s.senderDone
 	select {
 	case s.wake <- struct{}{}:
 	default:
 	}
 	s.mu.Unlock()
 	if sending {
-		<-s.senderDone
+		<-senderDone
 	}
 	s.openMu.Lock()
 	defer s.openMu.Unlock()
@@ -597,6 +664,20 @@ func (s *fileStream) close() error {
 	s.conn = nil
 	s.mu.Unlock()
 	if conn == nil {
+		return nil
+	}
+	if conn.mux != nil {
+		// Wait for the acks of the writes in flight, then close the
+		// file on the shared stream.
+		s.mu.Lock()
+		for len(conn.inflight) > 0 && !conn.broken {
+			s.idle.Wait()
+		}
+		broken := conn.broken
+		s.mu.Unlock()
+		if !broken {
+			conn.mux.detach(conn)
+		}
 		return nil
 	}
 	conn.stream.CloseSend()

@@ -90,7 +90,7 @@ func testStreamEndedCleanly(t *testing.T, end error) {
 	go srv.Serve(lis)
 	defer srv.Stop()
 	ctx := testContext(t)
-	c := dial(t, lis.Addr().String())
+	c := dial(t, lis.Addr().String(), client.WithSharedStreams(0)) // the fake speaks one file per stream
 	f, err := c.Open(ctx, "idle/f")
 	if err != nil {
 		t.Fatal(err)

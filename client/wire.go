@@ -42,18 +42,19 @@ func (c streamCodec) Marshal(v any) (mem.BufferSlice, error) {
 	return c.CodecV2.Marshal(v)
 }
 
-// encodeWrites encodes a WriteStreamRequest (no path) carrying ws, with
-// ids from firstID on, into a buffer of the pool.
-func encodeWrites(ws []*write, firstID uint64) *encodedRequest {
+// encodeWrites encodes a WriteStreamRequest (no path) carrying ws to file
+// (0: the stream's path), with ids from firstID on, into a buffer of the
+// pool.
+func encodeWrites(ws []*write, file uint32, firstID uint64) *encodedRequest {
 	size := 0
 	for i, w := range ws {
-		size += streamwire.RequestWriteSize(firstID+uint64(i), w.off, len(w.data), int32(w.sync.proto()))
+		size += streamwire.RequestWriteSize(file, firstID+uint64(i), w.off, len(w.data), int32(w.sync.proto()))
 	}
 	pool := bufpool.Shared
 	bp := pool.Get(size)
 	b := (*bp)[:0]
 	for i, w := range ws {
-		b = streamwire.AppendWrite(b, firstID+uint64(i), w.off, w.data, int32(w.sync.proto()), w.crc)
+		b = streamwire.AppendWrite(b, file, firstID+uint64(i), w.off, w.data, int32(w.sync.proto()), w.crc)
 	}
 	*bp = b
 	return &encodedRequest{data: mem.BufferSlice{mem.NewBuffer(bp, pool)}}
@@ -61,7 +62,17 @@ func encodeWrites(ws []*write, firstID uint64) *encodedRequest {
 
 // ackResponse is a WriteStreamResponse as the receiver reads it, decoded
 // by streamCodec into a slice it reuses from message to message.
-type ackResponse struct{ acks []ack }
+type ackResponse struct {
+	acks  []ack
+	files []fileAnswer // of declared files (mux.go)
+}
+
+// fileAnswer is the daemon's answer to a file declared on a shared
+// stream: err is nil if it is open.
+type fileAnswer struct {
+	index uint32
+	err   error
+}
 
 type ack struct {
 	id            uint64
@@ -71,6 +82,7 @@ type ack struct {
 
 func (r *ackResponse) decode(data mem.BufferSlice) error {
 	r.acks = r.acks[:0]
+	r.files = r.files[:0]
 	var b []byte
 	if len(data) == 1 {
 		b = data[0].ReadOnlyData()
@@ -87,6 +99,21 @@ func (r *ackResponse) decode(data mem.BufferSlice) error {
 			v.err = status.ErrorProto(st)
 		}
 		r.acks = append(r.acks, v)
+		return nil
+	})
+	if err != nil {
+		return errMalformedAcks
+	}
+	err = streamwire.EachFileStatus(b, func(f *streamwire.FileStatus) error {
+		v := fileAnswer{index: f.Index}
+		if f.Status != nil {
+			st := &spb.Status{}
+			if err := proto.Unmarshal(f.Status, st); err != nil {
+				return errMalformedAcks
+			}
+			v.err = wrapErr(status.ErrorProto(st))
+		}
+		r.files = append(r.files, v)
 		return nil
 	})
 	if err != nil {

@@ -22,7 +22,7 @@ func TestEncodeWrites(t *testing.T) {
 		{off: math.MaxInt64, data: []byte{0}, sync: 7, crc: math.MaxUint32},
 	}
 	for _, first := range []uint64{0, 1, math.MaxUint64 - 3} {
-		enc := encodeWrites(ws, first)
+		enc := encodeWrites(ws, 0, first)
 		got := &filewritev1.WriteStreamRequest{}
 		if err := proto.Unmarshal(enc.data.Materialize(), got); err != nil {
 			t.Fatalf("first id %d: %v", first, err)

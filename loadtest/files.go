@@ -1,7 +1,6 @@
 package main
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
-	"github.com/filewrite/filewrite/client"
 )
 
 // The files scenario asks whether the cost of a write stays flat as the
@@ -27,10 +25,10 @@ import (
 // the service, then flushed (syncfs) before the runs, and after each run.
 //
 // Each row runs over the transports of -transport (both by default):
-// unary Writes (ghz), and WriteStream through the client package, one
-// client.File per file, opened on first use and closed, least recently
-// used first, past -streams idle ones. Both transports of a row share one
-// daemon and its files. A daemon's memory, descriptors, reopens and
+// unary Writes (ghz), and WriteStreams that each carry many files
+// (filesMultiStream): a file is declared on a stream at its first write
+// and closed, least recently used first, past the files the daemon can
+// hold open. Both transports of a row share one daemon and its files. A daemon's memory, descriptors, reopens and
 // extent-cache hits are read after each run.
 //
 // files-create measures the other side of many files: creating -create
@@ -101,7 +99,7 @@ func (e *env) files() *comparison {
 			continue // the harness cannot change a running server's flags
 		}
 		c.columns = append(c.columns, column{name: row.name, daemon: append([]string{}, row.flags...), daemonKey: row.name,
-			setup: setupFiles(row), after: syncDataDir, run: filesUnary(row), stream: filesStream(row, e.opts.streams)})
+			setup: setupFiles(row), after: syncDataDir, run: filesUnary(row), stream: filesMultiStream(row, e.opts.streams)})
 		if row.name != oneFileRow {
 			c.ratios = append(c.ratios, [2]string{row.name, oneFileRow})
 		}
@@ -235,157 +233,6 @@ func (e *pathWriteEncoder) encode(path string, off int64) []byte {
 	b := protowire.AppendVarint(make([]byte, 0, n+binaryVarintMax), uint64(n))
 	b = append(b, h...)
 	return append(b, e.fixed...)
-}
-
-// filesStream is a run of writes at random blocks of random files of row
-// through the client package: one client.File, and so one WriteStream, per
-// file, opened on first use, at most streams idle ones open (see
-// filePool). There are -connections client.Clients (one per client by
-// default), and each file belongs to one of them, so that the writes of
-// callers that meet on a file share its stream's messages.
-func filesStream(row filesRow, streams int) func(context.Context, *session) (*runResult, error) {
-	return func(ctx context.Context, s *session) (*runResult, error) {
-		conns := s.connections
-		if conns <= 0 || conns > s.clients {
-			conns = s.clients
-		}
-		var clients []*client.Client
-		for range conns {
-			c, err := client.Dial(s.addr, client.WithToken(s.token))
-			if err != nil {
-				for _, c := range clients {
-					c.Close()
-				}
-				return nil, err
-			}
-			clients = append(clients, c)
-		}
-		pool := newFilePool(clients, streams)
-		defer pool.close()
-		data := patternBytes(s.bs)
-		seed := uint64(s.round)
-		return loop(ctx, s, "WriteStream", func(ctx context.Context, _ int, n int64) error {
-			file, off := filesBlock(row, s.bs, seed, n)
-			f, err := pool.get(ctx, file, row.path(file))
-			if err != nil {
-				return fmt.Errorf("open: %w", err)
-			}
-			_, _, err = f.f.Write(ctx, data, off, client.SyncNone)
-			pool.put(f)
-			return err
-		}), nil
-	}
-}
-
-// filePool keeps the open Files of a run, file i through Client i modulo
-// their number: a file opens on first use, and past max open ones the
-// least recently used idle one closes to make room (on the caller's time:
-// that is the cost of a stream per file). Files in use are never closed,
-// so the pool may hold max plus one per caller: -streams plus
-// -concurrency must stay below the daemon's --max-open-files.
-type filePool struct {
-	clients []*client.Client
-	max     int
-
-	mu     sync.Mutex
-	byPath map[string]*pooledFile
-	idle   *list.List // of *pooledFile with refs 0, most recently used first
-}
-
-type pooledFile struct {
-	path string
-	f    *client.File
-	// refs and elem are guarded by filePool.mu; elem is non-nil while
-	// the file is idle.
-	refs int
-	elem *list.Element
-	// ready is closed once the open ended; err is its outcome.
-	ready chan struct{}
-	err   error
-}
-
-func newFilePool(clients []*client.Client, max int) *filePool {
-	return &filePool{clients: clients, max: max, byPath: map[string]*pooledFile{}, idle: list.New()}
-}
-
-// get returns the File of file, named path, opened if it was not, with a
-// reference held; give it back with put.
-func (p *filePool) get(ctx context.Context, file int, path string) (*pooledFile, error) {
-	p.mu.Lock()
-	if pf := p.byPath[path]; pf != nil {
-		pf.refs++
-		if pf.elem != nil {
-			p.idle.Remove(pf.elem)
-			pf.elem = nil
-		}
-		p.mu.Unlock()
-		<-pf.ready
-		if pf.err != nil {
-			p.put(pf)
-			return nil, pf.err
-		}
-		return pf, nil
-	}
-	var evicted []*pooledFile
-	for len(p.byPath) >= p.max && p.idle.Len() > 0 {
-		old := p.idle.Remove(p.idle.Back()).(*pooledFile)
-		old.elem = nil
-		delete(p.byPath, old.path)
-		evicted = append(evicted, old)
-	}
-	pf := &pooledFile{path: path, refs: 1, ready: make(chan struct{})}
-	p.byPath[path] = pf
-	p.mu.Unlock()
-	var err error
-	for _, old := range evicted {
-		err = errors.Join(err, old.f.Close())
-	}
-	pf.f, pf.err = p.clients[file%len(p.clients)].Open(ctx, path)
-	close(pf.ready)
-	if pf.err != nil {
-		p.put(pf)
-		return nil, pf.err
-	}
-	if err != nil {
-		p.put(pf)
-		return nil, fmt.Errorf("close of a file for room: %w", err)
-	}
-	return pf, nil
-}
-
-// put drops a reference taken by get.
-func (p *filePool) put(pf *pooledFile) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	pf.refs--
-	if pf.refs > 0 {
-		return
-	}
-	if pf.err != nil {
-		if p.byPath[pf.path] == pf {
-			delete(p.byPath, pf.path)
-		}
-		return
-	}
-	pf.elem = p.idle.PushFront(pf)
-}
-
-// close closes every File and the Clients.
-func (p *filePool) close() {
-	p.mu.Lock()
-	files := p.byPath
-	p.byPath = map[string]*pooledFile{}
-	p.idle.Init()
-	p.mu.Unlock()
-	for _, pf := range files {
-		<-pf.ready
-		if pf.f != nil {
-			pf.f.Close()
-		}
-	}
-	for _, c := range p.clients {
-		c.Close()
-	}
 }
 
 // filesCreate is files-create: -create new files, ten to a new directory,

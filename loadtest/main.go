@@ -116,7 +116,7 @@ func main() {
 }
 
 func parseOptions(args []string, out io.Writer) (options, error) {
-	o := options{rounds: 3, out: "loadtest-out", maxOpenFiles: 1024, streams: 512, createFiles: 10000}
+	o := options{rounds: 3, out: "loadtest-out", maxOpenFiles: 1024, streams: 8192, createFiles: 10000}
 	raw := rawFlags{files: "1000,10000,100000"}
 	fs := o.flagSet(&raw, out)
 	if err := fs.Parse(args); err != nil {
@@ -156,12 +156,12 @@ func (o *options) flagSet(raw *rawFlags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&raw.targets, "targets", "", "with -scenario cluster: comma-separated gRPC addresses of running daemons, routed by ring hash of the path")
 	fs.StringVar(&raw.tokenFile, "token-file", "", "with -target: a `file` whose first token (one per line, # comments) is sent as the bearer token")
 	fs.StringVar(&o.daemon, "daemon", "", "a filewrite binary to start instead of building one from this checkout")
-	fs.StringVar(&o.transport, "transport", "", "how the clients reach the daemon: unary (one RPC per write), stream (WriteStream through the client package, a File per client) or both, alternated (default: both for all and files, unary otherwise)")
+	fs.StringVar(&o.transport, "transport", "", "how the clients reach the daemon: unary (one RPC per write), stream (WriteStream through the client package, a File per client; files: multi-file WriteStreams) or both, alternated (default: both for all and files, unary otherwise)")
 	fs.BoolVar(&o.keepData, "keep-data", false, "keep the daemons' data directories and logs after each scenario")
 	fs.StringVar(&o.record, "record", "", "also write the run as a dated record, DATE-COMMIT-SCENARIO.md, into this `dir` (docs/benchmarks keeps them)")
 	fs.StringVar(&raw.files, "files", raw.files, "files: the file counts of the many-file rows, comma-separated")
 	fs.IntVar(&o.maxOpenFiles, "max-open-files", o.maxOpenFiles, "files: the daemon's --max-open-files in the second run of each many-file row")
-	fs.IntVar(&o.streams, "streams", o.streams, "files: most idle WriteStreams (one per file) the stream transport keeps open; with one per client in use, keep the sum below -max-open-files")
+	fs.IntVar(&o.streams, "streams", o.streams, "files: most files the stream transport keeps declared (open on the daemon) on its multi-file WriteStreams, 4096 to a stream; rows with -max-open-files keep fewer")
 	fs.IntVar(&o.createFiles, "create", o.createFiles, "files: how many files files-create makes, ten to a new directory")
 	return fs
 }

@@ -40,6 +40,9 @@ type fileServer struct {
 	// maxStreamBytes bounds the unacknowledged writes of one stream;
 	// maxMessageBytes one message (maxMessageBytes()).
 	maxStreamBytes, maxMessageBytes int64
+	// maxFilesPerStream bounds the files declared on one stream and not
+	// yet closed (--max-files-per-stream).
+	maxFilesPerStream int
 	// streamHeld is what all streams hold (streamBudget).
 	streamHeld atomic.Int64
 	// budget is --max-inflight-bytes (nil: unbounded): what streams hold
@@ -64,15 +67,16 @@ type fileServer struct {
 // their metrics go to mp.
 func newFileServer(st *store.Store, maxRequestBytes, maxStreamBytes int64, budget *inflightBudget, mp metric.MeterProvider, log *slog.Logger) (*fileServer, error) {
 	s := &fileServer{
-		store:           st,
-		log:             log,
-		maxStreamBytes:  maxStreamBytes,
-		budget:          budget,
-		maxMessageBytes: int64(maxMessageBytes(maxRequestBytes)),
-		extentsPerReply: extentsPerReply(maxMessageBytes(maxRequestBytes)),
-		entriesPerReply: entriesPerReply(maxMessageBytes(maxRequestBytes)),
-		draining:        make(chan struct{}),
-		validatorDelay:  DefaultValidatorDelay,
+		store:             st,
+		log:               log,
+		maxStreamBytes:    maxStreamBytes,
+		maxFilesPerStream: DefaultMaxFilesPerStream,
+		budget:            budget,
+		maxMessageBytes:   int64(maxMessageBytes(maxRequestBytes)),
+		extentsPerReply:   extentsPerReply(maxMessageBytes(maxRequestBytes)),
+		entriesPerReply:   entriesPerReply(maxMessageBytes(maxRequestBytes)),
+		draining:          make(chan struct{}),
+		validatorDelay:    DefaultValidatorDelay,
 	}
 	var err error
 	if s.streamMetrics, err = newStreamMetrics(mp, &s.streamHeld); err != nil {

@@ -72,6 +72,9 @@ type Config struct {
 	// message, and without a write to apply or acknowledge, before the
 	// daemon ends it with STREAM_IDLE, giving back the file it holds.
 	StreamIdleTimeout time.Duration
+	// MaxFilesPerStream bounds the files one WriteStream holds declared
+	// at once (TOO_MANY_FILES_ON_STREAM past it).
+	MaxFilesPerStream int
 	// DrainTimeout bounds how long a shutdown waits for requests in flight
 	// before it cancels them.
 	DrainTimeout time.Duration
@@ -147,6 +150,7 @@ func DefaultConfig() Config {
 		},
 		MaxStreamBytes:    DefaultMaxStreamBytes,
 		StreamIdleTimeout: DefaultStreamIdleTimeout,
+		MaxFilesPerStream: DefaultMaxFilesPerStream,
 		DrainTimeout:      30 * time.Second,
 		ConnAuthTimeout:   DefaultConnAuthTimeout,
 		BodyTimeout:       DefaultBodyTimeout,
@@ -183,6 +187,9 @@ func (c Config) validate() error {
 	}
 	if c.StreamIdleTimeout <= 0 {
 		return fmt.Errorf("--stream-idle-timeout %v: want more than 0", c.StreamIdleTimeout)
+	}
+	if c.MaxFilesPerStream <= 0 {
+		return fmt.Errorf("--max-files-per-stream %d: want at least 1", c.MaxFilesPerStream)
 	}
 	if c.DrainTimeout < 0 {
 		return fmt.Errorf("drain timeout %v is negative", c.DrainTimeout)
@@ -348,6 +355,7 @@ func Start(cfg Config) (_ *Server, err error) {
 		lis.Close()
 		return nil, err
 	}
+	s.files.maxFilesPerStream = cfg.MaxFilesPerStream
 	s.files.auth = s.auth
 	s.files.streamIdleTimeout = cfg.StreamIdleTimeout
 	s.grpcLis = newGuardedListener(lis, cfg.ConnAuthTimeout)

@@ -66,10 +66,11 @@ var reasonRules = map[filewritev1.ErrorReason]reasonRule{
 	filewritev1.ErrorReason_FILE_DELETED:   {code: codes.NotFound},
 	filewritev1.ErrorReason_ALREADY_EXISTS: {code: codes.AlreadyExists},
 
-	filewritev1.ErrorReason_TOO_MANY_OPEN_FILES: {code: codes.ResourceExhausted, retry: 100 * time.Millisecond, flag: "--max-open-files"},
-	filewritev1.ErrorReason_TOO_MANY_WAITERS:    {code: codes.ResourceExhausted, retry: 100 * time.Millisecond, flag: "--max-waiters-per-file"},
-	filewritev1.ErrorReason_NO_DESCRIPTORS:      {code: codes.ResourceExhausted, retry: time.Second, flag: "--max-open-files"},
-	filewritev1.ErrorReason_NO_SPACE:            {code: codes.ResourceExhausted},
+	filewritev1.ErrorReason_TOO_MANY_OPEN_FILES:      {code: codes.ResourceExhausted, retry: 100 * time.Millisecond, flag: "--max-open-files"},
+	filewritev1.ErrorReason_TOO_MANY_WAITERS:         {code: codes.ResourceExhausted, retry: 100 * time.Millisecond, flag: "--max-waiters-per-file"},
+	filewritev1.ErrorReason_TOO_MANY_FILES_ON_STREAM: {code: codes.ResourceExhausted, flag: "--max-files-per-stream"},
+	filewritev1.ErrorReason_NO_DESCRIPTORS:           {code: codes.ResourceExhausted, retry: time.Second, flag: "--max-open-files"},
+	filewritev1.ErrorReason_NO_SPACE:                 {code: codes.ResourceExhausted},
 
 	filewritev1.ErrorReason_UNSUPPORTED_BY_FILESYSTEM: {code: codes.FailedPrecondition},
 
@@ -348,6 +349,16 @@ func crcMismatch(sum, sent uint32) error {
 func writeIDInUse(id uint64) error {
 	return refusal(filewritev1.ErrorReason_WRITE_ID_IN_USE, map[string]string{errorinfo.KeyField: "writes.id", "id": strconv.FormatUint(id, 10)},
 		"write id %d is already in use by a write not yet acknowledged", id)
+}
+
+func tooManyFilesOnStream(limit int) error {
+	return refusal(filewritev1.ErrorReason_TOO_MANY_FILES_ON_STREAM, map[string]string{errorinfo.KeyLimit: strconv.Itoa(limit), errorinfo.KeyField: "files"},
+		"the stream holds %d declared files already: the limit is %d files per stream (--max-files-per-stream); close one on the stream, or open another stream", limit, limit)
+}
+
+func unknownStreamFile(index uint32) error {
+	return refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "writes.file", "index": strconv.FormatUint(uint64(index), 10)},
+		"a write names file %d, which is not on the stream: declare it first (files), or name the stream's path in its first message for index 0", index)
 }
 
 func messageTooLarge(size int, limit int64) error {

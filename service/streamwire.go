@@ -110,7 +110,7 @@ func (r *streamRequest) decodeWrites() {
 	r.writes = make([]streamWrite, r.msg.Writes)
 	r.msg.Each(func(i int, w *streamwire.Write) {
 		r.writes[i] = streamWrite{id: w.ID, off: w.Offset, data: w.Data, syncRaw: filewritev1.SyncMode(w.Sync),
-			crc: w.CRC, hasCRC: w.HasCRC, append: w.Append, req: r}
+			crc: w.CRC, hasCRC: w.HasCRC, append: w.Append, fileIdx: w.File, req: r}
 	})
 	r.pending.Store(int32(len(r.writes)))
 }
@@ -119,10 +119,29 @@ func (r *streamRequest) decodeWrites() {
 // to gRPC as they are.
 type encodedMessage struct{ data mem.BufferSlice }
 
-// encodeAcks encodes the WriteStreamResponse that acks ws into m, in a
-// buffer of gRPC's pool that gRPC frees once it has sent it.
-func encodeAcks(ws []*streamWrite, m *encodedMessage) {
+// fileStatus is the report of one declared file: err is nil if it is
+// open.
+type fileStatus struct {
+	index uint32
+	err   error
+}
+
+// encodeAcks encodes the WriteStreamResponse that reports files and acks
+// ws into m, in a buffer of gRPC's pool that gRPC frees once it has sent
+// it.
+func encodeAcks(ws []*streamWrite, files []fileStatus, m *encodedMessage) {
 	size := 0
+	var statuses []streamwire.FileStatus
+	if len(files) > 0 {
+		statuses = make([]streamwire.FileStatus, len(files))
+		for i, f := range files {
+			statuses[i].Index = f.index
+			if f.err != nil {
+				statuses[i].Status, _ = proto.Marshal(ackStatus(f.err))
+			}
+			size += streamwire.ResponseFileStatusSize(&statuses[i])
+		}
+	}
 	for _, w := range ws {
 		w.status = nil
 		if w.err != nil {
@@ -135,6 +154,9 @@ func encodeAcks(ws []*streamWrite, m *encodedMessage) {
 	pool := bufpool.Shared
 	bp := pool.Get(size)
 	b := (*bp)[:0]
+	for i := range statuses {
+		b = streamwire.AppendFileStatus(b, &statuses[i])
+	}
 	for _, w := range ws {
 		a := w.ack()
 		b = streamwire.AppendAck(b, &a)

@@ -109,7 +109,7 @@ func TestEncodeAcks(t *testing.T) {
 		{id: 9, err: refused},
 	}
 	var m encodedMessage
-	encodeAcks(ws, &m)
+	encodeAcks(ws, nil, &m)
 	got := &filewritev1.WriteStreamResponse{}
 	if err := proto.Unmarshal(m.data.Materialize(), got); err != nil {
 		t.Fatal(err)

@@ -17,12 +17,13 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
+	"github.com/filewrite/filewrite/internal/streamwire"
 	"github.com/filewrite/filewrite/store"
 )
 
-// WriteStream carries many writes to one file (see the RPC's contract in
-// the proto). The handler only checks what the stream carries and calls
-// the store; writeStream runs it.
+// WriteStream carries many writes to one file, or to many files declared
+// on it (see the RPC's contract in the proto). The handler only checks
+// what the stream carries and calls the store; writeStream runs it.
 func (s *fileServer) WriteStream(ss grpc.BidiStreamingServer[filewritev1.WriteStreamRequest, filewritev1.WriteStreamResponse]) error {
 	return newWriteStream(s, ss).serve()
 }
@@ -39,6 +40,96 @@ const maxAcksPerResponse = 8192
 // more than the CPUs only helps writes that wait for a lock.
 var streamWorkers = max(2, runtime.GOMAXPROCS(0))
 
+// DefaultMaxFilesPerStream is --max-files-per-stream's default: the files
+// declared on one stream and not yet closed (TOO_MANY_FILES_ON_STREAM past
+// it). Each holds an open file of --max-open-files, and a record of a few
+// hundred bytes; a client of more files opens more streams, or closes the
+// files it is done with.
+const DefaultMaxFilesPerStream = 4096
+
+// streamFile is one file of a stream: the file of its first message's
+// path (index 0), or one declared by index. Its fields but index, path
+// and h are guarded by writeStream.mu.
+type streamFile struct {
+	index uint32
+	path  string
+	// h is the file, nil if it could not be opened; immutable once the
+	// file is on the stream.
+	h *store.Handle
+	// err, once set, is what the file's writes read from then on are
+	// acked with: why it could not be opened, or was deleted, or its
+	// scope revoked. Writes already handed out are applied as usual.
+	err error
+	// order keeps the file's overlapping writes in arrival order; writes
+	// to different files never wait for each other.
+	order writeOrder
+	// ready holds its writes free to apply, in arrival order; running
+	// counts those being applied. queued: it is in writeStream.runnable.
+	ready   fifo[*streamWrite]
+	running int
+	queued  bool
+	// owing holds its writes applied and waiting for their sync; syncer:
+	// its syncer runs.
+	owing  []*streamWrite
+	syncer bool
+	// writes counts its writes handed out and not yet acked; closing:
+	// the client closed it (or the stream ends), and h is given back
+	// once writes is 0.
+	writes  int
+	closing bool
+}
+
+// size is the file's size now, 0 if it is not open.
+func (f *streamFile) size() int64 {
+	if f.h == nil {
+		return 0
+	}
+	return f.h.Size()
+}
+
+// releaseLocked gives the file back once it is closed and its last write
+// is acked. Handle.Close only moves the file to the store's idle list (or
+// closes a deleted one's descriptor): no I/O is waited for under ws.mu.
+//
+// Preconditions: ws.mu is held.
+func (f *streamFile) releaseLocked() {
+	if f.closing && f.writes == 0 && f.h != nil {
+		f.h.Close()
+	}
+}
+
+// fifo is a queue that keeps its capacity: read from head, reset once
+// empty, and moved down rather than grown when full with taken items at
+// its start, so that one that never empties stays the size of what it
+// holds.
+type fifo[T any] struct {
+	items []T
+	head  int
+}
+
+func (q *fifo[T]) len() int { return len(q.items) - q.head }
+
+func (q *fifo[T]) push(v T) {
+	if q.head > 0 && len(q.items) == cap(q.items) {
+		n := copy(q.items, q.items[q.head:])
+		clear(q.items[n:])
+		q.items, q.head = q.items[:n], 0
+	}
+	q.items = append(q.items, v)
+}
+
+// pop takes the first item; the queue is not empty.
+func (q *fifo[T]) pop() T {
+	var zero T
+	v := q.items[q.head]
+	q.items[q.head] = zero
+	q.head++
+	if q.head == len(q.items) {
+		q.items, q.head = q.items[:0], 0
+	}
+	return v
+}
+
 // streamWrite is one write of a stream, from the message that carried it
 // to its ack.
 type streamWrite struct {
@@ -51,7 +142,10 @@ type streamWrite struct {
 	crc     uint32
 	hasCRC  bool
 	append  bool // an append: off is 0, and landed says where it went
+	fileIdx uint32
 	req     *streamRequest
+	// file is the file it goes to, set when it is handed out.
+	file *streamFile
 
 	// landed is where the write's bytes begin, for its ack: off, or
 	// where an append landed. Written as res is.
@@ -59,8 +153,8 @@ type streamWrite struct {
 
 	sync store.SyncMode
 	cost int64 // against the budgets, given back once acked
-	// order is guarded by writeStream.mu: the writes it waits for and
-	// that wait for it (writeOrder).
+	// order is guarded by writeStream.mu: the writes of its file it waits
+	// for and that wait for it (writeOrder).
 	order orderState
 	// res and err are written by the goroutine that applies the write (or
 	// waits for its sync), then read by the sender once it is in acks.
@@ -74,23 +168,29 @@ type streamWrite struct {
 //
 //   - the handler's (serve) sends the acks and decides when the stream
 //     ends;
-//   - the reader (read) alone calls Recv: it opens the file, checks each
-//     message and hands its writes to writeOrder;
-//   - up to streamWorkers workers (work) apply the writes that writeOrder
-//     frees;
-//   - a syncer (syncLoop), started at the first write that owes a sync,
-//     waits for the group commit of every write applied and owing one
-//     since its last wait, so that such a write's ack waits for its sync
-//     while the writes behind it go on. It sends the acks of each round
-//     itself, unless the handler is sending: they are all ready at once,
-//     and a durable write's ack should not wait for one more goroutine to
-//     be woken.
+//   - the reader (read) alone calls Recv: it opens the files, checks each
+//     message and hands its writes to their file's writeOrder;
+//   - up to streamWorkers workers (work) apply the writes that the orders
+//     free, taking files in turn (runnable); with more than one file on
+//     the stream, at most streamWorkers-1 of them work on one file, so
+//     that a file whose writes wait for a lock leaves a worker to the
+//     others;
+//   - a syncer per file (syncLoop), started when one of its writes owes a
+//     sync and gone once none does, waits for the group commit of every
+//     write of its file applied and owing one since its last wait, so
+//     that such a write's ack waits for its sync while the writes behind
+//     it, and the other files' acks, go on. It sends the acks of each
+//     round itself, unless another goroutine is sending: they are all
+//     ready at once, and a durable write's ack should not wait for one
+//     more goroutine to be woken.
 //
 // One goroutine at a time sends (sending), and none after the handler
 // returns (sendClosed).
 //
-// The handle is closed by whichever of the handler and the reader is done
-// last (users); the reader waits for the workers and the syncer first.
+// The files still held are closed by whichever of the handler and the
+// reader is done last (users); the reader waits for the workers and the
+// syncers first. A file closed by a message is given back once its last
+// write is acked.
 type writeStream struct {
 	files  *fileServer
 	ss     grpc.BidiStreamingServer[filewritev1.WriteStreamRequest, filewritev1.WriteStreamResponse]
@@ -102,9 +202,10 @@ type writeStream struct {
 	stopped    context.Context
 	cancelStop context.CancelFunc
 
-	// h is the file, set by the reader once it opened it and before it
-	// hands out a write; immutable after.
-	h *store.Handle
+	// main is the file of the first message's path, set by the reader
+	// once it opened it and before it hands out a write; immutable after.
+	// It is nil on a stream that only declares files.
+	main *streamFile
 	// users counts the handler and the reader: the last to finish closes
 	// h and the budget.
 	users atomic.Int32
@@ -124,12 +225,16 @@ type writeStream struct {
 	// mu guards the fields below, and every streamWrite's order.
 	// It is never held across a store call, a Send or a Recv.
 	mu sync.Mutex
-	// workCond wakes workers (ready grew, or the reader is done); syncCond
-	// wakes the syncer (owing grew, or everything is applied); sentCond
-	// wakes the handler waiting for the syncer to finish sending.
-	workCond, syncCond, sentCond sync.Cond
-	// opened: the file is open; answered: the reply to it went out.
+	// workCond wakes workers (runnable grew, or the reader is done);
+	// sentCond wakes the handler waiting for a syncer to finish sending.
+	workCond, sentCond sync.Cond
+	// opened: the stream's first message was read, its file open or its
+	// files declared; answered: the reply to it went out.
 	opened, answered bool
+	// declared holds the declared files by index, until the client
+	// closes them; statuses the reports of declarations not yet sent.
+	declared map[uint32]*streamFile
+	statuses []fileStatus
 	// stopping is set by stop; end is then the stream's outcome.
 	stopping bool
 	end      error
@@ -139,16 +244,15 @@ type writeStream struct {
 	unacked map[uint64]struct{}
 	// pending counts the writes read and not yet taken to be sent.
 	pending int
-	order   writeOrder
-	// ready holds, from readyHead on, the writes free to apply, in
-	// arrival order (popReadyLocked).
-	ready     []*streamWrite
-	readyHead int
-	owing     []*streamWrite // applied, waiting for their sync
-	acks      []*streamWrite // to be sent
+	// ordered counts the writes in a file's order (handed out and not yet
+	// applied).
+	ordered int
+	// runnable holds the files with writes free to apply and a worker to
+	// spare, in turn.
+	runnable fifo[*streamFile]
+	acks     []*streamWrite // to be sent
 	// workers started, and those of them waiting for work.
 	workers, idle int
-	syncer        bool
 	// sending: the handler or the syncer is sending acks (sendAcks),
 	// and only it may call Send until it clears sending. sendClosed: the
 	// handler returns, and nobody may send any more. sendErr is the
@@ -168,7 +272,6 @@ func newWriteStream(files *fileServer, ss grpc.BidiStreamingServer[filewritev1.W
 	}
 	ws.stopped, ws.cancelStop = context.WithCancel(ws.ctx)
 	ws.workCond.L = &ws.mu
-	ws.syncCond.L = &ws.mu
 	ws.sentCond.L = &ws.mu
 	return ws
 }
@@ -231,12 +334,13 @@ func (ws *writeStream) sendAcks(handler bool) (done bool, end error) {
 		var send bool
 		var cost int64
 		var acked []*streamWrite
-		acked, send, cost, done, end = ws.collect(ws.acked[:0])
+		var statuses []fileStatus
+		acked, statuses, send, cost, done, end = ws.collect(ws.acked[:0])
 		if !send {
 			return done && handler, end
 		}
 		ws.acked = acked
-		encodeAcks(acked, &ws.resp)
+		encodeAcks(acked, statuses, &ws.resp)
 		if err := ws.ss.SendMsg(&ws.resp); err != nil {
 			ws.stop(err)
 			ws.mu.Lock()
@@ -263,9 +367,15 @@ func (ws *writeStream) sendAcks(handler bool) (done bool, end error) {
 // so that an ack queued after it finds nobody sending.
 //
 // Preconditions: the caller set sending.
-func (ws *writeStream) collect(acked []*streamWrite) (_ []*streamWrite, send bool, cost int64, done bool, end error) {
+func (ws *writeStream) collect(acked []*streamWrite) (_ []*streamWrite, statuses []fileStatus, send bool, cost int64, done bool, end error) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	if len(ws.statuses) > 0 {
+		// Rare (a declaration): reported before the acks of the file's
+		// writes, in the same response.
+		statuses = ws.statuses
+		ws.statuses = nil
+	}
 	n := min(len(ws.acks), maxAcksPerResponse)
 	for _, w := range ws.acks[:n] {
 		acked = append(acked, w)
@@ -281,10 +391,10 @@ func (ws *writeStream) collect(acked []*streamWrite) (_ []*streamWrite, send boo
 	if n > 0 && ws.pending == 0 {
 		ws.idleWatch.acked()
 	}
-	send = n > 0 || (ws.opened && !ws.answered)
+	send = n > 0 || len(statuses) > 0 || (ws.opened && !ws.answered)
 	if send {
 		ws.answered = true
-		return acked, true, cost, false, nil
+		return acked, statuses, true, cost, false, nil
 	}
 	ws.sending = false
 	ws.sentCond.Broadcast()
@@ -294,7 +404,7 @@ func (ws *writeStream) collect(acked []*streamWrite) (_ []*streamWrite, send boo
 		ws.wakeSenderLocked()
 	}
 	done = ws.stopping && ws.pending == 0 && len(ws.acks) == 0
-	return acked, false, cost, done, ws.end
+	return acked, nil, false, cost, done, ws.end
 }
 
 // closeSends is called by the handler before it returns: nobody sends
@@ -322,7 +432,7 @@ func (ws *writeStream) logFailures(acked []*streamWrite) {
 			continue
 		}
 		ws.files.log.LogAttrs(ws.ctx, slog.LevelError, "stream write",
-			slog.String("path", ws.h.Path()),
+			slog.String("path", w.file.path),
 			slog.Uint64("id", w.id),
 			slog.String("code", code.String()),
 			slog.String("error", w.err.Error()))
@@ -358,40 +468,66 @@ func (ws *writeStream) stopLocked(end error) {
 	ws.wakeSenderLocked()
 }
 
-// watchDelete ends the stream with NOT_FOUND once its file is deleted (or
-// replaced by a Rename over it), after the writes read before are acked:
-// they fail with NOT_FOUND too, having nowhere to go. A Rename of the file
-// itself changes nothing: the stream writes to it under its new name. It
-// returns when the stream stops, for whatever reason.
+// watchDelete ends the stream with NOT_FOUND once the file of its path is
+// deleted (or replaced by a Rename over it), after the writes read before
+// are acked: they fail with NOT_FOUND too, having nowhere to go. A Rename
+// of the file itself changes nothing: the stream writes to it under its
+// new name. It returns when the stream stops, for whatever reason. A
+// declared file has no watcher: its deletion fails its own writes
+// (fileDeletedLocked), and the stream goes on.
 func (ws *writeStream) watchDelete() {
 	select {
-	case <-ws.h.Gone():
-		ws.stop(ws.deletedStatus())
+	case <-ws.main.h.Gone():
+		ws.stop(deletedStatus(ws.main))
 	case <-ws.stopped.Done():
 	}
 }
 
-// watchAuth ends the stream once a reload of --auth-token-file removes its
-// credential (UNAUTHENTICATED) or narrows its scope away from its file
-// (PERMISSION_DENIED), as stop does: the writes read before the reload
-// are acked, none after. It returns when the stream stops.
-func (ws *writeStream) watchAuth(p string, changed <-chan struct{}) {
+// watchAuth looks again at the stream's files at each reload of
+// --auth-token-file. One that removes the credential, or narrows its scope
+// away from the file of the stream's path, ends the stream
+// (UNAUTHENTICATED, PERMISSION_DENIED) as stop does: the writes read
+// before the reload are acked, none after. A declared file the new scope
+// leaves out fails its writes read from then on with the refusal, and the
+// stream goes on. It returns when the stream stops.
+func (ws *writeStream) watchAuth(changed <-chan struct{}) {
+	var files []*streamFile
 	for {
 		select {
 		case <-changed:
 			changed = ws.files.auth.changed()
-			if err := ws.files.auth.authorize(ws.ctx, accessWrite, p); err != nil {
-				ws.stop(err)
-				return
+			if ws.main != nil {
+				if err := ws.files.auth.authorize(ws.ctx, accessWrite, ws.main.path); err != nil {
+					ws.stop(err)
+					return
+				}
 			}
+			ws.mu.Lock()
+			files = files[:0]
+			for _, f := range ws.declared {
+				if f.err == nil {
+					files = append(files, f)
+				}
+			}
+			ws.mu.Unlock()
+			for _, f := range files {
+				if err := ws.files.auth.authorize(ws.ctx, accessWrite, f.path); err != nil {
+					ws.mu.Lock()
+					if f.err == nil {
+						f.err = err
+					}
+					ws.mu.Unlock()
+				}
+			}
+			clear(files)
 		case <-ws.stopped.Done():
 			return
 		}
 	}
 }
 
-func (ws *writeStream) deletedStatus() error {
-	return refusal(filewritev1.ErrorReason_FILE_DELETED, nil, "%s was deleted or replaced while the stream wrote to it: writes read before are acked", ws.h.Path())
+func deletedStatus(f *streamFile) error {
+	return refusal(filewritev1.ErrorReason_FILE_DELETED, nil, "%s was deleted or replaced while the stream wrote to it: writes read before are acked", f.path)
 }
 
 // wakeSenderLocked tells the sender to look again.
@@ -410,9 +546,19 @@ func (ws *writeStream) release() {
 	if ws.users.Add(-1) > 0 {
 		return
 	}
-	if ws.h != nil {
-		ws.h.Close()
+	// Every write was acked or dropped: the reader waited for the workers
+	// and syncers, and the handler is done. watchAuth may still look at
+	// the files until cancelStop, hence the lock.
+	if ws.main != nil && ws.main.h != nil {
+		ws.main.h.Close()
 	}
+	ws.mu.Lock()
+	for _, f := range ws.declared {
+		f.closing = true
+		f.writes = 0
+		f.releaseLocked()
+	}
+	ws.mu.Unlock()
 	ws.cancelStop()
 	ws.stopIdleTimer()
 	ws.budget.close()
@@ -449,7 +595,6 @@ func (ws *writeStream) readerExit() {
 	ws.mu.Lock()
 	ws.readerDone = true
 	ws.workCond.Broadcast()
-	ws.syncCond.Broadcast()
 	ws.mu.Unlock()
 	ws.helpers.Wait()
 }
@@ -470,6 +615,11 @@ func (ws *writeStream) accept(req *streamRequest) error {
 		return err
 	}
 	if req.msg.Writes == 0 {
+		if len(req.msg.Closes) > 0 {
+			ws.mu.Lock()
+			ws.closeFilesLocked(req.msg.Closes)
+			ws.mu.Unlock()
+		}
 		return nil
 	}
 	// The cost counts a record per write: it is taken before they are
@@ -511,8 +661,9 @@ func (ws *writeStream) accept(req *streamRequest) error {
 
 // queue hands out the writes of req, whose cost the stream has taken, and
 // reports whether it did: not if the stream is stopping (no error: the
-// message is dropped), nor if it reuses an id not yet acked (the error
-// that ends the stream).
+// message is dropped), nor if it reuses an id not yet acked or names a
+// file not on the stream (the error that ends the stream). The files the
+// message closes are closed after its writes are handed out.
 func (ws *writeStream) queue(req *streamRequest) (bool, error) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
@@ -520,33 +671,78 @@ func (ws *writeStream) queue(req *streamRequest) (bool, error) {
 		return false, nil // read, but neither applied nor acked
 	}
 	for i := range req.writes {
-		id := req.writes[i].id
-		if _, dup := ws.unacked[id]; dup {
+		w := &req.writes[i]
+		w.file = ws.fileLocked(w.fileIdx)
+		err := error(nil)
+		if w.file == nil {
+			err = unknownStreamFile(w.fileIdx)
+		} else if _, dup := ws.unacked[w.id]; dup {
+			err = writeIDInUse(w.id)
+		}
+		if err != nil {
 			for _, v := range req.writes[:i] {
 				delete(ws.unacked, v.id)
 			}
-			return false, writeIDInUse(id)
+			return false, err
 		}
-		ws.unacked[id] = struct{}{}
+		ws.unacked[w.id] = struct{}{}
 	}
 	ws.pending += len(req.writes)
 	for i := range req.writes {
 		w := &req.writes[i]
-		switch {
-		case w.err != nil:
+		f := w.file
+		f.writes++
+		if w.err == nil && f.err != nil {
+			w.err = f.err
+		}
+		if w.err != nil {
 			// Refused before anything was written.
-			w.res.Size = ws.h.Size()
+			w.res.Size = f.size()
 			w.req.applied()
 			ws.doneLocked(w)
-		case ws.order.add(w):
+			continue
+		}
+		ws.ordered++
+		if f.order.add(w) {
 			ws.readyLocked(w)
 		}
 	}
+	ws.closeFilesLocked(req.msg.Closes)
 	return true, nil
 }
 
+// fileLocked is the file that a write naming index goes to, nil if the
+// stream has none by that index.
+//
+// Preconditions: ws.mu is held.
+func (ws *writeStream) fileLocked(index uint32) *streamFile {
+	if index == 0 {
+		return ws.main
+	}
+	return ws.declared[index]
+}
+
+// closeFilesLocked closes the declared files of indexes: the index is free
+// at once, and the file is given back once its last write is acked.
+// Closing an index that names no file does nothing, so that a client may
+// close a file whose declaration failed without tracking it.
+//
+// Preconditions: ws.mu is held.
+func (ws *writeStream) closeFilesLocked(indexes []uint32) {
+	for _, i := range indexes {
+		f := ws.declared[i]
+		if f == nil {
+			continue
+		}
+		delete(ws.declared, i)
+		f.closing = true
+		f.releaseLocked()
+	}
+}
+
 // check checks what a message says before any of its writes is looked
-// at, opening the file on the first.
+// at, opening the file of its path on the first, and the files it
+// declares.
 func (ws *writeStream) check(req *streamRequest) error {
 	ws.files.streamMetrics.message(ws.ctx, req.msg.Writes, ws.budget.held.Load())
 	if req.tooMany > 0 {
@@ -559,54 +755,138 @@ func (ws *writeStream) check(req *streamRequest) error {
 	if int64(req.size) > ws.files.maxMessageBytes {
 		return messageTooLarge(req.size, ws.files.maxMessageBytes)
 	}
-	if ws.h == nil {
-		if err := checkPathHeader(ws.ctx, req.path, false); err != nil {
+	first := !ws.opened
+	if first {
+		// The channel is taken before the first check, so that a reload
+		// after it is not missed.
+		var authChanged <-chan struct{}
+		if ws.files.auth != nil {
+			authChanged = ws.files.auth.changed()
+		}
+		// The routing header names the first file: the path's, or the
+		// first declared (see pathheader.go).
+		header := req.path
+		if header == "" && len(req.msg.Files) > 0 {
+			header = req.msg.Files[0].Path
+		}
+		if err := checkPathHeader(ws.ctx, header, false); err != nil {
 			return err
 		}
-		open, err := openModeFromProto(req.openMode)
-		if err != nil {
-			return toStatus(err)
+		if req.path != "" || len(req.msg.Files) == 0 {
+			if err := ws.openMain(req); err != nil {
+				return err
+			}
+			go ws.watchDelete()
 		}
-		// The channel is taken before the check, so that a reload after
-		// the check is not missed.
-		authChanged := ws.files.auth.changed()
-		if err := ws.files.auth.authorize(ws.ctx, accessWrite, req.path); err != nil {
-			return err
+		if ws.files.auth != nil {
+			go ws.watchAuth(authChanged)
 		}
-		h, err := ws.files.store.OpenHandle(ws.ctx, req.path, open)
-		if err != nil {
-			return toStatus(err)
+	} else if req.path != "" && (ws.main == nil || req.path != ws.main.path) {
+		main := ""
+		if ws.main != nil {
+			main = ws.main.path
 		}
+		return refusal(filewritev1.ErrorReason_STREAM_PATH_CHANGED, map[string]string{errorinfo.KeyField: "path"}, "the message names %q but the stream's path is %q: only the first message may name it; declare other files (files)", req.path, main)
+	}
+	if err := ws.declare(req.msg.Files); err != nil {
+		return err
+	}
+	if first {
 		ws.mu.Lock()
-		ws.h = h
 		ws.opened = true
 		ws.wakeSenderLocked()
 		ws.mu.Unlock()
-		go ws.watchDelete()
-		if ws.files.auth != nil {
-			go ws.watchAuth(req.path, authChanged)
-		}
-		return nil
-	}
-	if req.path != "" && req.path != ws.h.Path() {
-		return refusal(filewritev1.ErrorReason_STREAM_PATH_CHANGED, map[string]string{errorinfo.KeyField: "path"}, "the message names %q but the stream writes %q: a stream writes one file, named in its first message", req.path, ws.h.Path())
 	}
 	return nil
 }
 
-// readyLocked queues w for a worker, starting one if none is idle.
+// openMain opens the file of the first message's path, whose failure
+// ends the stream.
+func (ws *writeStream) openMain(req *streamRequest) error {
+	open, err := openModeFromProto(req.openMode)
+	if err != nil {
+		return toStatus(err)
+	}
+	if err := ws.files.auth.authorize(ws.ctx, accessWrite, req.path); err != nil {
+		return err
+	}
+	h, err := ws.files.store.OpenHandle(ws.ctx, req.path, open)
+	if err != nil {
+		return toStatus(err)
+	}
+	ws.mu.Lock()
+	ws.main = &streamFile{path: req.path, h: h}
+	ws.mu.Unlock()
+	return nil
+}
+
+// declare opens the files a message declares, each checked as a unary
+// Write of its path would be (the routing header aside: see
+// pathheader.go), and queues its report. A file that cannot be opened
+// takes its index all the same, its writes acked with the reason, until
+// the client closes it; only an index that cannot be declared (0, or one
+// in use) ends the stream.
+func (ws *writeStream) declare(files []streamwire.File) error {
+	for i := range files {
+		d := &files[i]
+		ws.mu.Lock()
+		_, inUse := ws.declared[d.Index]
+		held := len(ws.declared)
+		ws.mu.Unlock()
+		if d.Index == 0 || inUse {
+			return refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "files.index", "index": strconv.FormatUint(uint64(d.Index), 10)},
+				"file index %d is 0 or already on the stream: declare an index of 1 or more, and close it before declaring it again", d.Index)
+		}
+		limit := ws.files.maxFilesPerStream
+		if held >= 2*limit {
+			// Declarations refused past the bound take an index too, for
+			// the writes sent with them to be acked with the refusal; a
+			// client that goes on declaring without closing any is not
+			// reading the refusals.
+			return tooManyFilesOnStream(limit)
+		}
+		f := &streamFile{index: d.Index, path: d.Path}
+		if held >= limit {
+			f.err = tooManyFilesOnStream(limit)
+		} else {
+			f.h, f.err = ws.openDeclared(d)
+		}
+		ws.mu.Lock()
+		if ws.declared == nil {
+			ws.declared = make(map[uint32]*streamFile)
+		}
+		ws.declared[d.Index] = f
+		ws.statuses = append(ws.statuses, fileStatus{index: d.Index, err: f.err})
+		ws.wakeSenderLocked()
+		ws.mu.Unlock()
+	}
+	return nil
+}
+
+// openDeclared checks a declared file's open mode and the caller's access
+// to it, and opens it.
+func (ws *writeStream) openDeclared(d *streamwire.File) (*store.Handle, error) {
+	open, err := openModeFromProto(filewritev1.OpenMode(d.OpenMode))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if err := ws.files.auth.authorize(ws.ctx, accessWrite, d.Path); err != nil {
+		return nil, err
+	}
+	h, err := ws.files.store.OpenHandle(ws.ctx, d.Path, open)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return h, nil
+}
+
+// readyLocked queues w, free to apply, for a worker, starting one if none
+// is idle.
 //
 // Preconditions: ws.mu is held.
 func (ws *writeStream) readyLocked(w *streamWrite) {
-	if ws.readyHead > 0 && len(ws.ready) == cap(ws.ready) {
-		// Full, with taken writes at its start: move the others down
-		// rather than grow, so that a queue that never empties stays
-		// the size of what it holds.
-		n := copy(ws.ready, ws.ready[ws.readyHead:])
-		clear(ws.ready[n:])
-		ws.ready, ws.readyHead = ws.ready[:n], 0
-	}
-	ws.ready = append(ws.ready, w)
+	w.file.ready.push(w)
+	ws.runnableLocked(w.file)
 	if ws.idle == 0 && ws.workers < streamWorkers {
 		ws.workers++
 		ws.helpers.Add(1)
@@ -616,107 +896,160 @@ func (ws *writeStream) readyLocked(w *streamWrite) {
 	ws.workCond.Signal()
 }
 
-// popReadyLocked takes the first write of ready, which is not empty.
-// ready is a queue read from readyHead, so that taking a write moves
-// nothing, and reset once empty, so that its capacity is kept.
+// runnableLocked puts f in runnable if it has writes free to apply and
+// may have one more applied at once: streamWorkers-1 at most when the
+// stream has declared files, so that one file waiting for a lock leaves
+// a worker to the others.
+//
+// Preconditions: ws.mu is held.
+func (ws *writeStream) runnableLocked(f *streamFile) {
+	if f.queued || f.ready.len() == 0 {
+		return
+	}
+	perFile := streamWorkers
+	if ws.declared != nil {
+		perFile = max(1, streamWorkers-1)
+	}
+	if f.running >= perFile {
+		return
+	}
+	f.queued = true
+	ws.runnable.push(f)
+}
+
+// popReadyLocked takes the first write free to apply of the first file in
+// runnable, which is not empty, and puts the file back at the end of
+// runnable if it has more: files take turns.
 //
 // Preconditions: ws.mu is held.
 func (ws *writeStream) popReadyLocked() *streamWrite {
-	w := ws.ready[ws.readyHead]
-	ws.ready[ws.readyHead] = nil
-	ws.readyHead++
-	if ws.readyHead == len(ws.ready) {
-		ws.ready, ws.readyHead = ws.ready[:0], 0
-	}
+	f := ws.runnable.pop()
+	f.queued = false
+	w := f.ready.pop()
+	f.running++
+	ws.runnableLocked(f)
 	return w
 }
 
-// doneLocked queues w's ack.
+// doneLocked queues w's ack and wakes the sender.
 //
 // Preconditions: ws.mu is held.
 func (ws *writeStream) doneLocked(w *streamWrite) {
-	ws.acks = append(ws.acks, w)
+	ws.ackLocked(w)
 	ws.wakeSenderLocked()
 }
 
-// work is a worker: it applies the writes that writeOrder frees until the
-// reader is done and every write read has been applied.
+// ackLocked queues w's ack, and gives its file back if it was closed and
+// this was its last write.
+//
+// Preconditions: ws.mu is held.
+func (ws *writeStream) ackLocked(w *streamWrite) {
+	ws.acks = append(ws.acks, w)
+	w.file.writes--
+	w.file.releaseLocked()
+}
+
+// fileDeletedLocked is called when a write found f deleted (or replaced
+// by a Rename over it). The stream's path's file ends the stream, as
+// watchDelete would a moment later; a declared file fails its writes read
+// from then on, and the stream goes on.
+//
+// Preconditions: ws.mu is held.
+func (ws *writeStream) fileDeletedLocked(f *streamFile) {
+	if f == ws.main {
+		ws.mu.Unlock()
+		ws.stop(deletedStatus(f))
+		ws.mu.Lock()
+		return
+	}
+	if f.err == nil {
+		f.err = deletedStatus(f)
+	}
+}
+
+// work is a worker: it applies the writes that the files' orders free
+// until the reader is done and every write read has been applied.
 func (ws *writeStream) work() {
 	defer ws.helpers.Done()
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	for {
-		for ws.readyHead == len(ws.ready) && !(ws.readerDone && ws.order.empty()) {
+		for ws.runnable.len() == 0 && !(ws.readerDone && ws.ordered == 0) {
 			ws.idle++
 			ws.workCond.Wait()
 			ws.idle--
 		}
-		if ws.readyHead == len(ws.ready) {
+		if ws.runnable.len() == 0 {
 			return
 		}
 		w := ws.popReadyLocked()
+		f := w.file
 		ws.mu.Unlock()
 		if w.append {
-			w.res, w.landed, w.err = ws.h.ApplyAppend(ws.ctx, w.data, w.sync)
+			w.res, w.landed, w.err = f.h.ApplyAppend(ws.ctx, w.data, w.sync)
 		} else {
-			w.res, w.err = ws.h.Write(ws.ctx, w.off, w.data, w.sync)
+			w.res, w.err = f.h.Write(ws.ctx, w.off, w.data, w.sync)
 			w.landed = w.off
 		}
-		if errors.Is(w.err, store.ErrDeleted) {
-			ws.stop(ws.deletedStatus()) // as watchDelete would, a moment later
-		}
 		ws.mu.Lock()
-		ws.order.remove(w, ws.readyLocked)
+		if errors.Is(w.err, store.ErrDeleted) {
+			ws.fileDeletedLocked(f)
+		}
+		f.running--
+		ws.ordered--
+		f.order.remove(w, ws.readyLocked)
+		ws.runnableLocked(f)
 		// Its bytes go back to gRPC's pool with the message's last write.
 		w.data = nil
 		w.req.applied()
 		if w.res.Owed != store.SyncNone {
-			ws.owing = append(ws.owing, w)
-			if !ws.syncer {
-				ws.syncer = true
+			f.owing = append(f.owing, w)
+			if !f.syncer {
+				f.syncer = true
 				ws.helpers.Add(1)
-				go ws.syncLoop()
+				go ws.syncLoop(f)
 			}
-			ws.syncCond.Signal()
 		} else {
 			ws.doneLocked(w)
 		}
-		if ws.readerDone && ws.order.empty() {
+		if ws.runnable.len() > 0 {
+			ws.workCond.Signal()
+		}
+		if ws.readerDone && ws.ordered == 0 {
 			ws.workCond.Broadcast()
-			ws.syncCond.Broadcast()
 		}
 	}
 }
 
-// syncLoop is the syncer: each round waits, with one group-commit sync,
-// for every write that was applied and owed a sync when the round began,
-// then queues their acks. Writes applied meanwhile join the next round.
-func (ws *writeStream) syncLoop() {
+// syncLoop is f's syncer: each round waits, with one group-commit sync,
+// for every write of f that was applied and owed a sync when the round
+// began, then queues their acks. Writes applied meanwhile join the next
+// round; once a round finds none, it returns, and the next write that
+// owes a sync starts another.
+func (ws *writeStream) syncLoop(f *streamFile) {
 	defer ws.helpers.Done()
 	var batch []*streamWrite
 	var applied []store.AppliedWrite
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	for {
-		for len(ws.owing) == 0 && !(ws.readerDone && ws.order.empty()) {
-			ws.syncCond.Wait()
-		}
-		if len(ws.owing) == 0 {
+		if len(f.owing) == 0 {
+			f.syncer = false
 			return
 		}
-		batch = append(batch[:0], ws.owing...)
-		clear(ws.owing)
-		ws.owing = ws.owing[:0]
+		batch = append(batch[:0], f.owing...)
+		clear(f.owing)
+		f.owing = f.owing[:0]
 		ws.mu.Unlock()
 		applied = applied[:0]
 		for _, w := range batch {
 			applied = append(applied, w.res)
 		}
-		err := ws.h.Wait(ws.ctx, applied...)
+		err := f.h.Wait(ws.ctx, applied...)
 		ws.mu.Lock()
 		for _, w := range batch {
 			w.err = err
-			ws.acks = append(ws.acks, w)
+			ws.ackLocked(w)
 		}
 		clear(batch)
 		switch {

@@ -267,3 +267,16 @@ func (r *ring) pick(h uint64) string {
 	}
 	return r.keys[i]
 }
+
+// Owner is the address, of addrs, of the daemon that owns path: the one
+// ServiceConfig's ring (at its default sizes) sends a call on path to.
+// A client that puts several files on one WriteStream groups them by
+// Owner, since a router places the stream once, by the routing key of
+// its first file.
+func Owner(addrs []string, path string) string {
+	r := newRing(addrs, 1024, 4096)
+	if r == nil {
+		return ""
+	}
+	return r.pick(xxhash.Sum64String(RoutingKey(path)))
+}

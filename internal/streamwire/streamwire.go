@@ -28,13 +28,22 @@ const (
 	FieldRequestPath   = 1 // WriteStreamRequest.path
 	FieldRequestWrites = 2 // WriteStreamRequest.writes
 	FieldRequestOpen   = 3 // WriteStreamRequest.open_mode
+	FieldRequestFiles  = 4 // WriteStreamRequest.files
+	FieldRequestClose  = 5 // WriteStreamRequest.close
+	FieldFileIndex     = 1 // StreamFile.index
+	FieldFilePath      = 2 // StreamFile.path
+	FieldFileOpen      = 3 // StreamFile.open_mode
 	FieldWriteID       = 1 // StreamWrite.id
 	FieldWriteOffset   = 2 // StreamWrite.offset
 	FieldWriteData     = 3 // StreamWrite.data
 	FieldWriteSync     = 4 // StreamWrite.sync
 	FieldWriteCRC      = 5 // StreamWrite.crc32c
 	FieldWriteAppend   = 6 // StreamWrite.append
+	FieldWriteFile     = 7 // StreamWrite.file
 	FieldResponseAcks  = 1 // WriteStreamResponse.acks
+	FieldResponseFiles = 2 // WriteStreamResponse.files
+	FieldStatusIndex   = 1 // StreamFileStatus.index
+	FieldStatusStatus  = 2 // StreamFileStatus.status
 	FieldAckID         = 1 // StreamAck.id
 	FieldAckWritten    = 2 // StreamAck.bytes_written
 	FieldAckSize       = 3 // StreamAck.size
@@ -49,6 +58,11 @@ const (
 // record of a few hundred bytes from read to ack: the bound is what keeps
 // a message's cost a bounded multiple of its size plus a fixed allowance.
 const MaxWritesPerMessage = 4096
+
+// MaxFilesPerMessage bounds the files one WriteStreamRequest declares plus
+// those it closes, for the same reason: each costs the daemon an open (or
+// a close) and a record, and the client sends at most this many.
+const MaxFilesPerMessage = 4096
 
 // ErrMalformed is returned when a message is not valid protobuf wire data
 // (truncated, or a tag or length that does not parse).
@@ -67,6 +81,21 @@ func (e *TooManyWritesError) Error() string {
 	return fmt.Sprintf("a message of more than %d writes: the limit is %d writes per message", e.Limit, e.Limit)
 }
 
+// TooManyFilesError is returned when a request declares and closes more
+// than MaxFilesPerMessage files in all.
+type TooManyFilesError struct{ Limit int }
+
+func (e *TooManyFilesError) Error() string {
+	return fmt.Sprintf("a message declaring or closing more than %d files: the limit is %d files per message", e.Limit, e.Limit)
+}
+
+// File is one StreamFile as it is on the wire.
+type File struct {
+	Index    uint32
+	Path     string
+	OpenMode int32 // a filewritev1.OpenMode, unchecked
+}
+
 // Write is one StreamWrite as it is on the wire. Data aliases the
 // message's bytes.
 type Write struct {
@@ -77,6 +106,8 @@ type Write struct {
 	CRC    uint32
 	HasCRC bool
 	Append bool
+	// File is the declared file's index, 0 for the stream's path.
+	File uint32
 }
 
 // Request is a WriteStreamRequest that ScanRequest found well formed.
@@ -88,6 +119,10 @@ type Request struct {
 	// data's lengths.
 	Writes    int
 	DataBytes int64
+	// Files holds the files the message declares, in order; Closes the
+	// indexes it closes. Both are nil in a one-file stream's messages.
+	Files  []File
+	Closes []uint32
 	// raw is the message: its writes are decoded again, one by one, by
 	// Each.
 	raw []byte
@@ -126,6 +161,48 @@ func ScanRequest(b []byte, maxWrites int) (Request, error) {
 				return Request{}, ErrMalformed
 			}
 			r.OpenMode = int32(v)
+			b = b[l:]
+		case num == FieldRequestFiles && typ == protowire.BytesType:
+			v, l := protowire.ConsumeBytes(b)
+			if l < 0 {
+				return Request{}, ErrMalformed
+			}
+			if len(r.Files)+len(r.Closes) == MaxFilesPerMessage {
+				return Request{}, &TooManyFilesError{Limit: MaxFilesPerMessage}
+			}
+			f, err := decodeFile(v)
+			if err != nil {
+				return Request{}, err
+			}
+			r.Files = append(r.Files, f)
+			b = b[l:]
+		case num == FieldRequestClose && typ == protowire.VarintType:
+			v, l := protowire.ConsumeVarint(b)
+			if l < 0 {
+				return Request{}, ErrMalformed
+			}
+			if len(r.Files)+len(r.Closes) == MaxFilesPerMessage {
+				return Request{}, &TooManyFilesError{Limit: MaxFilesPerMessage}
+			}
+			r.Closes = append(r.Closes, uint32(v))
+			b = b[l:]
+		case num == FieldRequestClose && typ == protowire.BytesType:
+			// Packed, as proto3 encodes a repeated scalar.
+			v, l := protowire.ConsumeBytes(b)
+			if l < 0 {
+				return Request{}, ErrMalformed
+			}
+			for len(v) > 0 {
+				x, n := protowire.ConsumeVarint(v)
+				if n < 0 {
+					return Request{}, ErrMalformed
+				}
+				if len(r.Files)+len(r.Closes) == MaxFilesPerMessage {
+					return Request{}, &TooManyFilesError{Limit: MaxFilesPerMessage}
+				}
+				r.Closes = append(r.Closes, uint32(x))
+				v = v[n:]
+			}
 			b = b[l:]
 		case num == FieldRequestWrites && typ == protowire.BytesType:
 			v, l := protowire.ConsumeBytes(b)
@@ -176,6 +253,41 @@ func (r *Request) Each(fn func(i int, w *Write)) {
 	}
 }
 
+// decodeFile decodes one StreamFile.
+func decodeFile(b []byte) (File, error) {
+	var f File
+	for len(b) > 0 {
+		num, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return File{}, ErrMalformed
+		}
+		b = b[l:]
+		var v uint64
+		switch {
+		case num == FieldFileIndex && typ == protowire.VarintType:
+			v, l = protowire.ConsumeVarint(b)
+			f.Index = uint32(v)
+		case num == FieldFileOpen && typ == protowire.VarintType:
+			v, l = protowire.ConsumeVarint(b)
+			f.OpenMode = int32(v)
+		case num == FieldFilePath && typ == protowire.BytesType:
+			var p []byte
+			p, l = protowire.ConsumeBytes(b)
+			if l >= 0 && !utf8.Valid(p) {
+				return File{}, ErrPathNotUTF8
+			}
+			f.Path = string(p)
+		default:
+			l = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if l < 0 {
+			return File{}, ErrMalformed
+		}
+		b = b[l:]
+	}
+	return f, nil
+}
+
 // decodeWrite decodes one StreamWrite into w and reports whether it is
 // well formed.
 func decodeWrite(b []byte, w *Write) bool {
@@ -203,6 +315,9 @@ func decodeWrite(b []byte, w *Write) bool {
 		case num == FieldWriteAppend && typ == protowire.VarintType:
 			v, l = protowire.ConsumeVarint(b)
 			w.Append = v != 0
+		case num == FieldWriteFile && typ == protowire.VarintType:
+			v, l = protowire.ConsumeVarint(b)
+			w.File = uint32(v)
 		default:
 			l = protowire.ConsumeFieldValue(num, typ, b)
 		}
@@ -214,11 +329,14 @@ func decodeWrite(b []byte, w *Write) bool {
 	return true
 }
 
-// WriteSize is the size of a StreamWrite without its own tag and length.
-// The client always sends a CRC.
-func WriteSize(id uint64, off int64, dataLen int, sync int32) int {
+// WriteSize is the size of a StreamWrite to file (0: the stream's path)
+// without its own tag and length. The client always sends a CRC.
+func WriteSize(file uint32, id uint64, off int64, dataLen int, sync int32) int {
 	n := protowire.SizeTag(FieldWriteData) + protowire.SizeBytes(dataLen) +
 		protowire.SizeTag(FieldWriteCRC) + protowire.SizeFixed32()
+	if file != 0 {
+		n += protowire.SizeTag(FieldWriteFile) + protowire.SizeVarint(uint64(file))
+	}
 	if id != 0 {
 		n += protowire.SizeTag(FieldWriteID) + protowire.SizeVarint(id)
 	}
@@ -233,15 +351,15 @@ func WriteSize(id uint64, off int64, dataLen int, sync int32) int {
 
 // RequestWriteSize is what one write adds to a WriteStreamRequest: the
 // StreamWrite with its tag and length.
-func RequestWriteSize(id uint64, off int64, dataLen int, sync int32) int {
-	return protowire.SizeTag(FieldRequestWrites) + protowire.SizeBytes(WriteSize(id, off, dataLen, sync))
+func RequestWriteSize(file uint32, id uint64, off int64, dataLen int, sync int32) int {
+	return protowire.SizeTag(FieldRequestWrites) + protowire.SizeBytes(WriteSize(file, id, off, dataLen, sync))
 }
 
 // AppendWrite appends one write of a WriteStreamRequest (the writes field,
 // its tag and length included) to b; RequestWriteSize says how long it is.
-func AppendWrite(b []byte, id uint64, off int64, data []byte, sync int32, crc uint32) []byte {
+func AppendWrite(b []byte, file uint32, id uint64, off int64, data []byte, sync int32, crc uint32) []byte {
 	b = protowire.AppendTag(b, FieldRequestWrites, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(WriteSize(id, off, len(data), sync)))
+	b = protowire.AppendVarint(b, uint64(WriteSize(file, id, off, len(data), sync)))
 	if id != 0 {
 		b = protowire.AppendTag(b, FieldWriteID, protowire.VarintType)
 		b = protowire.AppendVarint(b, id)
@@ -257,7 +375,142 @@ func AppendWrite(b []byte, id uint64, off int64, data []byte, sync int32, crc ui
 		b = protowire.AppendVarint(b, uint64(sync))
 	}
 	b = protowire.AppendTag(b, FieldWriteCRC, protowire.Fixed32Type)
-	return protowire.AppendFixed32(b, crc)
+	b = protowire.AppendFixed32(b, crc)
+	if file != 0 {
+		b = protowire.AppendTag(b, FieldWriteFile, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(file))
+	}
+	return b
+}
+
+func fileSize(f *File) int {
+	n := protowire.SizeTag(FieldFileIndex) + protowire.SizeVarint(uint64(f.Index)) +
+		protowire.SizeTag(FieldFilePath) + protowire.SizeBytes(len(f.Path))
+	if f.OpenMode != 0 {
+		n += protowire.SizeTag(FieldFileOpen) + protowire.SizeVarint(uint64(f.OpenMode))
+	}
+	return n
+}
+
+// RequestFileSize is what declaring f adds to a WriteStreamRequest.
+func RequestFileSize(f *File) int {
+	return protowire.SizeTag(FieldRequestFiles) + protowire.SizeBytes(fileSize(f))
+}
+
+// AppendFile appends the declaration of f to a WriteStreamRequest in b.
+func AppendFile(b []byte, f *File) []byte {
+	b = protowire.AppendTag(b, FieldRequestFiles, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(fileSize(f)))
+	b = protowire.AppendTag(b, FieldFileIndex, protowire.VarintType)
+	b = protowire.AppendVarint(b, uint64(f.Index))
+	b = protowire.AppendTag(b, FieldFilePath, protowire.BytesType)
+	b = protowire.AppendString(b, f.Path)
+	if f.OpenMode != 0 {
+		b = protowire.AppendTag(b, FieldFileOpen, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(f.OpenMode))
+	}
+	return b
+}
+
+// RequestCloseSize is what closing index adds to a WriteStreamRequest.
+func RequestCloseSize(index uint32) int {
+	return protowire.SizeTag(FieldRequestClose) + protowire.SizeVarint(uint64(index))
+}
+
+// AppendClose appends the close of index to a WriteStreamRequest in b
+// (unpacked, which a proto3 decoder accepts as well as packed).
+func AppendClose(b []byte, index uint32) []byte {
+	b = protowire.AppendTag(b, FieldRequestClose, protowire.VarintType)
+	return protowire.AppendVarint(b, uint64(index))
+}
+
+// FileStatus is one StreamFileStatus. Status is the encoded
+// google.rpc.Status, nil when the file is open; on decoding it aliases
+// the message.
+type FileStatus struct {
+	Index  uint32
+	Status []byte
+}
+
+func fileStatusSize(f *FileStatus) int {
+	n := 0
+	if f.Index != 0 {
+		n += protowire.SizeTag(FieldStatusIndex) + protowire.SizeVarint(uint64(f.Index))
+	}
+	if f.Status != nil {
+		n += protowire.SizeTag(FieldStatusStatus) + protowire.SizeBytes(len(f.Status))
+	}
+	return n
+}
+
+// ResponseFileStatusSize is what f adds to a WriteStreamResponse.
+func ResponseFileStatusSize(f *FileStatus) int {
+	return protowire.SizeTag(FieldResponseFiles) + protowire.SizeBytes(fileStatusSize(f))
+}
+
+// AppendFileStatus appends f to a WriteStreamResponse in b.
+func AppendFileStatus(b []byte, f *FileStatus) []byte {
+	b = protowire.AppendTag(b, FieldResponseFiles, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(fileStatusSize(f)))
+	if f.Index != 0 {
+		b = protowire.AppendTag(b, FieldStatusIndex, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(f.Index))
+	}
+	if f.Status != nil {
+		b = protowire.AppendTag(b, FieldStatusStatus, protowire.BytesType)
+		b = protowire.AppendBytes(b, f.Status)
+	}
+	return b
+}
+
+// EachFileStatus calls fn for each file status of the WriteStreamResponse
+// in b, in order, as EachAck does for acks.
+func EachFileStatus(b []byte, fn func(f *FileStatus) error) error {
+	for len(b) > 0 {
+		num, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return ErrMalformed
+		}
+		b = b[l:]
+		if num != FieldResponseFiles || typ != protowire.BytesType {
+			if l = protowire.ConsumeFieldValue(num, typ, b); l < 0 {
+				return ErrMalformed
+			}
+			b = b[l:]
+			continue
+		}
+		v, l := protowire.ConsumeBytes(b)
+		if l < 0 {
+			return ErrMalformed
+		}
+		b = b[l:]
+		var f FileStatus
+		for len(v) > 0 {
+			num, typ, n := protowire.ConsumeTag(v)
+			if n < 0 {
+				return ErrMalformed
+			}
+			v = v[n:]
+			switch {
+			case num == FieldStatusIndex && typ == protowire.VarintType:
+				var x uint64
+				x, n = protowire.ConsumeVarint(v)
+				f.Index = uint32(x)
+			case num == FieldStatusStatus && typ == protowire.BytesType:
+				f.Status, n = protowire.ConsumeBytes(v)
+			default:
+				n = protowire.ConsumeFieldValue(num, typ, v)
+			}
+			if n < 0 {
+				return ErrMalformed
+			}
+			v = v[n:]
+		}
+		if err := fn(&f); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Ack is one StreamAck. Status is the encoded google.rpc.Status, nil when

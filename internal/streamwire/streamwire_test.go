@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"math/bits"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -43,7 +44,7 @@ func sameWrites(got []Write, want []*filewritev1.StreamWrite) bool {
 	for i, w := range got {
 		v := want[i]
 		if w.ID != v.Id || w.Offset != v.Offset || !bytes.Equal(w.Data, v.Data) || w.Sync != int32(v.Sync) ||
-			w.HasCRC != (v.Crc32C != nil) || w.CRC != v.GetCrc32C() || w.Append != v.Append {
+			w.HasCRC != (v.Crc32C != nil) || w.CRC != v.GetCrc32C() || w.Append != v.Append || w.File != v.File {
 			return false
 		}
 	}
@@ -60,14 +61,16 @@ func TestRequestRoundTrip(t *testing.T) {
 		{Id: 7, Offset: 4096, Data: []byte("hello"), Sync: filewritev1.SyncMode_SYNC_MODE_DATA, Crc32C: ptr(uint32(0xdeadbeef))},
 		{Id: math.MaxUint64, Offset: math.MaxInt64, Data: make([]byte, 1000), Sync: 42, Crc32C: ptr(uint32(math.MaxUint32))},
 		{Id: 1, Offset: -1, Data: []byte{0}, Sync: filewritev1.SyncMode_SYNC_MODE_FULL, Crc32C: ptr(uint32(1))},
+		{Id: 2, Data: []byte("to a declared file"), Crc32C: ptr(uint32(2)), File: 3},
+		{Id: 3, Crc32C: ptr(uint32(3)), File: math.MaxUint32},
 	}}
 
 	// Encoder → generated code.
 	var enc []byte
 	size := 0
 	for _, w := range msg.Writes {
-		enc = AppendWrite(enc, w.Id, w.Offset, w.Data, int32(w.Sync), w.GetCrc32C())
-		size += RequestWriteSize(w.Id, w.Offset, len(w.Data), int32(w.Sync))
+		enc = AppendWrite(enc, w.File, w.Id, w.Offset, w.Data, int32(w.Sync), w.GetCrc32C())
+		size += RequestWriteSize(w.File, w.Id, w.Offset, len(w.Data), int32(w.Sync))
 	}
 	if size != len(enc) {
 		t.Errorf("RequestWriteSize adds up to %d, AppendWrite wrote %d", size, len(enc))
@@ -109,6 +112,134 @@ func TestRequestRoundTrip(t *testing.T) {
 		if r.DataBytes != data {
 			t.Errorf("DataBytes %d, want %d", r.DataBytes, data)
 		}
+	}
+}
+
+// sameFiles compares decoded declarations and closes with the generated
+// code's.
+func sameFiles(r Request, want *filewritev1.WriteStreamRequest) bool {
+	if len(r.Files) != len(want.Files) || len(r.Closes) != len(want.Close) {
+		return false
+	}
+	for i, f := range r.Files {
+		v := want.Files[i]
+		if f.Index != v.Index || f.Path != v.Path || f.OpenMode != int32(v.OpenMode) {
+			return false
+		}
+	}
+	for i, c := range r.Closes {
+		if c != want.Close[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestRequestFilesRoundTrip: declarations and closes the client encodes,
+// the generated code decodes; those the generated code encodes (closes
+// packed), the daemon's decoder reads, with the writes naming their files.
+func TestRequestFilesRoundTrip(t *testing.T) {
+	msg := &filewritev1.WriteStreamRequest{
+		Files: []*filewritev1.StreamFile{
+			{Index: 1, Path: "a/one"},
+			{Index: math.MaxUint32, Path: "b/two", OpenMode: filewritev1.OpenMode_OPEN_MODE_MUST_EXIST},
+			{Index: 0, Path: ""},
+		},
+		Close:  []uint32{4, 0, math.MaxUint32},
+		Writes: []*filewritev1.StreamWrite{{Id: 5, Data: []byte("x"), Crc32C: ptr(uint32(9)), File: 1}},
+	}
+	var enc []byte
+	size := 0
+	for _, f := range msg.Files {
+		w := File{Index: f.Index, Path: f.Path, OpenMode: int32(f.OpenMode)}
+		enc = AppendFile(enc, &w)
+		size += RequestFileSize(&w)
+	}
+	for _, c := range msg.Close {
+		enc = AppendClose(enc, c)
+		size += RequestCloseSize(c)
+	}
+	for _, w := range msg.Writes {
+		enc = AppendWrite(enc, w.File, w.Id, w.Offset, w.Data, int32(w.Sync), w.GetCrc32C())
+		size += RequestWriteSize(w.File, w.Id, w.Offset, len(w.Data), int32(w.Sync))
+	}
+	if size != len(enc) {
+		t.Errorf("the sizes add up to %d, the encoders wrote %d", size, len(enc))
+	}
+	got := &filewritev1.WriteStreamRequest{}
+	if err := proto.Unmarshal(enc, got); err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(got, msg) {
+		t.Errorf("generated code decodes\n %v\nwant\n %v", got, msg)
+	}
+	wire, err := proto.Marshal(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range [][]byte{enc, wire} {
+		r, ws, err := decodeAll(t, b, MaxWritesPerMessage)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sameFiles(r, msg) || !sameWrites(ws, msg.Writes) {
+			t.Errorf("decoded %+v %+v %+v, want %v", r.Files, r.Closes, ws, msg)
+		}
+	}
+	bad := AppendFile(nil, &File{Index: 1, Path: "\xff"})
+	if _, err := ScanRequest(bad, MaxWritesPerMessage); !errors.Is(err, ErrPathNotUTF8) {
+		t.Errorf("a declared path that is not UTF-8: %v, want ErrPathNotUTF8", err)
+	}
+	var many []byte
+	for i := range MaxFilesPerMessage + 1 {
+		many = AppendClose(many, uint32(i))
+	}
+	var tooMany *TooManyFilesError
+	if _, err := ScanRequest(many, MaxWritesPerMessage); !errors.As(err, &tooMany) {
+		t.Errorf("%d closes: %v, want TooManyFilesError", MaxFilesPerMessage+1, err)
+	}
+}
+
+// TestFileStatusRoundTrip: file statuses the daemon encodes, the
+// generated code decodes, and the client's decoder reads them back.
+func TestFileStatusRoundTrip(t *testing.T) {
+	st, _ := proto.Marshal(status.New(codes.NotFound, "gone").Proto())
+	in := []FileStatus{{Index: 1}, {Index: math.MaxUint32, Status: st}, {}}
+	var b []byte
+	size := 0
+	for i := range in {
+		b = AppendFileStatus(b, &in[i])
+		size += ResponseFileStatusSize(&in[i])
+	}
+	b = AppendAck(b, &Ack{ID: 3})
+	if size+ResponseAckSize(&Ack{ID: 3}) != len(b) {
+		t.Errorf("the sizes add up to %d, the encoders wrote %d", size, len(b))
+	}
+	got := &filewritev1.WriteStreamResponse{}
+	if err := proto.Unmarshal(b, got); err != nil {
+		t.Fatal(err)
+	}
+	want := &filewritev1.WriteStreamResponse{
+		Acks:  []*filewritev1.StreamAck{{Id: 3}},
+		Files: []*filewritev1.StreamFileStatus{{Index: 1}, {Index: math.MaxUint32, Status: status.New(codes.NotFound, "gone").Proto()}, {}},
+	}
+	if !proto.Equal(got, want) {
+		t.Errorf("generated code decodes\n %v\nwant\n %v", got, want)
+	}
+	var decoded []FileStatus
+	if err := EachFileStatus(b, func(f *FileStatus) error { decoded = append(decoded, *f); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(decoded) != len(in) {
+		t.Fatalf("%d statuses, want %d", len(decoded), len(in))
+	}
+	for i, f := range decoded {
+		if f.Index != in[i].Index || !bytes.Equal(f.Status, in[i].Status) {
+			t.Errorf("status %d = %+v, want %+v", i, f, in[i])
+		}
+	}
+	if err := EachFileStatus(b[:len(b)-3], func(*FileStatus) error { return nil }); !errors.Is(err, ErrMalformed) {
+		t.Errorf("a truncated response: %v, want ErrMalformed", err)
 	}
 }
 
@@ -243,6 +374,7 @@ func FuzzDecodeStreamRequest(f *testing.F) {
 		{},
 		{Path: "p", Writes: []*filewritev1.StreamWrite{{Id: 1, Offset: 2, Data: []byte("x"), Sync: 1, Crc32C: ptr(uint32(1))}}},
 		{Writes: []*filewritev1.StreamWrite{{}, {Id: 3}, {Id: 4, Data: []byte("y"), Append: true}}},
+		{Files: []*filewritev1.StreamFile{{Index: 1, Path: "a"}}, Close: []uint32{2, 3}, Writes: []*filewritev1.StreamWrite{{File: 1}, {File: 1, Append: true}}},
 	} {
 		b, _ := proto.Marshal(m)
 		f.Add(b)
@@ -256,12 +388,26 @@ func FuzzDecodeStreamRequest(f *testing.F) {
 	}
 	f.Add(empties)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if allocs := testing.AllocsPerRun(1, func() { ScanRequest(b, MaxWritesPerMessage) }); allocs > maxFuzzAllocs {
-			t.Fatalf("ScanRequest of %d bytes made %v allocations, want at most %d", len(b), allocs, maxFuzzAllocs)
+		// Declared files cost a path and the slices' growth each; writes
+		// nothing.
+		scanned, _ := ScanRequest(b, MaxWritesPerMessage)
+		limit := float64(maxFuzzAllocs)
+		if n := len(scanned.Files) + len(scanned.Closes); n > 0 {
+			limit += float64(2*len(scanned.Files) + 2*bits.Len(uint(n)) + 2)
+		}
+		if allocs := testing.AllocsPerRun(1, func() { ScanRequest(b, MaxWritesPerMessage) }); allocs > limit {
+			t.Fatalf("ScanRequest of %d bytes made %v allocations, want at most %v", len(b), allocs, limit)
 		}
 		r, ws, err := decodeAll(t, b, MaxWritesPerMessage)
 		want := &filewritev1.WriteStreamRequest{}
 		if proto.Unmarshal(b, want) != nil {
+			return
+		}
+		if len(want.Files)+len(want.Close) > MaxFilesPerMessage {
+			var tooMany *TooManyFilesError
+			if !errors.As(err, &tooMany) {
+				t.Fatalf("%d files: %v, want TooManyFilesError", len(want.Files)+len(want.Close), err)
+			}
 			return
 		}
 		if len(want.Writes) > MaxWritesPerMessage {
@@ -274,7 +420,7 @@ func FuzzDecodeStreamRequest(f *testing.F) {
 		if err != nil {
 			t.Fatalf("the generated code decodes %x, the stream's decoder says %v", b, err)
 		}
-		if r.Path != want.Path || r.OpenMode != int32(want.OpenMode) || !sameWrites(ws, want.Writes) {
+		if r.Path != want.Path || r.OpenMode != int32(want.OpenMode) || !sameWrites(ws, want.Writes) || !sameFiles(r, want) {
 			t.Fatalf("decoded %q %+v, want %v", r.Path, ws, want)
 		}
 	})

@@ -167,8 +167,10 @@ const (
 	// Reserved: INVALID_ARGUMENT, a WriteStream message carries more writes
 	// than the daemon takes. Metadata: limit.
 	ErrorReason_TOO_MANY_WRITES_IN_MESSAGE ErrorReason = 108
-	// Reserved: RESOURCE_EXHAUSTED, a stream names more files than the
-	// daemon holds for it. Metadata: limit, flag.
+	// RESOURCE_EXHAUSTED: a WriteStream declares more files than the daemon
+	// holds for one stream at once; the declaration fails, the stream goes
+	// on. Close a file on the stream, or open another stream. Metadata:
+	// limit, flag.
 	ErrorReason_TOO_MANY_FILES_ON_STREAM ErrorReason = 109
 	// OUT_OF_RANGE (HTTP 416): a download's Range names no byte of the
 	// file, or is not a byte range. Metadata: size.

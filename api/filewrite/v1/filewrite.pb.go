@@ -1337,7 +1337,27 @@ type WriteStreamRequest struct {
 	// Whether the stream may create the file, or must; read in the first
 	// message only. A stream refused for it ends with NOT_FOUND or
 	// ALREADY_EXISTS before any write, having changed nothing.
-	OpenMode      OpenMode `protobuf:"varint,3,opt,name=open_mode,json=openMode,proto3,enum=filewrite.v1.OpenMode" json:"open_mode,omitempty"`
+	OpenMode OpenMode `protobuf:"varint,3,opt,name=open_mode,json=openMode,proto3,enum=filewrite.v1.OpenMode" json:"open_mode,omitempty"`
+	// Files this message declares, each under an index chosen by the client,
+	// before its writes are read: a write names its file by that index
+	// (StreamWrite.file). Index 0 is the file of path and cannot be declared.
+	// Each declared file is answered once, in a later response's files: open,
+	// or why not (its writes are then acked with that status). A declared
+	// file's failure (an open refused, the file deleted, its scope revoked)
+	// fails only its writes; the stream goes on. At most
+	// --max-files-per-stream declared files are held at once
+	// (TOO_MANY_FILES_ON_STREAM past it). The routing header names the
+	// stream's first file; the client puts on one stream only files of the
+	// daemon it routes to. A daemon that predates
+	// declared files ignores this field and refuses such a stream ("a
+	// different path in a later message", or a missing path).
+	Files []*StreamFile `protobuf:"bytes,4,rep,name=files,proto3" json:"files,omitempty"`
+	// Indexes of declared files the stream is done with, closed after this
+	// message's writes: the writes already read to them are applied and
+	// acked, then the file is given back. The index is free at once: a later
+	// message may declare it again. Closing an index that names no file does
+	// nothing.
+	Close         []uint32 `protobuf:"varint,5,rep,packed,name=close,proto3" json:"close,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1393,6 +1413,85 @@ func (x *WriteStreamRequest) GetOpenMode() OpenMode {
 	return OpenMode_OPEN_MODE_UNSPECIFIED
 }
 
+func (x *WriteStreamRequest) GetFiles() []*StreamFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+func (x *WriteStreamRequest) GetClose() []uint32 {
+	if x != nil {
+		return x.Close
+	}
+	return nil
+}
+
+// StreamFile declares one file of a WriteStream.
+type StreamFile struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The index writes name the file by: 1 or more, unused on the stream
+	// (never declared, or closed).
+	Index uint32 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// The file, as WriteRequest.path.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// Whether the stream may create the file, or must.
+	OpenMode      OpenMode `protobuf:"varint,3,opt,name=open_mode,json=openMode,proto3,enum=filewrite.v1.OpenMode" json:"open_mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamFile) Reset() {
+	*x = StreamFile{}
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamFile) ProtoMessage() {}
+
+func (x *StreamFile) ProtoReflect() protoreflect.Message {
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamFile.ProtoReflect.Descriptor instead.
+func (*StreamFile) Descriptor() ([]byte, []int) {
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *StreamFile) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *StreamFile) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *StreamFile) GetOpenMode() OpenMode {
+	if x != nil {
+		return x.OpenMode
+	}
+	return OpenMode_OPEN_MODE_UNSPECIFIED
+}
+
 // StreamWrite is one positional write of a WriteStream.
 type StreamWrite struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1413,14 +1512,17 @@ type StreamWrite struct {
 	// otherwise). An append is ordered after every write read before it on
 	// the stream and before every write read after it, so the stream's
 	// appends get increasing offsets in arrival order.
-	Append        bool `protobuf:"varint,6,opt,name=append,proto3" json:"append,omitempty"`
+	Append bool `protobuf:"varint,6,opt,name=append,proto3" json:"append,omitempty"`
+	// The declared file (StreamFile.index) the write goes to; 0, the default,
+	// is the file of the stream's path.
+	File          uint32 `protobuf:"varint,7,opt,name=file,proto3" json:"file,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StreamWrite) Reset() {
 	*x = StreamWrite{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[18]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +1534,7 @@ func (x *StreamWrite) String() string {
 func (*StreamWrite) ProtoMessage() {}
 
 func (x *StreamWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[18]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +1547,7 @@ func (x *StreamWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamWrite.ProtoReflect.Descriptor instead.
 func (*StreamWrite) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{18}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StreamWrite) GetId() uint64 {
@@ -1490,19 +1592,28 @@ func (x *StreamWrite) GetAppend() bool {
 	return false
 }
 
+func (x *StreamWrite) GetFile() uint32 {
+	if x != nil {
+		return x.File
+	}
+	return 0
+}
+
 // WriteStreamResponse carries acks of writes of the stream.
 type WriteStreamResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Acks, in no particular order. Any response may carry them, the reply
 	// to the first message included.
-	Acks          []*StreamAck `protobuf:"bytes,1,rep,name=acks,proto3" json:"acks,omitempty"`
+	Acks []*StreamAck `protobuf:"bytes,1,rep,name=acks,proto3" json:"acks,omitempty"`
+	// What became of files declared on the stream, each reported once.
+	Files         []*StreamFileStatus `protobuf:"bytes,2,rep,name=files,proto3" json:"files,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WriteStreamResponse) Reset() {
 	*x = WriteStreamResponse{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[19]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1514,7 +1625,7 @@ func (x *WriteStreamResponse) String() string {
 func (*WriteStreamResponse) ProtoMessage() {}
 
 func (x *WriteStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[19]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1527,12 +1638,77 @@ func (x *WriteStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStreamResponse.ProtoReflect.Descriptor instead.
 func (*WriteStreamResponse) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{19}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WriteStreamResponse) GetAcks() []*StreamAck {
 	if x != nil {
 		return x.Acks
+	}
+	return nil
+}
+
+func (x *WriteStreamResponse) GetFiles() []*StreamFileStatus {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+// StreamFileStatus reports one declared file of a WriteStream.
+type StreamFileStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The file's index (StreamFile.index).
+	Index uint32 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// Unset when the file is open; else why it could not be (NOT_FOUND,
+	// ALREADY_EXISTS, PERMISSION_DENIED, RESOURCE_EXHAUSTED with
+	// TOO_MANY_FILES_ON_STREAM or TOO_MANY_OPEN_FILES, ...). The index stays
+	// taken until the client closes it.
+	Status        *status.Status `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamFileStatus) Reset() {
+	*x = StreamFileStatus{}
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamFileStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamFileStatus) ProtoMessage() {}
+
+func (x *StreamFileStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamFileStatus.ProtoReflect.Descriptor instead.
+func (*StreamFileStatus) Descriptor() ([]byte, []int) {
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *StreamFileStatus) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *StreamFileStatus) GetStatus() *status.Status {
+	if x != nil {
+		return x.Status
 	}
 	return nil
 }
@@ -1557,7 +1733,7 @@ type StreamAck struct {
 
 func (x *StreamAck) Reset() {
 	*x = StreamAck{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[20]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1569,7 +1745,7 @@ func (x *StreamAck) String() string {
 func (*StreamAck) ProtoMessage() {}
 
 func (x *StreamAck) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[20]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1582,7 +1758,7 @@ func (x *StreamAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAck.ProtoReflect.Descriptor instead.
 func (*StreamAck) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{20}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StreamAck) GetId() uint64 {
@@ -1634,7 +1810,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[21]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1822,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[21]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1835,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{21}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeleteRequest) GetPath() string {
@@ -1685,7 +1861,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[22]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1697,7 +1873,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[22]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1710,7 +1886,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{22}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{24}
 }
 
 // RenameRequest gives a file a new name.
@@ -1730,7 +1906,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[23]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1742,7 +1918,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[23]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1755,7 +1931,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{23}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RenameRequest) GetPath() string {
@@ -1795,7 +1971,7 @@ type RenameResponse struct {
 
 func (x *RenameResponse) Reset() {
 	*x = RenameResponse{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[24]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1807,7 +1983,7 @@ func (x *RenameResponse) String() string {
 func (*RenameResponse) ProtoMessage() {}
 
 func (x *RenameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[24]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1820,7 +1996,7 @@ func (x *RenameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameResponse.ProtoReflect.Descriptor instead.
 func (*RenameResponse) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{24}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{26}
 }
 
 // ListRequest asks for a page of a directory's entries.
@@ -1840,7 +2016,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[25]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1852,7 +2028,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[25]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1865,7 +2041,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{25}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListRequest) GetPath() string {
@@ -1902,7 +2078,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[26]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1914,7 +2090,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[26]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1927,7 +2103,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{26}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListResponse) GetEntries() []*DirEntry {
@@ -1959,7 +2135,7 @@ type DirEntry struct {
 
 func (x *DirEntry) Reset() {
 	*x = DirEntry{}
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[27]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1971,7 +2147,7 @@ func (x *DirEntry) String() string {
 func (*DirEntry) ProtoMessage() {}
 
 func (x *DirEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_filewrite_v1_filewrite_proto_msgTypes[27]
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1984,7 +2160,7 @@ func (x *DirEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirEntry.ProtoReflect.Descriptor instead.
 func (*DirEntry) Descriptor() ([]byte, []int) {
-	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{27}
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DirEntry) GetName() string {
@@ -2080,21 +2256,33 @@ const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\x06Extent\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x16\n" +
 	"\x06length\x18\x02 \x01(\x03R\x06length\x12/\n" +
-	"\x05state\x18\x03 \x01(\x0e2\x19.filewrite.v1.ExtentStateR\x05state\"\x90\x01\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x19.filewrite.v1.ExtentStateR\x05state\"\xd6\x01\n" +
 	"\x12WriteStreamRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x121\n" +
 	"\x06writes\x18\x02 \x03(\v2\x19.filewrite.v1.StreamWriteR\x06writes\x123\n" +
-	"\topen_mode\x18\x03 \x01(\x0e2\x16.filewrite.v1.OpenModeR\bopenMode\"\xb5\x01\n" +
+	"\topen_mode\x18\x03 \x01(\x0e2\x16.filewrite.v1.OpenModeR\bopenMode\x12.\n" +
+	"\x05files\x18\x04 \x03(\v2\x18.filewrite.v1.StreamFileR\x05files\x12\x14\n" +
+	"\x05close\x18\x05 \x03(\rR\x05close\"k\n" +
+	"\n" +
+	"StreamFile\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x123\n" +
+	"\topen_mode\x18\x03 \x01(\x0e2\x16.filewrite.v1.OpenModeR\bopenMode\"\xc9\x01\n" +
 	"\vStreamWrite\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12*\n" +
 	"\x04sync\x18\x04 \x01(\x0e2\x16.filewrite.v1.SyncModeR\x04sync\x12\x1b\n" +
 	"\x06crc32c\x18\x05 \x01(\aH\x00R\x06crc32c\x88\x01\x01\x12\x16\n" +
-	"\x06append\x18\x06 \x01(\bR\x06appendB\t\n" +
-	"\a_crc32c\"B\n" +
+	"\x06append\x18\x06 \x01(\bR\x06append\x12\x12\n" +
+	"\x04file\x18\a \x01(\rR\x04fileB\t\n" +
+	"\a_crc32c\"x\n" +
 	"\x13WriteStreamResponse\x12+\n" +
-	"\x04acks\x18\x01 \x03(\v2\x17.filewrite.v1.StreamAckR\x04acks\"\x98\x01\n" +
+	"\x04acks\x18\x01 \x03(\v2\x17.filewrite.v1.StreamAckR\x04acks\x124\n" +
+	"\x05files\x18\x02 \x03(\v2\x1e.filewrite.v1.StreamFileStatusR\x05files\"T\n" +
+	"\x10StreamFileStatus\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12*\n" +
+	"\x06status\x18\x02 \x01(\v2\x12.google.rpc.StatusR\x06status\"\x98\x01\n" +
 	"\tStreamAck\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12#\n" +
 	"\rbytes_written\x18\x02 \x01(\x03R\fbytesWritten\x12\x12\n" +
@@ -2171,7 +2359,7 @@ func file_filewrite_v1_filewrite_proto_rawDescGZIP() []byte {
 }
 
 var file_filewrite_v1_filewrite_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_filewrite_v1_filewrite_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_filewrite_v1_filewrite_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_filewrite_v1_filewrite_proto_goTypes = []any{
 	(SyncMode)(0),                 // 0: filewrite.v1.SyncMode
 	(FallocateMode)(0),            // 1: filewrite.v1.FallocateMode
@@ -2195,62 +2383,68 @@ var file_filewrite_v1_filewrite_proto_goTypes = []any{
 	(*ExtentsResponse)(nil),       // 19: filewrite.v1.ExtentsResponse
 	(*Extent)(nil),                // 20: filewrite.v1.Extent
 	(*WriteStreamRequest)(nil),    // 21: filewrite.v1.WriteStreamRequest
-	(*StreamWrite)(nil),           // 22: filewrite.v1.StreamWrite
-	(*WriteStreamResponse)(nil),   // 23: filewrite.v1.WriteStreamResponse
-	(*StreamAck)(nil),             // 24: filewrite.v1.StreamAck
-	(*DeleteRequest)(nil),         // 25: filewrite.v1.DeleteRequest
-	(*DeleteResponse)(nil),        // 26: filewrite.v1.DeleteResponse
-	(*RenameRequest)(nil),         // 27: filewrite.v1.RenameRequest
-	(*RenameResponse)(nil),        // 28: filewrite.v1.RenameResponse
-	(*ListRequest)(nil),           // 29: filewrite.v1.ListRequest
-	(*ListResponse)(nil),          // 30: filewrite.v1.ListResponse
-	(*DirEntry)(nil),              // 31: filewrite.v1.DirEntry
-	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
-	(*status.Status)(nil),         // 33: google.rpc.Status
+	(*StreamFile)(nil),            // 22: filewrite.v1.StreamFile
+	(*StreamWrite)(nil),           // 23: filewrite.v1.StreamWrite
+	(*WriteStreamResponse)(nil),   // 24: filewrite.v1.WriteStreamResponse
+	(*StreamFileStatus)(nil),      // 25: filewrite.v1.StreamFileStatus
+	(*StreamAck)(nil),             // 26: filewrite.v1.StreamAck
+	(*DeleteRequest)(nil),         // 27: filewrite.v1.DeleteRequest
+	(*DeleteResponse)(nil),        // 28: filewrite.v1.DeleteResponse
+	(*RenameRequest)(nil),         // 29: filewrite.v1.RenameRequest
+	(*RenameResponse)(nil),        // 30: filewrite.v1.RenameResponse
+	(*ListRequest)(nil),           // 31: filewrite.v1.ListRequest
+	(*ListResponse)(nil),          // 32: filewrite.v1.ListResponse
+	(*DirEntry)(nil),              // 33: filewrite.v1.DirEntry
+	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
+	(*status.Status)(nil),         // 35: google.rpc.Status
 }
 var file_filewrite_v1_filewrite_proto_depIdxs = []int32{
 	0,  // 0: filewrite.v1.WriteRequest.sync:type_name -> filewrite.v1.SyncMode
 	2,  // 1: filewrite.v1.WriteRequest.open_mode:type_name -> filewrite.v1.OpenMode
 	0,  // 2: filewrite.v1.AppendRequest.sync:type_name -> filewrite.v1.SyncMode
 	1,  // 3: filewrite.v1.FallocateRequest.mode:type_name -> filewrite.v1.FallocateMode
-	32, // 4: filewrite.v1.StatResponse.change_time:type_name -> google.protobuf.Timestamp
+	34, // 4: filewrite.v1.StatResponse.change_time:type_name -> google.protobuf.Timestamp
 	20, // 5: filewrite.v1.ExtentsResponse.extents:type_name -> filewrite.v1.Extent
 	3,  // 6: filewrite.v1.Extent.state:type_name -> filewrite.v1.ExtentState
-	22, // 7: filewrite.v1.WriteStreamRequest.writes:type_name -> filewrite.v1.StreamWrite
+	23, // 7: filewrite.v1.WriteStreamRequest.writes:type_name -> filewrite.v1.StreamWrite
 	2,  // 8: filewrite.v1.WriteStreamRequest.open_mode:type_name -> filewrite.v1.OpenMode
-	0,  // 9: filewrite.v1.StreamWrite.sync:type_name -> filewrite.v1.SyncMode
-	24, // 10: filewrite.v1.WriteStreamResponse.acks:type_name -> filewrite.v1.StreamAck
-	33, // 11: filewrite.v1.StreamAck.status:type_name -> google.rpc.Status
-	31, // 12: filewrite.v1.ListResponse.entries:type_name -> filewrite.v1.DirEntry
-	4,  // 13: filewrite.v1.FileService.Write:input_type -> filewrite.v1.WriteRequest
-	6,  // 14: filewrite.v1.FileService.Append:input_type -> filewrite.v1.AppendRequest
-	8,  // 15: filewrite.v1.FileService.Fsync:input_type -> filewrite.v1.FsyncRequest
-	10, // 16: filewrite.v1.FileService.Truncate:input_type -> filewrite.v1.TruncateRequest
-	12, // 17: filewrite.v1.FileService.Fallocate:input_type -> filewrite.v1.FallocateRequest
-	16, // 18: filewrite.v1.FileService.Stat:input_type -> filewrite.v1.StatRequest
-	14, // 19: filewrite.v1.FileService.Read:input_type -> filewrite.v1.ReadRequest
-	18, // 20: filewrite.v1.FileService.Extents:input_type -> filewrite.v1.ExtentsRequest
-	21, // 21: filewrite.v1.FileService.WriteStream:input_type -> filewrite.v1.WriteStreamRequest
-	25, // 22: filewrite.v1.FileService.Delete:input_type -> filewrite.v1.DeleteRequest
-	27, // 23: filewrite.v1.FileService.Rename:input_type -> filewrite.v1.RenameRequest
-	29, // 24: filewrite.v1.FileService.List:input_type -> filewrite.v1.ListRequest
-	5,  // 25: filewrite.v1.FileService.Write:output_type -> filewrite.v1.WriteResponse
-	7,  // 26: filewrite.v1.FileService.Append:output_type -> filewrite.v1.AppendResponse
-	9,  // 27: filewrite.v1.FileService.Fsync:output_type -> filewrite.v1.FsyncResponse
-	11, // 28: filewrite.v1.FileService.Truncate:output_type -> filewrite.v1.TruncateResponse
-	13, // 29: filewrite.v1.FileService.Fallocate:output_type -> filewrite.v1.FallocateResponse
-	17, // 30: filewrite.v1.FileService.Stat:output_type -> filewrite.v1.StatResponse
-	15, // 31: filewrite.v1.FileService.Read:output_type -> filewrite.v1.ReadResponse
-	19, // 32: filewrite.v1.FileService.Extents:output_type -> filewrite.v1.ExtentsResponse
-	23, // 33: filewrite.v1.FileService.WriteStream:output_type -> filewrite.v1.WriteStreamResponse
-	26, // 34: filewrite.v1.FileService.Delete:output_type -> filewrite.v1.DeleteResponse
-	28, // 35: filewrite.v1.FileService.Rename:output_type -> filewrite.v1.RenameResponse
-	30, // 36: filewrite.v1.FileService.List:output_type -> filewrite.v1.ListResponse
-	25, // [25:37] is the sub-list for method output_type
-	13, // [13:25] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	22, // 9: filewrite.v1.WriteStreamRequest.files:type_name -> filewrite.v1.StreamFile
+	2,  // 10: filewrite.v1.StreamFile.open_mode:type_name -> filewrite.v1.OpenMode
+	0,  // 11: filewrite.v1.StreamWrite.sync:type_name -> filewrite.v1.SyncMode
+	26, // 12: filewrite.v1.WriteStreamResponse.acks:type_name -> filewrite.v1.StreamAck
+	25, // 13: filewrite.v1.WriteStreamResponse.files:type_name -> filewrite.v1.StreamFileStatus
+	35, // 14: filewrite.v1.StreamFileStatus.status:type_name -> google.rpc.Status
+	35, // 15: filewrite.v1.StreamAck.status:type_name -> google.rpc.Status
+	33, // 16: filewrite.v1.ListResponse.entries:type_name -> filewrite.v1.DirEntry
+	4,  // 17: filewrite.v1.FileService.Write:input_type -> filewrite.v1.WriteRequest
+	6,  // 18: filewrite.v1.FileService.Append:input_type -> filewrite.v1.AppendRequest
+	8,  // 19: filewrite.v1.FileService.Fsync:input_type -> filewrite.v1.FsyncRequest
+	10, // 20: filewrite.v1.FileService.Truncate:input_type -> filewrite.v1.TruncateRequest
+	12, // 21: filewrite.v1.FileService.Fallocate:input_type -> filewrite.v1.FallocateRequest
+	16, // 22: filewrite.v1.FileService.Stat:input_type -> filewrite.v1.StatRequest
+	14, // 23: filewrite.v1.FileService.Read:input_type -> filewrite.v1.ReadRequest
+	18, // 24: filewrite.v1.FileService.Extents:input_type -> filewrite.v1.ExtentsRequest
+	21, // 25: filewrite.v1.FileService.WriteStream:input_type -> filewrite.v1.WriteStreamRequest
+	27, // 26: filewrite.v1.FileService.Delete:input_type -> filewrite.v1.DeleteRequest
+	29, // 27: filewrite.v1.FileService.Rename:input_type -> filewrite.v1.RenameRequest
+	31, // 28: filewrite.v1.FileService.List:input_type -> filewrite.v1.ListRequest
+	5,  // 29: filewrite.v1.FileService.Write:output_type -> filewrite.v1.WriteResponse
+	7,  // 30: filewrite.v1.FileService.Append:output_type -> filewrite.v1.AppendResponse
+	9,  // 31: filewrite.v1.FileService.Fsync:output_type -> filewrite.v1.FsyncResponse
+	11, // 32: filewrite.v1.FileService.Truncate:output_type -> filewrite.v1.TruncateResponse
+	13, // 33: filewrite.v1.FileService.Fallocate:output_type -> filewrite.v1.FallocateResponse
+	17, // 34: filewrite.v1.FileService.Stat:output_type -> filewrite.v1.StatResponse
+	15, // 35: filewrite.v1.FileService.Read:output_type -> filewrite.v1.ReadResponse
+	19, // 36: filewrite.v1.FileService.Extents:output_type -> filewrite.v1.ExtentsResponse
+	24, // 37: filewrite.v1.FileService.WriteStream:output_type -> filewrite.v1.WriteStreamResponse
+	28, // 38: filewrite.v1.FileService.Delete:output_type -> filewrite.v1.DeleteResponse
+	30, // 39: filewrite.v1.FileService.Rename:output_type -> filewrite.v1.RenameResponse
+	32, // 40: filewrite.v1.FileService.List:output_type -> filewrite.v1.ListResponse
+	29, // [29:41] is the sub-list for method output_type
+	17, // [17:29] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_filewrite_v1_filewrite_proto_init() }
@@ -2260,14 +2454,14 @@ func file_filewrite_v1_filewrite_proto_init() {
 	}
 	file_filewrite_v1_filewrite_proto_msgTypes[2].OneofWrappers = []any{}
 	file_filewrite_v1_filewrite_proto_msgTypes[11].OneofWrappers = []any{}
-	file_filewrite_v1_filewrite_proto_msgTypes[18].OneofWrappers = []any{}
+	file_filewrite_v1_filewrite_proto_msgTypes[19].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_filewrite_v1_filewrite_proto_rawDesc), len(file_filewrite_v1_filewrite_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -123,7 +123,8 @@ type FileServiceClient interface {
 	// The reply is paged: at most page_size extents (default 1000, at most
 	// 10000), and next_page_token resumes after the last one returned.
 	Extents(ctx context.Context, in *ExtentsRequest, opts ...grpc.CallOption) (*ExtentsResponse, error)
-	// WriteStream carries many writes to one file on one bidirectional stream.
+	// WriteStream carries many writes to one file, or to many declared files
+	// (WriteStreamRequest.files), on one bidirectional stream.
 	//
 	// The first message names the file (created with its missing parents,
 	// like Write, as its open_mode says); the server answers it with a
@@ -381,7 +382,8 @@ type FileServiceServer interface {
 	// The reply is paged: at most page_size extents (default 1000, at most
 	// 10000), and next_page_token resumes after the last one returned.
 	Extents(context.Context, *ExtentsRequest) (*ExtentsResponse, error)
-	// WriteStream carries many writes to one file on one bidirectional stream.
+	// WriteStream carries many writes to one file, or to many declared files
+	// (WriteStreamRequest.files), on one bidirectional stream.
 	//
 	// The first message names the file (created with its missing parents,
 	// like Write, as its open_mode says); the server answers it with a
