@@ -456,3 +456,44 @@ func TestStreamFilesScopeReload(t *testing.T) {
 		t.Errorf("tenants/a/kept.bin: %q, want %q", got, "aA")
 	}
 }
+
+// TestStreamFilesAppend: appends to declared files land at each file's
+// end in arrival order, and each ack says where.
+func TestStreamFilesAppend(t *testing.T) {
+	d := startDaemon(t, nil)
+	ctx := testContext(t)
+	fs := openFilesStream(t, ctx, d.client)
+	fs.send(&filewritev1.WriteStreamRequest{Files: []*filewritev1.StreamFile{declare(1, "ap/one"), declare(2, "ap/two")}})
+	want := map[uint32][]byte{}
+	id := uint64(0)
+	for range 10 {
+		m := &filewritev1.WriteStreamRequest{}
+		for f := uint32(1); f <= 2; f++ {
+			data := []byte(fmt.Sprintf("%d:%d;", f, id))
+			w := fileWrite(f, id, 0, data, 0)
+			w.Append = true
+			m.Writes = append(m.Writes, w)
+			id++
+			want[f] = append(want[f], data...)
+		}
+		fs.send(m)
+	}
+	fs.end()
+	ends := map[uint32]int64{}
+	for w := range id {
+		a := fs.acks[w]
+		if a == nil || a.GetStatus() != nil {
+			t.Fatalf("append %d: ack %v, want OK", w, a)
+		}
+		f := uint32(w%2) + 1
+		if a.GetOffset() != ends[f] {
+			t.Errorf("append %d to file %d landed at %d, want %d (arrival order)", w, f, a.GetOffset(), ends[f])
+		}
+		ends[f] += a.GetBytesWritten()
+	}
+	for f, name := range map[uint32]string{1: "ap/one", 2: "ap/two"} {
+		if got := d.onDisk(t, name); !bytes.Equal(got, want[f]) {
+			t.Errorf("%s: %q, want %q", name, got, want[f])
+		}
+	}
+}
