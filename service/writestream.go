@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -788,7 +789,7 @@ func (ws *writeStream) check(req *streamRequest) error {
 		}
 		return refusal(filewritev1.ErrorReason_STREAM_PATH_CHANGED, map[string]string{errorinfo.KeyField: "path"}, "the message names %q but the stream's path is %q: only the first message may name it; declare other files (files)", req.path, main)
 	}
-	if err := ws.declare(req.msg.Files); err != nil {
+	if err := ws.declare(req.msg.Files, req.msg.Closes); err != nil {
 		return err
 	}
 	if first {
@@ -826,12 +827,27 @@ func (ws *writeStream) openMain(req *streamRequest) error {
 // takes its index all the same, its writes acked with the reason, until
 // the client closes it; only an index that cannot be declared (0, or one
 // in use) ends the stream.
-func (ws *writeStream) declare(files []streamwire.File) error {
+func (ws *writeStream) declare(files []streamwire.File, closes []uint32) error {
+	if len(files) == 0 {
+		return nil
+	}
+	// The files the same message closes do not count against the bound:
+	// a client at the bound closes an idle file and declares the next in
+	// one message. (They are closed once the message's writes are handed
+	// out, so that writes sent with the close still reach them.)
+	ws.mu.Lock()
+	closing := 0
+	for i, c := range closes {
+		if _, ok := ws.declared[c]; ok && !slices.Contains(closes[:i], c) {
+			closing++
+		}
+	}
+	ws.mu.Unlock()
 	for i := range files {
 		d := &files[i]
 		ws.mu.Lock()
 		_, inUse := ws.declared[d.Index]
-		held := len(ws.declared)
+		held := len(ws.declared) - closing
 		ws.mu.Unlock()
 		if d.Index == 0 || inUse {
 			return refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "files.index", "index": strconv.FormatUint(uint64(d.Index), 10)},

@@ -316,6 +316,13 @@ func TestStreamFilesBoundCRCAuth(t *testing.T) {
 	if got := ackReason(fs.ack(5)); got != "" {
 		t.Errorf("write 5 to mine/c once a place is free: %q, want OK", got)
 	}
+	// At the bound, one message closes an idle file and declares the next:
+	// the file it closes does not count.
+	fs.send(&filewritev1.WriteStreamRequest{Close: []uint32{1}, Files: []*filewritev1.StreamFile{declare(4, "mine/d")},
+		Writes: []*filewritev1.StreamWrite{fileWrite(4, 6, 0, []byte("d"), 0)}})
+	if got := ackReason(fs.ack(6)); got != "" {
+		t.Errorf("write 6 to mine/d, declared as mine/a closes in one message: %q, want OK", got)
+	}
 	fs.end()
 	if got := string(d.onDisk(t, "mine/a")); got != "ok" {
 		t.Errorf("mine/a: %q, want %q", got, "ok")
