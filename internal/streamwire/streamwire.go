@@ -18,6 +18,7 @@ package streamwire
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -132,7 +133,9 @@ type Request struct {
 // maxWrites writes, and returns what it says. It allocates nothing but the
 // path, and stops at the first write past maxWrites. Fields it does not
 // know are skipped, as the generated code keeps them as unknown fields,
-// and so is a known field sent with another wire type.
+// and so is a known field sent with another wire type. On error, the
+// Request holds what was read before the error, so that a caller can
+// account for what the scan allocated; it is not a request to act on.
 func ScanRequest(b []byte, maxWrites int) (Request, error) {
 	r := Request{raw: b}
 	// The last path wins, as in the generated code; it is made a string
@@ -141,48 +144,48 @@ func ScanRequest(b []byte, maxWrites int) (Request, error) {
 	for len(b) > 0 {
 		num, typ, l := protowire.ConsumeTag(b)
 		if l < 0 {
-			return Request{}, ErrMalformed
+			return r, ErrMalformed
 		}
 		b = b[l:]
 		switch {
 		case num == FieldRequestPath && typ == protowire.BytesType:
 			v, l := protowire.ConsumeBytes(b)
 			if l < 0 {
-				return Request{}, ErrMalformed
+				return r, ErrMalformed
 			}
 			if !utf8.Valid(v) {
-				return Request{}, ErrPathNotUTF8
+				return r, ErrPathNotUTF8
 			}
 			path = v
 			b = b[l:]
 		case num == FieldRequestOpen && typ == protowire.VarintType:
 			v, l := protowire.ConsumeVarint(b)
 			if l < 0 {
-				return Request{}, ErrMalformed
+				return r, ErrMalformed
 			}
 			r.OpenMode = int32(v)
 			b = b[l:]
 		case num == FieldRequestFiles && typ == protowire.BytesType:
 			v, l := protowire.ConsumeBytes(b)
 			if l < 0 {
-				return Request{}, ErrMalformed
+				return r, ErrMalformed
 			}
 			if len(r.Files)+len(r.Closes) == MaxFilesPerMessage {
-				return Request{}, &TooManyFilesError{Limit: MaxFilesPerMessage}
+				return r, &TooManyFilesError{Limit: MaxFilesPerMessage}
 			}
 			f, err := decodeFile(v)
 			if err != nil {
-				return Request{}, err
+				return r, err
 			}
 			r.Files = append(r.Files, f)
 			b = b[l:]
 		case num == FieldRequestClose && typ == protowire.VarintType:
 			v, l := protowire.ConsumeVarint(b)
 			if l < 0 {
-				return Request{}, ErrMalformed
+				return r, ErrMalformed
 			}
 			if len(r.Files)+len(r.Closes) == MaxFilesPerMessage {
-				return Request{}, &TooManyFilesError{Limit: MaxFilesPerMessage}
+				return r, &TooManyFilesError{Limit: MaxFilesPerMessage}
 			}
 			r.Closes = append(r.Closes, uint32(v))
 			b = b[l:]
@@ -190,16 +193,25 @@ func ScanRequest(b []byte, maxWrites int) (Request, error) {
 			// Packed, as proto3 encodes a repeated scalar.
 			v, l := protowire.ConsumeBytes(b)
 			if l < 0 {
-				return Request{}, ErrMalformed
+				return r, ErrMalformed
 			}
+			// Counted and checked whole first, so that a malformed or
+			// oversized packed field costs no allocation and a good one
+			// costs one.
+			count := 0
+			for rest := v; len(rest) > 0; count++ {
+				_, n := protowire.ConsumeVarint(rest)
+				if n < 0 {
+					return r, ErrMalformed
+				}
+				rest = rest[n:]
+			}
+			if len(r.Files)+len(r.Closes)+count > MaxFilesPerMessage {
+				return r, &TooManyFilesError{Limit: MaxFilesPerMessage}
+			}
+			r.Closes = slices.Grow(r.Closes, count)
 			for len(v) > 0 {
 				x, n := protowire.ConsumeVarint(v)
-				if n < 0 {
-					return Request{}, ErrMalformed
-				}
-				if len(r.Files)+len(r.Closes) == MaxFilesPerMessage {
-					return Request{}, &TooManyFilesError{Limit: MaxFilesPerMessage}
-				}
 				r.Closes = append(r.Closes, uint32(x))
 				v = v[n:]
 			}
@@ -207,21 +219,21 @@ func ScanRequest(b []byte, maxWrites int) (Request, error) {
 		case num == FieldRequestWrites && typ == protowire.BytesType:
 			v, l := protowire.ConsumeBytes(b)
 			if l < 0 {
-				return Request{}, ErrMalformed
+				return r, ErrMalformed
 			}
 			if r.Writes == maxWrites {
-				return Request{}, &TooManyWritesError{Limit: maxWrites}
+				return r, &TooManyWritesError{Limit: maxWrites}
 			}
 			var w Write
 			if !decodeWrite(v, &w) {
-				return Request{}, ErrMalformed
+				return r, ErrMalformed
 			}
 			r.Writes++
 			r.DataBytes += int64(len(w.Data))
 			b = b[l:]
 		default:
 			if l = protowire.ConsumeFieldValue(num, typ, b); l < 0 {
-				return Request{}, ErrMalformed
+				return r, ErrMalformed
 			}
 			b = b[l:]
 		}
