@@ -478,14 +478,54 @@ func AppendFileStatus(b []byte, f *FileStatus) []byte {
 // EachFileStatus calls fn for each file status of the WriteStreamResponse
 // in b, in order, as EachAck does for acks.
 func EachFileStatus(b []byte, fn func(f *FileStatus) error) error {
+	return eachResponseField(b, FieldResponseFiles, func(v []byte) error {
+		var f FileStatus
+		if !decodeFileStatus(v, &f) {
+			return ErrMalformed
+		}
+		return fn(&f)
+	})
+}
+
+// decodeFileStatus decodes one StreamFileStatus, aliasing b.
+func decodeFileStatus(v []byte, f *FileStatus) bool {
+	for len(v) > 0 {
+		num, typ, n := protowire.ConsumeTag(v)
+		if n < 0 {
+			return false
+		}
+		v = v[n:]
+		switch {
+		case num == FieldStatusIndex && typ == protowire.VarintType:
+			var x uint64
+			x, n = protowire.ConsumeVarint(v)
+			f.Index = uint32(x)
+		case num == FieldStatusStatus && typ == protowire.BytesType:
+			f.Status, n = protowire.ConsumeBytes(v)
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, v)
+		}
+		if n < 0 {
+			return false
+		}
+		v = v[n:]
+	}
+	return true
+}
+
+// eachResponseField calls fn with the bytes of each field numbered num (a
+// message) of the WriteStreamResponse in b, in order, skipping the others,
+// and returns ErrMalformed at the first thing that does not parse, or
+// fn's first error.
+func eachResponseField(b []byte, num protowire.Number, fn func(v []byte) error) error {
 	for len(b) > 0 {
-		num, typ, l := protowire.ConsumeTag(b)
+		n, typ, l := protowire.ConsumeTag(b)
 		if l < 0 {
 			return ErrMalformed
 		}
 		b = b[l:]
-		if num != FieldResponseFiles || typ != protowire.BytesType {
-			if l = protowire.ConsumeFieldValue(num, typ, b); l < 0 {
+		if n != num || typ != protowire.BytesType {
+			if l = protowire.ConsumeFieldValue(n, typ, b); l < 0 {
 				return ErrMalformed
 			}
 			b = b[l:]
@@ -496,29 +536,7 @@ func EachFileStatus(b []byte, fn func(f *FileStatus) error) error {
 			return ErrMalformed
 		}
 		b = b[l:]
-		var f FileStatus
-		for len(v) > 0 {
-			num, typ, n := protowire.ConsumeTag(v)
-			if n < 0 {
-				return ErrMalformed
-			}
-			v = v[n:]
-			switch {
-			case num == FieldStatusIndex && typ == protowire.VarintType:
-				var x uint64
-				x, n = protowire.ConsumeVarint(v)
-				f.Index = uint32(x)
-			case num == FieldStatusStatus && typ == protowire.BytesType:
-				f.Status, n = protowire.ConsumeBytes(v)
-			default:
-				n = protowire.ConsumeFieldValue(num, typ, v)
-			}
-			if n < 0 {
-				return ErrMalformed
-			}
-			v = v[n:]
-		}
-		if err := fn(&f); err != nil {
+		if err := fn(v); err != nil {
 			return err
 		}
 	}
@@ -592,33 +610,13 @@ func AppendAck(b []byte, a *Ack) []byte {
 // and returns ErrMalformed (and calls fn no more) at the first thing that
 // does not parse. The Ack passed is fn's only for the call.
 func EachAck(b []byte, fn func(a *Ack) error) error {
-	for len(b) > 0 {
-		num, typ, l := protowire.ConsumeTag(b)
-		if l < 0 {
-			return ErrMalformed
-		}
-		b = b[l:]
-		if num != FieldResponseAcks || typ != protowire.BytesType {
-			if l = protowire.ConsumeFieldValue(num, typ, b); l < 0 {
-				return ErrMalformed
-			}
-			b = b[l:]
-			continue
-		}
-		v, l := protowire.ConsumeBytes(b)
-		if l < 0 {
-			return ErrMalformed
-		}
-		b = b[l:]
+	return eachResponseField(b, FieldResponseAcks, func(v []byte) error {
 		var a Ack
 		if !decodeAck(v, &a) {
 			return ErrMalformed
 		}
-		if err := fn(&a); err != nil {
-			return err
-		}
-	}
-	return nil
+		return fn(&a)
+	})
 }
 
 func decodeAck(b []byte, a *Ack) bool {
