@@ -433,19 +433,31 @@ func (s *fileStream) acked(conn *streamConn, acks []ack) {
 	defer s.mu.Unlock()
 	s.failures = 0
 	for i := range acks {
-		a := &acks[i]
-		w := conn.inflight[a.id]
+		w := s.ackLocked(conn, &acks[i])
 		if w == nil {
-			continue // not ours: ignore rather than guess
+			continue
 		}
-		delete(conn.inflight, a.id)
-		w.n, w.size, w.err = a.written, a.size, a.err
-		if status.Code(a.err) == codes.NotFound && s.gone == nil {
-			s.gone = wrapErr(a.err)
+		if status.Code(w.err) == codes.NotFound && s.gone == nil {
+			s.gone = wrapErr(w.err)
 			s.failQueuedLocked(s.gone)
 		}
 		s.finishLocked(w)
 	}
+}
+
+// ackLocked gives a's figures to its write of conn, which it takes out
+// of conn's writes in flight, and returns it; nil when conn has no write
+// by a's id (not ours: ignored rather than guessed at).
+//
+// Preconditions: s.mu is held.
+func (s *fileStream) ackLocked(conn *streamConn, a *ack) *write {
+	w := conn.inflight[a.id]
+	if w == nil {
+		return nil
+	}
+	delete(conn.inflight, a.id)
+	w.n, w.size, w.err = a.written, a.size, a.err
+	return w
 }
 
 // receive matches the acks of conn to their writes until conn ends.
@@ -459,14 +471,9 @@ func (s *fileStream) receive(conn *streamConn) {
 		s.mu.Lock()
 		s.failures = 0
 		for i := range resp.acks {
-			a := &resp.acks[i]
-			w := conn.inflight[a.id]
-			if w == nil {
-				continue // not ours: ignore rather than guess
+			if w := s.ackLocked(conn, &resp.acks[i]); w != nil {
+				s.finishLocked(w)
 			}
-			delete(conn.inflight, a.id)
-			w.n, w.size, w.err = a.written, a.size, a.err
-			s.finishLocked(w)
 		}
 		s.mu.Unlock()
 	}
