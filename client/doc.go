@@ -105,7 +105,11 @@
 //	fileStream.openMu
 //	  Client.mu
 //	    fileStream.mu
+//	  muxStream.mu       (declare and detach, under openMu; released
+//	                      before anything else is taken)
+//	  muxStream.sendMu   (a one-slot channel used as a lock around
+//	                      SendMsg; nothing is taken while it is held)
 //
-// muxStream.mu is taken alone: never with fileStream.mu, nor with
-// Client.mu held.
+// muxStream.mu is never held with fileStream.mu or Client.mu: a shared
+// stream gives back its user (Client.mu) after it unlocks its own mu.
 package client
