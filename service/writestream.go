@@ -804,16 +804,9 @@ func (ws *writeStream) check(req *streamRequest) error {
 // openMain opens the file of the first message's path, whose failure
 // ends the stream.
 func (ws *writeStream) openMain(req *streamRequest) error {
-	open, err := openModeFromProto(req.openMode)
+	h, err := ws.openFile(req.path, req.openMode)
 	if err != nil {
-		return toStatus(err)
-	}
-	if err := ws.files.auth.authorize(ws.ctx, accessWrite, req.path); err != nil {
 		return err
-	}
-	h, err := ws.files.store.OpenHandle(ws.ctx, req.path, open)
-	if err != nil {
-		return toStatus(err)
 	}
 	ws.mu.Lock()
 	ws.main = &streamFile{path: req.path, h: h}
@@ -879,17 +872,22 @@ func (ws *writeStream) declare(files []streamwire.File, closes []uint32) error {
 	return nil
 }
 
-// openDeclared checks a declared file's open mode and the caller's access
-// to it, and opens it.
+// openDeclared opens a declared file (openFile).
 func (ws *writeStream) openDeclared(d *streamwire.File) (*store.Handle, error) {
-	open, err := openModeFromProto(filewritev1.OpenMode(d.OpenMode))
+	return ws.openFile(d.Path, filewritev1.OpenMode(d.OpenMode))
+}
+
+// openFile checks a file's open mode and the caller's access to it, and
+// opens it: the path's file of the first message, or a declared one.
+func (ws *writeStream) openFile(path string, mode filewritev1.OpenMode) (*store.Handle, error) {
+	open, err := openModeFromProto(mode)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if err := ws.files.auth.authorize(ws.ctx, accessWrite, d.Path); err != nil {
+	if err := ws.files.auth.authorize(ws.ctx, accessWrite, path); err != nil {
 		return nil, err
 	}
-	h, err := ws.files.store.OpenHandle(ws.ctx, d.Path, open)
+	h, err := ws.files.store.OpenHandle(ws.ctx, path, open)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -973,9 +971,7 @@ func (ws *writeStream) ackLocked(w *streamWrite) {
 // Preconditions: ws.mu is held.
 func (ws *writeStream) fileDeletedLocked(f *streamFile) {
 	if f == ws.main {
-		ws.mu.Unlock()
-		ws.stop(deletedStatus(f))
-		ws.mu.Lock()
+		ws.stopLocked(deletedStatus(f))
 		return
 	}
 	if f.err == nil {
