@@ -73,6 +73,11 @@ type streamFile struct {
 	// its syncer runs.
 	owing  []*streamWrite
 	syncer bool
+	// syncBatch and syncApplied are the syncer's scratch, kept from one
+	// syncer to the next so that a sync round allocates nothing; only
+	// the goroutine that set syncer uses them.
+	syncBatch   []*streamWrite
+	syncApplied []store.AppliedWrite
 	// writes counts its writes handed out and not yet acked; closing:
 	// the client closed it (or the stream ends), and h is given back
 	// once writes is 0.
@@ -1040,12 +1045,12 @@ func (ws *writeStream) work() {
 // owes a sync starts another.
 func (ws *writeStream) syncLoop(f *streamFile) {
 	defer ws.helpers.Done()
-	var batch []*streamWrite
-	var applied []store.AppliedWrite
+	batch, applied := f.syncBatch, f.syncApplied
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	for {
 		if len(f.owing) == 0 {
+			f.syncBatch, f.syncApplied = batch[:0], applied[:0]
 			f.syncer = false
 			return
 		}
