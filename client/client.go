@@ -156,6 +156,9 @@ type Client struct {
 	opts  options
 	// appendIDs names appends under WithRetry (File.Append).
 	appendIDs *appendIDs
+	// owners is the ring of WithTargets' daemons, built once for ownerOf;
+	// nil with fewer than two. Immutable.
+	owners *shard.Owners
 	// ctx bounds every stream; Close cancels it.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -194,6 +197,7 @@ func New(cc grpc.ClientConnInterface, opts ...Option) *Client {
 		muxes:      make(map[string][]*muxStream),
 		muxOpening: make(map[string]chan struct{}),
 		appendIDs:  newAppendIDs(),
+		owners:     ownersOf(o.targets),
 	}
 }
 

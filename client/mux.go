@@ -59,10 +59,19 @@ type muxStream struct {
 // ownerOf is the daemon that owns path, as the ring of WithTargets picks
 // it; "" with one target, or when the client cannot know it.
 func (c *Client) ownerOf(path string) string {
-	if len(c.opts.targets) > 1 {
-		return shard.Owner(c.opts.targets, path)
+	if c.owners == nil {
+		return ""
 	}
-	return ""
+	return c.owners.Owner(path)
+}
+
+// ownersOf is the ring ownerOf asks, built once; nil with fewer than two
+// targets.
+func ownersOf(targets []string) *shard.Owners {
+	if len(targets) < 2 {
+		return nil
+	}
+	return shard.NewOwners(targets)
 }
 
 // sharing reports whether the Client puts several paths on one stream:

@@ -93,10 +93,8 @@ func (builder) ParseConfig(js json.RawMessage) (serviceconfig.LoadBalancingConfi
 	if raw.RequestHashHeader == "" {
 		return nil, fmt.Errorf("%s: requestHashHeader is required (%q)", PolicyName, Header)
 	}
-	// ring_hash's defaults and its cap (GRPC_RING_HASH_CAP, 4096 unless
-	// set; this package assumes it is not).
-	c := &lbConfig{inner: inner, minRing: cmpOr(raw.MinRingSize, 1024), maxRing: cmpOr(raw.MaxRingSize, 4096), header: strings.ToLower(raw.RequestHashHeader)}
-	c.minRing, c.maxRing = min(c.minRing, 4096), min(c.maxRing, 4096)
+	c := &lbConfig{inner: inner, minRing: cmpOr(raw.MinRingSize, defaultMinRing), maxRing: cmpOr(raw.MaxRingSize, defaultMaxRing), header: strings.ToLower(raw.RequestHashHeader)}
+	c.minRing, c.maxRing = min(c.minRing, ringCap), min(c.maxRing, ringCap)
 	return c, nil
 }
 
@@ -274,9 +272,32 @@ func (r *ring) pick(h uint64) string {
 // Owner, since a router places the stream once, by the routing key of
 // its first file.
 func Owner(addrs []string, path string) string {
-	r := newRing(addrs, 1024, 4096)
-	if r == nil {
+	return NewOwners(addrs).Owner(path)
+}
+
+// ring_hash's default ring sizes, and its cap (GRPC_RING_HASH_CAP, 4096
+// unless set; this package assumes it is not).
+const (
+	defaultMinRing = 1024
+	defaultMaxRing = 4096
+	ringCap        = 4096
+)
+
+// Owners answers Owner for one membership, its ring built once: a client
+// that asks for every file it opens keeps one.
+type Owners struct {
+	r *ring // nil: no address
+}
+
+// NewOwners builds the ring of addrs at ServiceConfig's default sizes.
+func NewOwners(addrs []string) *Owners {
+	return &Owners{r: newRing(addrs, defaultMinRing, defaultMaxRing)}
+}
+
+// Owner is Owner(addrs, path) for o's addrs.
+func (o *Owners) Owner(path string) string {
+	if o.r == nil {
 		return ""
 	}
-	return r.pick(xxhash.Sum64String(RoutingKey(path)))
+	return o.r.pick(xxhash.Sum64String(RoutingKey(path)))
 }
