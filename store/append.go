@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io/fs"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -274,13 +273,22 @@ func (s *Store) appendPath(ctx context.Context, path string, data []byte, sync S
 	if err := s.checkAppend(0, int64(len(data)), AppendOptions{}); err != nil {
 		return AppendResult{}, err
 	}
-	if opts.ExpectedOffset != nil && *opts.ExpectedOffset != 0 {
-		if _, err := s.fsys.Stat(path); errors.Is(err, fs.ErrNotExist) {
-			return AppendResult{}, &AppendMismatch{Expected: *opts.ExpectedOffset, End: 0}
-		}
-	}
+	// An append that expects an end past 0 needs the file to exist: it is
+	// looked up, never created, so that its refusal leaves no file behind
+	// (and a file held open costs no stat).
+	mustExist := opts.ExpectedOffset != nil && *opts.ExpectedOffset != 0
 	for {
-		ino, created, err := s.table.getOrCreate(ctx, path, "append", ReasonExtending)
+		var ino *inode
+		var created *holder
+		var err error
+		if mustExist {
+			ino, err = s.table.get(ctx, path, false)
+			if errors.Is(err, ErrNotFound) {
+				return AppendResult{}, &AppendMismatch{Expected: *opts.ExpectedOffset, End: 0}
+			}
+		} else {
+			ino, created, err = s.table.getOrCreate(ctx, path, "append", ReasonExtending)
+		}
 		if err != nil {
 			return AppendResult{}, err
 		}
