@@ -90,11 +90,7 @@ func (s *Store) Rename(ctx context.Context, oldName, newName string, noReplace, 
 	if err := validatePath(oldName); err != nil {
 		return err
 	}
-	if err := validatePath(newName); err != nil {
-		var r *Refusal
-		if errors.As(err, &r) {
-			r.Arg = "new_path"
-		}
+	if err := validatePathArg(newName, "new_path"); err != nil {
 		return err
 	}
 	if oldName == newName {

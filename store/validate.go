@@ -17,31 +17,35 @@ import (
 // for the filesystem is refused here rather than by open(2), which would
 // see it only once the directories above it were made. Symlinks are
 // os.Root's to refuse.
-func validatePath(name string) error {
+func validatePath(name string) error { return validatePathArg(name, "path") }
+
+// validatePathArg is validatePath for the argument arg (a Rename's
+// "new_path"), which its refusals name.
+func validatePathArg(name, arg string) error {
 	switch {
 	case name == "":
-		return refuse(ErrInvalidPath, "path", "empty")
+		return refuse(ErrInvalidPath, arg, "empty")
 	case len(name) > MaxPathLen:
-		return refuseLimit(ErrPathTooLong, "path", MaxPathLen, "%d bytes, the limit is %d", len(name), MaxPathLen)
+		return refuseLimit(ErrPathTooLong, arg, MaxPathLen, "%d bytes, the limit is %d", len(name), MaxPathLen)
 	case strings.IndexByte(name, 0) >= 0:
-		return refuse(ErrInvalidPath, "path", "contains a NUL byte")
+		return refuse(ErrInvalidPath, arg, "contains a NUL byte")
 	case !utf8.ValidString(name):
-		return refuse(ErrInvalidPath, "path", "%q is not valid UTF-8", name)
+		return refuse(ErrInvalidPath, arg, "%q is not valid UTF-8", name)
 	case strings.HasPrefix(name, "/"):
-		return refuse(ErrInvalidPath, "path", "%q is absolute, want a path relative to the root", name)
+		return refuse(ErrInvalidPath, arg, "%q is absolute, want a path relative to the root", name)
 	case name == ".":
-		return refuse(ErrInvalidPath, "path", "%q names the root itself, want a file below it", name)
+		return refuse(ErrInvalidPath, arg, "%q names the root itself, want a file below it", name)
 	}
 	for elem := range strings.SplitSeq(name, "/") {
 		if elem == ".." {
-			return refuse(ErrInvalidPath, "path", "%q contains \"..\"", name)
+			return refuse(ErrInvalidPath, arg, "%q contains \"..\"", name)
 		}
 		if len(elem) > MaxNameLen {
-			return refuseLimit(ErrPathTooLong, "path", MaxNameLen, "an element of %d bytes (%.16q...), the limit is %d", len(elem), elem, MaxNameLen)
+			return refuseLimit(ErrPathTooLong, arg, MaxNameLen, "an element of %d bytes (%.16q...), the limit is %d", len(elem), elem, MaxNameLen)
 		}
 	}
 	if clean := path.Clean(name); clean != name {
-		return refuse(ErrInvalidPath, "path", "%q is not clean (want %q)", name, clean)
+		return refuse(ErrInvalidPath, arg, "%q is not clean (want %q)", name, clean)
 	}
 	return nil
 }
