@@ -27,9 +27,11 @@ import (
 // order they were sent, so one goroutine's appends land in call order.
 // Like WriteAt, an append on the stream goes to the file the File holds
 // (see File). An append larger than a piece (WithMaxMessageBytes), or on
-// a Client with a stream per path (WithSharedStreams(0)), is a unary
-// Append call instead: a daemon that needs WithSharedStreams(0) predates
-// appends on streams, and would take one for a write at offset 0.
+// a Client whose paths each have a stream of their own
+// (WithSharedStreams(0), WithRingHash), is a unary Append call instead:
+// the client cannot tell such a stream's daemon from one that predates
+// appends on streams, which would take an append for a write at offset 0
+// (a daemon that takes shared streams takes appends on them too).
 //
 // Under WithRetry each append carries an append ID of its own, and one
 // that failed because the daemon could not be reached or went away
