@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"hash/crc32"
 	"strconv"
 	"sync/atomic"
 
@@ -15,10 +16,22 @@ import (
 // Append writes p at the end of the file with the File's SyncMode and
 // returns the offset where it landed: p occupies [off, off+len(p)). It is
 // safe from many goroutines, of this and other clients: appends never
-// overlap, and each is one call (p is at most the daemon's
+// overlap, and each is one append (p is at most the daemon's
 // --max-request-bytes; it is not split, for a range is reserved whole).
 // Once it returns, every Read sees p; with SyncData or SyncFull, p and
 // every append below it are durable.
+//
+// Appends go on the File's stream, as writes do, and coalesce the same
+// way: those that callers start while a message is being sent share the
+// next one. The daemon gives a stream's appends increasing offsets in the
+// order they were sent, so one goroutine's appends land in call order.
+// Like WriteAt, an append on the stream goes to the file the File holds
+// (see File). An append larger than a piece (WithMaxMessageBytes), or on
+// a Client whose paths each have a stream of their own
+// (WithSharedStreams(0), WithRingHash), is a unary Append call instead:
+// the client cannot tell such a stream's daemon from one that predates
+// appends on streams, which would take an append for a write at offset 0
+// (a daemon that takes shared streams takes appends on them too).
 //
 // Under WithRetry each append carries an append ID of its own, and one
 // that failed because the daemon could not be reached or went away
@@ -32,10 +45,44 @@ func (f *File) Append(ctx context.Context, p []byte) (int64, error) {
 	if err := f.check(); err != nil {
 		return 0, err
 	}
-	req := &filewritev1.AppendRequest{Path: f.path, Data: p, Sync: f.sync.proto()}
+	var id string
 	if f.c.opts.retries > 0 {
-		req.AppendId = f.c.appendIDs.next()
+		id = f.c.appendIDs.next()
 	}
+	if !f.c.sharing() || len(p) > f.c.opts.piece {
+		return f.appendUnary(ctx, p, id)
+	}
+	w := getWrite()
+	w.f, w.data, w.sync, w.append = f, p, f.sync, true
+	w.crc = crc32.Checksum(p, castagnoli)
+	if id != "" {
+		w.appendID = []byte(id)
+	}
+	ws := [1]*write{w}
+	if err := f.s.enqueue(ws[:]); err != nil {
+		putWrite(w) // never queued: nothing else refers to it
+		return 0, err
+	}
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		// Taken out if still queued; if sent, it may land, and a failure
+		// goes to Close, as for a write.
+		f.s.giveUp(ws[:])
+		return 0, wrapErr(ctx.Err())
+	}
+	off, err := w.landed, wrapErr(w.err)
+	putWrite(w)
+	if err != nil {
+		return 0, err
+	}
+	return off, nil
+}
+
+// appendUnary is Append as one Append call, with id if not empty, resent
+// on UNAVAILABLE under WithRetry.
+func (f *File) appendUnary(ctx context.Context, p []byte, id string) (int64, error) {
+	req := &filewritev1.AppendRequest{Path: f.path, Data: p, Sync: f.sync.proto(), AppendId: id}
 	for attempt := 1; ; attempt++ {
 		resp, err := f.c.api.Append(f.c.outgoing(ctx, f.path), req, grpc.WaitForReady(attempt > 1))
 		if err == nil {

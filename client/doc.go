@@ -23,9 +23,10 @@
 // gathered into the next message, which goes as soon as the send in
 // progress ends: there is no timer, so a lone writer pays no delay and
 // many writers share messages. Each caller returns when its own write is
-// acknowledged, with that write's own error. Files of one Client open on
-// the same file share one stream (and one open file in the daemon), so
-// their writes coalesce too; each File still waits for its own writes.
+// acknowledged, with that write's own error. File.Append goes the same
+// way (see its doc). Files of one Client open on the same file share one
+// stream (and one open file in the daemon), so their writes coalesce too;
+// each File still waits for its own writes.
 //
 // A write acknowledged without error is applied (every later read sees
 // it) and as durable as its SyncMode asks (see the daemon's durability

@@ -36,6 +36,10 @@ type write struct {
 	data []byte
 	sync SyncMode
 	crc  uint32
+	// append: it goes at the end of the file (off is 0), with appendID
+	// if not empty (File.Append).
+	append   bool
+	appendID []byte
 	// buf is the pooled buffer data lies in, for a Writer's writes: the
 	// Writer gives it back once the write is done.
 	buf *[]byte
@@ -44,9 +48,11 @@ type write struct {
 	state    writeState
 	attempts int  // resends after a stream broke
 	gaveUp   bool // the caller returned before done: report an error to Close
-	// n, size and err are the outcome, set before done is signalled.
-	n, size int64
-	err     error
+	// n, size, landed and err are the outcome, set before done is
+	// signalled; landed is where its data begins (an append's, where
+	// the daemon put it).
+	n, size, landed int64
+	err             error
 	// done gets one signal when the write finishes; its one slot keeps
 	// it for a caller not yet waiting.
 	done chan struct{}
@@ -64,6 +70,15 @@ func putWrite(w *write) {
 	*w = write{done: w.done}
 	writePool.Put(w)
 }
+
+// wire is w as the id'th write of a message to file.
+func (w *write) wire(file uint32, id uint64) streamwire.Write {
+	return streamwire.Write{ID: id, Offset: w.off, Data: w.data, Sync: int32(w.sync.proto()), CRC: w.crc, HasCRC: true,
+		Append: w.append, File: file, AppendID: w.appendID}
+}
+
+// wireSize is what w adds to a message, near enough to fill one.
+func (w *write) wireSize() int { return len(w.data) + len(w.appendID) + writeOverhead }
 
 type writeState int8
 
@@ -386,13 +401,13 @@ func (s *fileStream) sendOne() bool {
 	size := 0
 	batch := s.batch[:0]
 	for _, w := range s.queue {
-		if len(batch) > 0 && (size+len(w.data)+writeOverhead > s.c.opts.maxMessageBytes || len(batch) == maxWritesPerMessage) {
+		if len(batch) > 0 && (size+w.wireSize() > s.c.opts.maxMessageBytes || len(batch) == maxWritesPerMessage) {
 			break
 		}
 		conn.inflight[conn.nextID+uint64(len(batch))] = w
 		w.state = beingEncoded
 		batch = append(batch, w)
-		size += len(w.data) + writeOverhead
+		size += w.wireSize()
 	}
 	firstID := conn.nextID
 	conn.nextID += uint64(len(batch))
@@ -456,7 +471,7 @@ func (s *fileStream) ackLocked(conn *streamConn, a *ack) *write {
 		return nil
 	}
 	delete(conn.inflight, a.id)
-	w.n, w.size, w.err = a.written, a.size, a.err
+	w.n, w.size, w.landed, w.err = a.written, a.size, a.offset, a.err
 	return w
 }
 

@@ -48,13 +48,15 @@ func (c streamCodec) Marshal(v any) (mem.BufferSlice, error) {
 func encodeWrites(ws []*write, file uint32, firstID uint64) *encodedRequest {
 	size := 0
 	for i, w := range ws {
-		size += streamwire.RequestWriteSize(file, firstID+uint64(i), w.off, len(w.data), int32(w.sync.proto()))
+		v := w.wire(file, firstID+uint64(i))
+		size += streamwire.RequestWriteSize(&v)
 	}
 	pool := bufpool.Shared
 	bp := pool.Get(size)
 	b := (*bp)[:0]
 	for i, w := range ws {
-		b = streamwire.AppendWrite(b, file, firstID+uint64(i), w.off, w.data, int32(w.sync.proto()), w.crc)
+		v := w.wire(file, firstID+uint64(i))
+		b = streamwire.AppendWrite(b, &v)
 	}
 	*bp = b
 	return &encodedRequest{data: mem.BufferSlice{mem.NewBuffer(bp, pool)}}
@@ -77,6 +79,7 @@ type fileAnswer struct {
 type ack struct {
 	id            uint64
 	written, size int64
+	offset        int64 // where the write's data begins (an append's, where it landed)
 	err           error // from the ack's status; nil when it has none
 }
 
@@ -90,7 +93,7 @@ func (r *ackResponse) decode(data mem.BufferSlice) error {
 		b = data.Materialize()
 	}
 	err := streamwire.EachAck(b, func(a *streamwire.Ack) error {
-		v := ack{id: a.ID, written: a.Written, size: a.Size}
+		v := ack{id: a.ID, written: a.Written, size: a.Size, offset: a.Offset}
 		if a.Status != nil {
 			st := &spb.Status{}
 			if err := proto.Unmarshal(a.Status, st); err != nil {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/errorinfo"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -220,6 +221,131 @@ func TestStreamAppend(t *testing.T) {
 			}
 			if want := "aaaabbcc" + strings.Repeat("\x00", 92) + "zdd"; string(b) != want {
 				t.Errorf("file: got %q, want %q", b, want)
+			}
+		})
+	}
+}
+
+// streamAppendOf is an append of data with appendID ("" for none), synced,
+// with its CRC-32C.
+func streamAppendOf(id uint64, appendID, data string) *filewritev1.StreamWrite {
+	w := streamWriteOf(id, 0, []byte(data), filewritev1.SyncMode_SYNC_MODE_DATA)
+	w.Append, w.AppendId = true, appendID
+	return w
+}
+
+// TestStreamAppendID: a stream append with an append_id goes through the
+// daemon's id window as a unary Append does. Resent on the same stream, on
+// a new one, or as a unary Append, it is acked with the first one's offset
+// and its bytes are in the file once.
+func TestStreamAppendID(t *testing.T) {
+	for _, policy := range []string{"exclusive", "unlocked-below-eof"} {
+		t.Run(policy, func(t *testing.T) {
+			d := startDaemon(t, func(c *Config) {
+				p, err := store.ParsePolicy(policy)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.Store.Policy = p
+			})
+			ctx := testContext(t)
+			type want struct {
+				id  uint64
+				off int64
+			}
+			for _, round := range []struct {
+				name   string
+				writes [][]*filewritev1.StreamWrite // a message each
+				want   []want
+			}{
+				{"first stream", [][]*filewritev1.StreamWrite{
+					{streamAppendOf(1, "", "head|"), streamAppendOf(2, "a", "once|")},
+					{streamAppendOf(3, "a", "once|"), streamAppendOf(4, "", "mid|")}, // 3 resends 2
+				}, []want{{1, 0}, {2, 5}, {3, 5}, {4, 10}}},
+				{"second stream", [][]*filewritev1.StreamWrite{
+					{streamAppendOf(1, "a", "once|"), streamAppendOf(2, "b", "tail")},
+				}, []want{{1, 5}, {2, 14}}},
+			} {
+				stream := openStream(t, ctx, d.client, "log")
+				for _, m := range round.writes {
+					if err := stream.Send(&filewritev1.WriteStreamRequest{Writes: m}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				acks := closeAndAckAll(t, stream)
+				for _, w := range round.want {
+					a := acks[w.id]
+					if a == nil || a.GetStatus() != nil || a.GetOffset() != w.off {
+						t.Errorf("%s, write %d: got ack %v, want offset %d", round.name, w.id, a, w.off)
+					}
+				}
+			}
+			// The window is the path's, whichever way the first came.
+			resp, err := d.client.Append(ctx, &filewritev1.AppendRequest{Path: "log", Data: []byte("tail"), AppendId: "b"})
+			if err != nil || resp.GetOffset() != 14 {
+				t.Errorf("a unary resend of a stream append: got %v, %v, want offset 14", resp, err)
+			}
+			b, err := os.ReadFile(filepath.Join(d.root, "log"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := string(b), "head|once|mid|tail"; got != want {
+				t.Errorf("file: got %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// TestStreamAppendIDRefused: an append_id on a positional write, one over
+// store.MaxAppendIDLen, and one reused with other data are refused in the
+// write's ack, as the unary Append refuses them; the stream goes on, and
+// nothing of the refused write is in the file.
+func TestStreamAppendIDRefused(t *testing.T) {
+	ctx := testContext(t)
+	long := strings.Repeat("i", store.MaxAppendIDLen+1)
+	positional := streamWriteOf(2, 1, []byte("p"), filewritev1.SyncMode_SYNC_MODE_UNSPECIFIED)
+	positional.AppendId = "p-1"
+	for _, c := range []struct {
+		name  string
+		write *filewritev1.StreamWrite
+		// unary is the same refusal from the unary Append, nil when it
+		// has no counterpart there.
+		unary *filewritev1.AppendRequest
+		want  filewritev1.ErrorReason
+	}{
+		{"append_id without append", positional, nil, filewritev1.ErrorReason_REQUEST_MALFORMED},
+		{"append_id too long", streamAppendOf(2, long, "t"), &filewritev1.AppendRequest{Path: "log", Data: []byte("t"), AppendId: long}, filewritev1.ErrorReason_RANGE_INVALID},
+		{"append_id reused with other data", streamAppendOf(2, "first", "other"), &filewritev1.AppendRequest{Path: "log", Data: []byte("other"), AppendId: "first"}, filewritev1.ErrorReason_APPEND_ID_REUSED},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := startDaemon(t, nil)
+			stream := openStream(t, ctx, d.client, "log")
+			msgs := [][]*filewritev1.StreamWrite{{streamAppendOf(1, "first", "x")}, {c.write, streamAppendOf(3, "", "y")}}
+			for _, m := range msgs {
+				if err := stream.Send(&filewritev1.WriteStreamRequest{Writes: m}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			acks := closeAndAckAll(t, stream)
+			got := status.FromProto(acks[2].GetStatus()).Err()
+			if status.Code(got) != codes.InvalidArgument || errorinfo.Reason(got) != c.want.String() {
+				t.Errorf("got %v (reason %q), want INVALID_ARGUMENT, reason %s", got, errorinfo.Reason(got), c.want)
+			}
+			if c.unary != nil {
+				_, err := d.client.Append(ctx, c.unary)
+				if status.Code(err) != status.Code(got) || errorinfo.Reason(err) != errorinfo.Reason(got) {
+					t.Errorf("the unary Append: got %v, the stream %v: want the same refusal", err, got)
+				}
+			}
+			if a := acks[3]; a.GetStatus() != nil || a.GetOffset() != 1 {
+				t.Errorf("the append after it: got %v, want offset 1", a)
+			}
+			b, err := os.ReadFile(filepath.Join(d.root, "log"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(b) != "xy" {
+				t.Errorf("file: got %q, want %q", b, "xy")
 			}
 		})
 	}

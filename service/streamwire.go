@@ -110,7 +110,7 @@ func (r *streamRequest) decodeWrites() {
 	r.writes = make([]streamWrite, r.msg.Writes)
 	r.msg.Each(func(i int, w *streamwire.Write) {
 		r.writes[i] = streamWrite{id: w.ID, off: w.Offset, data: w.Data, syncRaw: filewritev1.SyncMode(w.Sync),
-			crc: w.CRC, hasCRC: w.HasCRC, append: w.Append, fileIdx: w.File, req: r}
+			crc: w.CRC, hasCRC: w.HasCRC, append: w.Append, appendID: w.AppendID, fileIdx: w.File, req: r}
 	})
 	r.pending.Store(int32(len(r.writes)))
 }

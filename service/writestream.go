@@ -148,8 +148,11 @@ type streamWrite struct {
 	crc     uint32
 	hasCRC  bool
 	append  bool // an append: off is 0, and landed says where it went
-	fileIdx uint32
-	req     *streamRequest
+	// appendID is an append's id (store.AppendOptions.ID), aliasing req's
+	// bytes as data does; empty for none.
+	appendID []byte
+	fileIdx  uint32
+	req      *streamRequest
 	// file is the file it goes to, set when it is handed out.
 	file *streamFile
 
@@ -655,6 +658,10 @@ func (ws *writeStream) accept(req *streamRequest) error {
 			err = refusal(filewritev1.ErrorReason_RANGE_INVALID, map[string]string{errorinfo.KeyField: "offset"},
 				"a write with append takes no offset (it goes at the end of the file), this one has offset %d", w.off)
 		}
+		if err == nil && !w.append && len(w.appendID) > 0 {
+			err = refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "append_id"},
+				"append_id is for an append: a positional write (append not set) takes none")
+		}
 		w.err = err
 	}
 	queued, err := ws.queue(req)
@@ -1003,7 +1010,9 @@ func (ws *writeStream) work() {
 		f := w.file
 		ws.mu.Unlock()
 		if w.append {
-			w.res, w.landed, w.err = f.h.ApplyAppend(ws.ctx, w.data, w.sync)
+			// The store checks the id's length, as for a unary Append.
+			opts := store.AppendOptions{ID: string(w.appendID)}
+			w.res, w.landed, w.err = f.h.ApplyAppend(ws.ctx, w.data, w.sync, opts)
 		} else {
 			w.res, w.err = f.h.Write(ws.ctx, w.off, w.data, w.sync)
 			w.landed = w.off
@@ -1017,7 +1026,7 @@ func (ws *writeStream) work() {
 		f.order.remove(w, ws.readyLocked)
 		ws.runnableLocked(f)
 		// Its bytes go back to gRPC's pool with the message's last write.
-		w.data = nil
+		w.data, w.appendID = nil, nil
 		w.req.applied()
 		if w.res.Owed != store.SyncNone {
 			f.owing = append(f.owing, w)

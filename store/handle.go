@@ -118,10 +118,12 @@ func (h *Handle) Append(ctx context.Context, data []byte, sync SyncMode, opts Ap
 // Write and Wait do: it returns once data is appended and every append
 // below it completed, with the sync still owed (settle it with Wait), and
 // where data landed. Under PolicyExclusive it syncs under the lock, and
-// owes nothing.
-func (h *Handle) ApplyAppend(ctx context.Context, data []byte, sync SyncMode) (AppliedWrite, int64, error) {
+// owes nothing. opts.ID makes it idempotent as for Append, remembered by
+// the path the Handle was opened by: a resend with a remembered ID writes
+// nothing and returns the first one's offset, still owing its own sync.
+func (h *Handle) ApplyAppend(ctx context.Context, data []byte, sync SyncMode, opts AppendOptions) (AppliedWrite, int64, error) {
 	w := AppliedWrite{sync: sync, start: time.Now()}
-	if err := h.s.validateAppend(data, sync, AppendOptions{}); err != nil {
+	if err := h.s.validateAppend(data, sync, opts); err != nil {
 		return w, 0, err
 	}
 	owed := sync
@@ -130,7 +132,13 @@ func (h *Handle) ApplyAppend(ctx context.Context, data []byte, sync SyncMode) (A
 	} else {
 		sync = SyncNone // owed, for Wait
 	}
-	res, err := h.s.appendTo(ctx, h.ino, "", nil, data, sync, AppendOptions{})
+	// appendOnce syncs a replayed append as sync says: under
+	// PolicyExclusive now, as the first did; under the others sync is
+	// SyncNone here, and the sync owed covers the first as it would have
+	// covered a new one.
+	res, err := h.s.appendOnce(ctx, h.path, data, sync, opts, func() (AppendResult, error) {
+		return h.s.appendTo(ctx, h.ino, "", nil, data, sync, opts)
+	}, func() error { return h.s.syncWrite(ctx, h.ino, sync, false) })
 	w.Size = res.Size
 	if err != nil {
 		return w, res.Offset, err

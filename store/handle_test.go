@@ -200,3 +200,60 @@ func TestHandleGone(t *testing.T) {
 	default:
 	}
 }
+
+// TestHandleApplyAppendID: ApplyAppend with an ID goes through the same
+// window as Append, by the Handle's path: a resend writes nothing and
+// returns the first offset, still owing the sync it asks for (under
+// PolicyExclusive it syncs now, owing nothing), and refusals are Append's.
+func TestHandleApplyAppendID(t *testing.T) {
+	for _, policy := range []store.Policy{store.PolicyExclusive, store.PolicySharedOverwrite} {
+		t.Run(policy.String(), func(t *testing.T) {
+			ctx := context.Background()
+			s := newFaultStore(t, store.Options{Policy: policy})
+			h, err := s.OpenHandle(ctx, faultPath, store.OpenCreate)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Close()
+			wantOwed := store.SyncData
+			if policy == store.PolicyExclusive {
+				wantOwed = store.SyncNone
+			}
+			apply := func(data, id string) (store.AppliedWrite, int64, error) {
+				return h.ApplyAppend(ctx, []byte(data), store.SyncData, store.AppendOptions{ID: id})
+			}
+			for _, step := range []struct {
+				name, data, id string
+				wantOff        int64
+				wantErr        error
+			}{
+				{"first", "head|", "", 0, nil},
+				{"with an id", "once|", "a", 5, nil},
+				{"resent", "once|", "a", 5, nil},
+				{"next", "tail", "b", 10, nil},
+				{"reused with other data", "other", "a", 0, store.ErrAppendIDReused},
+				{"id too long", "x", string(make([]byte, store.MaxAppendIDLen+1)), 0, store.ErrInvalidOffset},
+			} {
+				w, off, err := apply(step.data, step.id)
+				if !errors.Is(err, step.wantErr) {
+					t.Fatalf("%s: got %v, want %v", step.name, err, step.wantErr)
+				}
+				if err != nil {
+					continue
+				}
+				if off != step.wantOff || w.Owed != wantOwed || w.BytesWritten != len(step.data) {
+					t.Errorf("%s: got offset %d, owed %v, %d bytes, want %d, %v, %d", step.name, off, w.Owed, w.BytesWritten, step.wantOff, wantOwed, len(step.data))
+				}
+				if err := h.Wait(ctx, w); err != nil {
+					t.Errorf("%s: Wait: %v", step.name, err)
+				}
+			}
+			// The window is the path's: Append finds what ApplyAppend made.
+			res, err := s.Append(ctx, faultPath, []byte("tail"), store.SyncNone, store.AppendOptions{ID: "b"})
+			if err != nil || res.Offset != 10 || !res.Replayed {
+				t.Errorf("Append resending b: got %+v, %v, want offset 10, replayed", res, err)
+			}
+			checkContent(t, "file", s.content(t, faultPath), []byte("head|once|tail"))
+		})
+	}
+}

@@ -41,6 +41,7 @@ const (
 	FieldWriteCRC      = 5 // StreamWrite.crc32c
 	FieldWriteAppend   = 6 // StreamWrite.append
 	FieldWriteFile     = 7 // StreamWrite.file
+	FieldWriteAppendID = 8 // StreamWrite.append_id
 	FieldResponseAcks  = 1 // WriteStreamResponse.acks
 	FieldResponseFiles = 2 // WriteStreamResponse.files
 	FieldStatusIndex   = 1 // StreamFileStatus.index
@@ -73,6 +74,10 @@ var ErrMalformed = errors.New("truncated or malformed wire data")
 // proto3 requires of a string.
 var ErrPathNotUTF8 = errors.New("path: invalid UTF-8")
 
+// ErrAppendIDNotUTF8 is returned when a write's append_id is not valid
+// UTF-8, as proto3 requires of a string.
+var ErrAppendIDNotUTF8 = errors.New("append_id: invalid UTF-8")
+
 // TooManyWritesError is returned when a request carries more than
 // MaxWritesPerMessage writes. It names the limit, never the message's
 // bytes.
@@ -97,8 +102,8 @@ type File struct {
 	OpenMode int32 // a filewritev1.OpenMode, unchecked
 }
 
-// Write is one StreamWrite as it is on the wire. Data aliases the
-// message's bytes.
+// Write is one StreamWrite as it is on the wire. On decoding, Data and
+// AppendID alias the message's bytes.
 type Write struct {
 	ID     uint64
 	Offset int64
@@ -109,6 +114,9 @@ type Write struct {
 	Append bool
 	// File is the declared file's index, 0 for the stream's path.
 	File uint32
+	// AppendID is the append's id, empty for none; valid UTF-8 (unchecked
+	// on encoding), its length unchecked.
+	AppendID []byte
 }
 
 // Request is a WriteStreamRequest that ScanRequest found well formed.
@@ -225,8 +233,8 @@ func ScanRequest(b []byte, maxWrites int) (Request, error) {
 				return r, &TooManyWritesError{Limit: maxWrites}
 			}
 			var w Write
-			if !decodeWrite(v, &w) {
-				return r, ErrMalformed
+			if err := decodeWrite(v, &w); err != nil {
+				return r, err
 			}
 			r.Writes++
 			r.DataBytes += int64(len(w.Data))
@@ -300,13 +308,13 @@ func decodeFile(b []byte) (File, error) {
 	return f, nil
 }
 
-// decodeWrite decodes one StreamWrite into w and reports whether it is
-// well formed.
-func decodeWrite(b []byte, w *Write) bool {
+// decodeWrite decodes one StreamWrite into w: ErrMalformed or
+// ErrAppendIDNotUTF8 if it is not well formed.
+func decodeWrite(b []byte, w *Write) error {
 	for len(b) > 0 {
 		num, typ, l := protowire.ConsumeTag(b)
 		if l < 0 {
-			return false
+			return ErrMalformed
 		}
 		b = b[l:]
 		var v uint64
@@ -330,67 +338,91 @@ func decodeWrite(b []byte, w *Write) bool {
 		case num == FieldWriteFile && typ == protowire.VarintType:
 			v, l = protowire.ConsumeVarint(b)
 			w.File = uint32(v)
+		case num == FieldWriteAppendID && typ == protowire.BytesType:
+			w.AppendID, l = protowire.ConsumeBytes(b)
+			if l >= 0 && !utf8.Valid(w.AppendID) {
+				return ErrAppendIDNotUTF8
+			}
 		default:
 			l = protowire.ConsumeFieldValue(num, typ, b)
 		}
 		if l < 0 {
-			return false
+			return ErrMalformed
 		}
 		b = b[l:]
 	}
-	return true
+	return nil
 }
 
-// WriteSize is the size of a StreamWrite to file (0: the stream's path)
-// without its own tag and length. The client always sends a CRC.
-func WriteSize(file uint32, id uint64, off int64, dataLen int, sync int32) int {
-	n := protowire.SizeTag(FieldWriteData) + protowire.SizeBytes(dataLen) +
-		protowire.SizeTag(FieldWriteCRC) + protowire.SizeFixed32()
-	if file != 0 {
-		n += protowire.SizeTag(FieldWriteFile) + protowire.SizeVarint(uint64(file))
+// WriteSize is the size of w as a StreamWrite without its own tag and
+// length. Data is encoded even when empty.
+func WriteSize(w *Write) int {
+	n := protowire.SizeTag(FieldWriteData) + protowire.SizeBytes(len(w.Data))
+	if w.HasCRC {
+		n += protowire.SizeTag(FieldWriteCRC) + protowire.SizeFixed32()
 	}
-	if id != 0 {
-		n += protowire.SizeTag(FieldWriteID) + protowire.SizeVarint(id)
+	if w.File != 0 {
+		n += protowire.SizeTag(FieldWriteFile) + protowire.SizeVarint(uint64(w.File))
 	}
-	if off != 0 {
-		n += protowire.SizeTag(FieldWriteOffset) + protowire.SizeVarint(uint64(off))
+	if w.ID != 0 {
+		n += protowire.SizeTag(FieldWriteID) + protowire.SizeVarint(w.ID)
 	}
-	if sync != 0 {
-		n += protowire.SizeTag(FieldWriteSync) + protowire.SizeVarint(uint64(sync))
+	if w.Offset != 0 {
+		n += protowire.SizeTag(FieldWriteOffset) + protowire.SizeVarint(uint64(w.Offset))
+	}
+	if w.Sync != 0 {
+		n += protowire.SizeTag(FieldWriteSync) + protowire.SizeVarint(uint64(w.Sync))
+	}
+	if w.Append {
+		n += protowire.SizeTag(FieldWriteAppend) + protowire.SizeVarint(1)
+	}
+	if len(w.AppendID) > 0 {
+		n += protowire.SizeTag(FieldWriteAppendID) + protowire.SizeBytes(len(w.AppendID))
 	}
 	return n
 }
 
-// RequestWriteSize is what one write adds to a WriteStreamRequest: the
+// RequestWriteSize is what w adds to a WriteStreamRequest: the
 // StreamWrite with its tag and length.
-func RequestWriteSize(file uint32, id uint64, off int64, dataLen int, sync int32) int {
-	return protowire.SizeTag(FieldRequestWrites) + protowire.SizeBytes(WriteSize(file, id, off, dataLen, sync))
+func RequestWriteSize(w *Write) int {
+	return protowire.SizeTag(FieldRequestWrites) + protowire.SizeBytes(WriteSize(w))
 }
 
-// AppendWrite appends one write of a WriteStreamRequest (the writes field,
-// its tag and length included) to b; RequestWriteSize says how long it is.
-func AppendWrite(b []byte, file uint32, id uint64, off int64, data []byte, sync int32, crc uint32) []byte {
+// AppendWrite appends w as one write of a WriteStreamRequest (the writes
+// field, its tag and length included) to b; RequestWriteSize says how
+// long it is.
+func AppendWrite(b []byte, w *Write) []byte {
 	b = protowire.AppendTag(b, FieldRequestWrites, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(WriteSize(file, id, off, len(data), sync)))
-	if id != 0 {
+	b = protowire.AppendVarint(b, uint64(WriteSize(w)))
+	if w.ID != 0 {
 		b = protowire.AppendTag(b, FieldWriteID, protowire.VarintType)
-		b = protowire.AppendVarint(b, id)
+		b = protowire.AppendVarint(b, w.ID)
 	}
-	if off != 0 {
+	if w.Offset != 0 {
 		b = protowire.AppendTag(b, FieldWriteOffset, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(off))
+		b = protowire.AppendVarint(b, uint64(w.Offset))
 	}
 	b = protowire.AppendTag(b, FieldWriteData, protowire.BytesType)
-	b = protowire.AppendBytes(b, data)
-	if sync != 0 {
+	b = protowire.AppendBytes(b, w.Data)
+	if w.Sync != 0 {
 		b = protowire.AppendTag(b, FieldWriteSync, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(sync))
+		b = protowire.AppendVarint(b, uint64(w.Sync))
 	}
-	b = protowire.AppendTag(b, FieldWriteCRC, protowire.Fixed32Type)
-	b = protowire.AppendFixed32(b, crc)
-	if file != 0 {
+	if w.HasCRC {
+		b = protowire.AppendTag(b, FieldWriteCRC, protowire.Fixed32Type)
+		b = protowire.AppendFixed32(b, w.CRC)
+	}
+	if w.Append {
+		b = protowire.AppendTag(b, FieldWriteAppend, protowire.VarintType)
+		b = protowire.AppendVarint(b, 1)
+	}
+	if w.File != 0 {
 		b = protowire.AppendTag(b, FieldWriteFile, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(file))
+		b = protowire.AppendVarint(b, uint64(w.File))
+	}
+	if len(w.AppendID) > 0 {
+		b = protowire.AppendTag(b, FieldWriteAppendID, protowire.BytesType)
+		b = protowire.AppendBytes(b, w.AppendID)
 	}
 	return b
 }

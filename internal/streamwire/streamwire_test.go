@@ -44,11 +44,18 @@ func sameWrites(got []Write, want []*filewritev1.StreamWrite) bool {
 	for i, w := range got {
 		v := want[i]
 		if w.ID != v.Id || w.Offset != v.Offset || !bytes.Equal(w.Data, v.Data) || w.Sync != int32(v.Sync) ||
-			w.HasCRC != (v.Crc32C != nil) || w.CRC != v.GetCrc32C() || w.Append != v.Append || w.File != v.File {
+			w.HasCRC != (v.Crc32C != nil) || w.CRC != v.GetCrc32C() || w.Append != v.Append || w.File != v.File ||
+			string(w.AppendID) != v.AppendId {
 			return false
 		}
 	}
 	return true
+}
+
+// wireWrite is v as the encoder takes it.
+func wireWrite(v *filewritev1.StreamWrite) *Write {
+	return &Write{ID: v.Id, Offset: v.Offset, Data: v.Data, Sync: int32(v.Sync), CRC: v.GetCrc32C(), HasCRC: v.Crc32C != nil,
+		Append: v.Append, File: v.File, AppendID: []byte(v.AppendId)}
 }
 
 // TestRequestRoundTrip: what the client encodes, the generated code
@@ -63,14 +70,18 @@ func TestRequestRoundTrip(t *testing.T) {
 		{Id: 1, Offset: -1, Data: []byte{0}, Sync: filewritev1.SyncMode_SYNC_MODE_FULL, Crc32C: ptr(uint32(1))},
 		{Id: 2, Data: []byte("to a declared file"), Crc32C: ptr(uint32(2)), File: 3},
 		{Id: 3, Crc32C: ptr(uint32(3)), File: math.MaxUint32},
+		{Id: 4, Data: []byte("appended"), Crc32C: ptr(uint32(4)), Append: true, Sync: filewritev1.SyncMode_SYNC_MODE_DATA},
+		{Id: 5, Data: []byte("appended once"), Crc32C: ptr(uint32(5)), Append: true, AppendId: "c1-5", File: 2},
+		{Id: 6, Append: true, AppendId: "c1-6"},
+		{Id: 7, Data: []byte("no CRC")},
 	}}
 
 	// Encoder → generated code.
 	var enc []byte
 	size := 0
 	for _, w := range msg.Writes {
-		enc = AppendWrite(enc, w.File, w.Id, w.Offset, w.Data, int32(w.Sync), w.GetCrc32C())
-		size += RequestWriteSize(w.File, w.Id, w.Offset, len(w.Data), int32(w.Sync))
+		enc = AppendWrite(enc, wireWrite(w))
+		size += RequestWriteSize(wireWrite(w))
 	}
 	if size != len(enc) {
 		t.Errorf("RequestWriteSize adds up to %d, AppendWrite wrote %d", size, len(enc))
@@ -160,8 +171,8 @@ func TestRequestFilesRoundTrip(t *testing.T) {
 		size += RequestCloseSize(c)
 	}
 	for _, w := range msg.Writes {
-		enc = AppendWrite(enc, w.File, w.Id, w.Offset, w.Data, int32(w.Sync), w.GetCrc32C())
-		size += RequestWriteSize(w.File, w.Id, w.Offset, len(w.Data), int32(w.Sync))
+		enc = AppendWrite(enc, wireWrite(w))
+		size += RequestWriteSize(wireWrite(w))
 	}
 	if size != len(enc) {
 		t.Errorf("the sizes add up to %d, the encoders wrote %d", size, len(enc))
@@ -189,6 +200,10 @@ func TestRequestFilesRoundTrip(t *testing.T) {
 	bad := AppendFile(nil, &File{Index: 1, Path: "\xff"})
 	if _, err := ScanRequest(bad, MaxWritesPerMessage); !errors.Is(err, ErrPathNotUTF8) {
 		t.Errorf("a declared path that is not UTF-8: %v, want ErrPathNotUTF8", err)
+	}
+	bad = AppendWrite(nil, &Write{Append: true, AppendID: []byte("\xff")})
+	if _, err := ScanRequest(bad, MaxWritesPerMessage); !errors.Is(err, ErrAppendIDNotUTF8) {
+		t.Errorf("an append_id that is not UTF-8: %v, want ErrAppendIDNotUTF8", err)
 	}
 	var many []byte
 	for i := range MaxFilesPerMessage + 1 {
@@ -375,6 +390,7 @@ func FuzzDecodeStreamRequest(f *testing.F) {
 		{Path: "p", Writes: []*filewritev1.StreamWrite{{Id: 1, Offset: 2, Data: []byte("x"), Sync: 1, Crc32C: ptr(uint32(1))}}},
 		{Writes: []*filewritev1.StreamWrite{{}, {Id: 3}, {Id: 4, Data: []byte("y"), Append: true}}},
 		{Files: []*filewritev1.StreamFile{{Index: 1, Path: "a"}}, Close: []uint32{2, 3}, Writes: []*filewritev1.StreamWrite{{File: 1}, {File: 1, Append: true}}},
+		{Writes: []*filewritev1.StreamWrite{{Id: 5, Data: []byte("z"), Append: true, AppendId: "c1-7"}, {Id: 6, AppendId: "no append"}}},
 	} {
 		b, _ := proto.Marshal(m)
 		f.Add(b)

@@ -1515,7 +1515,14 @@ type StreamWrite struct {
 	Append bool `protobuf:"varint,6,opt,name=append,proto3" json:"append,omitempty"`
 	// The declared file (StreamFile.index) the write goes to; 0, the default,
 	// is the file of the stream's path.
-	File          uint32 `protobuf:"varint,7,opt,name=file,proto3" json:"file,omitempty"`
+	File uint32 `protobuf:"varint,7,opt,name=file,proto3" json:"file,omitempty"`
+	// An append's id, as AppendRequest.append_id: when not empty, a resend
+	// with an id the daemon remembers for the file's path (from a stream or
+	// a unary Append) is acked with the first append's offset and writes
+	// nothing, on this stream or another. Only with append (INVALID_ARGUMENT,
+	// REQUEST_MALFORMED otherwise); at most 128 bytes. Errors come in the
+	// ack, as for append.
+	AppendId      string `protobuf:"bytes,8,opt,name=append_id,json=appendId,proto3" json:"append_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1597,6 +1604,13 @@ func (x *StreamWrite) GetFile() uint32 {
 		return x.File
 	}
 	return 0
+}
+
+func (x *StreamWrite) GetAppendId() string {
+	if x != nil {
+		return x.AppendId
+	}
+	return ""
 }
 
 // WriteStreamResponse carries acks of writes of the stream.
@@ -2267,7 +2281,7 @@ const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"StreamFile\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x123\n" +
-	"\topen_mode\x18\x03 \x01(\x0e2\x16.filewrite.v1.OpenModeR\bopenMode\"\xc9\x01\n" +
+	"\topen_mode\x18\x03 \x01(\x0e2\x16.filewrite.v1.OpenModeR\bopenMode\"\xe6\x01\n" +
 	"\vStreamWrite\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
@@ -2275,7 +2289,8 @@ const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\x04sync\x18\x04 \x01(\x0e2\x16.filewrite.v1.SyncModeR\x04sync\x12\x1b\n" +
 	"\x06crc32c\x18\x05 \x01(\aH\x00R\x06crc32c\x88\x01\x01\x12\x16\n" +
 	"\x06append\x18\x06 \x01(\bR\x06append\x12\x12\n" +
-	"\x04file\x18\a \x01(\rR\x04fileB\t\n" +
+	"\x04file\x18\a \x01(\rR\x04file\x12\x1b\n" +
+	"\tappend_id\x18\b \x01(\tR\bappendIdB\t\n" +
 	"\a_crc32c\"x\n" +
 	"\x13WriteStreamResponse\x12+\n" +
 	"\x04acks\x18\x01 \x03(\v2\x17.filewrite.v1.StreamAckR\x04acks\x124\n" +
