@@ -26,7 +26,9 @@ type AppendOptions struct {
 	// ID, if not empty, makes the append idempotent: an Append of the same
 	// path with an ID the store remembers (Options.AppendIDs, AppendIDTTL)
 	// writes nothing and returns the first one's result, or ErrAppendIDReused
-	// if its data differ.
+	// if its data differ. The IDs are kept in the append-ID journal under
+	// StateDir too, so a store opened over the root after its process was
+	// killed remembers them (not after a power cut; see the package doc).
 	ID string
 }
 
@@ -206,17 +208,33 @@ func (s *Store) Append(ctx context.Context, path string, data []byte, sync SyncM
 
 // appendOnce runs do, the append, unless opts.ID names one the window
 // remembers for path: then it returns that one's result, after sync (the
-// first may not have synced as this one asks).
+// first may not have synced as this one asks). do must append data itself
+// (the same slice) with opts: the append-ID journal finds the claim by
+// the ID and data when do reserves its range (appendIDWindow.reserved).
+//
+// A remembered append loaded from the journal at Open is checked first:
+// if its range is within the file and holds bytes of its CRC-32C, it is
+// replayed; if not (the process was killed after the range was reserved
+// and before the bytes were written), it is forgotten and data is
+// appended afresh.
 func (s *Store) appendOnce(ctx context.Context, path string, data []byte, sync SyncMode, opts AppendOptions, do func() (AppendResult, error), syncAgain func() error) (AppendResult, error) {
 	if opts.ID == "" {
 		return do()
 	}
 	for {
-		rec, owner, err := s.appendIDs.claim(ctx, path, opts.ID, data)
+		rec, role, err := s.appendIDs.claim(ctx, path, opts.ID, data)
 		if err != nil {
 			return AppendResult{}, err
 		}
-		if !owner {
+		switch role {
+		case claimVerify:
+			landed, err := s.landed(ctx, path, rec)
+			s.appendIDs.verified(rec, landed, err)
+			if err != nil {
+				return AppendResult{}, err
+			}
+			continue // replayed if it landed, else appended afresh
+		case claimReplay:
 			if rec.err != nil {
 				continue // the first failed and was forgotten: try again
 			}
@@ -233,6 +251,23 @@ func (s *Store) appendOnce(ctx context.Context, path string, data []byte, sync S
 		s.appendIDs.settle(rec, res, err)
 		return res, err
 	}
+}
+
+// landed says whether the bytes of rec, loaded from the journal, are in
+// its file: its range within the size readers see, with rec's CRC-32C.
+// It reads them as Read does. An error is one of the read's own (ctx, a
+// closed store), not a verdict.
+func (s *Store) landed(ctx context.Context, path string, rec *appendRecord) (bool, error) {
+	b, err := s.Read(ctx, path, rec.res.Offset, int64(rec.n))
+	switch {
+	case ctx.Err() != nil:
+		return false, ctx.Err()
+	case errors.Is(err, ErrClosed):
+		return false, err
+	case err != nil:
+		return false, nil // missing, a directory, too large to read now
+	}
+	return len(b) == rec.n && crc32.Checksum(b, castagnoli) == rec.crc, nil
 }
 
 // syncPath syncs path's file as sync asks (a replayed append's).
@@ -362,6 +397,7 @@ func (s *Store) appendExclusive(ctx context.Context, ino *inode, name string, he
 	}
 	res := AppendResult{Offset: off}
 	if n > 0 {
+		s.appendIDs.reserved(opts.ID, data, off)
 		if _, err := s.writeExclusive(ctx, ino, off, data, ReasonPolicy); err != nil {
 			// Keep nothing of a failed append, as appendQueue does.
 			if terr := ino.file.Truncate(off); terr != nil {
@@ -432,6 +468,7 @@ func (s *Store) appendReserving(ctx context.Context, ino *inode, name string, da
 		ino.lock.release(h)
 		putHolder(h)
 
+		s.appendIDs.reserved(opts.ID, data, r.off)
 		_, err = s.writeData(ctx, ino, r.off, data, lockNone, ReasonAppend)
 		s.completeAppend(ino, r, err)
 		ino.inflight.end(token)
@@ -452,21 +489,35 @@ func (s *Store) appendReserving(ctx context.Context, ino *inode, name string, da
 
 // appendIDWindow remembers the results of recent appends by (path, ID),
 // for resends of an append whose reply was lost: at most max of them, each
-// for at most ttl.
+// for at most ttl. journal, if not nil, keeps them on disk too (see
+// appendJournal); the window is loaded from it at Open.
 type appendIDWindow struct {
-	max int
-	ttl time.Duration
+	max     int
+	ttl     time.Duration
+	journal *appendJournal
 
-	// mu guards the fields below: a leaf, never held across I/O.
+	// mu guards the fields below: a leaf, never held across I/O; taken
+	// alone, or under an inode lock by reserved.
 	mu    sync.Mutex
 	byKey map[appendKey]*appendRecord
 	order []*appendRecord // oldest first
+	// owned are the records whose appends are running, by the ID and the
+	// data they append, for reserved to find their claims.
+	owned map[ownedKey]*appendRecord
 }
 
 type appendKey struct{ path, id string }
 
-// appendRecord is one remembered append. n and crc are immutable; res
-// and err are written before done is closed.
+// ownedKey finds a running append's record from where it reserves its
+// range, which knows its ID and its data but not the path it was claimed
+// by (a Handle's file is known by its inode there).
+type ownedKey struct {
+	id   string
+	data *byte
+}
+
+// appendRecord is one remembered append. key, n, crc and at are
+// immutable; res and err are written before done is closed.
 type appendRecord struct {
 	key  appendKey
 	n    int
@@ -475,56 +526,153 @@ type appendRecord struct {
 	done chan struct{}
 	res  AppendResult
 	err  error
+	// unverified, guarded by appendIDWindow.mu, says the record was loaded
+	// from the journal and its bytes were not checked yet; verifying, not
+	// nil while a claimer checks them, is closed when it is done.
+	unverified bool
+	verifying  chan struct{}
+	// ownedData, guarded by appendIDWindow.mu, is the data of the running
+	// append that owns it, if it is in appendIDWindow.owned.
+	ownedData *byte
+	// journaled says the journal has a record of it: written and read by
+	// the append's owner only.
+	journaled bool
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// claim returns the record of (path, id): a new one that the caller owns
-// (owner) and must settle, or a remembered one whose append has finished.
-// It returns ErrAppendIDReused for a remembered id whose data differ.
-func (w *appendIDWindow) claim(ctx context.Context, path, id string, data []byte) (*appendRecord, bool, error) {
+// claimRole says what the caller of claim does with the record.
+type claimRole int
+
+const (
+	// claimOwner: the caller appends, and settles the record.
+	claimOwner claimRole = iota
+	// claimReplay: the record's append finished: its result is the
+	// caller's (or, with err, it failed and was forgotten: claim again).
+	claimReplay
+	// claimVerify: the record was loaded from the journal: the caller
+	// checks its bytes (Store.landed), tells verified, and claims again.
+	claimVerify
+)
+
+// claim returns the record of (path, id) and what the caller does with it
+// (claimRole). It returns ErrAppendIDReused for a remembered id whose
+// data differ.
+func (w *appendIDWindow) claim(ctx context.Context, path, id string, data []byte) (*appendRecord, claimRole, error) {
 	key := appendKey{path, id}
 	crc := crc32.Checksum(data, castagnoli)
-	w.mu.Lock()
-	now := time.Now()
-	w.expireLocked(now)
-	if rec := w.byKey[key]; rec != nil {
-		w.mu.Unlock()
-		if rec.n != len(data) || rec.crc != crc {
-			return nil, false, refuse(ErrAppendIDReused, "append_id", "append id %q was used for an append of %d bytes (CRC-32C %08x), this one has %d (%08x)", id, rec.n, rec.crc, len(data), crc)
+	for {
+		w.mu.Lock()
+		now := time.Now()
+		w.expireLocked(now)
+		rec := w.byKey[key]
+		if rec == nil {
+			break
 		}
+		if rec.n != len(data) || rec.crc != crc {
+			w.mu.Unlock()
+			return nil, 0, refuse(ErrAppendIDReused, "append_id", "append id %q was used for an append of %d bytes (CRC-32C %08x), this one has %d (%08x)", id, rec.n, rec.crc, len(data), crc)
+		}
+		wait := rec.done
+		if rec.unverified {
+			if rec.verifying == nil {
+				rec.verifying = make(chan struct{})
+				w.mu.Unlock()
+				return rec, claimVerify, nil
+			}
+			wait = rec.verifying
+		}
+		w.mu.Unlock()
 		select {
-		case <-rec.done:
-			return rec, false, nil
+		case <-wait:
+			if wait == rec.done {
+				return rec, claimReplay, nil
+			}
+			// Verified or forgotten: look again.
 		case <-ctx.Done():
-			return nil, false, ctx.Err()
+			return nil, 0, ctx.Err()
 		}
 	}
 	if w.byKey == nil {
 		w.byKey = make(map[appendKey]*appendRecord)
 	}
-	rec := &appendRecord{key: key, n: len(data), crc: crc, at: now, done: make(chan struct{})}
+	rec := &appendRecord{key: key, n: len(data), crc: crc, at: time.Now(), done: make(chan struct{})}
 	w.byKey[key] = rec
 	w.order = append(w.order, rec)
 	for len(w.order) > w.max {
 		w.dropOldestLocked()
 	}
+	if w.journal != nil && len(data) > 0 {
+		if w.owned == nil {
+			w.owned = make(map[ownedKey]*appendRecord)
+		}
+		// Two running appends with one ID and one buffer (to two paths)
+		// cannot be told apart where they reserve: the second is
+		// remembered in memory only.
+		if ok := (ownedKey{id, &data[0]}); w.owned[ok] == nil {
+			w.owned[ok] = rec
+			rec.ownedData = &data[0]
+		}
+	}
 	w.mu.Unlock()
-	return rec, true, nil
+	return rec, claimOwner, nil
+}
+
+// reserved is called by an append of data with ID id once its range
+// starting at off is reserved, before its bytes are written: if a claim
+// of appendOnce owns it, the journal records where it goes. It costs
+// nothing without an ID.
+func (w *appendIDWindow) reserved(id string, data []byte, off int64) {
+	if id == "" || w.journal == nil || len(data) == 0 {
+		return
+	}
+	w.mu.Lock()
+	rec := w.owned[ownedKey{id, &data[0]}]
+	w.mu.Unlock()
+	if rec == nil {
+		return
+	}
+	rec.journaled = true
+	w.journal.add(journalRecord{at: rec.at.UnixNano(), off: off, n: int64(rec.n), crc: rec.crc, path: rec.key.path, id: rec.key.id})
 }
 
 // settle records the outcome of rec's append. A failed one is forgotten,
-// so that a resend tries again.
+// so that a resend tries again (also by the journal, if it recorded it).
 func (w *appendIDWindow) settle(rec *appendRecord, res AppendResult, err error) {
 	rec.res, rec.err = res, err
-	if err != nil {
-		w.mu.Lock()
+	w.mu.Lock()
+	if rec.ownedData != nil {
+		delete(w.owned, ownedKey{rec.key.id, rec.ownedData})
+		rec.ownedData = nil
+	}
+	if err != nil && w.byKey[rec.key] == rec {
+		delete(w.byKey, rec.key)
+	}
+	w.mu.Unlock()
+	if err != nil && rec.journaled {
+		w.journal.add(journalRecord{forget: true, at: time.Now().UnixNano(), path: rec.key.path, id: rec.key.id})
+	}
+	close(rec.done)
+}
+
+// verified records the outcome of checking rec, loaded from the journal
+// (claimVerify): if its bytes landed it is replayed from now on; if not
+// it is forgotten, and the next claim appends afresh; on err (the check
+// could not run) the next claimer checks again.
+func (w *appendIDWindow) verified(rec *appendRecord, landed bool, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case err != nil:
+	case landed:
+		rec.unverified = false
+	default:
 		if w.byKey[rec.key] == rec {
 			delete(w.byKey, rec.key)
 		}
-		w.mu.Unlock()
 	}
-	close(rec.done)
+	close(rec.verifying)
+	rec.verifying = nil
 }
 
 // Preconditions: w.mu is held.
