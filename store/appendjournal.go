@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 )
 
 // appendJournal keeps the append-ID window (appendIDWindow) on disk, so
@@ -455,58 +454,3 @@ func (j *appendJournal) warn(what string, err error) {
 			"dir", StateDir, "err", err)
 	}
 }
-
-// loadJournal fills the window with the records of a journal Open loaded,
-// oldest first: a forget record forgets its key, records older than the
-// window's time bound are dropped, and so are those whose range ends past
-// the size of their file now (sizeOf), since their bytes never landed
-// whole; a resend of those appends afresh before any later append can
-// take their range. What is left is unverified: a resend checks the bytes.
-func (w *appendIDWindow) loadJournal(recs []journalRecord, now time.Time, sizeOf func(path string) (int64, bool)) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.byKey == nil {
-		w.byKey = make(map[appendKey]*appendRecord)
-	}
-	sizes := make(map[string]int64)
-	for _, r := range recs {
-		key := appendKey{r.path, r.id}
-		if r.forget {
-			delete(w.byKey, key)
-			continue
-		}
-		at := time.Unix(0, r.at)
-		if now.Sub(at) > w.ttl || r.n <= 0 || r.off < 0 {
-			continue
-		}
-		size, ok := sizes[r.path]
-		if !ok {
-			if size, ok = sizeOf(r.path); !ok {
-				size = -1
-			}
-			sizes[r.path] = size
-		}
-		if r.off+r.n > size || r.off+r.n < r.off {
-			delete(w.byKey, key) // a later record of the key wins, even a dropped one
-			continue
-		}
-		rec := &appendRecord{
-			key: key, n: int(r.n), crc: r.crc, at: at, done: closedChan,
-			res: AppendResult{Offset: r.off, Size: r.off + r.n}, unverified: true,
-		}
-		w.byKey[key] = rec
-		w.order = append(w.order, rec)
-	}
-	slices.SortStableFunc(w.order, func(a, b *appendRecord) int { return a.at.Compare(b.at) })
-	for len(w.order) > w.max {
-		w.dropOldestLocked()
-	}
-}
-
-// closedChan is a closed channel: the done of a record loaded from the
-// journal, whose append finished before the store opened.
-var closedChan = func() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}()

@@ -55,7 +55,7 @@
 // every append below it. Under exclusive the lock is held throughout, the
 // baseline that the experiment measures the reservation against.
 //
-// An append with an ID is remembered (appendIDWindow) and written to the
+// An append with an ID is remembered (appendIDWindow, appendids.go) and written to the
 // append-ID journal under StateDir (appendjournal.go) once its range is
 // reserved and before its bytes are written, so that a store opened after
 // its process was killed replays a resend of it. A record loaded from the
