@@ -345,3 +345,62 @@ func TestAppendJournalCannotOpen(t *testing.T) {
 		t.Errorf("the journal's failure logged %d times, want once; log:\n%s", n, logs.String())
 	}
 }
+
+// TestAppendJournalForgetsFailed: an append with an ID that fails after
+// its record was written is forgotten by the journal too, so that after a
+// restart its resend is not replayed from bytes that another append with
+// the same data put at its offset since.
+func TestAppendJournalForgetsFailed(t *testing.T) {
+	for _, p := range Policies() {
+		t.Run(p.String(), func(t *testing.T) {
+			hold := holdFS{name: "log", armed: new(atomic.Bool), held: make(chan struct{}), release: make(chan struct{})}
+			close(hold.release)
+			opts := Options{Policy: p}
+			a, dir := newWrappedStore(t, func(fsys FS) FS { hold.FS = fsys; return hold }, opts)
+			appendID(t, a, "log", "head", "head")
+			hold.armed.Store(true)
+			if _, err := a.Append(context.Background(), "log", []byte("data"), SyncNone, AppendOptions{ID: "x"}); err == nil {
+				t.Fatal("the failing append: got nil, want its write's error")
+			}
+			if got := appendID(t, a, "log", "y", "data"); got.Offset != 4 {
+				t.Fatalf("the append after the failed one: got offset %d, want 4 (the failed range given back)", got.Offset)
+			}
+			b := reopenStore(t, dir, opts)
+			if got := appendID(t, b, "log", "x", "data"); got.Replayed || got.Offset != 8 {
+				t.Errorf("resend of the failed append after a restart: got %+v, want appended at 8", got)
+			}
+		})
+	}
+}
+
+// TestAppendJournalConcurrentResends: many resends of one loaded ID at
+// once, whose bytes landed or not, agree on one offset, and the bytes are
+// in the file once.
+func TestAppendJournalConcurrentResends(t *testing.T) {
+	a, dir := newTestStore(t, Options{})
+	if _, err := a.Write(context.Background(), "log", 0, []byte("0123456789"), SyncNone); err != nil {
+		t.Fatal(err)
+	}
+	writeJournal(t, dir, nil, journalRec("log", "landed", 2, "234"), journalRec("log", "lost", 0, "hello"))
+	b := reopenStore(t, dir, Options{})
+	for _, tc := range []struct {
+		id, data string
+		wantOff  int64
+	}{{"landed", "234", 2}, {"lost", "hello", 10}} {
+		const resends = 8
+		offs := make([]int64, resends)
+		var wg sync.WaitGroup
+		for i := range resends {
+			wg.Go(func() { offs[i] = appendID(t, b, "log", tc.id, tc.data).Offset })
+		}
+		wg.Wait()
+		for i, off := range offs {
+			if off != tc.wantOff {
+				t.Errorf("%s, resend %d: got offset %d, want %d", tc.id, i, off, tc.wantOff)
+			}
+		}
+	}
+	if got, want := string(readFile(t, dir, "log")), "0123456789hello"; got != want {
+		t.Errorf("log holds %q, want %q", got, want)
+	}
+}
