@@ -404,3 +404,38 @@ func TestAppendJournalConcurrentResends(t *testing.T) {
 		t.Errorf("log holds %q, want %q", got, want)
 	}
 }
+
+// TestAppendJournalHandle: appends with IDs through a Handle (a stream's
+// ApplyAppend) are journaled as unary ones are: after a restart, a unary
+// resend of one is replayed.
+func TestAppendJournalHandle(t *testing.T) {
+	for _, p := range Policies() {
+		t.Run(p.String(), func(t *testing.T) {
+			ctx := context.Background()
+			opts := Options{Policy: p}
+			a, dir := newTestStore(t, opts)
+			h, err := a.OpenHandle(ctx, "log", OpenCreate)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Close()
+			var offs []int64
+			for _, id := range []string{"s1", "s2"} {
+				w, off, err := h.ApplyAppend(ctx, []byte(id), SyncData, AppendOptions{ID: id})
+				if err == nil {
+					err = h.Wait(ctx, w)
+				}
+				if err != nil {
+					t.Fatalf("ApplyAppend %s: %v", id, err)
+				}
+				offs = append(offs, off)
+			}
+			b := reopenStore(t, dir, opts)
+			for i, id := range []string{"s1", "s2"} {
+				if got := appendID(t, b, "log", id, id); !got.Replayed || got.Offset != offs[i] {
+					t.Errorf("resend of %s: got %+v, want replayed at %d", id, got, offs[i])
+				}
+			}
+		})
+	}
+}
