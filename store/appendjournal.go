@@ -416,9 +416,10 @@ func (j *appendJournal) remove(g *journalGen) {
 	}
 }
 
-// close syncs the current generation, so that a store stopped in order
-// keeps its IDs across a power cut too, and closes the files. Records
-// written after it are dropped.
+// close syncs the generations and their directory (and the root, which
+// holds StateDir), so that a store stopped in order keeps its IDs across
+// a power cut too, and closes the files. Records written after it are
+// dropped.
 func (j *appendJournal) close() error {
 	j.rotateMu.Lock()
 	defer j.rotateMu.Unlock()
@@ -426,20 +427,22 @@ func (j *appendJournal) close() error {
 	cur, prev := j.cur, j.prev
 	j.state, j.cur, j.prev = journalOff, nil, nil
 	j.mu.Unlock()
-	var err error
-	for _, g := range []*journalGen{cur, prev} {
+	if cur == nil {
+		return nil // never opened: nothing written
+	}
+	var errs []error
+	for _, g := range []*journalGen{prev, cur} {
 		if g == nil || g.file == nil {
 			continue
 		}
 		g.writers.Wait()
-		if g == cur {
-			if serr := g.file.Sync(SyncData); serr != nil {
-				err = fmt.Errorf("sync the append-ID journal: %w", serr)
-			}
-		}
-		g.file.Close()
+		errs = append(errs, g.file.Sync(SyncData), g.file.Close())
 	}
-	return err
+	errs = append(errs, j.fsys.SyncDir(StateDir), j.fsys.SyncDir("."))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("close the append-ID journal: %w", err)
+	}
+	return nil
 }
 
 // warn logs the journal's first failure: from then on the IDs it could

@@ -63,7 +63,8 @@ func (s *Store) Options() Options { return s.opts }
 
 // Close waits for running operations, syncs (fsync) and closes every open
 // file, syncs the directories of the files it created and closed before a
-// sync, and closes the FS. Operations after Close fail with ErrClosed.
+// sync, syncs and closes the append-ID journal, and closes the FS.
+// Operations after Close fail with ErrClosed.
 func (s *Store) Close() error {
 	err := s.table.closeAll()
 	jerr := s.appendIDs.journal.close()
