@@ -281,6 +281,7 @@ func readJournalFile(fsys FS, name string) ([]byte, error) {
 // no record was written since Open, and starts the next generation when
 // the current one is full. A failure is logged; the append goes on.
 func (j *appendJournal) add(r journalRecord) {
+	b := r.encode()
 	j.mu.Lock()
 	if j.state == journalUnopened {
 		j.mu.Unlock()
@@ -292,7 +293,6 @@ func (j *appendJournal) add(r journalRecord) {
 		j.mu.Unlock()
 		return
 	}
-	b := r.encode()
 	off := g.end
 	g.end += int64(len(b))
 	g.count++
