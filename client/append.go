@@ -38,8 +38,9 @@ import (
 // (UNAVAILABLE) is sent again with the same ID, with backoff, after
 // waiting for the connection: the daemon answers a resend of an append it
 // has made with the first offset and writes nothing, so the append lands
-// once. The daemon remembers IDs for a bounded window and in memory only:
-// a resend across a restart of the daemon may land twice. Without
+// once. The daemon remembers IDs for a bounded window, also across a crash
+// and restart of the daemon (it journals them), but not across a power
+// cut of its machine, after which a resend may land twice. Without
 // WithRetry an append is sent once, with no ID.
 func (f *File) Append(ctx context.Context, p []byte) (int64, error) {
 	if err := f.check(); err != nil {

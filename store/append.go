@@ -6,10 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // ReasonAppend is recorded with an append's lock decision: under every
@@ -26,7 +24,9 @@ type AppendOptions struct {
 	// ID, if not empty, makes the append idempotent: an Append of the same
 	// path with an ID the store remembers (Options.AppendIDs, AppendIDTTL)
 	// writes nothing and returns the first one's result, or ErrAppendIDReused
-	// if its data differ.
+	// if its data differ. The IDs are kept in the append-ID journal under
+	// StateDir too, so a store opened over the root after its process was
+	// killed remembers them (not after a power cut; see the package doc).
 	ID string
 }
 
@@ -206,17 +206,33 @@ func (s *Store) Append(ctx context.Context, path string, data []byte, sync SyncM
 
 // appendOnce runs do, the append, unless opts.ID names one the window
 // remembers for path: then it returns that one's result, after sync (the
-// first may not have synced as this one asks).
+// first may not have synced as this one asks). do must append data itself
+// (the same slice) with opts: the append-ID journal finds the claim by
+// the ID and data when do reserves its range (appendIDWindow.reserved).
+//
+// A remembered append loaded from the journal at Open is checked first:
+// if its range is within the file and holds bytes of its CRC-32C, it is
+// replayed; if not (the process was killed after the range was reserved
+// and before the bytes were written), it is forgotten and data is
+// appended afresh.
 func (s *Store) appendOnce(ctx context.Context, path string, data []byte, sync SyncMode, opts AppendOptions, do func() (AppendResult, error), syncAgain func() error) (AppendResult, error) {
 	if opts.ID == "" {
 		return do()
 	}
 	for {
-		rec, owner, err := s.appendIDs.claim(ctx, path, opts.ID, data)
+		rec, role, err := s.appendIDs.claim(ctx, path, opts.ID, data)
 		if err != nil {
 			return AppendResult{}, err
 		}
-		if !owner {
+		switch role {
+		case claimVerify:
+			landed, err := s.landed(ctx, path, rec)
+			s.appendIDs.verified(rec, landed, err)
+			if err != nil {
+				return AppendResult{}, err
+			}
+			continue // replayed if it landed, else appended afresh
+		case claimReplay:
 			if rec.err != nil {
 				continue // the first failed and was forgotten: try again
 			}
@@ -362,6 +378,7 @@ func (s *Store) appendExclusive(ctx context.Context, ino *inode, name string, he
 	}
 	res := AppendResult{Offset: off}
 	if n > 0 {
+		s.appendIDs.reserved(opts.ID, data, off)
 		if _, err := s.writeExclusive(ctx, ino, off, data, ReasonPolicy); err != nil {
 			// Keep nothing of a failed append, as appendQueue does.
 			if terr := ino.file.Truncate(off); terr != nil {
@@ -432,6 +449,7 @@ func (s *Store) appendReserving(ctx context.Context, ino *inode, name string, da
 		ino.lock.release(h)
 		putHolder(h)
 
+		s.appendIDs.reserved(opts.ID, data, r.off)
 		_, err = s.writeData(ctx, ino, r.off, data, lockNone, ReasonAppend)
 		s.completeAppend(ino, r, err)
 		ino.inflight.end(token)
@@ -447,99 +465,5 @@ func (s *Store) appendReserving(ctx context.Context, ino *inode, name string, da
 			<-r.settled
 		}
 		return AppendResult{Offset: r.off, Size: max(ino.size.Load(), r.end)}, r.err
-	}
-}
-
-// appendIDWindow remembers the results of recent appends by (path, ID),
-// for resends of an append whose reply was lost: at most max of them, each
-// for at most ttl.
-type appendIDWindow struct {
-	max int
-	ttl time.Duration
-
-	// mu guards the fields below: a leaf, never held across I/O.
-	mu    sync.Mutex
-	byKey map[appendKey]*appendRecord
-	order []*appendRecord // oldest first
-}
-
-type appendKey struct{ path, id string }
-
-// appendRecord is one remembered append. n and crc are immutable; res
-// and err are written before done is closed.
-type appendRecord struct {
-	key  appendKey
-	n    int
-	crc  uint32
-	at   time.Time
-	done chan struct{}
-	res  AppendResult
-	err  error
-}
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// claim returns the record of (path, id): a new one that the caller owns
-// (owner) and must settle, or a remembered one whose append has finished.
-// It returns ErrAppendIDReused for a remembered id whose data differ.
-func (w *appendIDWindow) claim(ctx context.Context, path, id string, data []byte) (*appendRecord, bool, error) {
-	key := appendKey{path, id}
-	crc := crc32.Checksum(data, castagnoli)
-	w.mu.Lock()
-	now := time.Now()
-	w.expireLocked(now)
-	if rec := w.byKey[key]; rec != nil {
-		w.mu.Unlock()
-		if rec.n != len(data) || rec.crc != crc {
-			return nil, false, refuse(ErrAppendIDReused, "append_id", "append id %q was used for an append of %d bytes (CRC-32C %08x), this one has %d (%08x)", id, rec.n, rec.crc, len(data), crc)
-		}
-		select {
-		case <-rec.done:
-			return rec, false, nil
-		case <-ctx.Done():
-			return nil, false, ctx.Err()
-		}
-	}
-	if w.byKey == nil {
-		w.byKey = make(map[appendKey]*appendRecord)
-	}
-	rec := &appendRecord{key: key, n: len(data), crc: crc, at: now, done: make(chan struct{})}
-	w.byKey[key] = rec
-	w.order = append(w.order, rec)
-	for len(w.order) > w.max {
-		w.dropOldestLocked()
-	}
-	w.mu.Unlock()
-	return rec, true, nil
-}
-
-// settle records the outcome of rec's append. A failed one is forgotten,
-// so that a resend tries again.
-func (w *appendIDWindow) settle(rec *appendRecord, res AppendResult, err error) {
-	rec.res, rec.err = res, err
-	if err != nil {
-		w.mu.Lock()
-		if w.byKey[rec.key] == rec {
-			delete(w.byKey, rec.key)
-		}
-		w.mu.Unlock()
-	}
-	close(rec.done)
-}
-
-// Preconditions: w.mu is held.
-func (w *appendIDWindow) expireLocked(now time.Time) {
-	for len(w.order) > 0 && now.Sub(w.order[0].at) > w.ttl {
-		w.dropOldestLocked()
-	}
-}
-
-// Preconditions: w.mu is held and w.order is not empty.
-func (w *appendIDWindow) dropOldestLocked() {
-	rec := w.order[0]
-	w.order[0] = nil
-	w.order = w.order[1:]
-	if w.byKey[rec.key] == rec {
-		delete(w.byKey, rec.key)
 	}
 }

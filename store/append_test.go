@@ -154,13 +154,13 @@ func TestAppendIDWindowBounds(t *testing.T) {
 	w := appendIDWindow{max: 2, ttl: time.Hour}
 	ctx := context.Background()
 	for _, id := range []string{"a", "b", "c"} {
-		rec, owner, err := w.claim(ctx, "f", id, []byte(id))
-		if err != nil || !owner {
-			t.Fatalf("claim %s: owner %v, err %v", id, owner, err)
+		rec, role, err := w.claim(ctx, "f", id, []byte(id))
+		if err != nil || role != claimOwner {
+			t.Fatalf("claim %s: role %v, err %v, want claimOwner", id, role, err)
 		}
 		w.settle(rec, AppendResult{}, nil)
 	}
-	if _, owner, _ := w.claim(ctx, "f", "a", []byte("a")); !owner {
+	if _, role, _ := w.claim(ctx, "f", "a", []byte("a")); role != claimOwner {
 		t.Errorf("a: got remembered, want forgotten (count bound 2)")
 	}
 	w.mu.Lock()
@@ -168,7 +168,7 @@ func TestAppendIDWindowBounds(t *testing.T) {
 		rec.at = rec.at.Add(-2 * time.Hour)
 	}
 	w.mu.Unlock()
-	if _, owner, _ := w.claim(ctx, "f", "c", []byte("c")); !owner {
+	if _, role, _ := w.claim(ctx, "f", "c", []byte("c")); role != claimOwner {
 		t.Errorf("c: got remembered, want forgotten (time bound)")
 	}
 }

@@ -55,6 +55,14 @@
 // every append below it. Under exclusive the lock is held throughout, the
 // baseline that the experiment measures the reservation against.
 //
+// An append with an ID is remembered (appendIDWindow, appendids.go) and written to the
+// append-ID journal under StateDir (appendjournal.go) once its range is
+// reserved and before its bytes are written, so that a store opened after
+// its process was killed replays a resend of it. A record loaded from the
+// journal is checked before it is replayed: its range must be within the
+// file and hold bytes of its CRC-32C, or its bytes never landed and the
+// resend appends afresh.
+//
 // A synced write (SyncData, SyncFull) under the exclusive policy syncs
 // before it drops the lock: that policy is the naive baseline, one lock
 // around each whole operation. Under every other policy a synced write
@@ -124,7 +132,14 @@
 //	appendQueue.mu         (an inode's reservations; a leaf, taken with
 //	                        inode.lock shared to reserve, and without any
 //	                        lock to publish; never across I/O)
-//	appendIDWindow.mu      (remembered append IDs; a leaf, taken alone)
+//	appendIDWindow.mu      (remembered append IDs; a leaf, taken alone,
+//	                        or under inode.lock where an append reserves)
+//	appendJournal.rotateMu (creating and removing the append-ID journal's
+//	                        generations, and its Close; held across that
+//	                        I/O, under inode.lock by the append whose
+//	                        record opens the journal or fills a generation)
+//	  appendJournal.mu     (the current generation's offsets; a leaf,
+//	                        never held across I/O)
 //
 //	dirSyncs.mu            (the directories being synced, and those made
 //	                        and not yet durable; a leaf)
@@ -174,7 +189,12 @@
 // An acknowledged synced append has every append below it complete and
 // synced. After a crash the size comes from the file: a non-durable
 // append may be gone, or read as zeros where a lower one had not reached
-// the disk when a higher one's blocks did.
+// the disk when a higher one's blocks did. The append-ID journal is
+// written without a sync, and synced only by Close: a killed process
+// loses none of it (the page cache keeps it), a power cut may lose the
+// records since the last Close, and then a resend of such an append lands
+// again. A record that outlived its data is caught by the check of its
+// bytes.
 // Delete and Rename change directory entries: durable once the directory
 // is synced (their sync flag, or Fsync of the directory). Rename's sync
 // flag also syncs, root first, the parent of each directory up the new

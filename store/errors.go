@@ -18,7 +18,8 @@ import (
 // has changed nothing.
 var (
 	// ErrInvalidPath is returned when a path is empty, absolute, not clean,
-	// contains "..", a NUL byte or invalid UTF-8, or names the root itself;
+	// contains "..", a NUL byte or invalid UTF-8, names the root itself,
+	// or lies in StateDir;
 	// and when the filesystem cannot follow it: a parent that is not a
 	// directory, a symlink loop, or, for an operation that creates the
 	// file, a symlink to a directory that does not exist.

@@ -57,7 +57,7 @@ type DirEntry struct {
 // A name that is not valid UTF-8 (made outside the store) is left out:
 // no path the store accepts can name it, a protobuf string cannot carry
 // it, and an escaped form would name another file, or none. It is
-// logged to Options.Logger once.
+// logged to Options.Logger once. StateDir, at the root, is left out too.
 //
 // It makes nothing durable and takes no inode lock: files being written
 // show the size they have at that moment.
@@ -95,6 +95,8 @@ func (s *Store) List(ctx context.Context, dir string, pageSize int, pageToken st
 			switch {
 			case !utf8.ValidString(n):
 				s.unlisted.report(s.opts.Logger, name, n)
+			case dir == "" && n == StateDir:
+				// The store's own state: no path reaches it.
 			case n <= after:
 			case len(page) < pageSize:
 				heap.Push(&page, n)

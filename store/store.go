@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"time"
 
 	"go.opentelemetry.io/otel/metric"
 )
@@ -40,7 +41,15 @@ func Open(fsys FS, opts Options) (*Store, error) {
 		tel = noopTelemetry
 	}
 	s := &Store{opts: opts, fsys: fsys, tel: tel}
-	s.appendIDs = appendIDWindow{max: opts.AppendIDs, ttl: opts.AppendIDTTL}
+	journal, recs := loadAppendJournal(fsys, opts.AppendIDs, opts.Logger)
+	s.appendIDs = appendIDWindow{max: opts.AppendIDs, ttl: opts.AppendIDTTL, journal: journal}
+	s.appendIDs.loadJournal(recs, time.Now(), func(path string) (int64, bool) {
+		if validatePath(path) != nil {
+			return 0, false
+		}
+		fi, err := fsys.Stat(path)
+		return fi.Size, err == nil && fi.Type.IsRegular()
+	})
 	s.table = newInodeTable(fsys, &s.opts, tel)
 	var err error
 	if s.gauges, err = tel.observe(s.table.gauges); err != nil {
@@ -54,10 +63,12 @@ func (s *Store) Options() Options { return s.opts }
 
 // Close waits for running operations, syncs (fsync) and closes every open
 // file, syncs the directories of the files it created and closed before a
-// sync, and closes the FS. Operations after Close fail with ErrClosed.
+// sync, syncs and closes the append-ID journal, and closes the FS.
+// Operations after Close fail with ErrClosed.
 func (s *Store) Close() error {
 	err := s.table.closeAll()
-	return errors.Join(err, s.gauges.Unregister(), s.fsys.Close())
+	jerr := s.appendIDs.journal.close()
+	return errors.Join(err, jerr, s.gauges.Unregister(), s.fsys.Close())
 }
 
 // syncAll makes everything written to every open file durable (fsync),

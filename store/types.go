@@ -313,7 +313,9 @@ type Options struct {
 	// AppendIDs bounds how many append IDs the store remembers (see
 	// AppendOptions.ID), and AppendIDTTL for how long; defaults
 	// DefaultAppendIDs and DefaultAppendIDTTL. A resend after either has
-	// passed is a new append.
+	// passed is a new append. The bounds hold across restarts: the
+	// append-ID journal keeps at least the last AppendIDs records on
+	// disk, and a store drops those older than AppendIDTTL when it opens.
 	AppendIDs   int
 	AppendIDTTL time.Duration
 	// Telemetry receives lock waits; default no-op.

@@ -13,7 +13,9 @@ import (
 // rules are os.Root's plus those that make a path one canonical key in the
 // inode table: relative, clean, no "..", no NUL, valid UTF-8 (the only
 // names the API's strings can carry), at most MaxPathLen bytes and
-// MaxNameLen bytes an element, and not the root itself. An element too long
+// MaxNameLen bytes an element, not the root itself, and not below
+// StateDir (the store's own state, such as the append-ID journal). An
+// element too long
 // for the filesystem is refused here rather than by open(2), which would
 // see it only once the directories above it were made. Symlinks are
 // os.Root's to refuse.
@@ -35,6 +37,8 @@ func validatePathArg(name, arg string) error {
 		return refuse(ErrInvalidPath, arg, "%q is absolute, want a path relative to the root", name)
 	case name == ".":
 		return refuse(ErrInvalidPath, arg, "%q names the root itself, want a file below it", name)
+	case name == StateDir || strings.HasPrefix(name, StateDir+"/"):
+		return refuse(ErrInvalidPath, arg, "%q is in %s, the name at the root that the store keeps its own state under", name, StateDir)
 	}
 	for elem := range strings.SplitSeq(name, "/") {
 		if elem == ".." {
@@ -49,6 +53,11 @@ func validatePathArg(name, arg string) error {
 	}
 	return nil
 }
+
+// StateDir is the directory at the root where the store keeps its own
+// state (the append-ID journal, appendjournal.go). No path the store
+// accepts reaches it, and List of the root leaves it out.
+const StateDir = ".filewrite"
 
 // validateRange checks that [off, off+length) is a valid byte range whose
 // end stays within maxEnd (the file size limit).

@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -244,6 +245,8 @@ func TestValidatePaths(t *testing.T) {
 		"trailing-slash":   "dir/inner/",
 		"nul":              "f\x00x",
 		"root-itself":      ".",
+		"state-dir":        ".filewrite",
+		"in-state-dir":     ".filewrite/appends.1",
 	}, ErrInvalidPath))
 	checkRejected(t, s, base, forEveryOp(map[string]string{
 		"5000-bytes": strings.Repeat("a/", 2499) + "aa",
@@ -423,5 +426,53 @@ func TestHardLinkOutOfTheRootIsServed(t *testing.T) {
 	}
 	if got := readFile(t, filepath.Join(base, "outside"), "secret"); string(got) != "MUST not change" {
 		t.Errorf("the outside file after a Write through the hard link = %q, want \"MUST not change\"", got)
+	}
+}
+
+// TestStateDirUnreachable: no operation reaches StateDir at the root,
+// where the store keeps its append-ID journal, and List of the root leaves
+// it out; a directory of that name below the root is a name like any
+// other.
+func TestStateDirUnreachable(t *testing.T) {
+	ctx := context.Background()
+	s, dir := newTestStore(t, Options{})
+	if err := os.MkdirAll(filepath.Join(dir, StateDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, StateDir, "f"), []byte("state"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Write(ctx, "a/"+StateDir+"/f", 0, []byte("x"), SyncNone); err != nil {
+		t.Fatalf("Write below a directory named %s: %v, want nil", StateDir, err)
+	}
+	for _, tc := range []struct {
+		name string
+		do   func() error
+	}{
+		{"Append", func() error {
+			_, err := s.Append(ctx, StateDir+"/f", []byte("x"), SyncNone, AppendOptions{})
+			return err
+		}},
+		{"Delete", func() error { return s.Delete(ctx, StateDir+"/f", false) }},
+		{"Rename from", func() error { return s.Rename(ctx, StateDir+"/f", "g", false, false) }},
+		{"Rename to", func() error { return s.Rename(ctx, "a/"+StateDir+"/f", StateDir+"/g", false, false) }},
+		{"Rename the directory", func() error { return s.Rename(ctx, StateDir, "g", false, false) }},
+		{"List", func() error { _, _, err := s.List(ctx, StateDir, 0, ""); return err }},
+		{"Stat", func() error { _, err := s.Stat(ctx, StateDir); return err }},
+	} {
+		if err := tc.do(); !errors.Is(err, ErrInvalidPath) || !strings.Contains(err.Error(), StateDir) {
+			t.Errorf("%s: got %v, want ErrInvalidPath naming %s", tc.name, err, StateDir)
+		}
+	}
+	got, _ := listAll(t, s, "", 0)
+	if want := []DirEntry{{Name: "a", IsDir: true}}; !slices.Equal(got, want) {
+		t.Errorf("List of the root: got %+v, want %+v", got, want)
+	}
+	got, _ = listAll(t, s, "a", 0)
+	if want := []DirEntry{{Name: StateDir, IsDir: true}}; !slices.Equal(got, want) {
+		t.Errorf("List(a): got %+v, want %+v", got, want)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, StateDir, "f")); err != nil || string(b) != "state" {
+		t.Errorf("the state file: %q, %v, want it untouched", b, err)
 	}
 }
