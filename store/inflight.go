@@ -23,7 +23,10 @@ import (
 // whose Get and Put stay on the calling P's private slot, so a goroutine
 // finds the index its processor used last and the shard's cache line stays
 // in that core's cache (picking shards at random or by offset made every
-// core touch every line, slower than one atomic). begin returns the shard
+// core touch every line, slower than one atomic). The pool (shardHints) is
+// one for all counters: a pool per inode cost every open file a pool the
+// runtime registers and the collector empties each cycle, so that with
+// 10,000 files most begins missed it and allocated. begin returns the shard
 // for end, so a shard's own count never goes negative. Only the sum
 // matters, and it is read only by a waiter.
 //
@@ -39,11 +42,14 @@ type inflightCounter struct {
 	waiting atomic.Bool
 	// wake carries end's signal to the waiter without spinning.
 	wake chan struct{}
-	// shardOf hands out per-processor shard indexes (*uint32).
-	shardOf sync.Pool
-	// nextShard assigns indexes to new pool entries, round robin.
-	nextShard atomic.Uint32
 }
+
+// shardHints hands out per-processor shard indexes (*uint32), taken modulo
+// a counter's shards; nextShardHint numbers new ones, round robin.
+var (
+	shardHints    sync.Pool
+	nextShardHint atomic.Uint32
+)
 
 type inflightShard struct {
 	n atomic.Int64
@@ -102,14 +108,14 @@ func (c *inflightCounter) recycle() {
 //
 // Preconditions: the inode lock is held, shared or exclusive.
 func (c *inflightCounter) begin() uint32 {
-	p, _ := c.shardOf.Get().(*uint32)
+	p, _ := shardHints.Get().(*uint32)
 	if p == nil {
 		p = new(uint32)
-		*p = c.nextShard.Add(1) & c.mask
+		*p = nextShardHint.Add(1)
 	}
-	i := *p
+	i := *p & c.mask
 	c.shards[i].n.Add(1)
-	c.shardOf.Put(p)
+	shardHints.Put(p)
 	return i
 }
 
