@@ -419,7 +419,20 @@ func (m *extentMap) blocksCovered(off, end int64) (first, last int64) {
 // markWritten records that the bytes [off, end) hold data.
 func (m *extentMap) markWritten(off, end int64) {
 	first, last := m.blocksTouched(off, end)
+	if m.within(first, last, ExtentWritten) {
+		return // an overwrite of written blocks, most writes: one descent
+	}
 	m.set(first, last, ExtentWritten)
+}
+
+// within reports whether blocks [start, end) lie in one run of state st.
+func (m *extentMap) within(start, end int64, st ExtentState) bool {
+	in := false
+	m.tree.DescendLessOrEqual(extentRun{start: start}, func(r extentRun) bool {
+		in = r.end >= end && r.state == st
+		return false
+	})
+	return in && start < end
 }
 
 // truncate drops the blocks wholly past a new file size, as ftruncate(2)

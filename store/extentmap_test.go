@@ -470,6 +470,16 @@ func TestExtentMapSetDoesNotAllocate(t *testing.T) {
 // grows with log N, a sorted slice would grow with N.
 func BenchmarkExtentMapRandomWrites(b *testing.B) {
 	const blocks = (1 << 30) / 4096
+	b.Run("overwrite", func(b *testing.B) {
+		// Writes to written blocks, as most writes of a prepared file are.
+		m := newExtentMap(4096)
+		m.set(0, blocks, wr)
+		rng := rand.New(rand.NewPCG(1, 2))
+		for b.Loop() {
+			off := rng.Int64N(blocks) * 4096
+			m.markWritten(off, off+4096)
+		}
+	})
 	b.Run("fresh", func(b *testing.B) {
 		m := newExtentMap(4096)
 		m.set(0, blocks, unw)
