@@ -89,3 +89,49 @@ func waitAppending(t *testing.T, s *store.Store, n int64) {
 	}
 	t.Fatalf("fewer than %d appends in flight after 10s", n)
 }
+
+// TestAppendGiveBackTruncateFails fails an append after part of its bytes
+// reached the file, and then the ftruncate that gives its range back, under
+// every policy. The size readers see stays at the failed offset all the
+// same, so no reader sees the failed bytes and the next append lands there,
+// over them.
+func TestAppendGiveBackTruncateFails(t *testing.T) {
+	for _, p := range store.Policies() {
+		t.Run(p.String(), func(t *testing.T) {
+			fs := newFaultStore(t, store.Options{Policy: p})
+			ctx := context.Background()
+			head := bytes.Repeat([]byte("h"), 100)
+			if _, err := fs.Append(ctx, faultPath, head, store.SyncNone, store.AppendOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			// Three bytes of the failing append reach the file.
+			fs.fsys.Inject(faultfs.Rule{Op: faultfs.OpWrite, Path: faultPath, Off: 100, Err: syscall.ENOSPC, After: 3, Times: 1})
+			trunc := fs.fsys.Inject(faultfs.Rule{Op: faultfs.OpTruncate, Path: faultPath, Err: syscall.EIO, Times: 1})
+			if res, err := fs.Append(ctx, faultPath, []byte("fail-me"), store.SyncNone, store.AppendOptions{}); !errors.Is(err, store.ErrNoSpace) {
+				t.Fatalf("the failing append: got %+v, %v, want ErrNoSpace", res, err)
+			}
+			if got, want := trunc.Hits(), 1; got != want {
+				t.Fatalf("ftruncates failed: got %d, want %d (the give-back)", got, want)
+			}
+			if got, want := len(fs.content(t, faultPath)), 103; got != want {
+				t.Fatalf("file length after the failed give-back: got %d, want %d", got, want)
+			}
+			st, err := fs.Stat(ctx, faultPath)
+			if err != nil || st.Size != 100 {
+				t.Errorf("Stat: got %d, %v, want 100 (the failed offset)", st.Size, err)
+			}
+			got, err := fs.Read(ctx, faultPath, 0, 1000)
+			if err != nil || !bytes.Equal(got, head) {
+				t.Errorf("Read: got %q, %v, want %q", got, err, head)
+			}
+			res, err := fs.Append(ctx, faultPath, []byte("next"), store.SyncNone, store.AppendOptions{})
+			if err != nil || res.Offset != 100 || res.Size != 104 {
+				t.Errorf("the next append: got %+v, %v, want offset 100, size 104", res, err)
+			}
+			if got, want := string(fs.content(t, faultPath)), string(head)+"next"; got != want {
+				t.Errorf("file: got %q, want %q", got, want)
+			}
+			fs.checkTrue(t, faultPath, true)
+		})
+	}
+}
