@@ -236,6 +236,8 @@ func reasonOf(err error) filewritev1.ErrorReason {
 		return filewritev1.ErrorReason_NOT_A_REGULAR_FILE
 	case errors.Is(err, store.ErrInvalidOffset):
 		return filewritev1.ErrorReason_RANGE_INVALID
+	case errors.Is(err, store.ErrArgumentTooLong):
+		return filewritev1.ErrorReason_REQUEST_MALFORMED
 	case errors.Is(err, store.ErrInvalidMode):
 		return filewritev1.ErrorReason_MODE_INVALID
 	case errors.Is(err, store.ErrInvalidPage):

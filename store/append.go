@@ -272,7 +272,7 @@ func (s *Store) validateAppend(data []byte, sync SyncMode, opts AppendOptions) e
 		return refuse(ErrInvalidOffset, "expected_offset", "expected offset %d is negative", *opts.ExpectedOffset)
 	}
 	if len(opts.ID) > MaxAppendIDLen {
-		return refuseLimit(ErrInvalidOffset, "append_id", MaxAppendIDLen, "append id of %d bytes, the limit is %d", len(opts.ID), MaxAppendIDLen)
+		return refuseLimit(ErrArgumentTooLong, "append_id", MaxAppendIDLen, "append id of %d bytes, the limit is %d", len(opts.ID), MaxAppendIDLen)
 	}
 	return validateRequestLength("data", int64(len(data)), s.opts.MaxRequestBytes)
 }
