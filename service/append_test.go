@@ -399,3 +399,23 @@ func TestAppendIDTooLong(t *testing.T) {
 		t.Errorf("file: got %q, want nothing written", b)
 	}
 }
+
+// TestAppendCRCMismatch: a unary Append whose crc32c is wrong is refused
+// naming its own field (crc32c, where a stream names writes.crc32c), and
+// writes nothing.
+func TestAppendCRCMismatch(t *testing.T) {
+	ctx := testContext(t)
+	d := startDaemon(t, nil)
+	sum := crc32.Checksum([]byte("other"), crc32.MakeTable(crc32.Castagnoli))
+	_, err := d.client.Append(ctx, &filewritev1.AppendRequest{Path: "log", Data: []byte("data"), Crc32C: &sum})
+	info := errorinfo.From(err)
+	if status.Code(err) != codes.InvalidArgument || info.GetReason() != filewritev1.ErrorReason_CRC_MISMATCH.String() {
+		t.Fatalf("got %v (reason %q), want INVALID_ARGUMENT, CRC_MISMATCH", err, info.GetReason())
+	}
+	if got, want := info.GetMetadata()[errorinfo.KeyField], "crc32c"; got != want {
+		t.Errorf("field: got %q, want %q", got, want)
+	}
+	if _, err := os.Stat(filepath.Join(d.root, "log")); !os.IsNotExist(err) {
+		t.Errorf("the file: got %v, want none created", err)
+	}
+}
