@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -133,5 +134,64 @@ func TestAppendGiveBackTruncateFails(t *testing.T) {
 			}
 			fs.checkTrue(t, faultPath, true)
 		})
+	}
+}
+
+// TestListHidesUnpublishedAppends: while an append below it is still being
+// written, an append that has written its bytes has moved the file's own
+// size, but List, like Stat, shows the published size, also for a file
+// past the first batch of the page's lookups.
+func TestListHidesUnpublishedAppends(t *testing.T) {
+	fs := newFaultStore(t, store.Options{Policy: store.PolicySharedOverwrite})
+	ctx := context.Background()
+	const others = 200 // named before faultPath's file, so it comes last
+	for i := range others {
+		if _, err := fs.Write(ctx, fmt.Sprintf("ckpt/a%03d", i), 0, []byte("x"), store.SyncNone); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := fs.Append(ctx, faultPath, bytes.Repeat([]byte("h"), 100), store.SyncNone, store.AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	hold := make(chan struct{})
+	fs.fsys.Inject(faultfs.Rule{Op: faultfs.OpWrite, Path: faultPath, Off: 100, Len: 1, Hold: hold, Times: 1})
+	errs := make(chan error, 2)
+	go func() {
+		_, err := fs.Append(ctx, faultPath, []byte("below"), store.SyncNone, store.AppendOptions{})
+		errs <- err
+	}()
+	waitAppending(t, fs.Store, 1)
+	go func() {
+		_, err := fs.Append(ctx, faultPath, []byte("above"), store.SyncNone, store.AppendOptions{})
+		errs <- err
+	}()
+	waitAppending(t, fs.Store, 2)
+	for deadline := time.Now().Add(10 * time.Second); len(fs.content(t, faultPath)) < 110; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the append above never wrote its bytes")
+		}
+	}
+	entries, _, err := fs.List(ctx, "ckpt", 0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(entries), others+1; got != want {
+		t.Fatalf("List: got %d entries, want %d", got, want)
+	}
+	if got := entries[others]; got.Name != "rank-3.bin" || got.Size != 100 {
+		t.Errorf("List while the append below is held: got %+v, want rank-3.bin of 100 bytes (the published size)", got)
+	}
+	close(hold)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, _, err = fs.List(ctx, "ckpt", 0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := entries[others]; got.Size != 110 {
+		t.Errorf("List after both appends: got %+v, want 110 bytes", got)
 	}
 }
