@@ -84,16 +84,20 @@ func (f *File) Append(ctx context.Context, p []byte) (int64, error) {
 // on UNAVAILABLE under WithRetry.
 func (f *File) appendUnary(ctx context.Context, p []byte, id string) (int64, error) {
 	req := &filewritev1.AppendRequest{Path: f.path, Data: p, Sync: f.sync.proto(), AppendId: id}
-	for attempt := 1; ; attempt++ {
-		resp, err := f.c.api.Append(f.c.outgoing(ctx, f.path), req, grpc.WaitForReady(attempt > 1))
-		if err == nil {
-			return resp.GetOffset(), nil
-		}
-		if req.AppendId == "" || attempt > f.c.opts.retries || !retryable(err) ||
-			!sleep(ctx, f.c.ctx.Done(), backoff(attempt)) {
-			return 0, wrapErr(err)
-		}
+	retries := f.c.opts.retries
+	if id == "" {
+		retries = 0 // a resend without an id could land twice
 	}
+	var off int64
+	err := retry(ctx, f.c.ctx.Done(), retries, func(attempt int) error {
+		resp, err := f.c.api.Append(f.c.outgoing(ctx, f.path), req, grpc.WaitForReady(attempt > 1))
+		off = resp.GetOffset()
+		return err
+	})
+	if err != nil {
+		return 0, wrapErr(err)
+	}
+	return off, nil
 }
 
 // appendIDs makes the IDs of a Client's appends: a random prefix of the

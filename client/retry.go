@@ -38,6 +38,26 @@ func backoff(n int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
+// retry calls call until it succeeds or fails for good: with an error
+// that is the daemon's answer (not retryable), after retries resends, or
+// when ctx ends or stop is closed in the backoff before a resend. It
+// returns call's last error; ctx's, naming that one, once ctx ended.
+// call is given the attempt, from 1 (a resend may wait for the connection).
+func retry(ctx context.Context, stop <-chan struct{}, retries int, call func(attempt int) error) error {
+	for attempt := 1; ; attempt++ {
+		err := call(attempt)
+		if err == nil || !retryable(err) || attempt > retries {
+			return err
+		}
+		if !sleep(ctx, stop, backoff(attempt)) {
+			if ctx.Err() != nil {
+				return fmt.Errorf("%w while waiting to try again after: %v", ctx.Err(), err)
+			}
+			return err
+		}
+	}
+}
+
 // sleep waits for d and reports true, or false if ctx ends or stop is
 // closed first.
 func sleep(ctx context.Context, stop <-chan struct{}, d time.Duration) bool {

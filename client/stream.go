@@ -187,15 +187,14 @@ func (s *fileStream) shareable() bool {
 // exclusive one: the daemon may have created the file before the answer
 // was lost.
 func (s *fileStream) ensureOpen(ctx context.Context) error {
-	for attempt := 1; ; attempt++ {
-		_, err := s.connect(ctx)
-		if err == nil || !retryable(err) || attempt > s.c.opts.retries || s.mode == filewritev1.OpenMode_OPEN_MODE_EXCLUSIVE {
-			return err
-		}
-		if !sleep(ctx, s.stopped, backoff(attempt)) {
-			return wrapErr(ctx.Err())
-		}
+	retries := s.c.opts.retries
+	if s.mode == filewritev1.OpenMode_OPEN_MODE_EXCLUSIVE {
+		retries = 0
 	}
+	return wrapErr(retry(ctx, s.stopped, retries, func(int) error {
+		_, err := s.connect(ctx)
+		return err
+	}))
 }
 
 // connect returns the stream to send on, opening one if there is none.
@@ -379,20 +378,9 @@ func (s *fileStream) sendOne() bool {
 		}
 		// No stream to send on: the queued writes that may try again
 		// stay queued; the others fail with why.
-		keep := s.queue[:0]
-		for _, w := range s.queue {
-			if s.mayRetryLocked(w, err, false) {
-				w.attempts++
-				keep = append(keep, w)
-				continue
-			}
-			w.err = err
-			s.finishLocked(w)
-		}
-		clear(s.queue[len(keep):])
-		s.queue = keep
+		s.queue = s.retryOrFailLocked(s.queue, err, false)
 		s.mu.Unlock()
-		return len(keep) > 0
+		return len(s.queue) > 0
 	}
 	if conn.broken {
 		s.mu.Unlock()
@@ -536,18 +524,11 @@ func (s *fileStream) ended(conn *streamConn, err error) {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids) // the order they were sent in
-	var resend []*write
-	for _, id := range ids {
-		w := conn.inflight[id]
-		if !w.gaveUp && s.mayRetryLocked(w, err, unread) {
-			w.attempts++
-			w.state = queued
-			resend = append(resend, w)
-			continue
-		}
-		w.err = err
-		s.finishLocked(w)
+	sent := make([]*write, len(ids))
+	for i, id := range ids {
+		sent[i] = conn.inflight[id]
 	}
+	resend := s.retryOrFailLocked(sent, err, unread)
 	conn.inflight = nil
 	if len(resend) > 0 {
 		s.queue = append(resend, s.queue...)
@@ -560,18 +541,41 @@ func (s *fileStream) ended(conn *streamConn, err error) {
 	close(conn.done)
 }
 
+// retryOrFailLocked keeps, of ws (writes that failed with err before they
+// were acked), those that may be sent again (mayRetryLocked), counting the
+// attempt and marking them queued, and finishes the others with err. It
+// returns the kept ones in ws's order, in ws's array.
+//
+// Preconditions: s.mu is held.
+func (s *fileStream) retryOrFailLocked(ws []*write, err error, unread bool) []*write {
+	keep := ws[:0]
+	for _, w := range ws {
+		if s.mayRetryLocked(w, err, unread) {
+			w.attempts++
+			w.state = queued
+			keep = append(keep, w)
+			continue
+		}
+		w.err = err
+		s.finishLocked(w)
+	}
+	clear(ws[len(keep):])
+	return keep
+}
+
 // mayRetryLocked reports whether w, which failed with err before it was
 // acked, may be sent again on a new stream. When w is unread (the daemon
 // ended the stream with OK or STREAM_IDLE, having applied and acked every
 // write it read) sending it again is its first delivery, so it goes once
 // whatever WithRetry says. Otherwise only under WithRetry, with attempts
 // left, for an error that says the daemon was not reached (retryable).
-// Never once the file is gone or the Client or stream is closed.
+// Never once the file is gone, the Client or stream is closed, or w's
+// caller gave up on it.
 //
 // Preconditions: s.mu is held.
 func (s *fileStream) mayRetryLocked(w *write, err error, unread bool) bool {
 	switch {
-	case s.gone != nil || s.closed || s.c.ctx.Err() != nil:
+	case w.gaveUp || s.gone != nil || s.closed || s.c.ctx.Err() != nil:
 		return false
 	case unread:
 		return w.attempts < max(1, s.c.opts.retries)

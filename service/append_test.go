@@ -11,8 +11,10 @@ import (
 	"sync"
 	"testing"
 
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
@@ -314,7 +316,7 @@ func TestStreamAppendIDRefused(t *testing.T) {
 		want  filewritev1.ErrorReason
 	}{
 		{"append_id without append", positional, nil, filewritev1.ErrorReason_REQUEST_MALFORMED},
-		{"append_id too long", streamAppendOf(2, long, "t"), &filewritev1.AppendRequest{Path: "log", Data: []byte("t"), AppendId: long}, filewritev1.ErrorReason_RANGE_INVALID},
+		{"append_id too long", streamAppendOf(2, long, "t"), &filewritev1.AppendRequest{Path: "log", Data: []byte("t"), AppendId: long}, filewritev1.ErrorReason_REQUEST_MALFORMED},
 		{"append_id reused with other data", streamAppendOf(2, "first", "other"), &filewritev1.AppendRequest{Path: "log", Data: []byte("other"), AppendId: "first"}, filewritev1.ErrorReason_APPEND_ID_REUSED},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -348,5 +350,72 @@ func TestStreamAppendIDRefused(t *testing.T) {
 				t.Errorf("file: got %q, want %q", b, "xy")
 			}
 		})
+	}
+}
+
+// TestAppendIDTooLong: an append_id over store.MaxAppendIDLen is refused
+// alike by the unary Append, a stream append and a raw REST append: a
+// malformed request (not a bad range) naming the field and the limit, with
+// nothing written.
+func TestAppendIDTooLong(t *testing.T) {
+	ctx := testContext(t)
+	d := startDaemon(t, nil)
+	long := strings.Repeat("i", store.MaxAppendIDLen+1)
+	wantMD := map[string]string{errorinfo.KeyField: "append_id", errorinfo.KeyLimit: fmt.Sprint(store.MaxAppendIDLen)}
+	check := func(via string, st *status.Status) {
+		t.Helper()
+		info := errorinfo.From(st.Err())
+		if st.Code() != codes.InvalidArgument || info.GetReason() != filewritev1.ErrorReason_REQUEST_MALFORMED.String() {
+			t.Errorf("%s: got %v (reason %q), want INVALID_ARGUMENT, REQUEST_MALFORMED", via, st.Err(), info.GetReason())
+		}
+		for k, want := range wantMD {
+			if got := info.GetMetadata()[k]; got != want {
+				t.Errorf("%s: metadata %q: got %q, want %q", via, k, got, want)
+			}
+		}
+	}
+
+	_, err := d.client.Append(ctx, &filewritev1.AppendRequest{Path: "log", Data: []byte("u"), AppendId: long})
+	check("unary", status.Convert(err))
+
+	stream := openStream(t, ctx, d.client, "log")
+	if err := stream.Send(&filewritev1.WriteStreamRequest{Writes: []*filewritev1.StreamWrite{streamAppendOf(1, long, "s")}}); err != nil {
+		t.Fatal(err)
+	}
+	acks := closeAndAckAll(t, stream)
+	check("stream", status.FromProto(acks[1].GetStatus()))
+
+	res := d.rest(t, "POST", "/v1/files/log:append?append_id="+long, "r", octetHeader)
+	if res.status != http.StatusBadRequest {
+		t.Errorf("REST: HTTP %d, want 400 (%s)", res.status, res.body)
+	}
+	var st spb.Status
+	if err := protojson.Unmarshal(res.body, &st); err != nil {
+		t.Fatalf("REST: body %s is no google.rpc.Status: %v", res.body, err)
+	}
+	check("REST", status.FromProto(&st))
+
+	if b, err := os.ReadFile(filepath.Join(d.root, "log")); err == nil && len(b) > 0 {
+		t.Errorf("file: got %q, want nothing written", b)
+	}
+}
+
+// TestAppendCRCMismatch: a unary Append whose crc32c is wrong is refused
+// naming its own field (crc32c, where a stream names writes.crc32c), and
+// writes nothing.
+func TestAppendCRCMismatch(t *testing.T) {
+	ctx := testContext(t)
+	d := startDaemon(t, nil)
+	sum := crc32.Checksum([]byte("other"), crc32.MakeTable(crc32.Castagnoli))
+	_, err := d.client.Append(ctx, &filewritev1.AppendRequest{Path: "log", Data: []byte("data"), Crc32C: &sum})
+	info := errorinfo.From(err)
+	if status.Code(err) != codes.InvalidArgument || info.GetReason() != filewritev1.ErrorReason_CRC_MISMATCH.String() {
+		t.Fatalf("got %v (reason %q), want INVALID_ARGUMENT, CRC_MISMATCH", err, info.GetReason())
+	}
+	if got, want := info.GetMetadata()[errorinfo.KeyField], "crc32c"; got != want {
+		t.Errorf("field: got %q, want %q", got, want)
+	}
+	if _, err := os.Stat(filepath.Join(d.root, "log")); !os.IsNotExist(err) {
+		t.Errorf("the file: got %v, want none created", err)
 	}
 }

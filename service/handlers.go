@@ -117,8 +117,8 @@ func (s *fileServer) Append(ctx context.Context, req *filewritev1.AppendRequest)
 		return nil, toStatus(err)
 	}
 	if req.Crc32C != nil {
-		if sum := crc32.Checksum(req.GetData(), castagnoli); sum != req.GetCrc32C() {
-			return nil, crcMismatch(sum, req.GetCrc32C())
+		if err := checkCRC32C(req.GetData(), req.GetCrc32C(), "crc32c"); err != nil {
+			return nil, err
 		}
 	}
 	res, err := s.store.Append(ctx, req.GetPath(), req.GetData(), sync, store.AppendOptions{ExpectedOffset: req.ExpectedOffset, ID: req.GetAppendId()})

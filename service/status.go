@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math"
 	"strconv"
 	"syscall"
@@ -236,6 +237,8 @@ func reasonOf(err error) filewritev1.ErrorReason {
 		return filewritev1.ErrorReason_NOT_A_REGULAR_FILE
 	case errors.Is(err, store.ErrInvalidOffset):
 		return filewritev1.ErrorReason_RANGE_INVALID
+	case errors.Is(err, store.ErrArgumentTooLong):
+		return filewritev1.ErrorReason_REQUEST_MALFORMED
 	case errors.Is(err, store.ErrInvalidMode):
 		return filewritev1.ErrorReason_MODE_INVALID
 	case errors.Is(err, store.ErrInvalidPage):
@@ -338,9 +341,16 @@ func (e *budgetWaitError) Unwrap() error { return e.err }
 // The WriteStream's own refusals, kept here so that writestream.go only
 // names them.
 
-func crcMismatch(sum, sent uint32) error {
+// checkCRC32C refuses data whose CRC-32C is not sent, the checksum that
+// came with it in the request field field (CRC_MISMATCH), before the store
+// sees it: a refused write or append writes nothing.
+func checkCRC32C(data []byte, sent uint32, field string) error {
+	sum := crc32.Checksum(data, castagnoli)
+	if sum == sent {
+		return nil
+	}
 	return refusal(filewritev1.ErrorReason_CRC_MISMATCH, map[string]string{
-		errorinfo.KeyField: "writes.crc32c",
+		errorinfo.KeyField: field,
 		"crc32c_data":      fmt.Sprintf("%#08x", sum),
 		"crc32c_sent":      fmt.Sprintf("%#08x", sent),
 	}, "the CRC-32C of the data is %#08x, the write says %#08x: nothing written", sum, sent)

@@ -39,6 +39,7 @@ func TestToStatus(t *testing.T) {
 		{"is a directory", wrap(store.ErrIsDirectory), codes.InvalidArgument, "IS_A_DIRECTORY"},
 		{"not a regular file", wrap(store.ErrNotRegular), codes.InvalidArgument, "NOT_A_REGULAR_FILE"},
 		{"invalid offset", wrap(store.ErrInvalidOffset), codes.InvalidArgument, "RANGE_INVALID"},
+		{"argument too long", wrap(store.ErrArgumentTooLong), codes.InvalidArgument, "REQUEST_MALFORMED"},
 		{"invalid mode", wrap(store.ErrInvalidMode), codes.InvalidArgument, "MODE_INVALID"},
 		{"not found", wrap(store.ErrNotFound), codes.NotFound, "FILE_NOT_FOUND"},
 		{"deleted under a handle", wrap(store.ErrDeleted), codes.NotFound, "FILE_DELETED"},

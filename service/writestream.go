@@ -674,9 +674,7 @@ func (ws *writeStream) accept(req *streamRequest) error {
 		w.cost = writeCost(len(w.data))
 		var err error
 		if w.sync, err = syncModeFromProto(w.syncRaw); err == nil && w.hasCRC {
-			if sum := crc32.Checksum(w.data, castagnoli); sum != w.crc {
-				err = crcMismatch(sum, w.crc)
-			}
+			err = checkCRC32C(w.data, w.crc, "writes.crc32c")
 		}
 		if err == nil && w.append && w.off != 0 {
 			err = refusal(filewritev1.ErrorReason_RANGE_INVALID, map[string]string{errorinfo.KeyField: "offset"},

@@ -159,14 +159,12 @@ func (s *Store) completeAppend(ino *inode, r *reservation, err error) {
 	}
 	at := q.failedAt
 	q.mu.Unlock()
-	// Give the failed range back. The size never passed at, so readers
-	// saw none of it; the file's own size may have.
-	if terr := ino.file.Truncate(at); terr != nil {
-		ino.extentsInDoubt.Store(true)
-	}
-	ino.extentMu.Lock()
-	ino.extents.truncate(at)
-	ino.extentMu.Unlock()
+	// Give the failed range back. The size never passed at (every append
+	// below it was published, none above), so readers saw none of it,
+	// and stays there if the ftruncate fails; the file's own size may
+	// have passed it. The error is the failed append's to report, not
+	// this one's.
+	_ = ino.truncate(at)
 	q.mu.Lock()
 	q.failed, q.failErr = false, nil
 	close(q.cleared)
@@ -274,7 +272,7 @@ func (s *Store) validateAppend(data []byte, sync SyncMode, opts AppendOptions) e
 		return refuse(ErrInvalidOffset, "expected_offset", "expected offset %d is negative", *opts.ExpectedOffset)
 	}
 	if len(opts.ID) > MaxAppendIDLen {
-		return refuseLimit(ErrInvalidOffset, "append_id", MaxAppendIDLen, "append id of %d bytes, the limit is %d", len(opts.ID), MaxAppendIDLen)
+		return refuseLimit(ErrArgumentTooLong, "append_id", MaxAppendIDLen, "append id of %d bytes, the limit is %d", len(opts.ID), MaxAppendIDLen)
 	}
 	return validateRequestLength("data", int64(len(data)), s.opts.MaxRequestBytes)
 }
@@ -380,15 +378,11 @@ func (s *Store) appendExclusive(ctx context.Context, ino *inode, name string, he
 	if n > 0 {
 		s.appendIDs.reserved(opts.ID, data, off)
 		if _, err := s.writeExclusive(ctx, ino, off, data, ReasonPolicy); err != nil {
-			// Keep nothing of a failed append, as appendQueue does.
-			if terr := ino.file.Truncate(off); terr != nil {
-				ino.extentsInDoubt.Store(true)
-			} else {
-				ino.size.Store(off)
-			}
-			ino.extentMu.Lock()
-			ino.extents.truncate(min(off, ino.size.Load()))
-			ino.extentMu.Unlock()
+			// Keep nothing of a failed append, as appendQueue does: a
+			// short write moved the size past off, and readers must
+			// not see its bytes even if the ftruncate fails.
+			ino.size.Store(off)
+			_ = ino.truncate(off)
 			return res, err
 		}
 	}

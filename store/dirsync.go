@@ -53,16 +53,24 @@ type dirSyncs struct {
 	// file it created, or a Rename) whose entry no fsync of their parent
 	// is known to cover yet, by parent. A Rename with sync asks it which
 	// directories up its new path are not durable (notDurable). Past
-	// maxMadeDirs entries it stops keeping count (madeOverflow) and calls
-	// every directory not durable.
+	// maxMade entries a parent's new directories share one entry, under
+	// anyDir, that calls every directory in that parent not durable
+	// until an fsync of the parent covers them: the precision comes back
+	// with that fsync. Past maxMade of those too it stops keeping count
+	// (madeOverflow) and calls every directory not durable for good.
 	made         map[string]map[string]*madeDir
 	madeCount    int
+	maxMade      int
 	madeOverflow bool
 }
 
 // maxMadeDirs bounds dirSyncs.made: directories made and never synced
 // (Renames without sync into new directories) cost the store no more.
 const maxMadeDirs = 1 << 16
+
+// anyDir is the key in dirSyncs.made[parent] that stands for every
+// directory made in parent once made was full.
+const anyDir = "/"
 
 // dirRecord is what a file the store created needs synced for its name to
 // be durable (inode.pendingDirs): the directories above the name, and when
@@ -108,7 +116,7 @@ type dirBatch struct {
 }
 
 func newDirSyncs(fsys FS, opts *Options, tel *Telemetry) *dirSyncs {
-	return &dirSyncs{fsys: fsys, perCall: opts.Fsync == FsyncPerCall, onBatch: tel.recordDirBatch, byDir: make(map[string]*dirSync)}
+	return &dirSyncs{fsys: fsys, perCall: opts.Fsync == FsyncPerCall, onBatch: tel.recordDirBatch, byDir: make(map[string]*dirSync), maxMade: maxMadeDirs}
 }
 
 // now is a stamp for entries made before the call: an fsync that starts
@@ -127,10 +135,14 @@ func (d *dirSyncs) making(dir string) (done func(madeIt bool)) {
 	}
 	parent := path.Dir(dir)
 	d.mu.Lock()
-	if d.madeCount >= maxMadeDirs {
-		d.madeOverflow = true
-		d.mu.Unlock()
-		return func(bool) {}
+	key := dir
+	if d.made[parent][dir] == nil && d.madeCount >= d.maxMade {
+		key = anyDir
+		if d.made[parent][anyDir] == nil && d.madeCount >= 2*d.maxMade {
+			d.madeOverflow = true
+			d.mu.Unlock()
+			return func(bool) {}
+		}
 	}
 	if d.made == nil {
 		d.made = make(map[string]map[string]*madeDir)
@@ -138,10 +150,10 @@ func (d *dirSyncs) making(dir string) (done func(madeIt bool)) {
 	if d.made[parent] == nil {
 		d.made[parent] = make(map[string]*madeDir)
 	}
-	m := d.made[parent][dir]
+	m := d.made[parent][key]
 	if m == nil {
 		m = &madeDir{}
-		d.made[parent][dir] = m
+		d.made[parent][key] = m
 		d.madeCount++
 	}
 	m.making++
@@ -155,10 +167,10 @@ func (d *dirSyncs) making(dir string) (done func(madeIt bool)) {
 		defer d.mu.Unlock()
 		m.making--
 		if madeIt {
-			m.since = since
+			m.since = max(m.since, since) // anyDir's: the latest
 		}
 		if m.making == 0 && m.since == 0 {
-			d.forgetMadeLocked(parent, dir, m)
+			d.forgetMadeLocked(parent, key, m)
 		}
 	}
 }
@@ -166,7 +178,7 @@ func (d *dirSyncs) making(dir string) (done func(madeIt bool)) {
 // madeDir is a directory of dirSyncs.made. Guarded by dirSyncs.mu.
 type madeDir struct {
 	making int   // mkdir(2)s of it under way
-	since  int64 // a stamp taken after a mkdir made it; 0 before
+	since  int64 // a stamp taken after a mkdir made it (anyDir: the latest); 0 before
 }
 
 // forgetMadeLocked drops dir, a directory of parent, from made if m is
@@ -214,7 +226,9 @@ func (d *dirSyncs) notDurable(name string) []string {
 			continue
 		}
 		// above[i-1] is the directory below dir on the path: its entry is in dir.
-		if _, ok := d.made[dir][above[i-1]]; ok {
+		_, made := d.made[dir][above[i-1]]
+		_, anyMade := d.made[dir][anyDir]
+		if made || anyMade {
 			out = append(out, dir)
 		}
 	}

@@ -147,3 +147,51 @@ func TestNewFilesShareDirectorySyncs(t *testing.T) {
 		})
 	}
 }
+
+// TestRenameSyncAfterMadeDirsFull: once more directories were made than
+// the store keeps count of, a synced Rename into one made past the count
+// still syncs its parent, and once an fsync of that parent covered them
+// all, a synced Rename no longer syncs directories that are durable: the
+// store does not stay on the slow path for good.
+func TestRenameSyncAfterMadeDirsFull(t *testing.T) {
+	ctx := context.Background()
+	osfs, err := OpenOSFS(testutil.Dir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	counting := &heldDirFS{FS: osfs, dir: "never synced", calls: map[string]int{}}
+	s, err := Open(counting, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	s.table.dirs.maxMade = 2
+	for _, name := range []string{"a/f", "b/f", "c/f", "d/f"} { // c and d past the count
+		if _, err := s.Write(ctx, name, 0, []byte("x"), SyncNone); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, step := range []struct {
+		name         string
+		do           func() error
+		wantRootSync int // fsyncs of "." the step makes
+	}{
+		{"rename into a directory made past the count", func() error { return s.Rename(ctx, "a/f", "c/g", false, true) }, 1},
+		{"the first sync of a file created at the root", func() error {
+			if _, err := s.Write(ctx, "top", 0, []byte("x"), SyncNone); err != nil {
+				return err
+			}
+			return s.Fsync(ctx, "top", SyncData)
+		}, 1},
+		{"rename into a directory made before, durable now", func() error { return s.Rename(ctx, "c/g", "b/g", false, true) }, 0},
+		{"rename into one made past the count, durable now", func() error { return s.Rename(ctx, "b/g", "d/g", false, true) }, 0},
+	} {
+		before := counting.count(".")
+		if err := step.do(); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if got := counting.count(".") - before; got != step.wantRootSync {
+			t.Errorf("%s: got %d fsyncs of the root, want %d", step.name, got, step.wantRootSync)
+		}
+	}
+}

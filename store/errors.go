@@ -33,6 +33,10 @@ var (
 	// ErrInvalidOffset is returned for a negative offset, size or length, or
 	// when offset+length overflows int64.
 	ErrInvalidOffset = errors.New("invalid offset or length")
+	// ErrArgumentTooLong is returned when an argument that is neither a
+	// path nor data is longer than its limit: an append ID over
+	// MaxAppendIDLen bytes.
+	ErrArgumentTooLong = errors.New("argument too long")
 	// ErrInvalidMode is returned for an unknown sync, fallocate or other mode.
 	ErrInvalidMode = errors.New("invalid mode")
 	// ErrIsDirectory is returned when a path names a directory.
@@ -111,12 +115,12 @@ var (
 // business, not the store's.
 type Refusal struct {
 	// Err is the sentinel: ErrInvalidPath, ErrPathTooLong, ErrInvalidOffset,
-	// ErrInvalidMode, ErrInvalidPage, ErrFileTooLarge, ErrRequestTooLarge,
-	// ErrTooManyOpenFiles or ErrTooManyWaiters.
+	// ErrArgumentTooLong, ErrInvalidMode, ErrInvalidPage, ErrFileTooLarge,
+	// ErrRequestTooLarge, ErrTooManyOpenFiles or ErrTooManyWaiters.
 	Err error
 	// Arg is the argument refused, by the API's name for it ("path",
 	// "new_path", "offset", "length", "size", "data", "sync", "mode",
-	// "page_size", "page_token"); empty when no one argument is at fault
+	// "page_size", "page_token", "append_id"); empty when no one argument is at fault
 	// (a busy file).
 	Arg string
 	// Limit is the limit reached (Options.MaxFileSize, MaxPathLen, ...) in

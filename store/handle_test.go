@@ -232,7 +232,7 @@ func TestHandleApplyAppendID(t *testing.T) {
 				{"resent", "once|", "a", 5, nil},
 				{"next", "tail", "b", 10, nil},
 				{"reused with other data", "other", "a", 0, store.ErrAppendIDReused},
-				{"id too long", "x", string(make([]byte, store.MaxAppendIDLen+1)), 0, store.ErrInvalidOffset},
+				{"id too long", "x", string(make([]byte, store.MaxAppendIDLen+1)), 0, store.ErrArgumentTooLong},
 			} {
 				w, off, err := apply(step.data, step.id)
 				if !errors.Is(err, step.wantErr) {

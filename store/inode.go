@@ -49,9 +49,11 @@ type inode struct {
 	gone chan struct{}
 	// size is the file size that readers see. Read without locks (like
 	// i_size_read()); written with lock held exclusively, or by an append
-	// publishing its range with appends.mu held (completeAppend), which
-	// happens only while appends are counted in flight, so never while
-	// an exclusive holder that changes the size runs.
+	// publishing its range with appends.mu held (completeAppend), or by
+	// the last of a failure's appends giving its range back (storing the
+	// size it already has), which happen only while appends are counted
+	// in flight, so never while an exclusive holder that changes the
+	// size runs.
 	size atomic.Int64
 	// appends orders the appends in flight (see appendQueue).
 	appends appendQueue
@@ -122,6 +124,41 @@ func (a fileID) less(b fileID) bool {
 // aligned reports whether [off, end) starts and ends on block boundaries.
 func (ino *inode) aligned(off, end int64) bool {
 	return off%ino.blockSize == 0 && end%ino.blockSize == 0
+}
+
+// truncate sets the file's length to size (ftruncate) and the store's view
+// with it: the size readers see becomes size and, when size is at or below
+// the old size, the extent map forgets every block from size on (like
+// ext4, which frees the blocks preallocated past the new end then; a
+// larger size keeps them).
+//
+// If ftruncate fails, the size and the map are left as they were and the
+// map is marked in doubt (extentsInDoubt: not kept for the next open), and
+// the error is returned for the caller to report. An ftruncate mostly
+// fails before it changes anything (EPERM, EFBIG, an I/O error reading
+// metadata), so the view left as it was is the file's; where it did cut
+// the file, the map is rebuilt from the file at the next open instead of
+// trusted. A caller that gives back a failed append's range stores the
+// size at its offset first, so that readers never see that range whatever
+// ftruncate does; the file then holds bytes past the size until a later
+// write covers them or a truncate cuts them.
+//
+// Preconditions: nothing else changes the size or the file's length
+// meanwhile: ino.lock is held exclusively with no write in flight, or the
+// caller is the last of a failure's appends, still counted in flight
+// (completeAppend), which keeps those out.
+func (ino *inode) truncate(size int64) error {
+	if err := ino.file.Truncate(size); err != nil {
+		ino.extentsInDoubt.Store(true)
+		return err
+	}
+	if size <= ino.size.Load() {
+		ino.extentMu.Lock()
+		ino.extents.truncate(size)
+		ino.extentMu.Unlock()
+	}
+	ino.size.Store(size)
+	return nil
 }
 
 // open opens the descriptors and rebuilds the size and the extent map

@@ -119,6 +119,7 @@ func (s *Store) List(ctx context.Context, dir string, pageSize int, pageToken st
 	names := []string(page)
 	slices.Sort(names)
 	entries := make([]DirEntry, 0, len(names))
+	var regular []int // indices of regular files in entries
 	for _, n := range names {
 		fi, err := d.Lstat(n)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -129,10 +130,13 @@ func (s *Store) List(ctx context.Context, dir string, pageSize int, pageToken st
 		}
 		e := DirEntry{Name: n, IsDir: fi.IsDir}
 		if fi.Type.IsRegular() {
-			e.Size = s.table.visibleSize(joinName(dir, n), fi.Size)
+			e.Size = fi.Size
+			regular = append(regular, len(entries))
 		}
 		entries = append(entries, e)
 	}
+	// After every lstat(2): inodeTable.mu is never held across I/O.
+	s.table.visibleSizes(dir, entries, regular)
 	next := ""
 	if more {
 		next = encodePageToken(names[len(names)-1])

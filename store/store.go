@@ -264,16 +264,9 @@ func (s *Store) Truncate(ctx context.Context, path string, size int64) error {
 	if err := waitInflight(ctx, ino, ReasonTruncate); err != nil {
 		return err
 	}
-	if err := ino.file.Truncate(size); err != nil {
-		ino.extentsInDoubt.Store(true)
+	if err := ino.truncate(size); err != nil {
 		return ioError("truncate", path, err, 0)
 	}
-	if size <= ino.size.Load() {
-		ino.extentMu.Lock()
-		ino.extents.truncate(size)
-		ino.extentMu.Unlock()
-	}
-	ino.size.Store(size)
 	return nil
 }
 

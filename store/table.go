@@ -779,15 +779,29 @@ func (t *inodeTable) gauges() tableGauges {
 	return g
 }
 
-// visibleSize is the size readers may see of name, whose file's own size
-// is fileSize: while appends are in flight (appendQueue) the file's size
-// may take in ranges not yet published.
-func (t *inodeTable) visibleSize(name string, fileSize int64) int64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	ino := t.byPath[name]
-	if ino == nil || ino.appends.inFlight.Load() == 0 {
-		return fileSize
+// visibleSizes lowers the Size of entries[i], for each i in regular (the
+// regular files of directory dir, sized as List found them), to what
+// readers may see: while appends are in flight (appendQueue) a file's size
+// may take in ranges not yet published. It takes t.mu once per
+// visibleSizeBatch entries rather than once each; not once for the whole
+// page, which would hold every get and put of the store back for up to
+// MaxListPageSize lookups.
+func (t *inodeTable) visibleSizes(dir string, entries []DirEntry, regular []int) {
+	for len(regular) > 0 {
+		batch := regular[:min(len(regular), visibleSizeBatch)]
+		regular = regular[len(batch):]
+		t.mu.Lock()
+		for _, i := range batch {
+			e := &entries[i]
+			ino := t.byPath[joinName(dir, e.Name)]
+			if ino != nil && ino.appends.inFlight.Load() != 0 {
+				e.Size = min(e.Size, ino.size.Load())
+			}
+		}
+		t.mu.Unlock()
 	}
-	return min(fileSize, ino.size.Load())
 }
+
+// visibleSizeBatch is how many of a List page's files visibleSizes looks
+// up per hold of inodeTable.mu.
+const visibleSizeBatch = 128
