@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -37,14 +36,6 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // maxAcksPerResponse bounds one response (an ack is at most ~40 bytes on
 // the wire): acks ready beyond it go in the next one.
 const maxAcksPerResponse = 8192
-
-// ackBatch is how many acks a worker lets wait for the writes still being
-// applied (see acksDueLocked), and ackHoldMax for how long at most: a
-// write stalled in the kernel (a partial block read from a slow disk,
-// dirty-page throttling) holds the others' acks back no longer.
-const ackBatch = 64
-
-var ackHoldMax = time.Millisecond // a test makes it long
 
 // streamWorkers is how many writes of one stream may be applied at once:
 // more than the CPUs only helps writes that wait for a lock.
@@ -269,15 +260,6 @@ type writeStream struct {
 	// spare, in turn.
 	runnable fifo[*streamFile]
 	acks     []*streamWrite // to be sent
-	// ackCost is the budget that acks give back once sent.
-	ackCost int64
-	// applying counts the workers applying a write that has not told
-	// them it waits for another operation (store.WithWaitNotice).
-	applying int
-	// holdTimer sends the acks held back for writes being applied once
-	// ackHoldMax passed (made on the first hold); holdArmed: it runs.
-	holdTimer *time.Timer
-	holdArmed bool
 	// workers started, and those of them waiting for work.
 	workers, idle int
 	// sending: the handler or the syncer is sending acks (sendAcks),
@@ -415,7 +397,6 @@ func (ws *writeStream) collect(acked []*streamWrite) (_ []*streamWrite, statuses
 	clear(ws.acks[rest:])
 	ws.acks = ws.acks[:rest]
 	ws.pending -= n
-	ws.ackCost -= cost
 	if n > 0 && ws.pending == 0 {
 		ws.idleWatch.acked()
 	}
@@ -589,11 +570,6 @@ func (ws *writeStream) release() {
 	ws.mu.Unlock()
 	ws.cancelStop()
 	ws.stopIdleTimer()
-	ws.mu.Lock()
-	if ws.holdTimer != nil {
-		ws.holdTimer.Stop()
-	}
-	ws.mu.Unlock()
 	ws.budget.close()
 	ws.files.streamMetrics.closed(context.Background())
 }
@@ -993,7 +969,6 @@ func (ws *writeStream) doneLocked(w *streamWrite) {
 // Preconditions: ws.mu is held.
 func (ws *writeStream) ackLocked(w *streamWrite) {
 	ws.acks = append(ws.acks, w)
-	ws.ackCost += w.cost
 	w.file.writes--
 	w.file.releaseLocked()
 }
@@ -1014,78 +989,10 @@ func (ws *writeStream) fileDeletedLocked(f *streamFile) {
 	}
 }
 
-// acksDueLocked reports whether the acks queued should be sent now rather
-// than wait for the writes being applied: when no worker applies a write
-// that could still join them (none is, or those that are wait for another
-// operation), nor has one to start, or when ackBatch acks, or a quarter of
-// the stream's budget, wait. Sending each ack as its write is applied
-// would cost a response, and the wake-ups on both ends, per write: on a
-// small machine that is more than the writes themselves. A worker whose
-// write waits for a lock or for other appends tells the stream (noticeWait)
-// so that its wait holds back no other write's ack; one stalled in the
-// kernel holds them back for as long as a write takes there.
-//
-// Preconditions: ws.mu is held.
-func (ws *writeStream) acksDueLocked() bool {
-	return len(ws.acks) >= ackBatch || ws.ackCost >= ws.files.maxStreamBytes/4 ||
-		(ws.applying == 0 && ws.runnable.len() == 0)
-}
-
-// armHoldLocked starts the timer that bounds how long the acks queued wait
-// for the writes being applied, unless it runs.
-//
-// Preconditions: ws.mu is held.
-func (ws *writeStream) armHoldLocked() {
-	if ws.holdArmed {
-		return
-	}
-	ws.holdArmed = true
-	if ws.holdTimer == nil {
-		ws.holdTimer = time.AfterFunc(ackHoldMax, ws.holdExpired)
-		return
-	}
-	ws.holdTimer.Reset(ackHoldMax)
-}
-
-// holdExpired sends the acks that waited ackHoldMax for writes still being
-// applied.
-func (ws *writeStream) holdExpired() {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	ws.holdArmed = false
-	if len(ws.acks) > 0 {
-		ws.wakeSenderLocked()
-	}
-}
-
-// streamWorker is one worker's state; waiting is guarded by writeStream.mu.
-type streamWorker struct {
-	// waiting: the write it applies told it that it waits for another
-	// operation, and no longer counts in applying.
-	waiting bool
-}
-
-// noticeWait is a worker's store.WithWaitNotice: its write is about to
-// wait, so the acks queued go now if it was the one they waited for.
-func (ws *writeStream) noticeWait(wk *streamWorker) {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	if wk.waiting {
-		return
-	}
-	wk.waiting = true
-	ws.applying--
-	if len(ws.acks) > 0 && ws.acksDueLocked() {
-		ws.wakeSenderLocked()
-	}
-}
-
 // work is a worker: it applies the writes that the files' orders free
 // until the reader is done and every write read has been applied.
 func (ws *writeStream) work() {
 	defer ws.helpers.Done()
-	wk := new(streamWorker)
-	ctx := store.WithWaitNotice(ws.ctx, func() { ws.noticeWait(wk) })
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	for {
@@ -1099,22 +1006,16 @@ func (ws *writeStream) work() {
 		}
 		w := ws.popReadyLocked()
 		f := w.file
-		ws.applying++
 		ws.mu.Unlock()
 		if w.append {
 			// The store checks the id's length, as for a unary Append.
 			opts := store.AppendOptions{ID: string(w.appendID)}
-			w.res, w.landed, w.err = f.h.ApplyAppend(ctx, w.data, w.sync, opts)
+			w.res, w.landed, w.err = f.h.ApplyAppend(ws.ctx, w.data, w.sync, opts)
 		} else {
-			w.res, w.err = f.h.Write(ctx, w.off, w.data, w.sync)
+			w.res, w.err = f.h.Write(ws.ctx, w.off, w.data, w.sync)
 			w.landed = w.off
 		}
 		ws.mu.Lock()
-		if wk.waiting {
-			wk.waiting = false
-		} else {
-			ws.applying--
-		}
 		if errors.Is(w.err, store.ErrDeleted) {
 			ws.fileDeletedLocked(f)
 		}
@@ -1133,12 +1034,7 @@ func (ws *writeStream) work() {
 				go ws.syncLoop(f)
 			}
 		} else {
-			ws.ackLocked(w)
-			if ws.acksDueLocked() {
-				ws.wakeSenderLocked()
-			} else {
-				ws.armHoldLocked()
-			}
+			ws.doneLocked(w)
 		}
 		if ws.runnable.len() > 0 {
 			ws.workCond.Signal()

@@ -8,7 +8,6 @@ import (
 	"os"
 	"sync"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -504,42 +503,4 @@ func TestStreamFilesAppend(t *testing.T) {
 			t.Errorf("%s: %q, want %q", name, got, want[f])
 		}
 	}
-}
-
-// TestStreamAckNotHeldByLockWait: a write that waits for its file's lock
-// tells the stream so, and the acks of other files' writes go out at once,
-// not when the hold bound (ackHoldMax, made an hour here) expires.
-func TestStreamAckNotHeldByLockWait(t *testing.T) {
-	defer func(d time.Duration) { ackHoldMax = d }(ackHoldMax)
-	ackHoldMax = time.Hour
-	var ffs **faultfs.FS
-	d := startDaemon(t, func(c *Config) { ffs = withFaultFS(c) })
-	ctx := testContext(t)
-	gate, open := gateOf(t)
-	held := (*ffs).Inject(faultfs.Rule{Op: faultfs.OpWrite, Path: "lockw/a", Hold: gate})
-	unary := make(chan error, 1)
-	go func() {
-		// Creates lockw/a and holds its exclusive lock while held.
-		_, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "lockw/a", Data: []byte("first")})
-		unary <- err
-	}()
-	testutil.WaitFor(t, "the unary write to be held with the lock", func() bool { return held.Hits() == 1 })
-	fs := openFilesStream(t, ctx, d.client)
-	fs.send(&filewritev1.WriteStreamRequest{
-		Files:  []*filewritev1.StreamFile{declare(1, "lockw/a"), declare(2, "lockw/b")},
-		Writes: []*filewritev1.StreamWrite{fileWrite(1, 1, 100, []byte("extends"), 0)},
-	})
-	testutil.WaitFor(t, "the stream's write to wait for the lock", func() bool { f, _ := d.getLocks(t).file("lockw/a"); return f.Waiting == 1 })
-	fs.send(&filewritev1.WriteStreamRequest{Writes: []*filewritev1.StreamWrite{fileWrite(2, 2, 0, []byte("free"), 0)}})
-	if a := fs.ack(2); a.GetStatus() != nil {
-		t.Errorf("write 2: %v", a.GetStatus())
-	}
-	open()
-	if err := <-unary; err != nil {
-		t.Fatal(err)
-	}
-	if a := fs.ack(1); a.GetStatus() != nil {
-		t.Errorf("write 1: %v", a.GetStatus())
-	}
-	fs.end()
 }

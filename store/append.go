@@ -419,7 +419,6 @@ func (s *Store) appendReserving(ctx context.Context, ino *inode, name string, da
 			q.mu.Unlock()
 			ino.lock.release(h)
 			putHolder(h)
-			noticeWait(ctx)
 			span := ino.wait.tel.startWait(ctx, SpanInflightWait, lockShared, ReasonAppend, ino.wait.policy, ino.wait.path(), nil)
 			select {
 			case <-cleared:
@@ -452,12 +451,7 @@ func (s *Store) appendReserving(ctx context.Context, ino *inode, name string, da
 			// appends below.
 			return AppendResult{Offset: r.off, Size: r.end}, nil
 		}
-		select {
-		case <-r.settled: // r.err was written before settled was closed
-		default:
-			noticeWait(ctx) // for the appends below to complete
-			<-r.settled
-		}
+		<-r.settled // r.err was written before settled was closed
 		return AppendResult{Offset: r.off, Size: max(ino.size.Load(), r.end)}, r.err
 	}
 }

@@ -205,7 +205,6 @@ func waitInflight(ctx context.Context, ino *inode, reason string) error {
 	if ino.inflight.count() == 0 {
 		return nil
 	}
-	noticeWait(ctx)
 	span := ino.wait.tel.startWait(ctx, SpanInflightWait, lockExclusive, reason, ino.wait.policy, ino.wait.path(), ino.inflight.spans(maxLinks))
 	err := ino.inflight.wait(ctx)
 	span.end(ctx, err)

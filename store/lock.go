@@ -234,7 +234,6 @@ func (l *inodeLock) acquire(ctx context.Context, h *holder) error {
 	links := l.holderSpansLocked()
 	l.mu.Unlock()
 
-	noticeWait(ctx)
 	span := l.wait.tel.startWait(ctx, SpanLockWait, h.mode, h.reason, l.wait.policy, l.wait.path(), links)
 	select {
 	case <-w.ready:
