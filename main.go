@@ -139,6 +139,8 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 		func(v string) error { cfg.HTTPAllowedHosts = splitList(v); return nil })
 	fs.Var(sizeFlag(&cfg.MaxInflightBytes, 1), "max-inflight-bytes",
 		"bound on the memory held by requests in flight, daemon-wide (gRPC messages, REST bodies, Reads, and the writes WriteStreams hold unacknowledged); past it requests and streams wait (bytes, or with k, m, g or t)")
+	fs.Var(countFlag(&cfg.Procs, 0), "procs",
+		"how many threads run the daemon's Go code at once (GOMAXPROCS); 0: the GOMAXPROCS variable if set, else the CPUs. 1 speeds up streams on a machine of two CPUs shared with the clients, and slows unary calls")
 	fs.Var(countFlag(&cfg.Store.MaxOpenFiles, 1), "max-open-files",
 		"most `files` held open at once; idle ones are closed to make room, and past it a request is RESOURCE_EXHAUSTED (the default is derived from RLIMIT_NOFILE: a quarter kept for connections, halved with --io=direct, at most 16384)")
 	fs.Var(extentCacheSize{&cfg.Store.ExtentCacheBytes}, "extent-cache-size",

@@ -31,6 +31,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -111,6 +112,10 @@ type Config struct {
 	// MaxInflightBytes bounds the memory that requests in flight hold,
 	// daemon-wide (see inflightBudget); past it requests wait.
 	MaxInflightBytes int64
+	// Procs is how many threads run the daemon's Go code at once
+	// (runtime.GOMAXPROCS), set by Run; 0 leaves the runtime's number
+	// (the GOMAXPROCS variable, or the CPUs).
+	Procs int
 	// RequirePathHeader refuses a call on a file that carries no routing
 	// header (FAILED_PRECONDITION): for a daemon of a cluster, where such
 	// a call was routed by nothing. List and health are exempt.
@@ -273,10 +278,12 @@ func Run(ctx context.Context, cfg Config) error {
 	signal.Notify(hup, syscall.SIGHUP) // never stopped: see above
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	procs, from := applyProcs(cfg.Procs)
 	s, err := Start(cfg)
 	if err != nil {
 		return err
 	}
+	s.log.Info("threads for Go code", "procs", procs, "from", from)
 	s.limitMemory()
 	done := make(chan struct{})
 	defer close(done)
@@ -395,7 +402,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	log.Info("filewrite started", "version", build.Version, "commit", build.Commit, "traces", s.tel.tracesTo,
 		"root", cfg.Root, "policy", st.Policy.String(), "io", st.IO.String(), "fsync", st.Fsync.String(), "max_file_size", st.MaxFileSize, "max_request_bytes", st.MaxRequestBytes,
 		"max_open_files", st.MaxOpenFiles, "rlimit_nofile", store.NoFileLimit(), "extent_cache_bytes", max(st.ExtentCacheBytes, 0),
-		"max_inflight_bytes", cfg.MaxInflightBytes)
+		"max_inflight_bytes", cfg.MaxInflightBytes, "procs", runtime.GOMAXPROCS(0))
 	// The listening records are a contract (docs/operations.md, "The
 	// listening records"): whoever starts the daemon on port 0 learns its addresses
 	// from them, with internal/daemonproc.ParseListening. Keep the message,
