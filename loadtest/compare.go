@@ -354,6 +354,9 @@ func (r *comparisonRun) daemonFor(ctx context.Context, col column) (*daemon, err
 	if flags == "" {
 		flags = "(default flags)"
 	}
+	if d.procs > 0 {
+		flags += fmt.Sprintf(" (procs %d)", d.procs)
+	}
 	fmt.Fprintf(e.log, "   daemon %-20s %s at %s\n", col.name, flags, d.addr)
 	return d, nil
 }

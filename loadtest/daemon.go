@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -23,6 +24,9 @@ type daemon struct {
 	httpAddr string
 	proc     *daemonproc.Process
 	logf     *os.File
+	// procs is how many threads run the daemon's Go code, from its start
+	// record; 0 if it does not say.
+	procs int
 }
 
 // startDaemon runs bin with args on a fresh data directory, dataDir, and
@@ -49,7 +53,27 @@ func startDaemon(ctx context.Context, name, bin, dataDir, logPath string, args [
 		logf.Close()
 		return nil, fmt.Errorf("daemon %s: %w; its log is %s", name, err, logPath)
 	}
-	return &daemon{name: name, args: args, root: dataDir, addr: p.GRPCAddr, httpAddr: p.HTTPAddr, proc: p, logf: logf}, nil
+	return &daemon{name: name, args: args, root: dataDir, addr: p.GRPCAddr, httpAddr: p.HTTPAddr, proc: p, logf: logf, procs: startedProcs(logPath)}, nil
+}
+
+// startedProcs is the procs attribute of the "filewrite started" record in
+// the daemon's JSON log at path (the threads that run its Go code), 0 if
+// the daemon logs none (an older one).
+func startedProcs(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		var rec struct {
+			Msg   string `json:"msg"`
+			Procs int    `json:"procs"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "filewrite started" {
+			return rec.Procs
+		}
+	}
+	return 0
 }
 
 // mallocs is the daemon's count of heap allocations so far, from its

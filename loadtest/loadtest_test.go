@@ -148,10 +148,10 @@ func TestScenarios(t *testing.T) {
 			[]string{"timer", "timer-stream", "per-call", "per-call-stream", "group", "group-stream"},
 			[]string{"group/per-call", "group-stream/per-call-stream", "timer/group", "timer-stream/group-stream"},
 			map[string][]string{"fsync-1": {"group/timer", "group-stream/timer-stream", "group/per-call", "group-stream/per-call-stream"}}, nil},
-		{"peer", "", []string{"peer", "peer-streams", "peer-durable"}, []string{"nbdkit-fio", "filewrite-stream"},
-			[]string{"filewrite-stream/nbdkit-fio"},
-			map[string][]string{"peer-durable": {"filewrite-stream/nbdkit-fio", "filewrite-stream/fio-fdatasync"}},
-			map[string][]string{"peer-durable": {"nbdkit-fio", "filewrite-stream", "fio-fdatasync"}}},
+		{"peer", "", []string{"peer", "peer-streams", "peer-durable"}, []string{"nbdkit-fio", "filewrite-stream", "filewrite-procs1-stream"},
+			[]string{"filewrite-stream/nbdkit-fio", "filewrite-procs1-stream/nbdkit-fio"},
+			map[string][]string{"peer-durable": {"filewrite-stream/nbdkit-fio", "filewrite-procs1-stream/nbdkit-fio", "filewrite-stream/fio-fdatasync"}},
+			map[string][]string{"peer-durable": {"nbdkit-fio", "filewrite-stream", "filewrite-procs1-stream", "fio-fdatasync"}}},
 		{"throughput", "both", []string{"throughput"}, []string{"noop", "write", "write-stream", "raw-pwrite"},
 			[]string{"write/noop", "write-stream/noop", "write/raw-pwrite", "write-stream/raw-pwrite"}, nil, nil},
 		{"prealloc-overwrite", "", []string{"prealloc-overwrite-4k", "prealloc-overwrite-16k", "prealloc-overwrite-64k"},
@@ -207,7 +207,7 @@ func TestScenarios(t *testing.T) {
 					if col.Name == "nbdkit-fio" && (col.CPU.ServerUS <= 0 || col.CPU.ClientUS <= 0) {
 						t.Errorf("%s/%s: nbdkit's or fio's CPU was not counted: %+v", c.Name, col.Name, col.CPU)
 					}
-					if col.Name == "filewrite-stream" && col.CPU.ServerSwitches <= 0 {
+					if strings.HasPrefix(col.Name, "filewrite-") && col.CPU.ServerSwitches <= 0 {
 						t.Errorf("%s/%s: the daemon's context switches were not counted: %+v", c.Name, col.Name, col.CPU)
 					}
 				}

@@ -94,6 +94,7 @@ func (e *env) peerComparison(name string, streams int, durable bool) peerSetup {
 	// In the work directory, removed with it; a unix socket's path must
 	// fit in 108 bytes.
 	sock := filepath.Join(e.work, name+".sock")
+	filewrite := peerColumn(path, size, sync, streams)
 	return peerSetup{fileSize: size, comparison: &comparison{
 		name: name,
 		title: fmt.Sprintf("random %s %swrites below EOF of a written %s file, queue depth %d %s, unix sockets",
@@ -103,16 +104,30 @@ func (e *env) peerComparison(name string, streams int, durable bool) peerSetup {
 		clients: clients, connections: streams, bs: bs,
 		columns: []column{
 			{name: "nbdkit-fio", setup: setupRawFile(size), run: nbdkitFio(size, fsync, streams), after: syncRawFile},
-			{name: "filewrite-stream", daemon: []string{"--grpc-addr", "unix:" + sock, "--http-addr", "127.0.0.1:0"},
-				setup: func(ctx context.Context, s *session) error {
-					return writeFile(ctx, s.client, path, size)
-				},
-				run:       countSyncs(clientWritesOver(path, size, sync, streams)),
-				after:     func(ctx context.Context, s *session) error { return fsyncFile(ctx, s.client, path) },
-				transport: transportStream},
+			filewrite("filewrite-stream", sock),
+			// The same daemon with one thread of Go code (--procs 1): on
+			// a machine of two CPUs shared with the clients, a stream's
+			// goroutines then hand off without waking another thread
+			// (docs/design.md, "How many threads").
+			filewrite("filewrite-procs1-stream", filepath.Join(e.work, name+"-p1.sock"), "--procs", "1"),
 		},
-		ratios: [][2]string{{"filewrite-stream", "nbdkit-fio"}},
+		ratios: [][2]string{{"filewrite-stream", "nbdkit-fio"}, {"filewrite-procs1-stream", "nbdkit-fio"}},
 	}}
+}
+
+// peerColumn is a filewrite column of a peer comparison: its daemon
+// listening on the unix socket sock with flags, its clients writing path
+// of size through the client package over streams connections.
+func peerColumn(path string, size int64, sync client.SyncMode, streams int) func(name, sock string, flags ...string) column {
+	return func(name, sock string, flags ...string) column {
+		return column{name: name, daemon: append([]string{"--grpc-addr", "unix:" + sock, "--http-addr", "127.0.0.1:0"}, flags...),
+			setup: func(ctx context.Context, s *session) error {
+				return writeFile(ctx, s.client, path, size)
+			},
+			run:       countSyncs(clientWritesOver(path, size, sync, streams)),
+			after:     func(ctx context.Context, s *session) error { return fsyncFile(ctx, s.client, path) },
+			transport: transportStream}
+	}
 }
 
 // nbdkitFio is one run of fio's nbd engine against nbdkit's file plugin
