@@ -479,7 +479,9 @@ func TestRecord(t *testing.T) {
 	var outs []string
 	for range 2 {
 		_, out, table := shortRun(t, "below-eof", func(o *options) {
-			o.target, o.daemon, o.rounds, o.record, o.args = d.addr, "", 1, records, args
+			// -out as given, a directory of this machine's, which the
+			// record must not name.
+			o.target, o.daemon, o.rounds, o.record, o.args = d.addr, "", 1, records, append(slices.Clone(args), "-out", o.out)
 		})
 		outs = append(outs, out)
 		if !strings.Contains(table, "the record of this run is "+records) {
@@ -502,7 +504,7 @@ func TestRecord(t *testing.T) {
 	}
 	rec := string(b)
 	for _, s := range []string{
-		"- command: `go -C loadtest run . " + strings.Join(args, " ") + "`",
+		"- command: `go -C loadtest run . " + strings.Join(args, " ") + " -out $OUT`",
 		"- commit: " + commit,
 		"- machine: ",
 		"- other load: load average ",

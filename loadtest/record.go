@@ -104,7 +104,10 @@ func writeRecord(dir string, info recordInfo, transcript []byte) (string, error)
 	var b strings.Builder
 	fmt.Fprintf(&b, "# `%s`, %s, commit %s\n\n", info.scenario, info.started.UTC().Format(time.DateOnly), info.commit)
 	b.WriteString("Written by the load harness (`-record`); the tables are its output, unedited.\n\n")
-	fmt.Fprintf(&b, "- command: `go -C loadtest run . %s`\n", strings.Join(info.args, " "))
+	// The -out directory is this machine's: the command shows it as $OUT,
+	// as the tables do.
+	command := redactPath([]byte(strings.Join(info.args, " ")), info.out, "$OUT")
+	fmt.Fprintf(&b, "- command: `go -C loadtest run . %s`\n", command)
 	tree := "clean"
 	if info.dirty {
 		tree = "with uncommitted changes"
