@@ -46,6 +46,9 @@ func (f *File) Append(ctx context.Context, p []byte) (int64, error) {
 	if err := f.check(); err != nil {
 		return 0, err
 	}
+	if err := ctx.Err(); err != nil {
+		return 0, wrapErr(err) // not sent, as Write
+	}
 	var id string
 	if f.c.opts.retries > 0 {
 		id = f.c.appendIDs.next()

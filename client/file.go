@@ -89,6 +89,11 @@ func (f *File) Write(ctx context.Context, p []byte, off int64, sync SyncMode) (n
 	if err := f.check(); err != nil {
 		return 0, 0, err
 	}
+	if err := ctx.Err(); err != nil {
+		// Not sent: otherwise its ack and ctx's end would race, and a
+		// write under an ended context could succeed.
+		return 0, 0, wrapErr(err)
+	}
 	// Most writes are one piece: its slot lives in this frame.
 	var one [1]*write
 	ws := f.pieces(one[:0], p, off, sync)
