@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -80,40 +78,5 @@ func appendAcrossRestarts(t *testing.T, bin string, mode client.SyncMode) {
 	wg.Wait()
 	f.Close()
 
-	got, err := os.ReadFile(filepath.Join(d.root, "restart/log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got)%size != 0 {
-		t.Fatalf("the file is %d bytes, not a whole number of %d-byte records", len(got), size)
-	}
-	seen := map[string]int{}
-	zeros := 0
-	for off := 0; off < len(got); off += size {
-		r := got[off : off+size]
-		if bytes.Count(r, []byte{0}) == size {
-			zeros++
-			continue
-		}
-		seen[string(r)]++
-	}
-	for w := range appenders {
-		for i := range each {
-			if errs[w][i] != nil {
-				t.Errorf("appender %d, record %d: %v, want nil with WithRetry", w, i, errs[w][i])
-				continue
-			}
-			off := offsets[w][i]
-			if !bytes.Equal(got[off:off+size], record(w, i)) {
-				t.Errorf("appender %d, record %d: acknowledged at %d, but the file holds %q there", w, i, off, got[off:off+size])
-			}
-			if n := seen[string(record(w, i))]; n != 1 {
-				t.Errorf("appender %d, record %d: in the file %d times, want once", w, i, n)
-			}
-		}
-	}
-	if zeros > kills*appenders {
-		t.Errorf("%d zero records: want at most %d (one append in flight per appender at each kill)", zeros, kills*appenders)
-	}
-	t.Logf("%d records, %d zero records", len(got)/size, zeros)
+	checkAppendedOnce(t, filepath.Join(d.root, "restart/log"), size, record, offsets, errs, kills*appenders)
 }

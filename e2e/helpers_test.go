@@ -5,6 +5,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -86,4 +87,50 @@ func startFresh(t *testing.T, timeout time.Duration, args ...string) (context.Co
 	root := filepath.Join(testutil.Dir(t), "root")
 	proc, logs := testutil.StartDaemon(t, ctx, daemonBin, append([]string{"--root", root}, args...)...)
 	return ctx, root, proc, logs
+}
+
+// checkAppendedOnce reads the file at path, of fixed-size records, and
+// checks that every append acknowledged (offsets[w][i], errs[w][i] of
+// appender w's i'th record, record(w, i)) lies at its offset and is in
+// the file exactly once. Up to maxZeros zero-filled records may remain:
+// ranges reserved by appends that a kill cut off before their bytes
+// landed.
+func checkAppendedOnce(t *testing.T, path string, size int, record func(w, i int) []byte, offsets [][]int64, errs [][]error, maxZeros int) {
+	t.Helper()
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got)%size != 0 {
+		t.Fatalf("the file is %d bytes, not a whole number of %d-byte records", len(got), size)
+	}
+	seen := map[string]int{}
+	zeros := 0
+	for off := 0; off < len(got); off += size {
+		r := got[off : off+size]
+		if bytes.Count(r, []byte{0}) == size {
+			zeros++
+			continue
+		}
+		seen[string(r)]++
+	}
+	for w := range offsets {
+		for i := range offsets[w] {
+			if errs[w][i] != nil {
+				t.Errorf("appender %d, record %d: %v, want nil with retries", w, i, errs[w][i])
+				continue
+			}
+			off := offsets[w][i]
+			if off < 0 || off+int64(size) > int64(len(got)) || !bytes.Equal(got[off:off+int64(size)], record(w, i)) {
+				t.Errorf("appender %d, record %d: acknowledged at %d, which does not hold it", w, i, off)
+			}
+			if n := seen[string(record(w, i))]; n != 1 {
+				t.Errorf("appender %d, record %d: in the file %d times, want once", w, i, n)
+			}
+		}
+	}
+	if zeros > maxZeros {
+		t.Errorf("%d zero records: want at most %d (one append in flight per appender at each kill)", zeros, maxZeros)
+	}
+	t.Logf("%d records, %d zero records", len(got)/size, zeros)
 }
