@@ -355,32 +355,42 @@ func (s *fileStream) idleSenderLocked() bool {
 // sendOne sends one message of queued writes and reports whether it sent
 // anything.
 func (s *fileStream) sendOne() bool {
+	// One hold of mu, on the common path, takes the batch off an open
+	// stream; only a missing stream lets go of it, to open one.
 	s.mu.Lock()
-	empty := len(s.queue) == 0
-	s.mu.Unlock()
-	if empty {
+	if len(s.queue) == 0 {
+		s.mu.Unlock()
 		return false
 	}
-	s.mu.Lock()
-	failures, open := s.failures, s.conn != nil
-	s.mu.Unlock()
-	if !open && failures > 0 && !sleep(s.c.ctx, s.stopped, backoff(failures)) {
-		return false // the sender's loop sees why
-	}
-	conn, err := s.connect(s.c.ctx)
-	s.mu.Lock()
-	if err != nil {
-		s.failures++
-		if s.opened && status.Code(err) == codes.NotFound {
-			// The re-open found no file: it was deleted while no stream
-			// was open.
-			s.gone = err
-		}
-		// No stream to send on: the queued writes that may try again
-		// stay queued; the others fail with why.
-		s.queue = s.retryOrFailLocked(s.queue, err, false)
+	conn := s.conn
+	if conn == nil {
+		failures := s.failures
 		s.mu.Unlock()
-		return len(s.queue) > 0
+		if failures > 0 && !sleep(s.c.ctx, s.stopped, backoff(failures)) {
+			return false // the sender's loop sees why
+		}
+		var err error
+		conn, err = s.connect(s.c.ctx)
+		s.mu.Lock()
+		if err != nil {
+			s.failures++
+			if s.opened && status.Code(err) == codes.NotFound {
+				// The re-open found no file: it was deleted while no
+				// stream was open.
+				s.gone = err
+			}
+			// No stream to send on: the queued writes that may try
+			// again stay queued; the others fail with why.
+			s.queue = s.retryOrFailLocked(s.queue, err, false)
+			s.mu.Unlock()
+			return len(s.queue) > 0
+		}
+		if len(s.queue) == 0 {
+			// Given up on, or failed by close, while mu was let go: no
+			// empty message.
+			s.mu.Unlock()
+			return false
+		}
 	}
 	if conn.broken {
 		s.mu.Unlock()
