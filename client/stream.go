@@ -438,9 +438,10 @@ func (s *fileStream) sendOne() bool {
 	return true
 }
 
-// acked takes acks of conn, a file's index on a shared stream (mux.go).
-// There a deleted file's writes are acked NOT_FOUND (FILE_DELETED) and
-// the stream goes on: the file is gone, as when its own stream ends so.
+// acked takes acks of conn, its own stream's (receive) or a file's index
+// on a shared stream (mux.go). There a deleted file's writes are acked
+// NOT_FOUND (FILE_DELETED) and the stream goes on: the file is gone, as
+// when its own stream ends so (which the daemon does instead of acking).
 func (s *fileStream) acked(conn *streamConn, acks []ack) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -481,14 +482,7 @@ func (s *fileStream) receive(conn *streamConn) {
 			s.ended(conn, err)
 			return
 		}
-		s.mu.Lock()
-		s.failures = 0
-		for i := range resp.acks {
-			if w := s.ackLocked(conn, &resp.acks[i]); w != nil {
-				s.finishLocked(w)
-			}
-		}
-		s.mu.Unlock()
+		s.acked(conn, resp.acks)
 	}
 }
 
