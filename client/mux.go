@@ -126,12 +126,8 @@ func (c *Client) declareShared(ctx context.Context, s *fileStream, mode filewrit
 		close(opened)
 	}()
 	mctx, cancel := context.WithCancel(c.outgoing(c.ctx, path))
-	opts := []grpc.CallOption{grpc.ForceCodecV2(newStreamCodec())}
-	if c.opts.retries > 0 {
-		opts = append(opts, grpc.WaitForReady(true))
-	}
 	stop := context.AfterFunc(ctx, cancel)
-	stream, err := c.api.WriteStream(mctx, opts...)
+	stream, err := c.api.WriteStream(mctx, c.streamCallOptions()...)
 	if !stop() && err != nil {
 		err = ctx.Err()
 	}

@@ -258,13 +258,7 @@ func (s *fileStream) handshake(ctx context.Context, cancel context.CancelFunc, m
 		}
 		return conn.mux.await(ctx, conn, answer)
 	}
-	opts := []grpc.CallOption{grpc.ForceCodecV2(newStreamCodec())}
-	if s.c.opts.retries > 0 {
-		// Wait for the connection rather than fail while the daemon is
-		// away. Only the open waits: nothing was sent yet.
-		opts = append(opts, grpc.WaitForReady(true))
-	}
-	stream, err := s.c.api.WriteStream(ctx, opts...)
+	stream, err := s.c.api.WriteStream(ctx, s.c.streamCallOptions()...)
 	if err != nil {
 		return nil, wrapErr(err)
 	}
@@ -279,6 +273,18 @@ func (s *fileStream) handshake(ctx context.Context, cancel context.CancelFunc, m
 		return nil, wrapErr(err)
 	}
 	return &streamConn{stream: stream, s: s, cancel: cancel, inflight: make(map[uint64]*write), done: make(chan struct{})}, nil
+}
+
+// streamCallOptions are the options of every WriteStream the Client
+// opens, its own or a shared one: its codec, and under WithRetry waiting
+// for the connection rather than failing while the daemon is away (only
+// the open waits: nothing was sent yet).
+func (c *Client) streamCallOptions() []grpc.CallOption {
+	opts := []grpc.CallOption{grpc.ForceCodecV2(newStreamCodec())}
+	if c.opts.retries > 0 {
+		opts = append(opts, grpc.WaitForReady(true))
+	}
+	return opts
 }
 
 // enqueue queues ws, in order, and wakes the sender.
