@@ -53,7 +53,6 @@ type muxStream struct {
 	// broken: the stream ended; err says why.
 	broken bool
 	err    error
-	done   chan struct{}
 }
 
 // ownerOf is the daemon that owns path, as the ring of WithTargets picks
@@ -136,7 +135,7 @@ func (c *Client) declareShared(ctx context.Context, s *fileStream, mode filewrit
 		return nil, nil, wrapErr(err)
 	}
 	m := &muxStream{c: c, owner: owner, stream: stream, cancel: cancel, users: 1, sendMu: make(chan struct{}, 1),
-		members: map[uint32]*streamConn{}, opening: map[uint32]chan error{}, done: make(chan struct{})}
+		members: map[uint32]*streamConn{}, opening: map[uint32]chan error{}}
 	go m.receive()
 	// The daemon checks the stream's routing header against its first
 	// file: declare it before another file can join.
@@ -279,7 +278,6 @@ func (m *muxStream) detach(conn *streamConn) {
 // receive reads m's responses until it ends: it answers declarations and
 // hands each ack to its file's stream.
 func (m *muxStream) receive() {
-	defer close(m.done)
 	var resp ackResponse
 	for {
 		if err := m.stream.RecvMsg(&resp); err != nil {
