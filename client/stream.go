@@ -202,45 +202,40 @@ func (s *fileStream) connect(ctx context.Context) (*streamConn, error) {
 	s.openMu.Lock()
 	defer s.openMu.Unlock()
 	s.mu.Lock()
-	conn, mode := s.conn, s.mode
+	if conn := s.conn; conn != nil {
+		s.mu.Unlock()
+		return conn, nil // another File of the path opened it
+	}
+	if s.closed {
+		s.mu.Unlock()
+		return nil, errFileClosed(s.path)
+	}
+	mode := s.mode
 	if s.opened {
 		mode = filewritev1.OpenMode_OPEN_MODE_MUST_EXIST
 	}
-	s.mu.Unlock()
-	if conn != nil {
-		return conn, nil // the common case: every message asks
-	}
 	sctx, cancel := context.WithCancel(s.c.outgoing(s.c.ctx, s.path))
-	s.mu.Lock()
-	closed := s.closed
-	if !closed {
-		// Set under the lock that close takes to set closed: either
-		// close sees it and cancels, or this open sees closed.
-		s.connecting = cancel
-	}
+	// Set under the lock that close takes to set closed: either close
+	// sees it and cancels, or this open sees closed.
+	s.connecting = cancel
 	s.mu.Unlock()
-	if closed {
-		cancel()
-		return nil, errFileClosed(s.path)
-	}
 	// ctx bounds the handshake only; the stream lives until the last
 	// File is closed.
 	stop := context.AfterFunc(ctx, cancel)
 	conn, err := s.handshake(sctx, cancel, mode)
-	s.mu.Lock()
-	s.connecting = nil
-	s.mu.Unlock()
 	if !stop() && err != nil {
 		err = wrapErr(ctx.Err())
 	}
+	s.mu.Lock()
+	s.connecting = nil
+	if err == nil {
+		s.conn, s.opened = conn, true
+	}
+	s.mu.Unlock()
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	s.mu.Lock()
-	s.conn = conn
-	s.opened = true
-	s.mu.Unlock()
 	if conn.mux == nil {
 		go s.receive(conn) // a shared stream has its own receiver
 	}
