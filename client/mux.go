@@ -236,10 +236,14 @@ func (m *muxStream) declare(s *fileStream, mode filewritev1.OpenMode) (*streamCo
 	m.mu.Unlock()
 	f := streamwire.File{Index: index, Path: s.path, OpenMode: int32(mode)}
 	b := streamwire.AppendFile(nil, &f)
-	if err := m.send(&encodedRequest{data: mem.BufferSlice{mem.SliceBuffer(b)}}); err != nil {
+	if err := m.send(&encodedRequest{data: mem.BufferSlice{mem.SliceBuffer(b)}}); err != nil && !errors.Is(err, io.EOF) {
 		m.detach(conn)
 		return nil, nil, wrapErr(err)
 	}
+	// io.EOF from Send means the daemon ended the stream (a refused
+	// token, say): the receiver gets why from Recv and answers the
+	// declaration with it (ended), as handshake does for a stream of its
+	// own.
 	return conn, answer, nil
 }
 
