@@ -145,18 +145,12 @@ func TestAppendRetryLandsOnce(t *testing.T) {
 	} {
 		for _, retry := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/retry=%v", transport.name, retry), func(t *testing.T) {
-				d := startDaemon(t, nil)
 				ctx := testContext(t)
-				p := newProxy(t, d.addr)
 				opts := transport.opts
 				if retry {
 					opts = append(opts, client.WithRetry(3))
 				}
-				c := dial(t, p.addr(), opts...)
-				f, err := c.Open(ctx, "log")
-				if err != nil {
-					t.Fatal(err)
-				}
+				d, p, f := openBehindProxy(t, "log", opts...)
 				if _, err := f.Append(ctx, []byte("head|")); err != nil {
 					t.Fatal(err)
 				}
@@ -205,18 +199,12 @@ func TestAppendRetryLandsOnce(t *testing.T) {
 func TestAppendCutsLandOnce(t *testing.T) {
 	for _, retry := range []bool{false, true} {
 		t.Run(fmt.Sprintf("retry=%v", retry), func(t *testing.T) {
-			d := startDaemon(t, nil)
 			ctx := testContext(t)
-			p := newProxy(t, d.addr)
 			var opts []client.Option
 			if retry {
 				opts = append(opts, client.WithRetry(20))
 			}
-			c := dial(t, p.addr(), opts...)
-			f, err := c.Open(ctx, "log")
-			if err != nil {
-				t.Fatal(err)
-			}
+			d, p, f := openBehindProxy(t, "log", opts...)
 			const writers, each, size, cuts = 8, 60, 24, 4
 			record := func(w, i int) []byte { return fmt.Appendf(nil, "%-*s\n", size-1, fmt.Sprintf("w%d r%d", w, i)) }
 			offsets := make([][]int64, writers)

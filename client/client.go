@@ -163,7 +163,8 @@ type Client struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	// mu guards streams and closed.
+	// mu guards the fields below (paths: see its own note), and
+	// muxStream.users.
 	mu sync.Mutex
 	// streams holds the stream of each path with an open File.
 	streams map[string]*fileStream
@@ -172,7 +173,9 @@ type Client struct {
 	// it is in muxes or failed.
 	muxes      map[string][]*muxStream
 	muxOpening map[string]chan struct{}
-	// paths is len(streams), read without mu (idleSenderLocked).
+	// paths is len(streams): written under mu, read without it by
+	// idleSenderLocked, which holds a fileStream.mu (below Client.mu in
+	// the lock order).
 	paths  atomic.Int64
 	closed bool
 }

@@ -273,18 +273,11 @@ func TestCoalescing(t *testing.T) {
 func TestBrokenStream(t *testing.T) {
 	for _, retry := range []bool{false, true} {
 		t.Run(fmt.Sprintf("retry=%v", retry), func(t *testing.T) {
-			d := startDaemon(t, nil)
-			ctx := testContext(t)
-			p := newProxy(t, d.addr)
 			var opts []client.Option
 			if retry {
 				opts = append(opts, client.WithRetry(1))
 			}
-			c := dial(t, p.addr(), opts...)
-			f, err := c.Open(ctx, "broken/f")
-			if err != nil {
-				t.Fatal(err)
-			}
+			d, p, f := openBehindProxy(t, "broken/f", opts...)
 			g := testutil.NewGate(t)
 			held := d.ffs.Inject(faultfs.Rule{Op: faultfs.OpWrite, Path: "broken/f", Hold: g.Opened(), Times: 1})
 			waiter := make(chan error, 1)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/filewrite/filewrite/client"
 	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/service"
 	"github.com/filewrite/filewrite/store"
@@ -106,6 +107,19 @@ func newProxy(t *testing.T, target string) *proxy {
 }
 
 func (p *proxy) addr() string { return p.lis.Addr().String() }
+
+// openBehindProxy opens path on a new daemon with a Client of opts dialed
+// through a proxy, so that the test can cut the connection under it.
+func openBehindProxy(t *testing.T, path string, opts ...client.Option) (*daemon, *proxy, *client.File) {
+	t.Helper()
+	d := startDaemon(t, nil)
+	p := newProxy(t, d.addr)
+	f, err := dial(t, p.addr(), opts...).Open(testContext(t), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, p, f
+}
 
 // cut closes every connection through the proxy; new ones still work.
 func (p *proxy) cut() {

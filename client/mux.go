@@ -53,7 +53,6 @@ type muxStream struct {
 	// broken: the stream ended; err says why.
 	broken bool
 	err    error
-	done   chan struct{}
 }
 
 // ownerOf is the daemon that owns path, as the ring of WithTargets picks
@@ -126,12 +125,8 @@ func (c *Client) declareShared(ctx context.Context, s *fileStream, mode filewrit
 		close(opened)
 	}()
 	mctx, cancel := context.WithCancel(c.outgoing(c.ctx, path))
-	opts := []grpc.CallOption{grpc.ForceCodecV2(newStreamCodec())}
-	if c.opts.retries > 0 {
-		opts = append(opts, grpc.WaitForReady(true))
-	}
 	stop := context.AfterFunc(ctx, cancel)
-	stream, err := c.api.WriteStream(mctx, opts...)
+	stream, err := c.api.WriteStream(mctx, c.streamCallOptions()...)
 	if !stop() && err != nil {
 		err = ctx.Err()
 	}
@@ -140,7 +135,7 @@ func (c *Client) declareShared(ctx context.Context, s *fileStream, mode filewrit
 		return nil, nil, wrapErr(err)
 	}
 	m := &muxStream{c: c, owner: owner, stream: stream, cancel: cancel, users: 1, sendMu: make(chan struct{}, 1),
-		members: map[uint32]*streamConn{}, opening: map[uint32]chan error{}, done: make(chan struct{})}
+		members: map[uint32]*streamConn{}, opening: map[uint32]chan error{}}
 	go m.receive()
 	// The daemon checks the stream's routing header against its first
 	// file: declare it before another file can join.
@@ -241,10 +236,14 @@ func (m *muxStream) declare(s *fileStream, mode filewritev1.OpenMode) (*streamCo
 	m.mu.Unlock()
 	f := streamwire.File{Index: index, Path: s.path, OpenMode: int32(mode)}
 	b := streamwire.AppendFile(nil, &f)
-	if err := m.send(&encodedRequest{data: mem.BufferSlice{mem.SliceBuffer(b)}}); err != nil {
+	if err := m.send(&encodedRequest{data: mem.BufferSlice{mem.SliceBuffer(b)}}); err != nil && !errors.Is(err, io.EOF) {
 		m.detach(conn)
 		return nil, nil, wrapErr(err)
 	}
+	// io.EOF from Send means the daemon ended the stream (a refused
+	// token, say): the receiver gets why from Recv and answers the
+	// declaration with it (ended), as handshake does for a stream of its
+	// own.
 	return conn, answer, nil
 }
 
@@ -283,7 +282,6 @@ func (m *muxStream) detach(conn *streamConn) {
 // receive reads m's responses until it ends: it answers declarations and
 // hands each ack to its file's stream.
 func (m *muxStream) receive() {
-	defer close(m.done)
 	var resp ackResponse
 	for {
 		if err := m.stream.RecvMsg(&resp); err != nil {

@@ -202,45 +202,40 @@ func (s *fileStream) connect(ctx context.Context) (*streamConn, error) {
 	s.openMu.Lock()
 	defer s.openMu.Unlock()
 	s.mu.Lock()
-	conn, mode := s.conn, s.mode
+	if conn := s.conn; conn != nil {
+		s.mu.Unlock()
+		return conn, nil // another File of the path opened it
+	}
+	if s.closed {
+		s.mu.Unlock()
+		return nil, errFileClosed(s.path)
+	}
+	mode := s.mode
 	if s.opened {
 		mode = filewritev1.OpenMode_OPEN_MODE_MUST_EXIST
 	}
-	s.mu.Unlock()
-	if conn != nil {
-		return conn, nil // the common case: every message asks
-	}
 	sctx, cancel := context.WithCancel(s.c.outgoing(s.c.ctx, s.path))
-	s.mu.Lock()
-	closed := s.closed
-	if !closed {
-		// Set under the lock that close takes to set closed: either
-		// close sees it and cancels, or this open sees closed.
-		s.connecting = cancel
-	}
+	// Set under the lock that close takes to set closed: either close
+	// sees it and cancels, or this open sees closed.
+	s.connecting = cancel
 	s.mu.Unlock()
-	if closed {
-		cancel()
-		return nil, errFileClosed(s.path)
-	}
 	// ctx bounds the handshake only; the stream lives until the last
 	// File is closed.
 	stop := context.AfterFunc(ctx, cancel)
 	conn, err := s.handshake(sctx, cancel, mode)
-	s.mu.Lock()
-	s.connecting = nil
-	s.mu.Unlock()
 	if !stop() && err != nil {
 		err = wrapErr(ctx.Err())
 	}
+	s.mu.Lock()
+	s.connecting = nil
+	if err == nil {
+		s.conn, s.opened = conn, true
+	}
+	s.mu.Unlock()
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	s.mu.Lock()
-	s.conn = conn
-	s.opened = true
-	s.mu.Unlock()
 	if conn.mux == nil {
 		go s.receive(conn) // a shared stream has its own receiver
 	}
@@ -258,13 +253,7 @@ func (s *fileStream) handshake(ctx context.Context, cancel context.CancelFunc, m
 		}
 		return conn.mux.await(ctx, conn, answer)
 	}
-	opts := []grpc.CallOption{grpc.ForceCodecV2(newStreamCodec())}
-	if s.c.opts.retries > 0 {
-		// Wait for the connection rather than fail while the daemon is
-		// away. Only the open waits: nothing was sent yet.
-		opts = append(opts, grpc.WaitForReady(true))
-	}
-	stream, err := s.c.api.WriteStream(ctx, opts...)
+	stream, err := s.c.api.WriteStream(ctx, s.c.streamCallOptions()...)
 	if err != nil {
 		return nil, wrapErr(err)
 	}
@@ -279,6 +268,18 @@ func (s *fileStream) handshake(ctx context.Context, cancel context.CancelFunc, m
 		return nil, wrapErr(err)
 	}
 	return &streamConn{stream: stream, s: s, cancel: cancel, inflight: make(map[uint64]*write), done: make(chan struct{})}, nil
+}
+
+// streamCallOptions are the options of every WriteStream the Client
+// opens, its own or a shared one: its codec, and under WithRetry waiting
+// for the connection rather than failing while the daemon is away (only
+// the open waits: nothing was sent yet).
+func (c *Client) streamCallOptions() []grpc.CallOption {
+	opts := []grpc.CallOption{grpc.ForceCodecV2(newStreamCodec())}
+	if c.opts.retries > 0 {
+		opts = append(opts, grpc.WaitForReady(true))
+	}
+	return opts
 }
 
 // enqueue queues ws, in order, and wakes the sender.
@@ -355,32 +356,42 @@ func (s *fileStream) idleSenderLocked() bool {
 // sendOne sends one message of queued writes and reports whether it sent
 // anything.
 func (s *fileStream) sendOne() bool {
+	// One hold of mu, on the common path, takes the batch off an open
+	// stream; only a missing stream lets go of it, to open one.
 	s.mu.Lock()
-	empty := len(s.queue) == 0
-	s.mu.Unlock()
-	if empty {
+	if len(s.queue) == 0 {
+		s.mu.Unlock()
 		return false
 	}
-	s.mu.Lock()
-	failures, open := s.failures, s.conn != nil
-	s.mu.Unlock()
-	if !open && failures > 0 && !sleep(s.c.ctx, s.stopped, backoff(failures)) {
-		return false // the sender's loop sees why
-	}
-	conn, err := s.connect(s.c.ctx)
-	s.mu.Lock()
-	if err != nil {
-		s.failures++
-		if s.opened && status.Code(err) == codes.NotFound {
-			// The re-open found no file: it was deleted while no stream
-			// was open.
-			s.gone = err
-		}
-		// No stream to send on: the queued writes that may try again
-		// stay queued; the others fail with why.
-		s.queue = s.retryOrFailLocked(s.queue, err, false)
+	conn := s.conn
+	if conn == nil {
+		failures := s.failures
 		s.mu.Unlock()
-		return len(s.queue) > 0
+		if failures > 0 && !sleep(s.c.ctx, s.stopped, backoff(failures)) {
+			return false // the sender's loop sees why
+		}
+		var err error
+		conn, err = s.connect(s.c.ctx)
+		s.mu.Lock()
+		if err != nil {
+			s.failures++
+			if s.opened && status.Code(err) == codes.NotFound {
+				// The re-open found no file: it was deleted while no
+				// stream was open.
+				s.gone = err
+			}
+			// No stream to send on: the queued writes that may try
+			// again stay queued; the others fail with why.
+			s.queue = s.retryOrFailLocked(s.queue, err, false)
+			s.mu.Unlock()
+			return len(s.queue) > 0
+		}
+		if len(s.queue) == 0 {
+			// Given up on, or failed by close, while mu was let go: no
+			// empty message.
+			s.mu.Unlock()
+			return false
+		}
 	}
 	if conn.broken {
 		s.mu.Unlock()
@@ -428,9 +439,10 @@ func (s *fileStream) sendOne() bool {
 	return true
 }
 
-// acked takes acks of conn, a file's index on a shared stream (mux.go).
-// There a deleted file's writes are acked NOT_FOUND (FILE_DELETED) and
-// the stream goes on: the file is gone, as when its own stream ends so.
+// acked takes acks of conn, its own stream's (receive) or a file's index
+// on a shared stream (mux.go). There a deleted file's writes are acked
+// NOT_FOUND (FILE_DELETED) and the stream goes on: the file is gone, as
+// when its own stream ends so (which the daemon does instead of acking).
 func (s *fileStream) acked(conn *streamConn, acks []ack) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -471,14 +483,7 @@ func (s *fileStream) receive(conn *streamConn) {
 			s.ended(conn, err)
 			return
 		}
-		s.mu.Lock()
-		s.failures = 0
-		for i := range resp.acks {
-			if w := s.ackLocked(conn, &resp.acks[i]); w != nil {
-				s.finishLocked(w)
-			}
-		}
-		s.mu.Unlock()
+		s.acked(conn, resp.acks)
 	}
 }
 

@@ -93,36 +93,42 @@ func (r *ackResponse) decode(data mem.BufferSlice) error {
 		b = data.Materialize()
 	}
 	err := streamwire.EachAck(b, func(a *streamwire.Ack) error {
-		v := ack{id: a.ID, written: a.Written, size: a.Size, offset: a.Offset}
-		if a.Status != nil {
-			st := &spb.Status{}
-			if err := proto.Unmarshal(a.Status, st); err != nil {
-				return errMalformedAcks
-			}
-			v.err = status.ErrorProto(st)
+		carried, err := decodeStatus(a.Status)
+		if err != nil {
+			return err
 		}
-		r.acks = append(r.acks, v)
+		r.acks = append(r.acks, ack{id: a.ID, written: a.Written, size: a.Size, offset: a.Offset, err: carried})
 		return nil
 	})
 	if err != nil {
 		return errMalformedAcks
 	}
 	err = streamwire.EachFileStatus(b, func(f *streamwire.FileStatus) error {
-		v := fileAnswer{index: f.Index}
-		if f.Status != nil {
-			st := &spb.Status{}
-			if err := proto.Unmarshal(f.Status, st); err != nil {
-				return errMalformedAcks
-			}
-			v.err = wrapErr(status.ErrorProto(st))
+		carried, err := decodeStatus(f.Status)
+		if err != nil {
+			return err
 		}
-		r.files = append(r.files, v)
+		r.files = append(r.files, fileAnswer{index: f.Index, err: wrapErr(carried)})
 		return nil
 	})
 	if err != nil {
 		return errMalformedAcks
 	}
 	return nil
+}
+
+// decodeStatus returns the error that raw, a google.rpc.Status in wire
+// form of an ack or a file's answer, carries: nil when raw is nil (none)
+// or OK. err is errMalformedAcks if raw does not decode.
+func decodeStatus(raw []byte) (carried, err error) {
+	if raw == nil {
+		return nil, nil
+	}
+	st := &spb.Status{}
+	if proto.Unmarshal(raw, st) != nil {
+		return nil, errMalformedAcks
+	}
+	return status.ErrorProto(st), nil
 }
 
 var errMalformedAcks = status.Error(codes.Internal, "filewrite client: a WriteStream response that does not decode")

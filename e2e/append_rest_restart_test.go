@@ -28,9 +28,9 @@ import (
 // one per appender and kill.
 func TestRESTAppendRetryAcrossRestart(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds and restarts the daemon binary")
+		t.Skip("restarts the daemon binary")
 	}
-	bin := testutil.BuildDaemon(t, testutil.Dir(t), raceEnabled)
+	bin := daemonBin
 	root := filepath.Join(testutil.Dir(t), "root")
 	var addr atomic.Pointer[string]
 	var proc *daemonproc.Process

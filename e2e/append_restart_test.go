@@ -26,9 +26,9 @@ import (
 // every append once (client's TestAppendRetryLandsOnce).
 func TestAppendRetryAcrossRestart(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds and restarts the daemon binary")
+		t.Skip("restarts the daemon binary")
 	}
-	bin := testutil.BuildDaemon(t, testutil.Dir(t), raceEnabled)
+	bin := daemonBin
 	// A synced append spends most of its time between its bytes landing
 	// and its reply (the fdatasync): a kill there is what a resend must
 	// not land twice.

@@ -61,9 +61,9 @@ func (r *restartable) kill() {
 // writes on once the daemon is back: its broken stream is re-opened.
 func TestRetryAcrossRestart(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds and restarts the daemon binary")
+		t.Skip("restarts the daemon binary")
 	}
-	bin := testutil.BuildDaemon(t, testutil.Dir(t), raceEnabled)
+	bin := daemonBin
 	for _, retry := range []bool{true, false} {
 		t.Run(fmt.Sprintf("retry=%v", retry), func(t *testing.T) {
 			d := newRestartable(t, bin)

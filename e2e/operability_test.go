@@ -25,7 +25,7 @@ import (
 // serves and after it has stopped.
 func TestBinaryOperability(t *testing.T) {
 	dir := testutil.Dir(t)
-	bin := testutil.BuildDaemon(t, dir, raceEnabled)
+	bin := daemonBin
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 

@@ -16,22 +16,23 @@ import (
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/client"
 )
 
 // filesPerStream is how many files one of multiFileStream's streams holds
-// declared at most: the daemon's default --max-files-per-stream.
-const filesPerStream = 4096
+// declared at most: the daemon's default --max-files-per-stream, which the
+// client package keeps as its own default.
+const filesPerStream = client.DefaultFilesPerStream
 
 // filesMultiStream is a run of writes at random blocks of random files of
 // row over WriteStreams that each carry many files (declared files): at
-// most most files (-streams) are declared at once over all of them, and
+// most `most` files (-streams) are declared at once over all of them, and
 // fewer than the daemon's --max-open-files, with room for the callers'
-// files in flight,
-// spread over as few streams as filesPerStream allows; a file is declared
-// on first use, in the message that carries its first write, and past
-// held declared files the least recently used idle one is closed in the
-// same message. Callers' writes queued while a stream's sender was busy
-// share its next message.
+// files in flight, spread over as few streams as filesPerStream allows;
+// a file is declared on first use, in the message that carries its first
+// write, and past held declared files the least recently used idle one is
+// closed in the same message. Callers' writes queued while a stream's
+// sender was busy share its next message.
 func filesMultiStream(row filesRow, most int) func(context.Context, *session) (*runResult, error) {
 	return func(ctx context.Context, s *session) (*runResult, error) {
 		held := min(row.count, most)
