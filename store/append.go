@@ -355,14 +355,18 @@ func (s *Store) appendExclusive(ctx context.Context, ino *inode, name string, he
 		}
 		if err := s.checkNamed(ino, name); err != nil {
 			ino.lock.release(h)
+			putHolder(h)
 			return AppendResult{}, err
 		}
 	}
+	// The holder, held or taken here, goes back to holderPool once
+	// released, as write's does: nothing refers to it then.
 	locked := true
 	defer func() {
 		if locked {
 			ino.lock.release(h)
 		}
+		putHolder(h)
 	}()
 	// Reservations in flight (none under PolicyExclusive) end past the
 	// size: wait for them, as an extending write does.
