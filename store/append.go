@@ -254,12 +254,7 @@ func (s *Store) syncPath(ctx context.Context, path string, sync SyncMode) error 
 	if sync == SyncNone {
 		return nil
 	}
-	ino, err := s.table.get(ctx, path, false)
-	if err != nil {
-		return err
-	}
-	defer s.table.put(ino)
-	return s.syncWrite(ctx, ino, sync, false)
+	return s.fsyncFile(ctx, path, sync)
 }
 
 // validateAppend checks an append's sync mode and length; a refused append
