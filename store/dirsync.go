@@ -45,8 +45,8 @@ type dirSyncs struct {
 	// from it when a create returned (now) and when an fsync starts.
 	clock atomic.Int64
 
-	// mu guards byDir, each entry's users, and made. It is a leaf, never
-	// held across a sync.
+	// mu guards byDir, each entry's users, made, madeCount and
+	// madeOverflow. It is a leaf, never held across a sync.
 	mu    sync.Mutex
 	byDir map[string]*dirSync
 	// made are the directories the store made, or is making, (for a
@@ -58,8 +58,11 @@ type dirSyncs struct {
 	// until an fsync of the parent covers them: the precision comes back
 	// with that fsync. Past maxMade of those too it stops keeping count
 	// (madeOverflow) and calls every directory not durable for good.
-	made         map[string]map[string]*madeDir
-	madeCount    int
+	made map[string]map[string]*madeDir
+	// madeCount is the number of entries in made, all parents together.
+	madeCount int
+	// maxMade is maxMadeDirs, set by newDirSyncs and not changed after
+	// (tests lower it before the store runs).
 	maxMade      int
 	madeOverflow bool
 }
