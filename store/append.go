@@ -71,18 +71,16 @@ func (e *AppendMismatch) Unwrap() error { return ErrAppendOffsetMismatch }
 type appendQueue struct {
 	// mu guards the fields below: a leaf, never held across I/O.
 	mu sync.Mutex
-	// reserved is the end of the last reservation; meaningful only while
-	// pending is not empty (with none, the end is inode.size).
-	reserved int64
-	// pending are the reservations not yet settled, in offset order.
+	// pending are the reservations not yet settled, in offset order: the
+	// last one's end is where the next append lands (with none, the end
+	// is inode.size).
 	pending []*reservation
+	// cleared is not nil from an append's failure until its range is
+	// given back, and closed then: q is failed while it is not nil.
+	cleared chan struct{}
 	// failedAt, while failed, is the lowest offset of a failed append.
-	failed   bool
 	failedAt int64
 	failErr  error // the failed append's error, for those above it
-	// cleared is closed once a failure's range is given back; not nil
-	// from the failure until then.
-	cleared chan struct{}
 	// inFlight mirrors len(pending) for readers without mu (List,
 	// /debug/locks).
 	inFlight atomic.Int64
@@ -105,7 +103,6 @@ type reservation struct {
 // not failed.
 func (q *appendQueue) reserveLocked(start, n int64) *reservation {
 	r := &reservation{off: start, end: start + n, settled: make(chan struct{})}
-	q.reserved = r.end
 	q.pending = append(q.pending, r)
 	q.inFlight.Add(1)
 	return r
@@ -116,7 +113,7 @@ func (q *appendQueue) reserveLocked(start, n int64) *reservation {
 // Preconditions: q.mu is held.
 func (q *appendQueue) endLocked(size int64) int64 {
 	if len(q.pending) > 0 {
-		return q.reserved
+		return q.pending[len(q.pending)-1].end
 	}
 	return size
 }
@@ -132,16 +129,18 @@ func (s *Store) completeAppend(ino *inode, r *reservation, err error) {
 	q := &ino.appends
 	q.mu.Lock()
 	r.done, r.err = true, err
-	if err != nil && (!q.failed || r.off < q.failedAt) {
-		if !q.failed {
+	failed := q.cleared != nil
+	if err != nil && (!failed || r.off < q.failedAt) {
+		if !failed {
 			q.cleared = make(chan struct{})
+			failed = true
 		}
-		q.failed, q.failedAt, q.failErr = true, r.off, err
+		q.failedAt, q.failErr = r.off, err
 	}
 	for len(q.pending) > 0 && q.pending[0].done {
 		head := q.pending[0]
 		switch {
-		case q.failed && head.off >= q.failedAt:
+		case failed && head.off >= q.failedAt:
 			if head.err == nil {
 				head.err = fmt.Errorf("%w: an append below it, at offset %d, failed, and nothing of this one was kept: %w", ErrAppendAborted, q.failedAt, q.failErr)
 			}
@@ -153,7 +152,7 @@ func (s *Store) completeAppend(ino *inode, r *reservation, err error) {
 		q.pending = q.pending[1:]
 		q.inFlight.Add(-1)
 	}
-	if !q.failed || len(q.pending) > 0 {
+	if !failed || len(q.pending) > 0 {
 		q.mu.Unlock()
 		return
 	}
@@ -166,7 +165,7 @@ func (s *Store) completeAppend(ino *inode, r *reservation, err error) {
 	// this one's.
 	_ = ino.truncate(at)
 	q.mu.Lock()
-	q.failed, q.failErr = false, nil
+	q.failErr = nil
 	close(q.cleared)
 	q.cleared = nil
 	q.mu.Unlock()
