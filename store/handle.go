@@ -106,9 +106,9 @@ func (h *Handle) Append(ctx context.Context, data []byte, sync SyncMode, opts Ap
 	if err := h.s.validateAppend(data, sync, opts); err != nil {
 		return AppendResult{}, err
 	}
-	if err := h.s.checkAppend(0, int64(len(data)), AppendOptions{}); err != nil {
-		return AppendResult{}, err
-	}
+	// No refusal before the lock, as Store.Append makes: that one is there
+	// so that a refused append creates no file, and the Handle's file
+	// exists. The check at the reserved end refuses it, as ApplyAppend's.
 	return h.appendOnce(ctx, data, sync, opts)
 }
 
