@@ -125,7 +125,7 @@ func (q *appendQueue) endLocked(size int64) int64 {
 //
 // Preconditions: r is still counted in flight (so truncates and extending
 // writes, which wait for the count, do not run meanwhile).
-func (s *Store) completeAppend(ino *inode, r *reservation, err error) {
+func (ino *inode) completeAppend(r *reservation, err error) {
 	q := &ino.appends
 	q.mu.Lock()
 	r.done, r.err = true, err
@@ -442,7 +442,7 @@ func (s *Store) appendReserving(ctx context.Context, ino *inode, name string, da
 
 		s.appendIDs.reserved(opts.ID, data, r.off)
 		_, err = s.writeData(ctx, ino, r.off, data, lockNone, ReasonAppend)
-		s.completeAppend(ino, r, err)
+		ino.completeAppend(r, err)
 		ino.inflight.end(token)
 		if err == nil && s.opts.Hooks.broken(func(b *breaks) bool { return b.ackAppendUnordered }) {
 			// The deliberate break: on to the sync, not waiting for the
