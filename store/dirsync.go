@@ -131,11 +131,8 @@ func (d *dirSyncs) now() int64 { return d.clock.Add(1) }
 // caller calls the done it returns with whether the mkdir made it. A
 // directory made is not durable until an fsync of its parent that starts
 // after done covers it; one that the mkdir found there (EEXIST) is
-// forgotten again, unless another maker of it is at work. d may be nil.
+// forgotten again, unless another maker of it is at work.
 func (d *dirSyncs) making(dir string) (done func(madeIt bool)) {
-	if d == nil {
-		return func(bool) {}
-	}
 	parent := path.Dir(dir)
 	d.mu.Lock()
 	key := dir
