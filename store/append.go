@@ -88,7 +88,7 @@ type appendQueue struct {
 
 // reservation is one append's range.
 type reservation struct {
-	off, end int64
+	off, end int64 // immutable
 	// done and err are guarded by appendQueue.mu; err is final once
 	// settled is closed, and may be read without it then.
 	done bool
@@ -406,17 +406,21 @@ func (s *Store) appendReserving(ctx context.Context, ino *inode, name string, da
 		if err != nil {
 			return AppendResult{}, err
 		}
-		if err := s.checkNamed(ino, name); err != nil {
+		// Nothing refers to the holder once released (it is not tracked
+		// in flight): back to holderPool, as write's.
+		unlock := func() {
 			ino.lock.release(h)
 			putHolder(h)
+		}
+		if err := s.checkNamed(ino, name); err != nil {
+			unlock()
 			return AppendResult{}, err
 		}
 		q.mu.Lock()
 		if cleared := q.cleared; cleared != nil {
 			// A failed append's range is being given back: reserve after.
 			q.mu.Unlock()
-			ino.lock.release(h)
-			putHolder(h)
+			unlock()
 			span := ino.wait.tel.startWait(ctx, SpanInflightWait, lockShared, ReasonAppend, ino.wait.policy, ino.wait.path(), nil)
 			select {
 			case <-cleared:
@@ -430,15 +434,13 @@ func (s *Store) appendReserving(ctx context.Context, ino *inode, name string, da
 		end := q.endLocked(ino.size.Load())
 		if err := s.checkAppend(end, n, opts); err != nil || n == 0 {
 			q.mu.Unlock()
-			ino.lock.release(h)
-			putHolder(h)
+			unlock()
 			return AppendResult{Offset: end, Size: ino.size.Load()}, err
 		}
 		r := q.reserveLocked(end, n)
 		token := ino.inflight.begin()
 		q.mu.Unlock()
-		ino.lock.release(h)
-		putHolder(h)
+		unlock()
 
 		s.appendIDs.reserved(opts.ID, data, r.off)
 		_, err = s.writeData(ctx, ino, r.off, data, lockNone, ReasonAppend)
