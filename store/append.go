@@ -71,18 +71,16 @@ func (e *AppendMismatch) Unwrap() error { return ErrAppendOffsetMismatch }
 type appendQueue struct {
 	// mu guards the fields below: a leaf, never held across I/O.
 	mu sync.Mutex
-	// reserved is the end of the last reservation; meaningful only while
-	// pending is not empty (with none, the end is inode.size).
-	reserved int64
-	// pending are the reservations not yet settled, in offset order.
+	// pending are the reservations not yet settled, in offset order: the
+	// last one's end is where the next append lands (with none, the end
+	// is inode.size).
 	pending []*reservation
+	// cleared is not nil from an append's failure until its range is
+	// given back, and closed then: q is failed while it is not nil.
+	cleared chan struct{}
 	// failedAt, while failed, is the lowest offset of a failed append.
-	failed   bool
 	failedAt int64
 	failErr  error // the failed append's error, for those above it
-	// cleared is closed once a failure's range is given back; not nil
-	// from the failure until then.
-	cleared chan struct{}
 	// inFlight mirrors len(pending) for readers without mu (List,
 	// /debug/locks).
 	inFlight atomic.Int64
@@ -90,7 +88,7 @@ type appendQueue struct {
 
 // reservation is one append's range.
 type reservation struct {
-	off, end int64
+	off, end int64 // immutable
 	// done and err are guarded by appendQueue.mu; err is final once
 	// settled is closed, and may be read without it then.
 	done bool
@@ -105,7 +103,6 @@ type reservation struct {
 // not failed.
 func (q *appendQueue) reserveLocked(start, n int64) *reservation {
 	r := &reservation{off: start, end: start + n, settled: make(chan struct{})}
-	q.reserved = r.end
 	q.pending = append(q.pending, r)
 	q.inFlight.Add(1)
 	return r
@@ -116,7 +113,7 @@ func (q *appendQueue) reserveLocked(start, n int64) *reservation {
 // Preconditions: q.mu is held.
 func (q *appendQueue) endLocked(size int64) int64 {
 	if len(q.pending) > 0 {
-		return q.reserved
+		return q.pending[len(q.pending)-1].end
 	}
 	return size
 }
@@ -128,20 +125,22 @@ func (q *appendQueue) endLocked(size int64) int64 {
 //
 // Preconditions: r is still counted in flight (so truncates and extending
 // writes, which wait for the count, do not run meanwhile).
-func (s *Store) completeAppend(ino *inode, r *reservation, err error) {
+func (ino *inode) completeAppend(r *reservation, err error) {
 	q := &ino.appends
 	q.mu.Lock()
 	r.done, r.err = true, err
-	if err != nil && (!q.failed || r.off < q.failedAt) {
-		if !q.failed {
+	failed := q.cleared != nil
+	if err != nil && (!failed || r.off < q.failedAt) {
+		if !failed {
 			q.cleared = make(chan struct{})
+			failed = true
 		}
-		q.failed, q.failedAt, q.failErr = true, r.off, err
+		q.failedAt, q.failErr = r.off, err
 	}
 	for len(q.pending) > 0 && q.pending[0].done {
 		head := q.pending[0]
 		switch {
-		case q.failed && head.off >= q.failedAt:
+		case failed && head.off >= q.failedAt:
 			if head.err == nil {
 				head.err = fmt.Errorf("%w: an append below it, at offset %d, failed, and nothing of this one was kept: %w", ErrAppendAborted, q.failedAt, q.failErr)
 			}
@@ -153,7 +152,7 @@ func (s *Store) completeAppend(ino *inode, r *reservation, err error) {
 		q.pending = q.pending[1:]
 		q.inFlight.Add(-1)
 	}
-	if !q.failed || len(q.pending) > 0 {
+	if !failed || len(q.pending) > 0 {
 		q.mu.Unlock()
 		return
 	}
@@ -166,7 +165,7 @@ func (s *Store) completeAppend(ino *inode, r *reservation, err error) {
 	// this one's.
 	_ = ino.truncate(at)
 	q.mu.Lock()
-	q.failed, q.failErr = false, nil
+	q.failErr = nil
 	close(q.cleared)
 	q.cleared = nil
 	q.mu.Unlock()
@@ -254,12 +253,7 @@ func (s *Store) syncPath(ctx context.Context, path string, sync SyncMode) error 
 	if sync == SyncNone {
 		return nil
 	}
-	ino, err := s.table.get(ctx, path, false)
-	if err != nil {
-		return err
-	}
-	defer s.table.put(ino)
-	return s.syncWrite(ctx, ino, sync, false)
+	return s.fsyncFile(ctx, path, sync)
 }
 
 // validateAppend checks an append's sync mode and length; a refused append
@@ -355,14 +349,18 @@ func (s *Store) appendExclusive(ctx context.Context, ino *inode, name string, he
 		}
 		if err := s.checkNamed(ino, name); err != nil {
 			ino.lock.release(h)
+			putHolder(h)
 			return AppendResult{}, err
 		}
 	}
+	// The holder, held or taken here, goes back to holderPool once
+	// released, as write's does: nothing refers to it then.
 	locked := true
 	defer func() {
 		if locked {
 			ino.lock.release(h)
 		}
+		putHolder(h)
 	}()
 	// Reservations in flight (none under PolicyExclusive) end past the
 	// size: wait for them, as an extending write does.
@@ -408,17 +406,21 @@ func (s *Store) appendReserving(ctx context.Context, ino *inode, name string, da
 		if err != nil {
 			return AppendResult{}, err
 		}
-		if err := s.checkNamed(ino, name); err != nil {
+		// Nothing refers to the holder once released (it is not tracked
+		// in flight): back to holderPool, as write's.
+		unlock := func() {
 			ino.lock.release(h)
 			putHolder(h)
+		}
+		if err := s.checkNamed(ino, name); err != nil {
+			unlock()
 			return AppendResult{}, err
 		}
 		q.mu.Lock()
 		if cleared := q.cleared; cleared != nil {
 			// A failed append's range is being given back: reserve after.
 			q.mu.Unlock()
-			ino.lock.release(h)
-			putHolder(h)
+			unlock()
 			span := ino.wait.tel.startWait(ctx, SpanInflightWait, lockShared, ReasonAppend, ino.wait.policy, ino.wait.path(), nil)
 			select {
 			case <-cleared:
@@ -432,19 +434,17 @@ func (s *Store) appendReserving(ctx context.Context, ino *inode, name string, da
 		end := q.endLocked(ino.size.Load())
 		if err := s.checkAppend(end, n, opts); err != nil || n == 0 {
 			q.mu.Unlock()
-			ino.lock.release(h)
-			putHolder(h)
+			unlock()
 			return AppendResult{Offset: end, Size: ino.size.Load()}, err
 		}
 		r := q.reserveLocked(end, n)
 		token := ino.inflight.begin()
 		q.mu.Unlock()
-		ino.lock.release(h)
-		putHolder(h)
+		unlock()
 
 		s.appendIDs.reserved(opts.ID, data, r.off)
 		_, err = s.writeData(ctx, ino, r.off, data, lockNone, ReasonAppend)
-		s.completeAppend(ino, r, err)
+		ino.completeAppend(r, err)
 		ino.inflight.end(token)
 		if err == nil && s.opts.Hooks.broken(func(b *breaks) bool { return b.ackAppendUnordered }) {
 			// The deliberate break: on to the sync, not waiting for the

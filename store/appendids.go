@@ -16,6 +16,7 @@ import (
 // for at most ttl. journal, if not nil, keeps them on disk too (see
 // appendJournal); the window is loaded from it at Open.
 type appendIDWindow struct {
+	// max, ttl and journal are set by Open and never changed.
 	max     int
 	ttl     time.Duration
 	journal *appendJournal

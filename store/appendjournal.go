@@ -141,10 +141,15 @@ const (
 	journalKindForget = 2
 )
 
+// journalAligned rounds n up to a multiple of journalAlign: a record's
+// size with its padding, and where the next record may start.
+func journalAligned[T int | int64](n T) T {
+	return (n + journalAlign - 1) / journalAlign * journalAlign
+}
+
 func (r journalRecord) encode() []byte {
 	bodyLen := journalFixedBody + len(r.path) + len(r.id)
-	size := (journalHeader + bodyLen + journalAlign - 1) / journalAlign * journalAlign
-	b := make([]byte, size)
+	b := make([]byte, journalAligned(journalHeader+bodyLen))
 	body := b[journalHeader : journalHeader+bodyLen]
 	body[0] = journalKindAppend
 	if r.forget {
@@ -209,8 +214,7 @@ func decodeRecord(b []byte) (journalRecord, int, bool) {
 		path:   string(body[journalFixedBody : journalFixedBody+pathLen]),
 		id:     string(body[journalFixedBody+pathLen:]),
 	}
-	size := (journalHeader + bodyLen + journalAlign - 1) / journalAlign * journalAlign
-	return r, min(size, len(b)), true
+	return r, min(journalAligned(journalHeader+bodyLen), len(b)), true
 }
 
 // loadAppendJournal reads the generations under StateDir, oldest first,
@@ -372,7 +376,7 @@ func (j *appendJournal) openGen(g *journalGen) error {
 		return err
 	}
 	g.file = f
-	g.end = (fi.Size + journalAlign - 1) / journalAlign * journalAlign
+	g.end = journalAligned(fi.Size)
 	return nil
 }
 

@@ -109,7 +109,7 @@ func createOrOpen(fsys FS, name string) (File, bool, error) {
 
 // makeParents makes the directories above name that are missing, parents
 // first, and returns those it made: also when it fails, so that the caller
-// can take them back. dirs (if not nil) counts each as not durable from
+// can take them back. dirs counts each as not durable from
 // before its mkdir(2) (dirSyncs.making), so that no one finds it on disk
 // and takes it for durable.
 func makeParents(fsys FS, dirs *dirSyncs, name string) ([]string, error) {

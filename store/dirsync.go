@@ -45,8 +45,8 @@ type dirSyncs struct {
 	// from it when a create returned (now) and when an fsync starts.
 	clock atomic.Int64
 
-	// mu guards byDir, each entry's users, and made. It is a leaf, never
-	// held across a sync.
+	// mu guards byDir, each entry's users, made, madeCount and
+	// madeOverflow. It is a leaf, never held across a sync.
 	mu    sync.Mutex
 	byDir map[string]*dirSync
 	// made are the directories the store made, or is making, (for a
@@ -58,8 +58,11 @@ type dirSyncs struct {
 	// until an fsync of the parent covers them: the precision comes back
 	// with that fsync. Past maxMade of those too it stops keeping count
 	// (madeOverflow) and calls every directory not durable for good.
-	made         map[string]map[string]*madeDir
-	madeCount    int
+	made map[string]map[string]*madeDir
+	// madeCount is the number of entries in made, all parents together.
+	madeCount int
+	// maxMade is maxMadeDirs, set by newDirSyncs and not changed after
+	// (tests lower it before the store runs).
 	maxMade      int
 	madeOverflow bool
 }
@@ -128,11 +131,8 @@ func (d *dirSyncs) now() int64 { return d.clock.Add(1) }
 // caller calls the done it returns with whether the mkdir made it. A
 // directory made is not durable until an fsync of its parent that starts
 // after done covers it; one that the mkdir found there (EEXIST) is
-// forgotten again, unless another maker of it is at work. d may be nil.
+// forgotten again, unless another maker of it is at work.
 func (d *dirSyncs) making(dir string) (done func(madeIt bool)) {
-	if d == nil {
-		return func(bool) {}
-	}
 	parent := path.Dir(dir)
 	d.mu.Lock()
 	key := dir

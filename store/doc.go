@@ -116,30 +116,31 @@
 // This is the one statement of the lock order; docs/design.md says why it
 // is this one. Lock order:
 //
-//	inode.lock             (the rwsem: inodeLock, FIFO, abandonable; held
-//	                        across the write it protects)
-//	  inode.lock           (of a second file: Rename only, both exclusive,
-//	                        the lower file ID (dev, ino) first)
-//	    inodeTable.mu      (Delete and Rename, to forget or re-key inodes)
-//	  inode.extentMu       (the extent map, like ext4's i_data_sem)
+//	inode.lock               (the rwsem: inodeLock, FIFO, abandonable; held
+//	                          across the write it protects)
+//	  inode.lock             (of a second file: Rename only, both exclusive,
+//	                          the lower file ID (dev, ino) first)
+//	    inodeTable.mu        (Delete and Rename, to forget or re-key inodes)
+//	  inode.extentMu         (the extent map, like ext4's i_data_sem)
+//	  appendQueue.mu         (an inode's reservations; a leaf, taken with
+//	                          inode.lock shared to reserve, and without any
+//	                          lock to publish; never across I/O)
+//	  appendIDWindow.mu      (remembered append IDs; a leaf, also taken
+//	                          alone; under inode.lock where an exclusive
+//	                          append reserves)
+//	  appendJournal.rotateMu (creating and removing the append-ID journal's
+//	                          generations, and its Close; held across that
+//	                          I/O; under inode.lock by an exclusive append
+//	                          whose record opens the journal or fills a
+//	                          generation, also taken alone)
+//	    appendJournal.mu     (the current generation's offsets; a leaf,
+//	                          never held across I/O)
 //
 //	inodeTable.mu          (the path → inode table and reference counts)
 //	  groupCommit.mu       (fsync batching state, to evict, reopen or close
 //	                        a file)
 //	  extentCache.mu       (the extent maps of files closed for room; a
 //	                        leaf, also taken alone when a file opens)
-//
-//	appendQueue.mu         (an inode's reservations; a leaf, taken with
-//	                        inode.lock shared to reserve, and without any
-//	                        lock to publish; never across I/O)
-//	appendIDWindow.mu      (remembered append IDs; a leaf, taken alone,
-//	                        or under inode.lock where an append reserves)
-//	appendJournal.rotateMu (creating and removing the append-ID journal's
-//	                        generations, and its Close; held across that
-//	                        I/O, under inode.lock by the append whose
-//	                        record opens the journal or fills a generation)
-//	  appendJournal.mu     (the current generation's offsets; a leaf,
-//	                        never held across I/O)
 //
 //	dirSyncs.mu            (the directories being synced, and those made
 //	                        and not yet durable; a leaf)

@@ -106,9 +106,16 @@ func (h *Handle) Append(ctx context.Context, data []byte, sync SyncMode, opts Ap
 	if err := h.s.validateAppend(data, sync, opts); err != nil {
 		return AppendResult{}, err
 	}
-	if err := h.s.checkAppend(0, int64(len(data)), AppendOptions{}); err != nil {
-		return AppendResult{}, err
-	}
+	// No refusal before the lock, as Store.Append makes: that one is there
+	// so that a refused append creates no file, and the Handle's file
+	// exists. The check at the reserved end refuses it, as ApplyAppend's.
+	return h.appendOnce(ctx, data, sync, opts)
+}
+
+// appendOnce is Store.appendOnce for the Handle's file: IDs remembered by
+// the path it was opened by, the bytes appended to its inode, and a
+// replayed append synced on it.
+func (h *Handle) appendOnce(ctx context.Context, data []byte, sync SyncMode, opts AppendOptions) (AppendResult, error) {
 	return h.s.appendOnce(ctx, h.path, data, sync, opts, func() (AppendResult, error) {
 		return h.s.appendTo(ctx, h.ino, "", nil, data, sync, opts)
 	}, func() error { return h.s.syncWrite(ctx, h.ino, sync, false) })
@@ -136,9 +143,7 @@ func (h *Handle) ApplyAppend(ctx context.Context, data []byte, sync SyncMode, op
 	// PolicyExclusive now, as the first did; under the others sync is
 	// SyncNone here, and the sync owed covers the first as it would have
 	// covered a new one.
-	res, err := h.s.appendOnce(ctx, h.path, data, sync, opts, func() (AppendResult, error) {
-		return h.s.appendTo(ctx, h.ino, "", nil, data, sync, opts)
-	}, func() error { return h.s.syncWrite(ctx, h.ino, sync, false) })
+	res, err := h.appendOnce(ctx, data, sync, opts)
 	w.Size = res.Size
 	if err != nil {
 		return w, res.Offset, err

@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -199,7 +200,7 @@ func (u *unlistedNames) report(log *slog.Logger, dir, name string) {
 	if log == nil {
 		return
 	}
-	key := dir + "/" + name
+	key := path.Join(dir, name)
 	u.mu.Lock()
 	_, seen := u.seen[key]
 	full := len(u.seen) >= maxUnlistedReports
@@ -215,13 +216,4 @@ func (u *unlistedNames) report(log *slog.Logger, dir, name string) {
 		log.Warn("List leaves out a name that is not valid UTF-8 (made outside the daemon: no request can name it)",
 			"dir", dir, "name", strconv.Quote(name))
 	}
-}
-
-// joinName is the path of the entry n of the directory dir ("" for the
-// root).
-func joinName(dir, n string) string {
-	if dir == "" {
-		return n
-	}
-	return dir + "/" + n
 }

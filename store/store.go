@@ -226,10 +226,17 @@ func (s *Store) Fsync(ctx context.Context, path string, mode SyncMode) error {
 	if err := validateFsync(mode); err != nil {
 		return err
 	}
-	ino, err := s.table.get(ctx, path, false)
+	err := s.fsyncFile(ctx, path, mode)
 	if errors.Is(err, ErrIsDirectory) {
 		return s.syncDir(path)
 	}
+	return err
+}
+
+// fsyncFile is Fsync of a regular file: ErrIsDirectory if path names a
+// directory. A replayed append's sync is one too (syncPath).
+func (s *Store) fsyncFile(ctx context.Context, path string, mode SyncMode) error {
+	ino, err := s.table.get(ctx, path, false)
 	if err != nil {
 		return err
 	}

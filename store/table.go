@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path"
 	"slices"
 	"sync"
 
@@ -793,7 +794,7 @@ func (t *inodeTable) visibleSizes(dir string, entries []DirEntry, regular []int)
 		t.mu.Lock()
 		for _, i := range batch {
 			e := &entries[i]
-			ino := t.byPath[joinName(dir, e.Name)]
+			ino := t.byPath[path.Join(dir, e.Name)]
 			if ino != nil && ino.appends.inFlight.Load() != 0 {
 				e.Size = min(e.Size, ino.size.Load())
 			}
