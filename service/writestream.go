@@ -868,7 +868,7 @@ func (ws *writeStream) declare(files []streamwire.File, closes []uint32) error {
 		if held >= limit {
 			f.err = tooManyFilesOnStream(limit)
 		} else {
-			f.h, f.err = ws.openDeclared(d)
+			f.h, f.err = ws.openFile(d.Path, filewritev1.OpenMode(d.OpenMode))
 		}
 		ws.mu.Lock()
 		if ws.declared == nil {
@@ -880,11 +880,6 @@ func (ws *writeStream) declare(files []streamwire.File, closes []uint32) error {
 		ws.mu.Unlock()
 	}
 	return nil
-}
-
-// openDeclared opens a declared file (openFile).
-func (ws *writeStream) openDeclared(d *streamwire.File) (*store.Handle, error) {
-	return ws.openFile(d.Path, filewritev1.OpenMode(d.OpenMode))
 }
 
 // openFile checks a file's open mode and the caller's access to it, and
