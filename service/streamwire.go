@@ -28,12 +28,10 @@ import (
 
 // streamRequest is one WriteStreamRequest as the stream's reader gets it.
 type streamRequest struct {
-	path string
-	// msg is the message as scanned; writes is empty until decodeWrites.
+	// msg is the message as scanned (its path and open_mode among the
+	// rest); writes is empty until decodeWrites.
 	msg    streamwire.Request
 	writes []streamWrite
-	// openMode is the raw open_mode, read in the first message only.
-	openMode filewritev1.OpenMode
 	// size is the message's size on the wire.
 	size int
 	// bad says why the message did not decode; "" if it did. Like
@@ -51,7 +49,7 @@ type streamRequest struct {
 
 // GetPath is the path the message names, "" if none: spelled like the
 // generated getter so that the stream's log line (logStream) finds it.
-func (r *streamRequest) GetPath() string { return r.path }
+func (r *streamRequest) GetPath() string { return r.msg.Path }
 
 // applied is called once per write of r, when its data is no longer
 // needed (applied, refused or dropped).
@@ -92,8 +90,6 @@ func decodeStreamRequest(data mem.BufferSlice, r *streamRequest) {
 		return
 	}
 	r.msg = msg
-	r.path = msg.Path
-	r.openMode = filewritev1.OpenMode(msg.OpenMode)
 	if msg.Writes == 0 {
 		r.release()
 	}

@@ -776,14 +776,14 @@ func (ws *writeStream) check(req *streamRequest) error {
 		}
 		// The routing header names the first file: the path's, or the
 		// first declared (see pathheader.go).
-		header := req.path
+		header := req.msg.Path
 		if header == "" && len(req.msg.Files) > 0 {
 			header = req.msg.Files[0].Path
 		}
 		if err := checkPathHeader(ws.ctx, header, false); err != nil {
 			return err
 		}
-		if req.path != "" || len(req.msg.Files) == 0 {
+		if req.msg.Path != "" || len(req.msg.Files) == 0 {
 			if err := ws.openMain(req); err != nil {
 				return err
 			}
@@ -792,12 +792,12 @@ func (ws *writeStream) check(req *streamRequest) error {
 		if ws.files.auth != nil {
 			go ws.watchAuth(authChanged)
 		}
-	} else if req.path != "" && (ws.main == nil || req.path != ws.main.path) {
+	} else if req.msg.Path != "" && (ws.main == nil || req.msg.Path != ws.main.path) {
 		main := ""
 		if ws.main != nil {
 			main = ws.main.path
 		}
-		return refusal(filewritev1.ErrorReason_STREAM_PATH_CHANGED, map[string]string{errorinfo.KeyField: "path"}, "the message names %q but the stream's path is %q: only the first message may name it; declare other files (files)", req.path, main)
+		return refusal(filewritev1.ErrorReason_STREAM_PATH_CHANGED, map[string]string{errorinfo.KeyField: "path"}, "the message names %q but the stream's path is %q: only the first message may name it; declare other files (files)", req.msg.Path, main)
 	}
 	if err := ws.declare(req.msg.Files, req.msg.Closes); err != nil {
 		return err
@@ -814,12 +814,12 @@ func (ws *writeStream) check(req *streamRequest) error {
 // openMain opens the file of the first message's path, whose failure
 // ends the stream.
 func (ws *writeStream) openMain(req *streamRequest) error {
-	h, err := ws.openFile(req.path, req.openMode)
+	h, err := ws.openFile(req.msg.Path, filewritev1.OpenMode(req.msg.OpenMode))
 	if err != nil {
 		return err
 	}
 	ws.mu.Lock()
-	ws.main = &streamFile{path: req.path, h: h}
+	ws.main = &streamFile{path: req.msg.Path, h: h}
 	ws.mu.Unlock()
 	return nil
 }
