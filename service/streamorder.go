@@ -26,7 +26,8 @@ import (
 // It is guarded by the stream's mu, as is every write's orderState.
 type writeOrder struct {
 	last *btree.BTreeG[*segment]
-	// held counts the writes added and not yet removed.
+	// held counts the writes added and not yet removed: the tests'
+	// check that every write read was applied (empty, in a test file).
 	held int
 	// pivot, bound and found are scratch space for lookups in last.
 	pivot, bound segment
@@ -161,9 +162,6 @@ func (o *writeOrder) remove(w *streamWrite, start func(*streamWrite)) {
 	}
 }
 
-// empty reports whether every write read has been applied.
-func (o *writeOrder) empty() bool { return o.held == 0 }
-
 // end is where w's bytes end, saturated: the store refuses a range that
 // overflows, and it must not wrap around to overlap nothing here.
 func (w *streamWrite) end() int64 {
@@ -183,13 +181,4 @@ func (w *streamWrite) orderRange() (int64, int64) {
 		return 0, math.MaxInt64
 	}
 	return w.off, w.end()
-}
-
-// overlaps reports whether w and v are ordered with each other: they write
-// a byte in common, or one of them is an append. An empty positional
-// write overlaps nothing.
-func (w *streamWrite) overlaps(v *streamWrite) bool {
-	ws, we := w.orderRange()
-	vs, ve := v.orderRange()
-	return ws < we && vs < ve && ws < ve && vs < we
 }
