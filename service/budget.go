@@ -314,10 +314,6 @@ func (g *grpcBudget) tagCall(ctx context.Context, method string) context.Context
 	return context.WithValue(ctx, callBudgetKey{}, &callBudget{})
 }
 
-// healthPrefix is the gRPC health service's method prefix: its calls and
-// streams never wait for the budget.
-const healthPrefix = "/grpc.health.v1.Health/"
-
 // event is the budget's part of the stats handler.
 func (g *grpcBudget) event(ctx context.Context, s stats.RPCStats) {
 	cb, _ := ctx.Value(callBudgetKey{}).(*callBudget)
