@@ -1,7 +1,6 @@
 package service
 
 import (
-	"errors"
 	"sync/atomic"
 
 	"google.golang.org/grpc/mem"
@@ -34,13 +33,10 @@ type streamRequest struct {
 	writes []streamWrite
 	// size is the message's size on the wire.
 	size int
-	// bad says why the message did not decode; "" if it did. Like
-	// requestCodec, decoding never fails gRPC's receive: the reader
-	// answers INVALID_ARGUMENT.
-	bad string
-	// tooMany is the limit a message of too many writes passed (bad says
-	// so too); 0 otherwise.
-	tooMany int
+	// err is why the message did not decode (ScanRequest's error), nil
+	// if it did. Like requestCodec, decoding never fails gRPC's receive:
+	// the reader answers INVALID_ARGUMENT (check).
+	err error
 	// buf holds the received bytes that the writes' data alias; pending
 	// counts the writes not yet applied, the last of which frees buf.
 	buf     mem.Buffer
@@ -81,11 +77,7 @@ func decodeStreamRequest(data mem.BufferSlice, r *streamRequest) {
 	}
 	msg, err := streamwire.ScanRequest(r.buf.ReadOnlyData(), streamwire.MaxWritesPerMessage)
 	if err != nil {
-		r.bad = err.Error()
-		var many *streamwire.TooManyWritesError
-		if errors.As(err, &many) {
-			r.tooMany = many.Limit
-		}
+		r.err = err
 		r.release()
 		return
 	}

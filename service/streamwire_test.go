@@ -65,8 +65,8 @@ func TestDecodeStreamRequest(t *testing.T) {
 	} {
 		var r streamRequest
 		decodeStreamRequest(tt.data, &r)
-		if got := r.bad != ""; got != tt.bad {
-			t.Errorf("%s: bad %q, want bad=%v", tt.name, r.bad, tt.bad)
+		if got := r.err != nil; got != tt.bad {
+			t.Errorf("%s: bad %v, want bad=%v", tt.name, r.err, tt.bad)
 		}
 		if r.size != tt.data.Len() {
 			t.Errorf("%s: size %d, want %d", tt.name, r.size, tt.data.Len())

@@ -756,12 +756,13 @@ func (ws *writeStream) closeFilesLocked(indexes []uint32) {
 // declares.
 func (ws *writeStream) check(req *streamRequest) error {
 	ws.files.streamMetrics.message(ws.ctx, req.msg.Writes, ws.budget.held.Load())
-	if req.tooMany > 0 {
-		return refusal(filewritev1.ErrorReason_TOO_MANY_WRITES_IN_MESSAGE, map[string]string{errorinfo.KeyField: "writes", errorinfo.KeyLimit: strconv.Itoa(req.tooMany)},
-			"a message of more than %d writes: the limit is %d writes per message; send the rest in the next message", req.tooMany, req.tooMany)
-	}
-	if req.bad != "" {
-		return malformed(req.bad)
+	if req.err != nil {
+		var many *streamwire.TooManyWritesError
+		if errors.As(req.err, &many) {
+			return refusal(filewritev1.ErrorReason_TOO_MANY_WRITES_IN_MESSAGE, map[string]string{errorinfo.KeyField: "writes", errorinfo.KeyLimit: strconv.Itoa(many.Limit)},
+				"a message of more than %d writes: the limit is %d writes per message; send the rest in the next message", many.Limit, many.Limit)
+		}
+		return malformed(req.err.Error())
 	}
 	if int64(req.size) > ws.files.maxMessageBytes {
 		return messageTooLarge(req.size, ws.files.maxMessageBytes)
