@@ -70,7 +70,9 @@ type budgetWaiter struct {
 	n int64
 	// first is when it became the first waiter.
 	first time.Time
-	// ready is closed once granted (set under mu).
+	// ready is closed once the waiter is granted. granted says so to a
+	// waiter whose context ended meanwhile; it is guarded by
+	// inflightBudget.mu, under which ready is closed too.
 	ready   chan struct{}
 	granted bool
 }
