@@ -36,7 +36,9 @@ import (
 type tokenAuth struct {
 	file string
 	log  *slog.Logger
-	// root is --root, against which authorize resolves symbolic links.
+	// root is --root with its symbolic links resolved, set by Start once
+	// the store has opened it: authorize resolves paths against it. ""
+	// when it could not be resolved (then the store alone decides).
 	root string
 
 	// creds holds the credentials in force. A reload swaps in a new

@@ -31,6 +31,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -351,6 +352,14 @@ func Start(cfg Config) (_ *Server, err error) {
 	if s.store, err = store.Open(fsys, opts); err != nil {
 		fsys.Close()
 		return nil, fmt.Errorf("open store at %s: %w", cfg.Root, err)
+	}
+	if s.auth != nil {
+		// Resolved once, now that the store has created and opened it:
+		// the store keeps that directory whatever its path later leads
+		// to, and authorize need not resolve it again on every call.
+		if root, err := filepath.EvalSymlinks(cfg.Root); err == nil {
+			s.auth.root = root
+		}
 	}
 
 	lis, err := listenGRPC(cfg.GRPCAddr)
