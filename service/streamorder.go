@@ -46,6 +46,9 @@ type orderState struct {
 	// seenBy is the write being added that last counted this one among
 	// its deps: a write owning several segments of a range counts once.
 	seenBy *streamWrite
+	// seg is the segment add made for the write's whole range, in segs
+	// until later writes cover it; what remains of it may be shortened.
+	seg segment
 }
 
 // segment is a byte range [start, end) and the latest held write to
@@ -118,7 +121,10 @@ func (o *writeOrder) add(w *streamWrite) bool {
 	}
 	clear(found)
 	o.found = found[:0]
-	o.insert(&segment{start: start, end: end, w: w})
+	// w's own segment lives in its orderState, in the message's slab of
+	// writes: an add allocates only when it splits another's segment.
+	w.order.seg = segment{start: start, end: end, w: w}
+	o.insert(&w.order.seg)
 	return w.order.deps == 0
 }
 
