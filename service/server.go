@@ -5,9 +5,12 @@
 //
 // Lock order:
 //
-//	writeStream.mu         (one WriteStream's queues; held across no store
-//	                        call, Send or Recv, and across no wait for a
-//	                        budget)
+//	writeStream.mu         (one WriteStream's queues; held across no Send
+//	                        or Recv, no wait for a budget, and no store
+//	                        call but Handle.Close and Handle.Size)
+//	  store's inodeTable.mu (Handle.Close, as a stream gives back a file
+//	                        whose last write is acked: releaseLocked;
+//	                        store/doc.go orders what it takes)
 //
 //	streamBudget.mu        (a stream's cost beyond the daemon's budget; a leaf)
 //	inflightBudget.mu      (the daemon-wide budget's free bytes and its

@@ -232,7 +232,9 @@ type writeStream struct {
 	acked []*streamWrite
 
 	// mu guards the fields below, and every streamWrite's order.
-	// It is never held across a store call, a Send or a Recv.
+	// It is never held across a Send or a Recv, nor a store call but
+	// Handle.Close (releaseLocked) and Handle.Size, which wait for no
+	// write (lock order: the package doc).
 	mu sync.Mutex
 	// workCond wakes workers (runnable grew, or the reader is done);
 	// sentCond wakes the handler waiting for a syncer to finish sending.
