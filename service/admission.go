@@ -85,7 +85,7 @@ func (s *Server) gatewayServerOptions() []grpc.ServerOption {
 func (s *Server) admitCall(ctx context.Context, info *tap.Info) (context.Context, error) {
 	switch {
 	case s.auth == nil:
-	case strings.HasPrefix(info.FullMethodName, openHealthPrefix):
+	case strings.HasPrefix(info.FullMethodName, healthPrefix):
 		if _, err := s.auth.check(info.Header.Get("authorization")); err != nil {
 			return ctx, nil
 		}

@@ -36,7 +36,9 @@ import (
 type tokenAuth struct {
 	file string
 	log  *slog.Logger
-	// root is --root, against which authorize resolves symbolic links.
+	// root is --root with its symbolic links resolved, set by Start once
+	// the store has opened it: authorize resolves paths against it. ""
+	// when it could not be resolved (then the store alone decides).
 	root string
 
 	// creds holds the credentials in force. A reload swaps in a new
@@ -89,8 +91,10 @@ func (a *tokenAuth) changed() <-chan struct{} {
 	return a.creds.Load().changed
 }
 
-// openHealthPrefix is the gRPC method prefix that needs no token.
-const openHealthPrefix = "/grpc.health.v1.Health/"
+// healthPrefix is the gRPC health service's method prefix: its calls need
+// no token, and never wait for the in-flight budget (grpcBudget), so that
+// a probe answers while either would hold other calls back.
+const healthPrefix = "/grpc.health.v1.Health/"
 
 // newTokenAuth reads file, which must hold at least one credential.
 func newTokenAuth(file string, log *slog.Logger) (*tokenAuth, error) {
@@ -237,7 +241,7 @@ func (a *tokenAuth) checkOrCert(values []string, cert string) (identity, error) 
 // admitCall), when the call's headers arrive: a refused call's message is
 // never read, let alone decompressed.
 func (a *tokenAuth) checkCall(method string, md metadata.MD, cert string) (identity, error) {
-	if a == nil || strings.HasPrefix(method, openHealthPrefix) {
+	if a == nil || strings.HasPrefix(method, healthPrefix) {
 		return identity{}, nil
 	}
 	id, err := a.checkOrCert(md.Get("authorization"), cert)

@@ -99,17 +99,14 @@ func (a *tokenAuth) refuse(sc *scope, p string, acc access, resolved string) err
 }
 
 // resolve is the clean path p (relative to --root) with every symbolic
-// link resolved, relative to --root's own resolved path; for a path that
+// link resolved, relative to --root's own resolved path (tokenAuth.root); for a path that
 // does not exist yet, its longest existing parent is resolved and the rest
 // appended. ok is false when it cannot be told (no root, a link leaving
 // --root, an error other than "does not exist"): the store then decides,
 // and refuses links that leave --root.
 func (a *tokenAuth) resolve(p string) (string, bool) {
-	if a.root == "" {
-		return p, false
-	}
-	root, err := filepath.EvalSymlinks(a.root)
-	if err != nil {
+	root := a.root
+	if root == "" {
 		return p, false
 	}
 	rest := ""

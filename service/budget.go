@@ -70,7 +70,9 @@ type budgetWaiter struct {
 	n int64
 	// first is when it became the first waiter.
 	first time.Time
-	// ready is closed once granted (set under mu).
+	// ready is closed once the waiter is granted. granted says so to a
+	// waiter whose context ended meanwhile; it is guarded by
+	// inflightBudget.mu, under which ready is closed too.
 	ready   chan struct{}
 	granted bool
 }
@@ -313,10 +315,6 @@ func (g *grpcBudget) tagCall(ctx context.Context, method string) context.Context
 	}
 	return context.WithValue(ctx, callBudgetKey{}, &callBudget{})
 }
-
-// healthPrefix is the gRPC health service's method prefix: its calls and
-// streams never wait for the budget.
-const healthPrefix = "/grpc.health.v1.Health/"
 
 // event is the budget's part of the stats handler.
 func (g *grpcBudget) event(ctx context.Context, s stats.RPCStats) {

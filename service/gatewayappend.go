@@ -3,11 +3,8 @@ package service
 import (
 	"context"
 	"io"
-	"maps"
 	"mime"
 	"net/http"
-	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -95,37 +92,23 @@ func (g *gateway) appendRaw(w http.ResponseWriter, r *http.Request, pathParams m
 }
 
 // rawAppendQuery parses the query of a raw append: sync, expected_offset
-// and append_id, each at most once and not empty.
+// and append_id (rawQueryValues).
 func rawAppendQuery(rawQuery string) (*filewritev1.AppendRequest, error) {
-	q, err := url.ParseQuery(rawQuery)
+	q, err := rawQueryValues(rawQuery, "a raw append takes sync, expected_offset and append_id", "sync", "expected_offset", "append_id")
 	if err != nil {
-		return nil, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "query %q: %v", rawQuery, err)
+		return nil, err
 	}
-	req := &filewritev1.AppendRequest{}
-	for _, key := range slices.Sorted(maps.Keys(q)) {
-		vals := q[key]
-		md := map[string]string{errorinfo.KeyField: key}
-		switch {
-		case key != "sync" && key != "expected_offset" && key != "append_id":
-			return nil, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, md, "unknown query parameter %q: a raw append takes sync, expected_offset and append_id", key)
-		case len(vals) > 1:
-			return nil, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, md, "query parameter %q given %d times", key, len(vals))
-		case vals[0] == "":
-			return nil, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, md, "query parameter %q is empty", key)
+	req := &filewritev1.AppendRequest{AppendId: q["append_id"]}
+	if s, ok := q["expected_offset"]; ok {
+		off, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return nil, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "expected_offset"}, "expected_offset %q is not an int64", s)
 		}
-		switch key {
-		case "sync":
-			if req.Sync, err = parseRawSync(vals[0]); err != nil {
-				return nil, err
-			}
-		case "expected_offset":
-			off, err := strconv.ParseInt(vals[0], 10, 64)
-			if err != nil {
-				return nil, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, md, "expected_offset %q is not an int64", vals[0])
-			}
-			req.ExpectedOffset = &off
-		case "append_id":
-			req.AppendId = vals[0]
+		req.ExpectedOffset = &off
+	}
+	if s, ok := q["sync"]; ok {
+		if req.Sync, err = parseRawSync(s); err != nil {
+			return nil, err
 		}
 	}
 	return req, nil

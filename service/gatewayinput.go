@@ -113,32 +113,46 @@ func queryFields(fields protoreflect.FieldDescriptors, filter *utilities.DoubleA
 	return strings.Join(names, ", ")
 }
 
-// rawWriteQuery parses the query of the raw PUT: offset (default 0) and
-// sync (default none), each at most once and not empty. Anything else is
-// refused, as the JSON routes refuse unknown fields.
-func rawWriteQuery(rawQuery string) (offset int64, sync filewritev1.SyncMode, err error) {
+// rawQueryValues parses the query of a raw route (PUT, a raw append),
+// which takes the keys given, each at most once and not empty, and
+// returns their values. Anything else is refused, as the JSON routes
+// refuse unknown fields; takes says what the route takes, in the refusal
+// of an unknown key.
+func rawQueryValues(rawQuery, takes string, keys ...string) (map[string]string, error) {
 	q, err := url.ParseQuery(rawQuery)
 	if err != nil {
-		return 0, 0, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "query %q: %v", rawQuery, err)
+		return nil, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "query %q: %v", rawQuery, err)
 	}
+	values := make(map[string]string, len(q))
 	for _, key := range slices.Sorted(maps.Keys(q)) {
 		vals := q[key]
 		switch {
-		case key != "offset" && key != "sync":
-			return 0, 0, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: key}, "unknown query parameter %q: PUT takes offset and sync", key)
+		case !slices.Contains(keys, key):
+			return nil, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: key}, "unknown query parameter %q: %s", key, takes)
 		case len(vals) > 1:
-			return 0, 0, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: key}, "query parameter %q given %d times", key, len(vals))
+			return nil, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: key}, "query parameter %q given %d times", key, len(vals))
 		case vals[0] == "":
-			return 0, 0, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: key}, "query parameter %q is empty", key)
+			return nil, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: key}, "query parameter %q is empty", key)
 		}
+		values[key] = vals[0]
+	}
+	return values, nil
+}
+
+// rawWriteQuery parses the query of the raw PUT: offset (default 0) and
+// sync (default none).
+func rawWriteQuery(rawQuery string) (offset int64, sync filewritev1.SyncMode, err error) {
+	q, err := rawQueryValues(rawQuery, "PUT takes offset and sync", "offset", "sync")
+	if err != nil {
+		return 0, 0, err
 	}
 	if s, ok := q["offset"]; ok {
-		if offset, err = strconv.ParseInt(s[0], 10, 64); err != nil {
-			return 0, 0, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "offset"}, "offset %q is not an int64", s[0])
+		if offset, err = strconv.ParseInt(s, 10, 64); err != nil {
+			return 0, 0, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "offset"}, "offset %q is not an int64", s)
 		}
 	}
 	if s, ok := q["sync"]; ok {
-		if sync, err = parseRawSync(s[0]); err != nil {
+		if sync, err = parseRawSync(s); err != nil {
 			return 0, 0, err
 		}
 	}

@@ -38,7 +38,6 @@ func (s *Server) setupSecurity() error {
 		if s.auth, err = newTokenAuth(cfg.AuthTokenFile, s.log); err != nil {
 			return err
 		}
-		s.auth.root = cfg.Root
 	}
 	switch {
 	case len(exposed) > 0 && s.auth == nil:

@@ -5,9 +5,12 @@
 //
 // Lock order:
 //
-//	writeStream.mu         (one WriteStream's queues; held across no store
-//	                        call, Send or Recv, and across no wait for a
-//	                        budget)
+//	writeStream.mu         (one WriteStream's queues; held across no Send
+//	                        or Recv, no wait for a budget, and no store
+//	                        call but Handle.Close and Handle.Size)
+//	  store's inodeTable.mu (Handle.Close, as a stream gives back a file
+//	                        whose last write is acked: releaseLocked;
+//	                        store/doc.go orders what it takes)
 //
 //	streamBudget.mu        (a stream's cost beyond the daemon's budget; a leaf)
 //	inflightBudget.mu      (the daemon-wide budget's free bytes and its
@@ -31,6 +34,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -351,6 +355,14 @@ func Start(cfg Config) (_ *Server, err error) {
 	if s.store, err = store.Open(fsys, opts); err != nil {
 		fsys.Close()
 		return nil, fmt.Errorf("open store at %s: %w", cfg.Root, err)
+	}
+	if s.auth != nil {
+		// Resolved once, now that the store has created and opened it:
+		// the store keeps that directory whatever its path later leads
+		// to, and authorize need not resolve it again on every call.
+		if root, err := filepath.EvalSymlinks(cfg.Root); err == nil {
+			s.auth.root = root
+		}
 	}
 
 	lis, err := listenGRPC(cfg.GRPCAddr)

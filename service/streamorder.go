@@ -26,7 +26,8 @@ import (
 // It is guarded by the stream's mu, as is every write's orderState.
 type writeOrder struct {
 	last *btree.BTreeG[*segment]
-	// held counts the writes added and not yet removed.
+	// held counts the writes added and not yet removed: the tests'
+	// check that every write read was applied (empty, in a test file).
 	held int
 	// pivot, bound and found are scratch space for lookups in last.
 	pivot, bound segment
@@ -45,6 +46,9 @@ type orderState struct {
 	// seenBy is the write being added that last counted this one among
 	// its deps: a write owning several segments of a range counts once.
 	seenBy *streamWrite
+	// seg is the segment add made for the write's whole range, in segs
+	// until later writes cover it; what remains of it may be shortened.
+	seg segment
 }
 
 // segment is a byte range [start, end) and the latest held write to
@@ -117,7 +121,10 @@ func (o *writeOrder) add(w *streamWrite) bool {
 	}
 	clear(found)
 	o.found = found[:0]
-	o.insert(&segment{start: start, end: end, w: w})
+	// w's own segment lives in its orderState, in the message's slab of
+	// writes: an add allocates only when it splits another's segment.
+	w.order.seg = segment{start: start, end: end, w: w}
+	o.insert(&w.order.seg)
 	return w.order.deps == 0
 }
 
@@ -161,9 +168,6 @@ func (o *writeOrder) remove(w *streamWrite, start func(*streamWrite)) {
 	}
 }
 
-// empty reports whether every write read has been applied.
-func (o *writeOrder) empty() bool { return o.held == 0 }
-
 // end is where w's bytes end, saturated: the store refuses a range that
 // overflows, and it must not wrap around to overlap nothing here.
 func (w *streamWrite) end() int64 {
@@ -183,13 +187,4 @@ func (w *streamWrite) orderRange() (int64, int64) {
 		return 0, math.MaxInt64
 	}
 	return w.off, w.end()
-}
-
-// overlaps reports whether w and v are ordered with each other: they write
-// a byte in common, or one of them is an append. An empty positional
-// write overlaps nothing.
-func (w *streamWrite) overlaps(v *streamWrite) bool {
-	ws, we := w.orderRange()
-	vs, ve := v.orderRange()
-	return ws < we && vs < ve && ws < ve && vs < we
 }

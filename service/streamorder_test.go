@@ -7,6 +7,19 @@ import (
 	"testing"
 )
 
+// empty reports whether every write read has been applied.
+func (o *writeOrder) empty() bool { return o.held == 0 }
+
+// overlaps reports whether w and v are ordered with each other: they write
+// a byte in common, or one of them is an append. An empty positional
+// write overlaps nothing. It is the slow rule the model checks writeOrder
+// against.
+func (w *streamWrite) overlaps(v *streamWrite) bool {
+	ws, we := w.orderRange()
+	vs, ve := v.orderRange()
+	return ws < we && vs < ve && ws < ve && vs < we
+}
+
 // TestWriteOrderModel holds writeOrder to its rule, checked the slow way
 // after every step: a held write has been started if and only if no
 // write held ahead of it overlaps it, and writes freed together start in

@@ -1,7 +1,6 @@
 package service
 
 import (
-	"errors"
 	"sync/atomic"
 
 	"google.golang.org/grpc/mem"
@@ -28,21 +27,16 @@ import (
 
 // streamRequest is one WriteStreamRequest as the stream's reader gets it.
 type streamRequest struct {
-	path string
-	// msg is the message as scanned; writes is empty until decodeWrites.
+	// msg is the message as scanned (its path and open_mode among the
+	// rest); writes is empty until decodeWrites.
 	msg    streamwire.Request
 	writes []streamWrite
-	// openMode is the raw open_mode, read in the first message only.
-	openMode filewritev1.OpenMode
 	// size is the message's size on the wire.
 	size int
-	// bad says why the message did not decode; "" if it did. Like
-	// requestCodec, decoding never fails gRPC's receive: the reader
-	// answers INVALID_ARGUMENT.
-	bad string
-	// tooMany is the limit a message of too many writes passed (bad says
-	// so too); 0 otherwise.
-	tooMany int
+	// err is why the message did not decode (ScanRequest's error), nil
+	// if it did. Like requestCodec, decoding never fails gRPC's receive:
+	// the reader answers INVALID_ARGUMENT (check).
+	err error
 	// buf holds the received bytes that the writes' data alias; pending
 	// counts the writes not yet applied, the last of which frees buf.
 	buf     mem.Buffer
@@ -51,7 +45,7 @@ type streamRequest struct {
 
 // GetPath is the path the message names, "" if none: spelled like the
 // generated getter so that the stream's log line (logStream) finds it.
-func (r *streamRequest) GetPath() string { return r.path }
+func (r *streamRequest) GetPath() string { return r.msg.Path }
 
 // applied is called once per write of r, when its data is no longer
 // needed (applied, refused or dropped).
@@ -83,17 +77,11 @@ func decodeStreamRequest(data mem.BufferSlice, r *streamRequest) {
 	}
 	msg, err := streamwire.ScanRequest(r.buf.ReadOnlyData(), streamwire.MaxWritesPerMessage)
 	if err != nil {
-		r.bad = err.Error()
-		var many *streamwire.TooManyWritesError
-		if errors.As(err, &many) {
-			r.tooMany = many.Limit
-		}
+		r.err = err
 		r.release()
 		return
 	}
 	r.msg = msg
-	r.path = msg.Path
-	r.openMode = filewritev1.OpenMode(msg.OpenMode)
 	if msg.Writes == 0 {
 		r.release()
 	}

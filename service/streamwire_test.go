@@ -65,8 +65,8 @@ func TestDecodeStreamRequest(t *testing.T) {
 	} {
 		var r streamRequest
 		decodeStreamRequest(tt.data, &r)
-		if got := r.bad != ""; got != tt.bad {
-			t.Errorf("%s: bad %q, want bad=%v", tt.name, r.bad, tt.bad)
+		if got := r.err != nil; got != tt.bad {
+			t.Errorf("%s: bad %v, want bad=%v", tt.name, r.err, tt.bad)
 		}
 		if r.size != tt.data.Len() {
 			t.Errorf("%s: size %d, want %d", tt.name, r.size, tt.data.Len())
@@ -75,11 +75,11 @@ func TestDecodeStreamRequest(t *testing.T) {
 			continue
 		}
 		r.decodeWrites()
-		if r.path != msg.Path || len(r.writes) != len(msg.Writes) {
-			t.Fatalf("%s: path %q, %d writes; want %q, %d", tt.name, r.path, len(r.writes), msg.Path, len(msg.Writes))
+		if r.GetPath() != msg.Path || len(r.writes) != len(msg.Writes) {
+			t.Fatalf("%s: path %q, %d writes; want %q, %d", tt.name, r.GetPath(), len(r.writes), msg.Path, len(msg.Writes))
 		}
-		if r.openMode != msg.OpenMode {
-			t.Errorf("%s: open mode %v, want %v", tt.name, r.openMode, msg.OpenMode)
+		if filewritev1.OpenMode(r.msg.OpenMode) != msg.OpenMode {
+			t.Errorf("%s: open mode %v, want %v", tt.name, filewritev1.OpenMode(r.msg.OpenMode), msg.OpenMode)
 		}
 		for i, w := range r.writes {
 			want := msg.Writes[i]

@@ -232,7 +232,9 @@ type writeStream struct {
 	acked []*streamWrite
 
 	// mu guards the fields below, and every streamWrite's order.
-	// It is never held across a store call, a Send or a Recv.
+	// It is never held across a Send or a Recv, nor a store call but
+	// Handle.Close (releaseLocked) and Handle.Size, which wait for no
+	// write (lock order: the package doc).
 	mu sync.Mutex
 	// workCond wakes workers (runnable grew, or the reader is done);
 	// sentCond wakes the handler waiting for a syncer to finish sending.
@@ -756,12 +758,13 @@ func (ws *writeStream) closeFilesLocked(indexes []uint32) {
 // declares.
 func (ws *writeStream) check(req *streamRequest) error {
 	ws.files.streamMetrics.message(ws.ctx, req.msg.Writes, ws.budget.held.Load())
-	if req.tooMany > 0 {
-		return refusal(filewritev1.ErrorReason_TOO_MANY_WRITES_IN_MESSAGE, map[string]string{errorinfo.KeyField: "writes", errorinfo.KeyLimit: strconv.Itoa(req.tooMany)},
-			"a message of more than %d writes: the limit is %d writes per message; send the rest in the next message", req.tooMany, req.tooMany)
-	}
-	if req.bad != "" {
-		return malformed(req.bad)
+	if req.err != nil {
+		var many *streamwire.TooManyWritesError
+		if errors.As(req.err, &many) {
+			return refusal(filewritev1.ErrorReason_TOO_MANY_WRITES_IN_MESSAGE, map[string]string{errorinfo.KeyField: "writes", errorinfo.KeyLimit: strconv.Itoa(many.Limit)},
+				"a message of more than %d writes: the limit is %d writes per message; send the rest in the next message", many.Limit, many.Limit)
+		}
+		return malformed(req.err.Error())
 	}
 	if int64(req.size) > ws.files.maxMessageBytes {
 		return messageTooLarge(req.size, ws.files.maxMessageBytes)
@@ -776,14 +779,14 @@ func (ws *writeStream) check(req *streamRequest) error {
 		}
 		// The routing header names the first file: the path's, or the
 		// first declared (see pathheader.go).
-		header := req.path
+		header := req.msg.Path
 		if header == "" && len(req.msg.Files) > 0 {
 			header = req.msg.Files[0].Path
 		}
 		if err := checkPathHeader(ws.ctx, header, false); err != nil {
 			return err
 		}
-		if req.path != "" || len(req.msg.Files) == 0 {
+		if req.msg.Path != "" || len(req.msg.Files) == 0 {
 			if err := ws.openMain(req); err != nil {
 				return err
 			}
@@ -792,12 +795,12 @@ func (ws *writeStream) check(req *streamRequest) error {
 		if ws.files.auth != nil {
 			go ws.watchAuth(authChanged)
 		}
-	} else if req.path != "" && (ws.main == nil || req.path != ws.main.path) {
+	} else if req.msg.Path != "" && (ws.main == nil || req.msg.Path != ws.main.path) {
 		main := ""
 		if ws.main != nil {
 			main = ws.main.path
 		}
-		return refusal(filewritev1.ErrorReason_STREAM_PATH_CHANGED, map[string]string{errorinfo.KeyField: "path"}, "the message names %q but the stream's path is %q: only the first message may name it; declare other files (files)", req.path, main)
+		return refusal(filewritev1.ErrorReason_STREAM_PATH_CHANGED, map[string]string{errorinfo.KeyField: "path"}, "the message names %q but the stream's path is %q: only the first message may name it; declare other files (files)", req.msg.Path, main)
 	}
 	if err := ws.declare(req.msg.Files, req.msg.Closes); err != nil {
 		return err
@@ -814,12 +817,12 @@ func (ws *writeStream) check(req *streamRequest) error {
 // openMain opens the file of the first message's path, whose failure
 // ends the stream.
 func (ws *writeStream) openMain(req *streamRequest) error {
-	h, err := ws.openFile(req.path, req.openMode)
+	h, err := ws.openFile(req.msg.Path, filewritev1.OpenMode(req.msg.OpenMode))
 	if err != nil {
 		return err
 	}
 	ws.mu.Lock()
-	ws.main = &streamFile{path: req.path, h: h}
+	ws.main = &streamFile{path: req.msg.Path, h: h}
 	ws.mu.Unlock()
 	return nil
 }
@@ -868,7 +871,7 @@ func (ws *writeStream) declare(files []streamwire.File, closes []uint32) error {
 		if held >= limit {
 			f.err = tooManyFilesOnStream(limit)
 		} else {
-			f.h, f.err = ws.openDeclared(d)
+			f.h, f.err = ws.openFile(d.Path, filewritev1.OpenMode(d.OpenMode))
 		}
 		ws.mu.Lock()
 		if ws.declared == nil {
@@ -880,11 +883,6 @@ func (ws *writeStream) declare(files []streamwire.File, closes []uint32) error {
 		ws.mu.Unlock()
 	}
 	return nil
-}
-
-// openDeclared opens a declared file (openFile).
-func (ws *writeStream) openDeclared(d *streamwire.File) (*store.Handle, error) {
-	return ws.openFile(d.Path, filewritev1.OpenMode(d.OpenMode))
 }
 
 // openFile checks a file's open mode and the caller's access to it, and
