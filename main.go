@@ -143,8 +143,10 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 		"how many threads run the daemon's Go code at once (GOMAXPROCS); 0: the GOMAXPROCS variable if set, else the CPUs. 1 speeds up streams on a machine of two CPUs shared with the clients, and slows unary calls")
 	fs.Var(countFlag(&cfg.Store.MaxOpenFiles, 1), "max-open-files",
 		"most `files` held open at once; idle ones are closed to make room, and past it a request is RESOURCE_EXHAUSTED (the default is derived from RLIMIT_NOFILE: a quarter kept for connections, halved with --io=direct, at most 16384)")
-	fs.Var(extentCacheSize{&cfg.Store.ExtentCacheBytes}, "extent-cache-size",
+	fs.Var(sizeOrOff{&cfg.Store.ExtentCacheBytes}, "extent-cache-size",
 		"memory (`size`) for the extent maps of files closed to make room, reused when one reopens unchanged; past it the oldest are dropped, and rebuilt with FIEMAP on reopen (0: none)")
+	fs.Var(sizeOrOff{&cfg.Store.MapFileBytes}, "map-file-size",
+		"largest file (`size`) whose overwrites may go through a shared memory mapping instead of pwrite: once a file keeps being overwritten, writes to its written, cached and densely written regions are copies without a syscall (0: always pwrite)")
 	fs.Var(countFlag(&cfg.Store.MaxWaitersPerFile, 0), "max-waiters-per-file",
 		"most `requests` that may queue for one file's lock; past it a request is RESOURCE_EXHAUSTED (0: unbounded)")
 	logs := &logFlags{level: "info", format: "text"}
@@ -267,12 +269,12 @@ func (f atLeast[T]) Set(s string) error {
 	return nil
 }
 
-// extentCacheSize is --extent-cache-size: a size where 0 turns the cache
-// off, which store.Options says with a negative value (its zero means the
-// default).
-type extentCacheSize struct{ dst *int64 }
+// sizeOrOff is --extent-cache-size and --map-file-size: a size where 0
+// turns the feature off, which store.Options says with a negative value
+// (its zero means the default).
+type sizeOrOff struct{ dst *int64 }
 
-func (f extentCacheSize) String() string {
+func (f sizeOrOff) String() string {
 	switch {
 	case f.dst == nil:
 		return ""
@@ -282,7 +284,7 @@ func (f extentCacheSize) String() string {
 	return bytesize.Format(*f.dst)
 }
 
-func (f extentCacheSize) Set(s string) error {
+func (f sizeOrOff) Set(s string) error {
 	n, err := bytesize.Parse(s)
 	if err != nil {
 		return err

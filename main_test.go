@@ -143,6 +143,27 @@ func TestExtentCacheSizeFlag(t *testing.T) {
 	}
 }
 
+// TestMapFileSizeFlag: --map-file-size takes a size, and 0 writes every
+// file with pwrite (a negative MapFileBytes).
+func TestMapFileSizeFlag(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want int64
+	}{
+		{nil, store.DefaultMapFileBytes},
+		{[]string{"--map-file-size", "64m"}, 64 << 20},
+		{[]string{"--map-file-size", "0"}, -1},
+	} {
+		cfg, err := parseFlags(tt.args, io.Discard)
+		if err != nil {
+			t.Fatalf("parseFlags(%q): %v", tt.args, err)
+		}
+		if got := cfg.Store.MapFileBytes; got != tt.want {
+			t.Errorf("parseFlags(%q): map file size %d, want %d", tt.args, got, tt.want)
+		}
+	}
+}
+
 func TestParseFlagsRejects(t *testing.T) {
 	for _, args := range [][]string{
 		{"--policy", "fastest"},

@@ -156,6 +156,7 @@ func DefaultConfig() Config {
 			MaxOpenFiles:      store.MaxOpenFilesFor(store.NoFileLimit(), store.IOBuffered),
 			MaxWaitersPerFile: DefaultMaxWaitersPerFile,
 			ExtentCacheBytes:  store.DefaultExtentCacheBytes,
+			MapFileBytes:      store.DefaultMapFileBytes,
 		},
 		MaxStreamBytes:    DefaultMaxStreamBytes,
 		StreamIdleTimeout: DefaultStreamIdleTimeout,

@@ -11,6 +11,7 @@ import (
 	"path"
 	"runtime"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -548,4 +549,52 @@ func fileInfoOf(fi fs.FileInfo) (FileInfo, error) {
 		Nlink:     uint64(st.Nlink),
 		Ctime:     st.Ctim.Nano(),
 	}, nil
+}
+
+var _ mappable = (*osFile)(nil)
+
+// Map is mmap(2) of the first length bytes, shared and writable.
+func (f *osFile) Map(length int64) ([]byte, error) {
+	b, err := unix.Mmap(f.fd, 0, int(length), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, f.pathError("mmap", err)
+	}
+	return b, nil
+}
+
+// Unmap is munmap(2).
+func (f *osFile) Unmap(b []byte) error {
+	if err := unix.Munmap(b); err != nil {
+		return f.pathError("munmap", err)
+	}
+	return nil
+}
+
+// Resident is mincore(2), which x/sys/unix offers no wrapper for on Linux.
+func (f *osFile) Resident(b []byte, vec []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), uintptr(unsafe.Pointer(&vec[0])))
+	if errno != 0 {
+		return f.pathError("mincore", errno)
+	}
+	return nil
+}
+
+// TouchModified is futimens(2) with mtime UTIME_NOW and atime UTIME_OMIT:
+// utimensat(2) on the descriptor itself (a NULL path), which x/sys/unix
+// offers no wrapper for.
+func (f *osFile) TouchModified() error {
+	ts := [2]unix.Timespec{{Nsec: unix.UTIME_OMIT}, {Nsec: unix.UTIME_NOW}}
+	for {
+		_, _, errno := unix.Syscall6(unix.SYS_UTIMENSAT, uintptr(f.fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
+		switch errno {
+		case 0:
+			return nil
+		case unix.EINTR:
+			continue
+		}
+		return f.pathError("futimens", errno)
+	}
 }

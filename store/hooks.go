@@ -14,6 +14,14 @@ type Hooks struct {
 	// wait for a sync that another caller issues (not when it issues the
 	// sync itself, nor under FsyncPerCall).
 	WaitingForSync func(path string)
+	// MappedWrite runs after a write's bytes went through the file's
+	// memory mapping instead of pwrite(2) (mapped.go).
+	MappedWrite func(path string)
+
+	// mapEagerly maps a file at its first overwrite and counts every
+	// region hot, so that the store's own tests (export_test.go) reach
+	// the mapped path with small files and few writes.
+	mapEagerly bool
 
 	// breaks are deliberate breaks of the durability contract, set only
 	// by the power-loss tests (export_test.go) to show that their checker

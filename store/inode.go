@@ -72,6 +72,9 @@ type inode struct {
 	// open (extentCache).
 	extentsInDoubt atomic.Bool
 
+	// mapping is the file's memory mapping for overwrites (mapped.go).
+	mapping inodeMap
+
 	// commit merges syncs of this file.
 	commit groupCommit
 	// unlinked is set when an fstat(2) of the descriptor, made by a sync or
@@ -219,6 +222,7 @@ func (ino *inode) open(t *inodeTable, create bool) (err error) {
 	}
 	ino.extents = m
 	ino.size.Store(fi.Size)
+	ino.initMapping(t)
 	ino.inflight = newInflightCounter()
 	ino.wait = waitTrace{tel: t.telemetry, policy: t.opts.Policy, name: &ino.name}
 	ino.lock.wait, ino.lock.maxWaiters = ino.wait, t.opts.MaxWaitersPerFile
@@ -280,6 +284,8 @@ func fileKind(t fs.FileMode) string {
 // makes its data durable in a file that nobody can reach.
 func (ino *inode) syncFile(mode SyncMode) error {
 	t := ino.table
+	ino.touch() // a mapped write's timestamps, made durable with it
+	ino.mapping.syncs.Add(1)
 	if err := ino.file.Sync(mode); err != nil {
 		return err
 	}
@@ -342,6 +348,7 @@ func removedError(ctx context.Context, ino *inode, held bool) error {
 }
 
 func (ino *inode) closeFiles() {
+	ino.unmapAll()
 	if ino.direct != nil {
 		ino.direct.Close()
 	}

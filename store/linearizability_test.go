@@ -650,10 +650,28 @@ func TestLinearizability(t *testing.T) {
 		}
 	}
 	t.Logf("seed %d (FILEWRITE_LIN_SEED=%d replays the operation choices; the interleaving is the scheduler's)", seed, seed)
-	for _, io := range []IOMode{IOBuffered, IODirect} {
+	// "mapped" is buffered with files mapped at their first overwrite
+	// (mapped.go), so that writes go through the mapping where their
+	// blocks are written and their pages resident, and through pwrite
+	// elsewhere.
+	for _, mode := range []string{"buffered", "direct", "mapped"} {
+		io, mapped := IOBuffered, mode == "mapped"
+		if mode == "direct" {
+			io = IODirect
+		}
 		for _, p := range Policies() {
-			t.Run(io.String()+"/"+p.String(), func(t *testing.T) {
-				s, dir := newJitterStore(t, Options{Policy: p, IO: io})
+			t.Run(mode+"/"+p.String(), func(t *testing.T) {
+				opts := Options{Policy: p, IO: io}
+				var viaMapping atomic.Int64
+				if mapped {
+					opts.Hooks = &Hooks{mapEagerly: true, MappedWrite: func(string) { viaMapping.Add(1) }}
+					defer func() {
+						if viaMapping.Load() == 0 {
+							t.Error("no write went through a mapping")
+						}
+					}()
+				}
+				s, dir := newJitterStore(t, opts)
 				if err := s.Truncate(context.Background(), "o-direct-probe", 0); io == IODirect && errors.Is(err, ErrUnsupported) {
 					t.Skipf("O_DIRECT is not supported here: %v", err)
 				}
@@ -804,6 +822,13 @@ func (f jitterFile) ReadAt(p []byte, off int64) (int, error) {
 	jitter()
 	return f.File.ReadAt(p, off)
 }
+
+// The mapping of the file below, where it has one (a store into it is not
+// jittered: it is a copy, with no call to pause around).
+func (f jitterFile) Map(length int64) ([]byte, error) { return f.File.(mappable).Map(length) }
+func (f jitterFile) Unmap(b []byte) error             { return f.File.(mappable).Unmap(b) }
+func (f jitterFile) Resident(b, vec []byte) error     { return f.File.(mappable).Resident(b, vec) }
+func (f jitterFile) TouchModified() error             { jitter(); return f.File.(mappable).TouchModified() }
 
 // jitter sleeps up to 200µs a quarter of the time and yields another
 // quarter: enough to land in the windows above now and then, and cheap

@@ -355,6 +355,7 @@ func (s *Store) Stat(ctx context.Context, path string) (FileStat, error) {
 		var st FileStat
 		var unlinked bool
 		err := s.lookAt(ctx, path, "stat", func(ino *inode) error {
+			ino.touch() // the ctime dates the writes made before this Stat
 			fi, err := ino.file.Stat()
 			if err == nil && fi.Nlink == 0 {
 				// Its fstat is the news: the next get opens the path

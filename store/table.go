@@ -10,6 +10,7 @@ import (
 	"path"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/trace"
 )
@@ -23,6 +24,9 @@ type inodeTable struct {
 	// recordBatch is telemetry.recordBatch, bound once rather than at
 	// every open (groupCommit.onBatch).
 	recordBatch func(callers int)
+	// mappedBytes is the address space the open files' mappings take
+	// (mapped.go), bounded by maxMappedBytes. Atomic.
+	mappedBytes atomic.Int64
 
 	// mu guards every field below and the table fields of each inode. No
 	// one waits for an inode lock while holding it; Delete and Rename take
@@ -588,6 +592,7 @@ func (t *inodeTable) closeIdleLocked(ino *inode) bool {
 // operation holds a reference, so nothing changes its map or its file
 // (ino.extentMu is not needed, and not taken, being below no table lock).
 func (t *inodeTable) keepExtentsLocked(ino *inode) {
+	ino.touch() // so that the fstat dates the last mapped write too
 	fi, err := ino.file.Stat()
 	if err != nil || fi.Dev != ino.dev || fi.Ino != ino.ino || fi.Size != ino.size.Load() || fi.Nlink == 0 {
 		return

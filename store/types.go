@@ -318,6 +318,12 @@ type Options struct {
 	// disk, and a store drops those older than AppendIDTTL when it opens.
 	AppendIDs   int
 	AppendIDTTL time.Duration
+	// MapFileBytes bounds the files whose overwrites may go through a
+	// shared memory mapping instead of pwrite(2) (see mapped.go): files
+	// up to this size that keep being overwritten. 0 means
+	// DefaultMapFileBytes; a negative value writes every file with
+	// pwrite.
+	MapFileBytes int64
 	// Telemetry receives lock waits; default no-op.
 	Telemetry *Telemetry
 	// Logger, if not nil, receives the store's warnings: an entry that List
@@ -420,6 +426,12 @@ func CheckMaxOpenFiles(maxOpenFiles int, io IOMode, nofile uint64) error {
 // some 160 bytes and 24 per run of blocks).
 const DefaultExtentCacheBytes = 32 << 20
 
+// DefaultMapFileBytes is the default of Options.MapFileBytes: a mapping
+// takes address space, not memory, but a page written through it stays in
+// the daemon's resident set (as file pages the kernel can reclaim) until
+// the file closes.
+const DefaultMapFileBytes = 1 << 30
+
 func (o Options) withDefaults() Options {
 	if o.Policy == 0 {
 		o.Policy = DefaultPolicy
@@ -447,6 +459,12 @@ func (o Options) withDefaults() Options {
 		o.ExtentCacheBytes = DefaultExtentCacheBytes
 	case o.ExtentCacheBytes < 0:
 		o.ExtentCacheBytes = -1
+	}
+	switch {
+	case o.MapFileBytes == 0:
+		o.MapFileBytes = DefaultMapFileBytes
+	case o.MapFileBytes < 0:
+		o.MapFileBytes = -1
 	}
 	return o
 }

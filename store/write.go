@@ -426,8 +426,16 @@ func (s *Store) writeData(ctx context.Context, ino *inode, off int64, data []byt
 	var err error
 	if ino.direct != nil && ino.aligned(off, end) {
 		n, err = writeDirect(ino.direct, off, data, int(ino.blockSize), maxDirectChunk)
+	} else if reason != ReasonAppend && ino.writeMapped(off, data) {
+		if s.opts.Hooks != nil && s.opts.Hooks.MappedWrite != nil {
+			s.opts.Hooks.MappedWrite(ino.path())
+		}
+		return len(data), nil // the blocks were written already: the map stands
 	} else {
 		n, err = ino.file.WriteAt(data, off)
+		if n > 0 {
+			ino.wroteResident(off, off+int64(n))
+		}
 		if err == nil && ino.direct != nil {
 			// Later direct I/O must see these bytes.
 			if err = ino.file.WriteBack(off, int64(n)); err != nil {

@@ -1,0 +1,390 @@
+//go:build linux
+
+package store
+
+import (
+	"math/bits"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Mapped writes.
+//
+// A buffered pwrite(2) of 4 KiB over blocks the file already holds costs
+// the kernel more than the copy: the syscall, the inode's rwsem (which
+// ext4 takes exclusively for every buffered write, so concurrent writers
+// of one file queue in the kernel whatever the store's policy lets
+// through) and, for a file first written in large pieces, a walk over
+// every buffer head of the large page-cache folio the bytes land in
+// (ext4_block_write_begin). A store into a shared, writable mapping of the
+// file (mmap(2), MAP_SHARED) of a page already mapped writable is a copy
+// and nothing else: the page is in the page cache and marked dirty by the
+// fault that mapped it, and writeback, Read, fsync and every other
+// descriptor of the file see the bytes as they see a pwrite's.
+//
+// So a file that keeps being overwritten gets a mapping, and an overwrite
+// goes through it when all of these hold (writeMapped):
+//   - the store writes through the page cache (IOBuffered), and the file
+//     is the operating system's (faultfs and crashfs, the test layers,
+//     offer no mapping, and their writes stay the pwrites they inject
+//     faults into);
+//   - the write is not an append and ends at or below the size: under the
+//     lock or counted in flight, no truncate can cut the file below it
+//     meanwhile;
+//   - every block it touches is written (the extent map): a store into a
+//     hole or an unwritten block would have the page fault allocate or
+//     convert it, and a fault cannot report ENOSPC but as SIGBUS;
+//   - every page it touches is known to be in the page cache (resident):
+//     a store to a page that is not reads it from the disk inside the page
+//     fault, holding its thread where Go's scheduler cannot hand the
+//     thread's work on (a pwrite is a syscall, and can), and for a whole
+//     page it would read what it then overwrites;
+//   - the write's 2 MiB region of the file is hot: it took hotWrites
+//     writes since the file's last sync and within the current
+//     hotPeriod. The first store to a page after the kernel cleaned it
+//     (a sync, writeback) faults, and the fault (block_page_mkwrite) marks
+//     every block of the page's folio dirty, up to 2 MiB for a file
+//     written in large pieces, where a pwrite marks the blocks it wrote:
+//     the next writeback or sync would write the whole folio. In a region
+//     that many writes reach between two cleanings, pwrites dirty most of
+//     it anyway, and the extra I/O the faults cause stays small; a
+//     durable writer, whose syncs clean the pages after a few writes, and
+//     a sparse one stay with pwrite;
+//   - the file has had mapAfterWrites such overwrites since it was opened
+//     (the mapping costs two syscalls and, at close, a TLB flush: a file
+//     written a few times between reopens is better off with pwrite), and
+//     is not larger than Options.MapFileBytes.
+//
+// Otherwise the write is a pwrite, as before, which also marks its pages
+// resident. A store that faults anyway (the file was cut short from
+// outside the store, or the kernel could not back a page) is recovered
+// (debug.SetPanicOnFault), the write is made again with pwrite, and the
+// file's mapping is not used again while it stays open.
+//
+// Timestamps: a pwrite sets the file's mtime and ctime; a store into a
+// page already mapped writable sets neither (the kernel sets them when the
+// page faults). The store sets them itself (touch), once, before the next
+// Stat (whose ctime the service's ETag and Last-Modified are made of),
+// sync, or close of a file written through its mapping since, so that
+// they move after such writes as they do after pwrites, if later.
+//
+// A mapping is unmapped only when the inode closes (no reference left, so
+// no write is using it). When the file grows past its mapping, a longer one
+// replaces it for new writes and the old one is retired, not unmapped,
+// since a write may still be storing into it; lengths double, so a file
+// leaves few of them.
+
+// mapAfterWrites is how many overwrites of written blocks a file takes
+// through pwrite, after it opens, before it is mapped.
+const mapAfterWrites = 16
+
+// hotRegion, hotWrites and hotPeriod say when a region of a file is hot
+// enough to be written through its mapping (see above): hotRegion is the
+// largest page-cache folio on x86-64 (PMD_SIZE), hotWrites half of its
+// blocks, and hotPeriod the flusher's default wake-up interval
+// (dirty_writeback_centisecs).
+const (
+	hotRegion = 2 << 20
+	hotWrites = 256
+	hotPeriod = 5 * time.Second
+)
+
+// minMapBytes is the shortest mapping made: a small file that grows does
+// not remap at every page.
+const minMapBytes = 1 << 20
+
+// maxMappedBytes bounds the address space all mappings of a store take
+// together (a mapping costs no memory until its pages are touched, but the
+// address space is finite): past it, files are written with pwrite.
+const maxMappedBytes = 1 << 42
+
+// pageSize is the page cache's unit, the unit of residency.
+var pageSize = int64(os.Getpagesize())
+
+// mappable is a File whose bytes can be mapped into memory: the operating
+// system's files (osFile).
+type mappable interface {
+	// Map is mmap(2) of the file's first length bytes, shared and
+	// writable.
+	Map(length int64) ([]byte, error)
+	// Unmap is munmap(2) of a mapping Map returned.
+	Unmap(b []byte) error
+	// Resident sets vec[i] bit 0 for each page i of b in the page cache
+	// (mincore(2)); len(vec) is the pages of b.
+	Resident(b []byte, vec []byte) error
+	// TouchModified sets the file's mtime, and so its ctime, to now and
+	// leaves its atime (futimens(2)).
+	TouchModified() error
+}
+
+// fileMap is one mapping of a file. It is immutable but for the resident
+// bits.
+type fileMap struct {
+	b []byte
+	// resident has a bit per page of b, set once the page is known to be
+	// in the page cache: by mincore when mapped, or by a pwrite to it
+	// since. A page evicted later (clean, and memory short) keeps its bit:
+	// a store to it then reads it in inside its page fault.
+	resident []atomic.Uint64
+	// heat counts the writes to each hotRegion of b: the epoch (see
+	// inodeMap.epoch) in the high 32 bits, the writes made in it in the
+	// low 32, counted until hotWrites.
+	heat []atomic.Uint64
+}
+
+// hot counts a write at off in epoch and reports whether its region was
+// hot already.
+func (m *fileMap) hot(off int64, epoch uint32) bool {
+	c := &m.heat[off/hotRegion]
+	v := c.Load()
+	switch {
+	case uint32(v>>32) != epoch:
+		c.CompareAndSwap(v, uint64(epoch)<<32|1)
+		return false
+	case uint32(v) >= hotWrites:
+		return true
+	}
+	c.Add(1)
+	return false
+}
+
+// residentRange reports whether every page of [off, end) has its bit.
+func (m *fileMap) residentRange(off, end int64) bool {
+	for p := off / pageSize; p*pageSize < end; p++ {
+		if m.resident[p/64].Load()&(1<<(p%64)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// markResident sets the bits of the pages of [off, end) within m.
+func (m *fileMap) markResident(off, end int64) {
+	end = min(end, int64(len(m.b)))
+	for p := off / pageSize; p*pageSize < end; p++ {
+		w, bit := &m.resident[p/64], uint64(1)<<(p%64)
+		if w.Load()&bit == 0 {
+			w.Or(bit)
+		}
+	}
+}
+
+// inodeMap is an inode's mapping state.
+type inodeMap struct {
+	// limit is the largest file mapped (Options.MapFileBytes), 0 where the
+	// file cannot be mapped (IODirect, a file layer without mappable, the
+	// option off). Immutable after open.
+	limit int64
+	// cur is the mapping writes use, nil until the file earned one. Stored
+	// with mu held; read atomically, by writers that hold the inode lock
+	// in some mode or are counted in flight, and by nothing else.
+	cur atomic.Pointer[fileMap]
+	// due counts down the overwrites made with pwrite before the file is
+	// mapped.
+	due atomic.Int32
+	// off is set once the mapping failed (mmap refused, the address space
+	// bound reached, a store faulted, the timestamps could not be set):
+	// writes are pwrites until the file is opened again.
+	off atomic.Bool
+	// stale is set by a store into the mapping, and cleared by touch,
+	// which then sets the file's timestamps.
+	stale atomic.Bool
+	// eager is Hooks.mapEagerly: no countdown, every region hot.
+	// Immutable after open.
+	eager bool
+	// syncs counts the file's syncs (syncFile), for epoch.
+	syncs atomic.Uint32
+	// mu guards retired, and serialises making mappings.
+	mu sync.Mutex
+	// retired are the mappings cur replaced, unmapped when the inode
+	// closes. Guarded by mu.
+	retired []*fileMap
+}
+
+// epoch names the period in which a region's writes are counted: it
+// changes with every sync of the file and every hotPeriod, and never
+// returns to a value it had (both terms only grow).
+func (mp *inodeMap) epoch() uint32 {
+	return mp.syncs.Load() + uint32(time.Now().UnixNano()/int64(hotPeriod))
+}
+
+// initMapping sets up ino's mapping state at open.
+func (ino *inode) initMapping(t *inodeTable) {
+	ino.mapping.limit = 0
+	if t.opts.MapFileBytes > 0 && ino.direct == nil {
+		if _, ok := ino.file.(mappable); ok {
+			ino.mapping.limit = t.opts.MapFileBytes
+		}
+	}
+	ino.mapping.eager = t.opts.Hooks != nil && t.opts.Hooks.mapEagerly
+	ino.mapping.due.Store(mapAfterWrites)
+	if ino.mapping.eager {
+		ino.mapping.due.Store(0)
+	}
+}
+
+// writeMapped stores data at off through ino's mapping, if the write
+// qualifies (see "Mapped writes" above), and reports whether it did; if it
+// did not, the caller writes with pwrite and then calls wroteResident.
+//
+// Preconditions: ino.lock is held in some mode, or the write is counted in
+// flight (ino.inflight) having registered under it; the write is not an
+// append.
+func (ino *inode) writeMapped(off int64, data []byte) bool {
+	mp := &ino.mapping
+	if mp.limit == 0 || mp.off.Load() {
+		return false
+	}
+	end := off + int64(len(data))
+	if end > ino.size.Load() {
+		return false
+	}
+	ino.extentMu.Lock()
+	first, last := ino.extents.blocksTouched(off, end)
+	written := ino.extents.within(first, last, ExtentWritten)
+	ino.extentMu.Unlock()
+	if !written {
+		return false
+	}
+	m := mp.cur.Load()
+	if m == nil || end > int64(len(m.b)) {
+		if m == nil && mp.due.Add(-1) > 0 {
+			return false
+		}
+		if m = ino.remap(end); m == nil {
+			return false
+		}
+	}
+	if !mp.eager && !m.hot(off, mp.epoch()) || !m.residentRange(off, end) {
+		return false
+	}
+	if !storeMapped(m.b[off:end], data) {
+		mp.off.Store(true)
+		return false
+	}
+	if !mp.stale.Load() {
+		mp.stale.Store(true)
+	}
+	return true
+}
+
+// wroteResident records that a pwrite put [off, end) in the page cache.
+func (ino *inode) wroteResident(off, end int64) {
+	if m := ino.mapping.cur.Load(); m != nil {
+		m.markResident(off, end)
+	}
+}
+
+// storeMapped copies src to dst, a slice of a mapping, and reports false
+// if a page fault could not be served (SIGBUS: the page lies past the
+// file's end, cut from outside the store, or the kernel could not back
+// it), which debug.SetPanicOnFault turns into a panic recovered here.
+// Part of src may have been stored.
+func storeMapped(dst, src []byte) (ok bool) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	copy(dst, src)
+	return true
+}
+
+// remap returns a mapping of ino at least end bytes long, making one if
+// the current one is missing or shorter, or nil (and the file's mapping
+// off) if none can be made.
+func (ino *inode) remap(end int64) *fileMap {
+	mp := &ino.mapping
+	mp.mu.Lock()
+	defer mp.mu.Unlock()
+	old := mp.cur.Load()
+	if old != nil && end <= int64(len(old.b)) {
+		return old // another writer made it meanwhile
+	}
+	if mp.off.Load() {
+		return nil
+	}
+	size := ino.size.Load()
+	if size > mp.limit || size < end {
+		mp.off.Store(true)
+		return nil
+	}
+	length := max(minMapBytes, int64(1)<<bits.Len64(uint64(size-1)))
+	if ino.table.mappedBytes.Add(length) > maxMappedBytes {
+		ino.table.mappedBytes.Add(-length)
+		mp.off.Store(true)
+		return nil
+	}
+	f := ino.file.(mappable)
+	b, err := f.Map(length)
+	if err != nil {
+		ino.table.mappedBytes.Add(-length)
+		mp.off.Store(true)
+		return nil
+	}
+	pages := (length + pageSize - 1) / pageSize
+	m := &fileMap{b: b, resident: make([]atomic.Uint64, (pages+63)/64), heat: make([]atomic.Uint64, (length+hotRegion-1)/hotRegion)}
+	// Seed the bits from the page cache as it is now, up to the size
+	// (mincore of pages past it says nothing useful).
+	upto := (size + pageSize - 1) / pageSize
+	vec := make([]byte, upto)
+	if err := f.Resident(b[:upto*pageSize], vec); err == nil {
+		for p, v := range vec {
+			if v&1 != 0 {
+				m.resident[p/64].Or(1 << (p % 64))
+			}
+		}
+	}
+	if old != nil {
+		for i := range old.resident {
+			m.resident[i].Or(old.resident[i].Load())
+		}
+		for i := range old.heat {
+			m.heat[i].Store(old.heat[i].Load())
+		}
+		mp.retired = append(mp.retired, old)
+	}
+	mp.cur.Store(m)
+	return m
+}
+
+// touch sets the file's mtime and ctime to now if a store into its mapping
+// changed it since they were last set. If they cannot be set, the mapping
+// is not used again (pwrites set them themselves).
+func (ino *inode) touch() {
+	mp := &ino.mapping
+	if !mp.stale.Load() || !mp.stale.Swap(false) {
+		return
+	}
+	if err := ino.file.(mappable).TouchModified(); err != nil {
+		mp.off.Store(true)
+	}
+}
+
+// unmapAll unmaps every mapping of ino, setting its timestamps first if
+// they are owed.
+//
+// Preconditions: no reference to ino is left: no write can be using a
+// mapping.
+func (ino *inode) unmapAll() {
+	mp := &ino.mapping
+	cur := mp.cur.Load()
+	if cur == nil {
+		return
+	}
+	ino.touch()
+	f := ino.file.(mappable)
+	mp.mu.Lock()
+	maps := append(mp.retired, cur)
+	mp.retired = nil
+	mp.cur.Store(nil)
+	mp.mu.Unlock()
+	for _, m := range maps {
+		f.Unmap(m.b)
+		ino.table.mappedBytes.Add(-int64(len(m.b)))
+	}
+}

@@ -1,0 +1,340 @@
+//go:build linux
+
+package store
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// mappedCounter counts the writes that went through a mapping, by path.
+type mappedCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *mappedCounter) hooks(eager bool) *Hooks {
+	c.n = map[string]int{}
+	return &Hooks{mapEagerly: eager, MappedWrite: func(path string) {
+		c.mu.Lock()
+		c.n[path]++
+		c.mu.Unlock()
+	}}
+}
+
+func (c *mappedCounter) count(path string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[path]
+}
+
+// prepareFile writes name whole, size bytes in pieces of chunk, through s.
+func prepareFile(t *testing.T, s *Store, name string, size, chunk int64) []byte {
+	t.Helper()
+	model := make([]byte, size)
+	for i := range model {
+		model[i] = byte(i / 4096)
+	}
+	for off := int64(0); off < size; off += chunk {
+		if _, err := s.Write(context.Background(), name, off, model[off:off+chunk], SyncNone); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return model
+}
+
+// checkContent compares name, read through the store and from the file
+// itself, with model.
+func checkContent(t *testing.T, s *Store, dir, name string, model []byte) {
+	t.Helper()
+	got, err := s.Read(context.Background(), name, 0, int64(len(model))+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, model) {
+		t.Errorf("Read of %s: %d bytes, want %d; first difference at %d", name, len(got), len(model), firstDiff(got, model))
+	}
+	onDisk, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(onDisk, model) {
+		t.Errorf("file %s: %d bytes, want %d; first difference at %d", name, len(onDisk), len(model), firstDiff(onDisk, model))
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// TestMappedWritesAgainstModel has writers overwrite a file concurrently,
+// each its own blocks with random pieces of them (aligned or not), under
+// every policy, while a truncater cuts the file's tail
+// and writes it back: the file, read through the store and read from the
+// disk, must hold what a model of the writes says, and most writes must
+// have gone through the mapping.
+func TestMappedWritesAgainstModel(t *testing.T) {
+	const size, writers, perWriter = 1 << 20, 4, 400
+	for _, p := range Policies() {
+		t.Run(p.String(), func(t *testing.T) {
+			var c mappedCounter
+			s, dir := newTestStore(t, Options{Policy: p, Hooks: c.hooks(true)})
+			model := prepareFile(t, s, "f", size, 64<<10)
+			ctx := context.Background()
+			var wg sync.WaitGroup
+			var mu sync.Mutex // guards model
+			for w := range writers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rng := rand.New(rand.NewPCG(uint64(w), 1))
+					for i := range perWriter {
+						// Writer w owns the blocks b with b%writers == w,
+						// and the first three quarters of the file: the
+						// truncater owns the rest.
+						block := int64(rng.IntN(size/4096*3/4/writers)*writers + w)
+						off := block*4096 + int64(rng.IntN(4096))
+						n := int64(1 + rng.IntN(int(block*4096+4096-off)))
+						data := bytes.Repeat([]byte{byte(w<<6 | i%64)}, int(n))
+						if _, err := s.Write(ctx, "f", off, data, SyncNone); err != nil {
+							t.Error(err)
+							return
+						}
+						mu.Lock()
+						copy(model[off:], data)
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				tail := int64(size * 3 / 4)
+				for i := range 20 {
+					if err := s.Truncate(ctx, "f", tail+int64(i)*512); err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					piece := append([]byte(nil), model[tail:]...)
+					mu.Unlock()
+					if _, err := s.Write(ctx, "f", tail, piece, SyncNone); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+			wg.Wait()
+			checkContent(t, s, dir, "f", model)
+			if got := c.count("f"); got < writers*perWriter/2 {
+				t.Errorf("%d of %d writes went through the mapping, want most", got, writers*perWriter)
+			}
+		})
+	}
+}
+
+// TestMappedWriteMovesChangeTime: Stat's change time, which ETags are made
+// of, moves after a write that went through the mapping, as it does after
+// a pwrite, though the store into an already writable page tells the
+// kernel nothing.
+func TestMappedWriteMovesChangeTime(t *testing.T) {
+	var c mappedCounter
+	s, _ := newTestStore(t, Options{Hooks: c.hooks(true)})
+	prepareFile(t, s, "f", 64<<10, 64<<10)
+	ctx := context.Background()
+	// A write that maps the page writable (if its first store
+	// is a pwrite, the second).
+	for range 2 {
+		if _, err := s.Write(ctx, "f", 0, []byte("a"), SyncNone); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		before, err := s.Stat(ctx, "f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Past the coarsest timestamp granularity, so that the test does
+		// not lean on the kernel's fine-grained ctime after a stat.
+		time.Sleep(20 * time.Millisecond)
+		n := c.count("f")
+		if _, err := s.Write(ctx, "f", 1, []byte{byte(i)}, SyncNone); err != nil {
+			t.Fatal(err)
+		}
+		if c.count("f") != n+1 {
+			t.Fatalf("write %d did not go through the mapping", i)
+		}
+		after, err := s.Stat(ctx, "f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after.ChangeTime <= before.ChangeTime {
+			t.Errorf("write %d: change time %d after it, %d before", i, after.ChangeTime, before.ChangeTime)
+		}
+	}
+}
+
+// TestMappedWriteFileCutOutside: a file cut short from outside the store
+// makes a store into its mapping fault (SIGBUS); the write is recovered,
+// made again with pwrite, and the file is not written through its mapping
+// again while it stays open.
+func TestMappedWriteFileCutOutside(t *testing.T) {
+	var c mappedCounter
+	s, dir := newTestStore(t, Options{Hooks: c.hooks(true)})
+	model := prepareFile(t, s, "f", 256<<10, 64<<10)
+	ctx := context.Background()
+	data := []byte("through the mapping")
+	for range 2 {
+		if _, err := s.Write(ctx, "f", 200<<10, data, SyncNone); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := c.count("f")
+	if before == 0 {
+		t.Fatal("no write went through the mapping")
+	}
+	copy(model[200<<10:], data)
+	if err := os.Truncate(filepath.Join(dir, "f"), 0); err != nil {
+		t.Fatal(err)
+	}
+	// The store still believes the size is 256 KiB: the write is below
+	// its EOF, its page is resident by the bits and gone from the file.
+	if _, err := s.Write(ctx, "f", 200<<10, data, SyncNone); err != nil {
+		t.Fatalf("write after the file was cut outside: %v", err)
+	}
+	if _, err := s.Write(ctx, "f", 200<<10, data, SyncNone); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.count("f") - before; n != 0 {
+		t.Errorf("%d writes went through the mapping after the fault, want none", n)
+	}
+	onDisk, err := os.ReadFile(filepath.Join(dir, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, 200<<10+len(data))
+	copy(want[200<<10:], data)
+	if !bytes.Equal(onDisk, want) {
+		t.Errorf("file after the recovered write: %d bytes, want %d: the write made again with pwrite", len(onDisk), len(want))
+	}
+}
+
+// TestMappedWritesOnlyWhereHot is the default thresholds' test: a writer
+// that syncs after each write, and one that writes a region sparsely, stay
+// with pwrite (a fault would dirty whole folios the syncs just cleaned);
+// a writer that overwrites a region densely without syncs gets the
+// mapping.
+func TestMappedWritesOnlyWhereHot(t *testing.T) {
+	var c mappedCounter
+	s, dir := newTestStore(t, Options{Hooks: c.hooks(false)})
+	ctx := context.Background()
+	for _, name := range []string{"synced", "sparse", "dense"} {
+		prepareFile(t, s, name, 4<<20, 1<<20)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	page := bytes.Repeat([]byte{7}, 4096)
+	for range 400 {
+		off := int64(rng.IntN(512)) * 4096
+		if _, err := s.Write(ctx, "synced", off, page, SyncData); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range hotWrites - 1 {
+		// One write per page of the first region (below hotWrites).
+		if _, err := s.Write(ctx, "sparse", int64(i)*4096, page, SyncNone); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const dense = 4000
+	model := prepareFile(t, s, "dense-model", 4<<20, 1<<20) // the same content as dense
+	for range dense {
+		off := int64(rng.IntN(512)) * 4096
+		if _, err := s.Write(ctx, "dense", off, page, SyncNone); err != nil {
+			t.Fatal(err)
+		}
+		copy(model[off:], page)
+	}
+	if n := c.count("synced"); n != 0 {
+		t.Errorf("synced writer: %d writes went through the mapping, want none", n)
+	}
+	if n := c.count("sparse"); n != 0 {
+		t.Errorf("sparse writer: %d writes went through the mapping, want none", n)
+	}
+	// The first hotWrites of the period, and the first to each page, are
+	// pwrites; a period boundary in the middle costs another hotWrites.
+	if n := c.count("dense"); n < dense-3*hotWrites-512 {
+		t.Errorf("dense writer: %d of %d writes went through the mapping, want all but the first of each page and period", n, dense)
+	}
+	checkContent(t, s, dir, "dense", model)
+}
+
+// TestMappedFilesClosedForRoom: files closed for room (and at Close) give
+// their mappings back, and keep what was stored through them.
+func TestMappedFilesClosedForRoom(t *testing.T) {
+	var c mappedCounter
+	dir := t.TempDir()
+	fsys, err := OpenOSFS(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(fsys, Options{MaxOpenFiles: 2, Hooks: c.hooks(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	models := map[string][]byte{}
+	for i := range 4 {
+		name := fmt.Sprintf("f%d", i)
+		models[name] = prepareFile(t, s, name, 64<<10, 64<<10)
+	}
+	var mapped atomic.Int64
+	for round := range 6 {
+		for name, model := range models {
+			for k := range 4 {
+				off := int64(k*4096 + round)
+				b := []byte{byte(round*16 + k)}
+				if _, err := s.Write(ctx, name, off, b, SyncNone); err != nil {
+					t.Fatal(err)
+				}
+				copy(model[off:], b)
+			}
+			mapped.Store(s.table.mappedBytes.Load())
+		}
+	}
+	for name := range models {
+		if c.count(name) == 0 {
+			t.Errorf("%s: no write went through a mapping", name)
+		}
+	}
+	if mapped.Load() > 2*minMapBytes {
+		t.Errorf("%d bytes mapped with 2 files open, want at most %d", mapped.Load(), 2*minMapBytes)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.table.mappedBytes.Load(); n != 0 {
+		t.Errorf("%d bytes still mapped after Close", n)
+	}
+	for name, model := range models {
+		onDisk, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(onDisk, model) {
+			t.Errorf("%s after Close: first difference at %d", name, firstDiff(onDisk, model))
+		}
+	}
+}
