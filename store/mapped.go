@@ -42,8 +42,9 @@ import (
 //     fault, holding its thread where Go's scheduler cannot hand the
 //     thread's work on (a pwrite is a syscall, and can), and for a whole
 //     page it would read what it then overwrites;
-//   - the write's 2 MiB region of the file is hot: it took hotWrites
-//     writes since the file's last sync and within the current
+//   - the write's 2 MiB region of the file is hot: it took writes to
+//     half its blocks (hotWrites; fewer where the file's end cuts the
+//     region short) since the file's last sync and within the current
 //     hotPeriod. The first store to a page after the kernel cleaned it
 //     (a sync, writeback) faults, and the fault (block_page_mkwrite) marks
 //     every block of the page's folio dirty, up to 2 MiB for a file
@@ -78,8 +79,10 @@ import (
 // leaves few of them.
 
 // mapAfterWrites is how many overwrites of written blocks a file takes
-// through pwrite, after it opens, before it is mapped.
-const mapAfterWrites = 16
+// through pwrite, after it opens, before it is mapped: the mapping's
+// syscalls and, at close, its unmapping cost about as much as this many
+// pwrites save.
+const mapAfterWrites = 8
 
 // hotRegion, hotWrites and hotPeriod say when a region of a file is hot
 // enough to be written through its mapping (see above): hotRegion is the
@@ -136,15 +139,19 @@ type fileMap struct {
 }
 
 // hot counts a write at off in epoch and reports whether its region was
-// hot already.
-func (m *fileMap) hot(off int64, epoch uint32) bool {
+// hot already: it took writes to half its blocks, hotWrites for a whole
+// region, fewer for one that the file's end (size) cuts short, whose
+// folios are as short (a 16 KiB file is hot after 2 writes).
+func (m *fileMap) hot(off, size, blockSize int64, epoch uint32) bool {
 	c := &m.heat[off/hotRegion]
 	v := c.Load()
+	start := off / hotRegion * hotRegion
+	need := uint32(max(1, min(hotWrites, (min(size, start+hotRegion)-start)/blockSize/2)))
 	switch {
 	case uint32(v>>32) != epoch:
 		c.CompareAndSwap(v, uint64(epoch)<<32|1)
 		return false
-	case uint32(v) >= hotWrites:
+	case uint32(v) >= need:
 		return true
 	}
 	c.Add(1)
@@ -258,7 +265,7 @@ func (ino *inode) writeMapped(off int64, data []byte) bool {
 			return false
 		}
 	}
-	if !mp.eager && !m.hot(off, mp.epoch()) || !m.residentRange(off, end) {
+	if !mp.eager && !m.hot(off, ino.size.Load(), ino.blockSize, mp.epoch()) || !m.residentRange(off, end) {
 		return false
 	}
 	if !storeMapped(m.b[off:end], data) {
