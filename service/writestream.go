@@ -171,6 +171,8 @@ type streamWrite struct {
 	err error
 	// status is err as its ack carries it, encoded by the sender.
 	status []byte
+	// inlined: the reader made it (applyInline). The reader's alone.
+	inlined bool
 }
 
 // writeStream is one WriteStream. Four kinds of goroutine share it:
@@ -178,7 +180,10 @@ type streamWrite struct {
 //   - the handler's (serve) sends the acks and decides when the stream
 //     ends;
 //   - the reader (read) alone calls Recv: it opens the files, checks each
-//     message and hands its writes to their file's writeOrder;
+//     message and hands its writes to their file's writeOrder; a write
+//     free to apply at once that the store can make without waiting or a
+//     syscall (Handle.TryWrite: a copy into the file's mapping) it
+//     applies itself (applyInline), saving a worker's wake-up;
 //   - up to streamWorkers workers (work) apply the writes that the orders
 //     free, taking files in turn (runnable); with more than one file on
 //     the stream, at most streamWorkers-1 of them work on one file, so
@@ -226,6 +231,10 @@ type writeStream struct {
 	wake chan struct{}
 	// helpers counts the workers and the syncer, for the reader to wait.
 	helpers sync.WaitGroup
+	// inline holds the writes of the message being read that queue found
+	// free to apply and fit for TryWrite, for applyInline. The reader's
+	// alone.
+	inline []*streamWrite
 	// resp and acked are the response being sent and the writes it acks,
 	// owned by whoever set sending.
 	resp  encodedMessage
@@ -669,7 +678,43 @@ func (ws *writeStream) accept(req *streamRequest) error {
 		ws.budget.give(cost)
 		req.release()
 	}
+	ws.applyInline()
 	return err
+}
+
+// applyInline tries the writes queue left in inline with TryWrite, and
+// completes those it made as a worker does; it hands the others to the
+// workers. Each of them is in its file's order, free to apply, and
+// counted in ordered, so none of its file's later overlapping writes can
+// start meanwhile, and the workers do not exit.
+func (ws *writeStream) applyInline() {
+	if len(ws.inline) == 0 {
+		return
+	}
+	for _, w := range ws.inline {
+		var made bool
+		if w.res, made = w.file.h.TryWrite(ws.ctx, w.off, w.data); made {
+			w.landed = w.off
+		} else {
+			w.res = store.AppliedWrite{}
+		}
+		w.inlined = made
+	}
+	ws.mu.Lock()
+	for i, w := range ws.inline {
+		ws.inline[i] = nil
+		if !w.inlined {
+			ws.readyLocked(w)
+			continue
+		}
+		ws.ordered--
+		w.file.order.remove(w, ws.readyLocked)
+		w.data = nil
+		w.req.applied()
+		ws.doneLocked(w)
+	}
+	ws.inline = ws.inline[:0]
+	ws.mu.Unlock()
 }
 
 // queue hands out the writes of req, whose cost the stream has taken, and
@@ -717,7 +762,11 @@ func (ws *writeStream) queue(req *streamRequest) (bool, error) {
 		}
 		ws.ordered++
 		if f.order.add(w) {
-			ws.readyLocked(w)
+			if w.sync == store.SyncNone && !w.append {
+				ws.inline = append(ws.inline, w)
+			} else {
+				ws.readyLocked(w)
+			}
 		}
 	}
 	ws.closeFilesLocked(req.msg.Closes)

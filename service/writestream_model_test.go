@@ -142,7 +142,19 @@ var streamModel = porcupine.Model{
 func TestWriteStreamTruncateRace(t *testing.T) {
 	for _, policy := range store.Policies() {
 		t.Run(policy.String(), func(t *testing.T) {
-			d := startDaemon(t, func(c *Config) { c.Store.Policy = policy })
+			// Most writes go through the file's mapping once it is hot,
+			// and those the reader can make at once it makes itself
+			// (applyInline): the history covers both paths.
+			var mapped atomic.Int64
+			d := startDaemon(t, func(c *Config) {
+				c.Store.Policy = policy
+				c.Store.Hooks = &store.Hooks{MappedWrite: func(string) { mapped.Add(1) }}
+			})
+			defer func() {
+				if mapped.Load() == 0 {
+					t.Error("no write went through the file's mapping")
+				}
+			}()
 			ctx := testContext(t)
 			const path = "model/f"
 			stream := openStream(t, ctx, d.client, path)

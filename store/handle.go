@@ -98,6 +98,20 @@ func (h *Handle) Write(ctx context.Context, off int64, data []byte, sync SyncMod
 	return h.s.applyWrite(ctx, h.ino, "", nil, off, data, sync)
 }
 
+// TryWrite makes a write of data at off with no sync, as Write does, if it
+// can do so at once: without waiting for the inode lock, and as a copy
+// into the file's mapping (mapped.go), with no syscall. It reports false,
+// having changed nothing, otherwise (the write is refused, extends the
+// file, must wait for the lock, or would be a pwrite), and the caller
+// makes the write with Write. A caller that must not block on one file
+// (a stream's reader, which serves many) tries this first.
+func (h *Handle) TryWrite(ctx context.Context, off int64, data []byte) (AppliedWrite, bool) {
+	if len(data) == 0 || h.s.validateWrite(off, data, SyncNone) != nil {
+		return AppliedWrite{}, false
+	}
+	return h.s.tryWrite(ctx, h.ino, off, data)
+}
+
 // Append appends data to the Handle's file, as Store.Append does, and
 // returns once it is as durable as sync asks. Appends made one after
 // another through a Handle get increasing offsets. Append IDs are

@@ -138,21 +138,25 @@ type fileMap struct {
 	heat []atomic.Uint64
 }
 
-// hot counts a write at off in epoch and reports whether its region was
-// hot already: it took writes to half its blocks, hotWrites for a whole
+// hot counts a write at off in epoch (unless peek) and reports whether
+// its region was hot already: it took writes to half its blocks, hotWrites for a whole
 // region, fewer for one that the file's end (size) cuts short, whose
 // folios are as short (a 16 KiB file is hot after 2 writes).
-func (m *fileMap) hot(off, size, blockSize int64, epoch uint32) bool {
+func (m *fileMap) hot(off, size, blockSize int64, epoch uint32, peek bool) bool {
 	c := &m.heat[off/hotRegion]
 	v := c.Load()
 	start := off / hotRegion * hotRegion
 	need := uint32(max(1, min(hotWrites, (min(size, start+hotRegion)-start)/blockSize/2)))
 	switch {
 	case uint32(v>>32) != epoch:
-		c.CompareAndSwap(v, uint64(epoch)<<32|1)
+		if !peek {
+			c.CompareAndSwap(v, uint64(epoch)<<32|1)
+		}
 		return false
 	case uint32(v) >= need:
 		return true
+	case peek:
+		return false
 	}
 	c.Add(1)
 	return false
@@ -236,11 +240,14 @@ func (ino *inode) initMapping(t *inodeTable) {
 // writeMapped stores data at off through ino's mapping, if the write
 // qualifies (see "Mapped writes" above), and reports whether it did; if it
 // did not, the caller writes with pwrite and then calls wroteResident.
+// With try (tryWrite, whose caller makes the write again if it fails) it
+// neither counts the write nor makes a mapping: it only uses what is
+// there.
 //
 // Preconditions: ino.lock is held in some mode, or the write is counted in
 // flight (ino.inflight) having registered under it; the write is not an
 // append.
-func (ino *inode) writeMapped(off int64, data []byte) bool {
+func (ino *inode) writeMapped(off int64, data []byte, try bool) bool {
 	mp := &ino.mapping
 	if mp.limit == 0 || mp.off.Load() {
 		return false
@@ -258,6 +265,9 @@ func (ino *inode) writeMapped(off int64, data []byte) bool {
 	}
 	m := mp.cur.Load()
 	if m == nil || end > int64(len(m.b)) {
+		if try {
+			return false
+		}
 		if m == nil && mp.due.Add(-1) > 0 {
 			return false
 		}
@@ -265,7 +275,7 @@ func (ino *inode) writeMapped(off int64, data []byte) bool {
 			return false
 		}
 	}
-	if !mp.eager && !m.hot(off, ino.size.Load(), ino.blockSize, mp.epoch()) || !m.residentRange(off, end) {
+	if !mp.eager && !m.hot(off, ino.size.Load(), ino.blockSize, mp.epoch(), try) || !m.residentRange(off, end) {
 		return false
 	}
 	if !storeMapped(m.b[off:end], data) {

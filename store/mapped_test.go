@@ -338,3 +338,49 @@ func TestMappedFilesClosedForRoom(t *testing.T) {
 		}
 	}
 }
+
+// TestTryWrite: Handle.TryWrite makes a write only where it waits for
+// nothing and calls no syscall, and otherwise changes nothing: not before
+// the file has a mapping, not while another holds the lock, not for a
+// write that extends the file; and when it does, the bytes are there.
+func TestTryWrite(t *testing.T) {
+	var c mappedCounter
+	s, dir := newTestStore(t, Options{Hooks: c.hooks(true)})
+	ctx := context.Background()
+	model := prepareFile(t, s, "f", 64<<10, 64<<10)
+	h, err := s.OpenHandle(ctx, "f", OpenMustExist)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	try := func(off int64, b []byte, want bool) {
+		t.Helper()
+		res, made := h.TryWrite(ctx, off, b)
+		if made != want {
+			t.Fatalf("TryWrite(%d, %d bytes) = %v, want %v", off, len(b), made, want)
+		}
+		if made {
+			if res.BytesWritten != len(b) || res.Size != int64(len(model)) || res.Owed != SyncNone {
+				t.Errorf("TryWrite(%d, %d bytes) = %+v", off, len(b), res.WriteResult)
+			}
+			copy(model[off:], b)
+		}
+	}
+	try(100, []byte("no mapping yet"), false)
+	if _, err := h.Write(ctx, 200, []byte("maps it"), SyncNone); err != nil {
+		t.Fatal(err)
+	}
+	copy(model[200:], "maps it")
+	try(300, []byte("mapped"), true)
+
+	held, err := lockInode(ctx, h.ino, lockExclusive, "test", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	try(400, []byte("lock held"), false)
+	h.ino.lock.release(held)
+	putHolder(held)
+	try(400, []byte("lock free"), true)
+	try(int64(len(model))-2, []byte("past the end"), false)
+	checkContent(t, s, dir, "f", model)
+}

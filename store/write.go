@@ -265,6 +265,67 @@ func (s *Store) write(ctx context.Context, ino *inode, name string, held *holder
 	}
 }
 
+// tryWrite is Handle.TryWrite's write: write's steps where none waits,
+// the lock taken only if it is free (tryLocked) and the bytes stored only
+// through the mapping (writeMapped with try). A step that would wait or
+// call the kernel gives up, having changed nothing.
+func (s *Store) tryWrite(ctx context.Context, ino *inode, off int64, data []byte) (AppliedWrite, bool) {
+	w := AppliedWrite{start: time.Now()}
+	end := off + int64(len(data))
+	mode, reason := s.writeLockModeOf(ino, off, end)
+	if mode == lockExclusive || ino.mapping.cur.Load() == nil || ino.deleted.Load() {
+		return w, false
+	}
+	h := holderPool.Get().(*holder)
+	*h = holder{mode: lockShared, op: "write", reason: reason, span: trace.SpanContextFromContext(ctx)}
+	ino.lock.mu.Lock()
+	locked := ino.lock.tryLocked(h)
+	ino.lock.mu.Unlock()
+	if !locked {
+		putHolder(h)
+		return w, false
+	}
+	// Under the lock, as write re-checks: the size and blocks cannot
+	// change now, nor can a Delete have begun.
+	if again, _ := s.writeLockModeOf(ino, off, end); again > mode || ino.deleted.Load() {
+		ino.lock.release(h)
+		putHolder(h)
+		return w, false
+	}
+	if s.opts.Hooks != nil && s.opts.Hooks.InsideWrite != nil {
+		s.opts.Hooks.InsideWrite(ctx, ino.path(), mode.String(), reason)
+	}
+	var ok bool
+	if mode == lockNone {
+		token := ino.inflight.begin()
+		var tracked *trace.SpanContext
+		if h.span.IsSampled() && ino.inflight.track(token, &h.span) {
+			tracked = &h.span
+		}
+		ino.lock.release(h)
+		ok = ino.writeMapped(off, data, true)
+		w.Size = ino.size.Load()
+		if tracked != nil {
+			ino.inflight.untrack(token, tracked)
+		}
+		ino.inflight.end(token)
+	} else {
+		ok = ino.writeMapped(off, data, true)
+		w.Size = ino.size.Load()
+		ino.lock.release(h)
+	}
+	putHolder(h)
+	if !ok {
+		return w, false
+	}
+	if s.opts.Hooks != nil && s.opts.Hooks.MappedWrite != nil {
+		s.opts.Hooks.MappedWrite(ino.path())
+	}
+	w.BytesWritten = len(data)
+	s.recordWrite(ctx, w.start, SyncNone)
+	return w, true
+}
+
 // lockFile returns the inode of path, with a reference held and its lock
 // held in mode (lockShared or lockExclusive) for op; release both with
 // ino.lock.release and s.table.put. An inode found deleted once the lock is
@@ -426,7 +487,7 @@ func (s *Store) writeData(ctx context.Context, ino *inode, off int64, data []byt
 	var err error
 	if ino.direct != nil && ino.aligned(off, end) {
 		n, err = writeDirect(ino.direct, off, data, int(ino.blockSize), maxDirectChunk)
-	} else if reason != ReasonAppend && ino.writeMapped(off, data) {
+	} else if reason != ReasonAppend && ino.writeMapped(off, data, false) {
 		if s.opts.Hooks != nil && s.opts.Hooks.MappedWrite != nil {
 			s.opts.Hooks.MappedWrite(ino.path())
 		}
