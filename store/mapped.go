@@ -54,7 +54,7 @@ import (
 //     it anyway, and the extra I/O the faults cause stays small; a
 //     durable writer, whose syncs clean the pages after a few writes, and
 //     a sparse one stay with pwrite;
-//   - the file has had mapAfterWrites such overwrites since it was opened
+//   - the file has taken mapAfterWrites writes below its end since it opened
 //     (the mapping costs two syscalls and, at close, a TLB flush: a file
 //     written a few times between reopens is better off with pwrite), and
 //     is not larger than Options.MapFileBytes.
@@ -256,13 +256,6 @@ func (ino *inode) writeMapped(off int64, data []byte, try bool) bool {
 	if end > ino.size.Load() {
 		return false
 	}
-	ino.extentMu.Lock()
-	first, last := ino.extents.blocksTouched(off, end)
-	written := ino.extents.within(first, last, ExtentWritten)
-	ino.extentMu.Unlock()
-	if !written {
-		return false
-	}
 	m := mp.cur.Load()
 	if m == nil || end > int64(len(m.b)) {
 		if try {
@@ -276,6 +269,15 @@ func (ino *inode) writeMapped(off int64, data []byte, try bool) bool {
 		}
 	}
 	if !mp.eager && !m.hot(off, ino.size.Load(), ino.blockSize, mp.epoch(), try) || !m.residentRange(off, end) {
+		return false
+	}
+	// Last, as the one lock: a write that is no candidate (a durable
+	// writer's, a sparse one's) goes to its pwrite without it.
+	ino.extentMu.Lock()
+	first, last := ino.extents.blocksTouched(off, end)
+	written := ino.extents.within(first, last, ExtentWritten)
+	ino.extentMu.Unlock()
+	if !written {
 		return false
 	}
 	if !storeMapped(m.b[off:end], data) {
