@@ -121,9 +121,13 @@ type memory struct {
 	PeakRSS int64 `json:"peak_rss_bytes"`
 	// RSS is VmRSS, the resident set now.
 	RSS int64 `json:"rss_bytes"`
+	// RSSFile is RssFile, the part of RSS that is file pages mapped into
+	// the process: the page cache of the files the daemon writes through
+	// a mapping, which the kernel can reclaim (written back first).
+	RSSFile int64 `json:"rss_file_bytes"`
 }
 
-// procMemory reads VmHWM and VmRSS of pid.
+// procMemory reads VmHWM, VmRSS and RssFile of pid.
 func procMemory(pid int) (memory, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -132,17 +136,20 @@ func procMemory(pid int) (memory, error) {
 	var m memory
 	for _, line := range strings.Split(string(data), "\n") {
 		key, val, ok := strings.Cut(line, ":")
-		if !ok || (key != "VmHWM" && key != "VmRSS") {
+		if !ok || (key != "VmHWM" && key != "VmRSS" && key != "RssFile") {
 			continue
 		}
 		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(val), " kB"), 10, 64)
 		if err != nil {
 			return memory{}, fmt.Errorf("/proc/%d/status %s: %q", pid, key, val)
 		}
-		if key == "VmHWM" {
+		switch key {
+		case "VmHWM":
 			m.PeakRSS = kb << 10
-		} else {
+		case "VmRSS":
 			m.RSS = kb << 10
+		default:
+			m.RSSFile = kb << 10
 		}
 	}
 	if m.PeakRSS == 0 || m.RSS == 0 {
