@@ -139,9 +139,11 @@ type fileMap struct {
 }
 
 // hot counts a write at off in epoch (unless peek) and reports whether
-// its region was hot already: it took writes to half its blocks, hotWrites for a whole
-// region, fewer for one that the file's end (size) cuts short, whose
-// folios are as short (a 16 KiB file is hot after 2 writes).
+// its region was hot already: it took writes to half its blocks,
+// hotWrites for a whole region, fewer for one that the file's end (size)
+// cuts short, whose folios are as short (a 16 KiB file is hot after 2
+// writes). A write that crosses into the next region is judged by the
+// region it starts in.
 func (m *fileMap) hot(off, size, blockSize int64, epoch uint32, peek bool) bool {
 	c := &m.heat[off/hotRegion]
 	v := c.Load()
@@ -191,10 +193,11 @@ type inodeMap struct {
 	limit int64
 	// cur is the mapping writes use, nil until the file earned one. Stored
 	// with mu held; read atomically, by writers that hold the inode lock
-	// in some mode or are counted in flight, and by nothing else.
+	// in some mode or are counted in flight, and by unmapAll once no
+	// reference to the inode is left.
 	cur atomic.Pointer[fileMap]
-	// due counts down the overwrites made with pwrite before the file is
-	// mapped.
+	// due counts down the writes below the file's end made with pwrite
+	// before the file is mapped (mapAfterWrites).
 	due atomic.Int32
 	// off is set once the mapping failed (mmap refused, the address space
 	// bound reached, a store faulted, the timestamps could not be set):
