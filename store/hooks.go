@@ -60,6 +60,20 @@ type breaks struct {
 }
 
 // broken reports whether the break pick chooses is on. h may be nil.
+// insideWrite calls InsideWrite, if set.
+func (h *Hooks) insideWrite(ctx context.Context, ino *inode, mode lockMode, reason string) {
+	if h != nil && h.InsideWrite != nil {
+		h.InsideWrite(ctx, ino.path(), mode.String(), reason)
+	}
+}
+
+// mappedWrite calls MappedWrite, if set.
+func (h *Hooks) mappedWrite(ino *inode) {
+	if h != nil && h.MappedWrite != nil {
+		h.MappedWrite(ino.path())
+	}
+}
+
 func (h *Hooks) broken(pick func(*breaks) bool) bool {
 	return h != nil && pick(&h.breaks)
 }

@@ -350,6 +350,21 @@ func lockInode(ctx context.Context, ino *inode, mode lockMode, op, reason string
 	return h, nil
 }
 
+// tryLockInode is lockInode without the wait: the holder if the lock is
+// free for mode now (nobody queued ahead, no conflicting holder), else nil.
+func tryLockInode(ctx context.Context, ino *inode, mode lockMode, op, reason string) *holder {
+	h := holderPool.Get().(*holder)
+	*h = holder{mode: mode, op: op, reason: reason, span: trace.SpanContextFromContext(ctx)}
+	ino.lock.mu.Lock()
+	ok := ino.lock.tryLocked(h)
+	ino.lock.mu.Unlock()
+	if !ok {
+		putHolder(h)
+		return nil
+	}
+	return h
+}
+
 // holderPool recycles holders (see lockInode).
 var holderPool = sync.Pool{New: func() any { return new(holder) }}
 

@@ -191,7 +191,6 @@ func (s *Store) waitWrites(ctx context.Context, ino *inode, ws []AppliedWrite) e
 // already, by a caller whose getOrCreate created the file.
 func (s *Store) write(ctx context.Context, ino *inode, name string, held *holder, off int64, data []byte, sync SyncMode) (int, int64, SyncMode, error) {
 	end := off + int64(len(data))
-	span := trace.SpanContextFromContext(ctx)
 	for attempt := 0; ; attempt++ {
 		mode, reason := s.writeLockModeOf(ino, off, end)
 		if attempt > 0 || held != nil {
@@ -229,21 +228,10 @@ func (s *Store) write(ctx context.Context, ino *inode, name string, held *holder
 		switch mode {
 		case lockNone:
 			// Like btrfs: register in flight, drop the lock, write.
-			token := ino.inflight.begin()
-			// A traced write leaves its span where a truncate waiting for
-			// it can link to it; untraced writes (tracing off) skip this.
-			// The holder's span field is immutable, so its address serves.
-			var tracked *trace.SpanContext
-			if span.IsSampled() && ino.inflight.track(token, &h.span) {
-				tracked = &h.span
-			}
-			ino.lock.release(h)
+			u := beginUnlocked(ino, h)
 			n, err = s.writeData(ctx, ino, off, data, mode, reason)
 			size = ino.size.Load()
-			if tracked != nil {
-				ino.inflight.untrack(token, tracked)
-			}
-			ino.inflight.end(token)
+			u.end(ino)
 		case lockShared:
 			n, err = s.writeData(ctx, ino, off, data, mode, reason)
 			size = ino.size.Load()
@@ -276,13 +264,8 @@ func (s *Store) tryWrite(ctx context.Context, ino *inode, off int64, data []byte
 	if mode == lockExclusive || ino.mapping.cur.Load() == nil || ino.deleted.Load() {
 		return w, false
 	}
-	h := holderPool.Get().(*holder)
-	*h = holder{mode: lockShared, op: "write", reason: reason, span: trace.SpanContextFromContext(ctx)}
-	ino.lock.mu.Lock()
-	locked := ino.lock.tryLocked(h)
-	ino.lock.mu.Unlock()
-	if !locked {
-		putHolder(h)
+	h := tryLockInode(ctx, ino, lockShared, "write", reason)
+	if h == nil {
 		return w, false
 	}
 	// Under the lock, as write re-checks: the size and blocks cannot
@@ -292,23 +275,13 @@ func (s *Store) tryWrite(ctx context.Context, ino *inode, off int64, data []byte
 		putHolder(h)
 		return w, false
 	}
-	if s.opts.Hooks != nil && s.opts.Hooks.InsideWrite != nil {
-		s.opts.Hooks.InsideWrite(ctx, ino.path(), mode.String(), reason)
-	}
+	s.opts.Hooks.insideWrite(ctx, ino, mode, reason)
 	var ok bool
 	if mode == lockNone {
-		token := ino.inflight.begin()
-		var tracked *trace.SpanContext
-		if h.span.IsSampled() && ino.inflight.track(token, &h.span) {
-			tracked = &h.span
-		}
-		ino.lock.release(h)
+		u := beginUnlocked(ino, h)
 		ok = ino.writeMapped(off, data, true)
 		w.Size = ino.size.Load()
-		if tracked != nil {
-			ino.inflight.untrack(token, tracked)
-		}
-		ino.inflight.end(token)
+		u.end(ino)
 	} else {
 		ok = ino.writeMapped(off, data, true)
 		w.Size = ino.size.Load()
@@ -318,12 +291,38 @@ func (s *Store) tryWrite(ctx context.Context, ino *inode, off int64, data []byte
 	if !ok {
 		return w, false
 	}
-	if s.opts.Hooks != nil && s.opts.Hooks.MappedWrite != nil {
-		s.opts.Hooks.MappedWrite(ino.path())
-	}
+	s.opts.Hooks.mappedWrite(ino)
 	w.BytesWritten = len(data)
 	s.recordWrite(ctx, w.start, SyncNone)
 	return w, true
+}
+
+// unlockedWrite is a write registered in flight by beginUnlocked.
+type unlockedWrite struct {
+	token   uint32
+	tracked *trace.SpanContext
+}
+
+// beginUnlocked registers a write in ino's in-flight count and releases
+// h, the lock it registered under (the lockNone mode's steps). A traced
+// write leaves its span where a truncate waiting for it can link to it;
+// untraced writes (tracing off) skip this. The holder's span field is
+// immutable, so its address serves.
+func beginUnlocked(ino *inode, h *holder) unlockedWrite {
+	u := unlockedWrite{token: ino.inflight.begin()}
+	if h.span.IsSampled() && ino.inflight.track(u.token, &h.span) {
+		u.tracked = &h.span
+	}
+	ino.lock.release(h)
+	return u
+}
+
+// end withdraws the write from ino's in-flight count.
+func (u unlockedWrite) end(ino *inode) {
+	if u.tracked != nil {
+		ino.inflight.untrack(u.token, u.tracked)
+	}
+	ino.inflight.end(u.token)
 }
 
 // lockFile returns the inode of path, with a reference held and its lock
@@ -479,18 +478,14 @@ func (s *Store) writeExclusive(ctx context.Context, ino *inode, off int64, data 
 
 // writeData moves the bytes and marks their blocks written.
 func (s *Store) writeData(ctx context.Context, ino *inode, off int64, data []byte, mode lockMode, reason string) (int, error) {
-	if s.opts.Hooks != nil && s.opts.Hooks.InsideWrite != nil {
-		s.opts.Hooks.InsideWrite(ctx, ino.path(), mode.String(), reason)
-	}
+	s.opts.Hooks.insideWrite(ctx, ino, mode, reason)
 	end := off + int64(len(data))
 	var n int
 	var err error
 	if ino.direct != nil && ino.aligned(off, end) {
 		n, err = writeDirect(ino.direct, off, data, int(ino.blockSize), maxDirectChunk)
 	} else if reason != ReasonAppend && ino.writeMapped(off, data, false) {
-		if s.opts.Hooks != nil && s.opts.Hooks.MappedWrite != nil {
-			s.opts.Hooks.MappedWrite(ino.path())
-		}
+		s.opts.Hooks.mappedWrite(ino)
 		return len(data), nil // the blocks were written already: the map stands
 	} else {
 		n, err = ino.file.WriteAt(data, off)
