@@ -122,6 +122,12 @@
 //	                          the lower file ID (dev, ino) first)
 //	    inodeTable.mu        (Delete and Rename, to forget or re-key inodes)
 //	  inode.extentMu         (the extent map, like ext4's i_data_sem)
+//	  inodeMap.mu            (an inode's mappings, mapped.go: making one,
+//	                          held across its mmap(2) and mincore(2), by a
+//	                          writer holding inode.lock or counted in
+//	                          flight; and unmapping them when the inode
+//	                          closes, held across munmap(2), also under
+//	                          inodeTable.mu; a leaf)
 //	  appendQueue.mu         (an inode's reservations; a leaf, taken with
 //	                          inode.lock shared to reserve, and without any
 //	                          lock to publish; never across I/O)
@@ -139,6 +145,8 @@
 //	inodeTable.mu          (the path → inode table and reference counts)
 //	  groupCommit.mu       (fsync batching state, to evict, reopen or close
 //	                        a file)
+//	  inodeMap.mu          (unmapping a file closed under the table lock:
+//	                        see above)
 //	  extentCache.mu       (the extent maps of files closed for room; a
 //	                        leaf, also taken alone when a file opens)
 //

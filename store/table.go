@@ -33,8 +33,10 @@ type inodeTable struct {
 	// it under their inode locks (remove, rename; the lock order is in
 	// doc.go). It is never held across I/O, except the
 	// fstat(2) that dates an evicted file's extent map (keepExtentsLocked),
-	// the close(2) of a file left without a name or of an alias's
-	// descriptors (putLocked, getInode), and Close's final syncs (closeAll).
+	// with the futimens(2) before it of a file whose mapped writes still
+	// owe their timestamps (inode.touch), the close(2) and munmap(2) of a
+	// file left without a name or of an alias's descriptors (putLocked,
+	// getInode), and Close's final syncs (closeAll).
 	// An evicted file is closed after mu is dropped (makeRoomLocked).
 	mu     sync.Mutex
 	byPath map[string]*inode
