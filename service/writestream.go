@@ -171,8 +171,6 @@ type streamWrite struct {
 	err error
 	// status is err as its ack carries it, encoded by the sender.
 	status []byte
-	// inlined: the reader made it (applyInline). The reader's alone.
-	inlined bool
 }
 
 // writeStream is one WriteStream. Four kinds of goroutine share it:
@@ -692,25 +690,23 @@ func (ws *writeStream) applyInline() {
 		return
 	}
 	for _, w := range ws.inline {
+		// A write TryWrite made has bytes written (it makes no empty
+		// one); one it did not make is left with none, for the worker.
 		var made bool
 		if w.res, made = w.file.h.TryWrite(ws.ctx, w.off, w.data); made {
 			w.landed = w.off
 		} else {
 			w.res = store.AppliedWrite{}
 		}
-		w.inlined = made
 	}
 	ws.mu.Lock()
 	for i, w := range ws.inline {
 		ws.inline[i] = nil
-		if !w.inlined {
+		if w.res.BytesWritten == 0 {
 			ws.readyLocked(w)
 			continue
 		}
-		ws.ordered--
-		w.file.order.remove(w, ws.readyLocked)
-		w.data = nil
-		w.req.applied()
+		ws.appliedLocked(w)
 		ws.doneLocked(w)
 	}
 	ws.inline = ws.inline[:0]
@@ -1036,6 +1032,20 @@ func (ws *writeStream) fileDeletedLocked(f *streamFile) {
 	}
 }
 
+// appliedLocked takes w, whose bytes reached the file (or whose write
+// failed), out of its file's order, freeing the writes that waited for
+// it, and gives its message's bytes back once the message's last write is
+// done with them.
+//
+// Preconditions: ws.mu is held.
+func (ws *writeStream) appliedLocked(w *streamWrite) {
+	ws.ordered--
+	w.file.order.remove(w, ws.readyLocked)
+	// Its bytes go back to gRPC's pool with the message's last write.
+	w.data, w.appendID = nil, nil
+	w.req.applied()
+}
+
 // work is a worker: it applies the writes that the files' orders free
 // until the reader is done and every write read has been applied.
 func (ws *writeStream) work() {
@@ -1067,12 +1077,8 @@ func (ws *writeStream) work() {
 			ws.fileDeletedLocked(f)
 		}
 		f.running--
-		ws.ordered--
-		f.order.remove(w, ws.readyLocked)
+		ws.appliedLocked(w)
 		ws.runnableLocked(f)
-		// Its bytes go back to gRPC's pool with the message's last write.
-		w.data, w.appendID = nil, nil
-		w.req.applied()
 		if w.res.Owed != store.SyncNone {
 			f.owing = append(f.owing, w)
 			if !f.syncer {
