@@ -121,48 +121,34 @@ func TestMaxOpenFilesDefault(t *testing.T) {
 	}
 }
 
-// TestExtentCacheSizeFlag: --extent-cache-size takes a size, and 0 turns
-// the cache off (a negative ExtentCacheBytes, as the store's zero means its
-// default).
-func TestExtentCacheSizeFlag(t *testing.T) {
+// TestSizeOrOffFlags: --extent-cache-size and --map-file-size take a
+// size, and 0 turns the feature off (a negative value in store.Options,
+// whose zero means the default).
+func TestSizeOrOffFlags(t *testing.T) {
 	for _, tt := range []struct {
 		args []string
+		get  func(*service.Config) int64
 		want int64
 	}{
-		{nil, store.DefaultExtentCacheBytes},
-		{[]string{"--extent-cache-size", "64m"}, 64 << 20},
-		{[]string{"--extent-cache-size", "0"}, -1},
+		{nil, extentCacheBytes, store.DefaultExtentCacheBytes},
+		{[]string{"--extent-cache-size", "64m"}, extentCacheBytes, 64 << 20},
+		{[]string{"--extent-cache-size", "0"}, extentCacheBytes, -1},
+		{nil, mapFileBytes, store.DefaultMapFileBytes},
+		{[]string{"--map-file-size", "64m"}, mapFileBytes, 64 << 20},
+		{[]string{"--map-file-size", "0"}, mapFileBytes, -1},
 	} {
 		cfg, err := parseFlags(tt.args, io.Discard)
 		if err != nil {
 			t.Fatalf("parseFlags(%q): %v", tt.args, err)
 		}
-		if got := cfg.Store.ExtentCacheBytes; got != tt.want {
-			t.Errorf("parseFlags(%q): extent cache %d bytes, want %d", tt.args, got, tt.want)
+		if got := tt.get(&cfg); got != tt.want {
+			t.Errorf("parseFlags(%q): %d, want %d", tt.args, got, tt.want)
 		}
 	}
 }
 
-// TestMapFileSizeFlag: --map-file-size takes a size, and 0 writes every
-// file with pwrite (a negative MapFileBytes).
-func TestMapFileSizeFlag(t *testing.T) {
-	for _, tt := range []struct {
-		args []string
-		want int64
-	}{
-		{nil, store.DefaultMapFileBytes},
-		{[]string{"--map-file-size", "64m"}, 64 << 20},
-		{[]string{"--map-file-size", "0"}, -1},
-	} {
-		cfg, err := parseFlags(tt.args, io.Discard)
-		if err != nil {
-			t.Fatalf("parseFlags(%q): %v", tt.args, err)
-		}
-		if got := cfg.Store.MapFileBytes; got != tt.want {
-			t.Errorf("parseFlags(%q): map file size %d, want %d", tt.args, got, tt.want)
-		}
-	}
-}
+func extentCacheBytes(c *service.Config) int64 { return c.Store.ExtentCacheBytes }
+func mapFileBytes(c *service.Config) int64     { return c.Store.MapFileBytes }
 
 func TestParseFlagsRejects(t *testing.T) {
 	for _, args := range [][]string{
