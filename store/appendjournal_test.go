@@ -28,16 +28,7 @@ func reopenStore(t *testing.T, dir string, opts Options) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Open(fsys, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return s
+	return openTestStore(t, fsys, opts)
 }
 
 func appendID(t *testing.T, s *Store, path, id, data string) AppendResult {

@@ -84,6 +84,15 @@ func openBenchStore(b *testing.B, opts Options) *Store {
 	return s
 }
 
+// openBenchStores opens a store of each config's options, by name.
+func openBenchStores(b *testing.B, configs []benchConfig) map[string]*Store {
+	stores := map[string]*Store{}
+	for _, c := range configs {
+		stores[c.name] = openBenchStore(b, c.opts)
+	}
+	return stores
+}
+
 // BenchmarkBelowEOF: 8 writers, 4 KiB at random offsets below EOF of a
 // written 256 MiB file, sync=data: unlocked-below-eof vs exclusive (the
 // btrfs unlocked buffered write).
@@ -133,10 +142,7 @@ func BenchmarkPreallocOverwrite(b *testing.B) {
 		{"shared-written", Options{Policy: PolicySharedWritten, IO: IODirect}},
 		{"shared-overwrite", Options{Policy: PolicySharedOverwrite, IO: IODirect}},
 	}
-	stores := map[string]*Store{}
-	for _, c := range configs {
-		stores[c.name] = openBenchStore(b, c.opts)
-	}
+	stores := openBenchStores(b, configs)
 	data := make([]byte, bs)
 	rounds := map[string][]benchRound{}
 	b.ResetTimer()
@@ -341,10 +347,7 @@ func BenchmarkAppend(b *testing.B) {
 		{"exclusive", Options{Policy: PolicyExclusive}},
 		{"unlocked", Options{Policy: PolicyUnlockedBelowEOF}},
 	}
-	stores := map[string]*Store{}
-	for _, c := range configs {
-		stores[c.name] = openBenchStore(b, c.opts)
-	}
+	stores := openBenchStores(b, configs)
 	data := make([]byte, bs)
 	rounds := map[string][]benchRound{}
 	b.ResetTimer()

@@ -31,6 +31,13 @@ func newWrappedStore(t testing.TB, wrap func(FS) FS, opts Options) (*Store, stri
 	if wrap != nil {
 		fsys = wrap(base)
 	}
+	return openTestStore(t, fsys, opts), dir
+}
+
+// openTestStore opens a store over fsys, closed when the test ends; a
+// failed Close fails the test.
+func openTestStore(t testing.TB, fsys FS, opts Options) *Store {
+	t.Helper()
 	s, err := Open(fsys, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +47,7 @@ func newWrappedStore(t testing.TB, wrap func(FS) FS, opts Options) (*Store, stri
 			t.Errorf("Close: %v", err)
 		}
 	})
-	return s, dir
+	return s
 }
 
 // fileWrapFS is an FS whose every opened file is wrap(the file): how a
