@@ -227,7 +227,6 @@ func (mp *inodeMap) epoch() uint32 {
 
 // initMapping sets up ino's mapping state at open.
 func (ino *inode) initMapping(t *inodeTable) {
-	ino.mapping.limit = 0
 	if t.opts.MapFileBytes > 0 && ino.direct == nil {
 		if _, ok := ino.file.(mappable); ok {
 			ino.mapping.limit = t.opts.MapFileBytes
@@ -255,8 +254,8 @@ func (ino *inode) writeMapped(off int64, data []byte, try bool) bool {
 	if mp.limit == 0 || mp.off.Load() {
 		return false
 	}
-	end := off + int64(len(data))
-	if end > ino.size.Load() {
+	end, size := off+int64(len(data)), ino.size.Load()
+	if end > size {
 		return false
 	}
 	m := mp.cur.Load()
@@ -271,7 +270,7 @@ func (ino *inode) writeMapped(off int64, data []byte, try bool) bool {
 			return false
 		}
 	}
-	if !mp.eager && !m.hot(off, ino.size.Load(), ino.blockSize, mp.epoch(), try) || !m.residentRange(off, end) {
+	if !mp.eager && !m.hot(off, size, ino.blockSize, mp.epoch(), try) || !m.residentRange(off, end) {
 		return false
 	}
 	// Last, as the one lock: a write that is no candidate (a durable
@@ -388,7 +387,7 @@ func (ino *inode) touch() {
 }
 
 // unmapAll unmaps every mapping of ino, setting its timestamps first if
-// they are owed.
+// they are owed and the file still has a name.
 //
 // Preconditions: no reference to ino is left: no write can be using a
 // mapping.
@@ -398,7 +397,9 @@ func (ino *inode) unmapAll() {
 	if cur == nil {
 		return
 	}
-	ino.touch()
+	if !ino.deleted.Load() && !ino.unlinked.Load() {
+		ino.touch()
+	}
 	f := ino.file.(mappable)
 	mp.mu.Lock()
 	maps := append(mp.retired, cur)
