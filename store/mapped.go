@@ -45,7 +45,9 @@ import (
 //   - the write's 2 MiB region of the file is hot: it took writes to
 //     half its blocks (hotWrites; fewer where the file's end cuts the
 //     region short) since the file's last sync and within the current
-//     hotPeriod. The first store to a page after the kernel cleaned it
+//     hotPeriod, or did so in the period before with no sync since (a
+//     region written steadily stays hot across periods; one whose writer
+//     turned sparse stays so for one period more at most). The first store to a page after the kernel cleaned it
 //     (a sync, writeback) faults, and the fault (block_page_mkwrite) marks
 //     every block of the page's folio dirty, up to 2 MiB for a file
 //     written in large pieces, where a pwrite marks the blocks it wrote:
@@ -132,36 +134,55 @@ type fileMap struct {
 	// since. A page evicted later (clean, and memory short) keeps its bit:
 	// a store to it then reads it in inside its page fault.
 	resident []atomic.Uint64
-	// heat counts the writes to each hotRegion of b: the epoch (see
-	// inodeMap.epoch) in the high 32 bits, the writes made in it in the
-	// low 32, counted until hotWrites.
+	// heat counts the writes to each hotRegion of b: the stamp (see
+	// inodeMap.stamp) of the period they were made in in the high 48 bits
+	// (heatStampShift), heatCarried if the region was hot in the period
+	// before, and the writes made in this one in the low 15, counted
+	// until the region is hot by its own writes.
 	heat []atomic.Uint64
 }
 
-// hot counts a write at off in epoch (unless peek) and reports whether
-// its region was hot already: it took writes to half its blocks,
-// hotWrites for a whole region, fewer for one that the file's end (size)
-// cuts short, whose folios are as short (a 16 KiB file is hot after 2
-// writes). A write that crosses into the next region is judged by the
-// region it starts in.
-func (m *fileMap) hot(off, size, blockSize int64, epoch uint32, peek bool) bool {
+// The fields of a fileMap.heat word.
+const (
+	heatStampShift = 16
+	heatCarried    = 1 << 15
+	heatCount      = heatCarried - 1
+)
+
+// hot counts a write at off in the period stamp and reports whether its
+// region was hot already: it took writes to half its blocks, hotWrites for
+// a whole region, fewer for one that the file's end (size) cuts short,
+// whose folios are as short (a 16 KiB file is hot after 2 writes), in this
+// period or in the one before it, with no sync between (stamp is one
+// more: inodeMap.stamp). A write that crosses into the next region is
+// judged by the region it starts in. With peek (TryWrite, whose write a
+// worker makes again if it is refused) a write is counted only where the
+// region is hot, so that none counts twice.
+func (m *fileMap) hot(off, size, blockSize int64, stamp uint64, peek bool) bool {
 	c := &m.heat[off/hotRegion]
 	v := c.Load()
 	start := off / hotRegion * hotRegion
-	need := uint32(max(1, min(hotWrites, (min(size, start+hotRegion)-start)/blockSize/2)))
-	switch {
-	case uint32(v>>32) != epoch:
-		if !peek {
-			c.CompareAndSwap(v, uint64(epoch)<<32|1)
+	need := uint64(max(1, min(hotWrites, (min(size, start+hotRegion)-start)/blockSize/2)))
+	if was := v >> heatStampShift; was != stamp {
+		// The region's first write of the period, or since a sync.
+		carried := was+1 == stamp && v&heatCount >= need
+		nv := stamp << heatStampShift
+		if carried {
+			nv |= heatCarried
 		}
-		return false
-	case uint32(v) >= need:
-		return true
-	case peek:
-		return false
+		if carried || !peek {
+			nv++
+		}
+		c.CompareAndSwap(v, nv)
+		return carried
 	}
-	c.Add(1)
-	return false
+	hot := v&heatCarried != 0 || v&heatCount >= need
+	if v&heatCount < need && (hot || !peek) {
+		// Counted on while carried, so that a region written steadily
+		// is hot by its own writes at the period's end, and carried on.
+		c.Add(1)
+	}
+	return hot
 }
 
 // residentRange reports whether every page of [off, end) has its bit.
@@ -209,7 +230,7 @@ type inodeMap struct {
 	// eager is Hooks.mapEagerly: no countdown, every region hot.
 	// Immutable after open.
 	eager bool
-	// syncs counts the file's syncs (syncFile), for epoch.
+	// syncs counts the file's syncs (syncFile), for stamp.
 	syncs atomic.Uint32
 	// mu guards retired, and serialises making mappings.
 	mu sync.Mutex
@@ -218,11 +239,16 @@ type inodeMap struct {
 	retired []*fileMap
 }
 
-// epoch names the period in which a region's writes are counted: it
-// changes with every sync of the file and every hotPeriod, and never
-// returns to a value it had (both terms only grow).
-func (mp *inodeMap) epoch() uint32 {
-	return mp.syncs.Load() + uint32(time.Now().UnixNano()/int64(hotPeriod))
+// stamp names the period in which a region's writes are counted, 48 bits
+// of a heat word: the file's syncs in the high 24, the hotPeriods since
+// the Unix epoch in the low 24. It changes with every sync of the file and
+// every hotPeriod; the stamp of the next period with no sync between is
+// one more. Each half wraps (after 16 million syncs, and in 2.6 years),
+// which at worst takes one period's heat for another's.
+func (mp *inodeMap) stamp() uint64 {
+	const half = 1<<24 - 1
+	syncs := uint64(mp.syncs.Load()) & half
+	return syncs<<24 | uint64(time.Now().UnixNano()/int64(hotPeriod))&half
 }
 
 // initMapping sets up ino's mapping state at open.
@@ -270,7 +296,7 @@ func (ino *inode) writeMapped(off int64, data []byte, try bool) bool {
 			return false
 		}
 	}
-	if !mp.eager && !m.hot(off, size, ino.blockSize, mp.epoch(), try) || !m.residentRange(off, end) {
+	if !mp.eager && !m.hot(off, size, ino.blockSize, mp.stamp(), try) || !m.residentRange(off, end) {
 		return false
 	}
 	// Last, as the one lock: a write that is no candidate (a durable

@@ -281,6 +281,60 @@ func TestMappedWritesOnlyWhereHot(t *testing.T) {
 	checkContent(t, s, dir, "dense", model)
 }
 
+// TestHotRegionCarried: a region hot in one period is hot from the first
+// write of the next, if no sync came between, and counts on there; one
+// that was hot only by that carry, a sync, or a period without writes
+// starts cold. TryWrite's peek counts only where the region is hot.
+func TestHotRegionCarried(t *testing.T) {
+	const size, bs = 4 << 20, 4096
+	m := &fileMap{heat: make([]atomic.Uint64, 2)}
+	stamp := func(syncs, period uint64) uint64 { return syncs<<24 | period }
+	// writes makes n writes to the first region and returns how many
+	// found it hot.
+	writes := func(st uint64, n int, peek bool) int {
+		hot := 0
+		for range n {
+			if m.hot(0, size, bs, st, peek) {
+				hot++
+			}
+		}
+		return hot
+	}
+	steps := []struct {
+		name  string
+		stamp uint64
+		n     int
+		peek  bool
+		hot   int
+	}{
+		{"cold: peeks count nothing", stamp(0, 10), 300, true, 0},
+		{"warming", stamp(0, 10), hotWrites + 10, false, 10},
+		{"next period: carried", stamp(0, 11), hotWrites, true, hotWrites},
+		{"carried and counted on: carried again", stamp(0, 12), 1, true, 1},
+		{"a few writes only", stamp(0, 12), 0, false, 0},
+		{"carried once, not twice", stamp(0, 13), 1, false, 0},
+		{"warm again", stamp(0, 13), hotWrites, false, 1},
+		{"after a sync: cold", stamp(1, 14), 1, false, 0},
+		{"warm in the sync's period", stamp(1, 14), hotWrites, false, 1},
+		{"a period skipped: cold", stamp(1, 16), 1, true, 0},
+	}
+	for _, st := range steps {
+		if got := writes(st.stamp, st.n, st.peek); got != st.hot {
+			t.Errorf("%s: %d of %d writes found the region hot, want %d", st.name, got, st.n, st.hot)
+		}
+	}
+	// The region's end cuts what it needs: a 16 KiB file is hot after 2.
+	small := &fileMap{heat: make([]atomic.Uint64, 1)}
+	for i, want := range []bool{false, false, true} {
+		if got := small.hot(0, 16<<10, bs, stamp(0, 1), false); got != want {
+			t.Errorf("16 KiB file, write %d: hot %v, want %v", i+1, got, want)
+		}
+	}
+	if !small.hot(0, 16<<10, bs, stamp(0, 2), true) {
+		t.Error("16 KiB file: not carried into the next period")
+	}
+}
+
 // TestMappedFilesClosedForRoom: files closed for room (and at Close) give
 // their mappings back, and keep what was stored through them.
 func TestMappedFilesClosedForRoom(t *testing.T) {
