@@ -66,7 +66,7 @@ func filesMultiStream(row filesRow, most int) func(context.Context, *session) (*
 			if err != nil {
 				return nil, err
 			}
-			streams[i] = newMultiFileStream(st, (held+n-1)/n)
+			streams[i] = newMultiFileStream(st, (held+n-1)/n, row.path)
 			defer streams[i].close()
 		}
 		data := patternBytes(s.bs)
@@ -74,7 +74,7 @@ func filesMultiStream(row filesRow, most int) func(context.Context, *session) (*
 		seed := uint64(s.round)
 		return loop(ctx, s, "WriteStream", func(ctx context.Context, _ int, n int64) error {
 			file, off := filesBlock(row, s.bs, seed, n)
-			return streams[file%len(streams)].write(ctx, row.path(file), off, data, sum)
+			return streams[file%len(streams)].write(ctx, file, off, data, sum)
 		}), nil
 	}
 }
@@ -83,10 +83,14 @@ func filesMultiStream(row filesRow, most int) func(context.Context, *session) (*
 type multiFileStream struct {
 	stream grpc.BidiStreamingClient[filewritev1.WriteStreamRequest, filewritev1.WriteStreamResponse]
 	held   int
+	// path names file number i, when the stream declares it: a writer
+	// names its file by number, as a client holding a handle per file
+	// would, and the path is made and sent once per declaration.
+	path func(i int) string
 
 	// mu guards the fields below.
 	mu        sync.Mutex
-	byPath    map[string]*declaredFile
+	byFile    map[int]*declaredFile
 	idle      *list.List // of *declaredFile without writes in flight, most recent first
 	nextIndex uint32
 	nextID    uint64
@@ -98,38 +102,38 @@ type multiFileStream struct {
 }
 
 type declaredFile struct {
-	path     string
+	file     int
 	index    uint32
 	inflight int
 	elem     *list.Element
 }
 
-func newMultiFileStream(st grpc.BidiStreamingClient[filewritev1.WriteStreamRequest, filewritev1.WriteStreamResponse], held int) *multiFileStream {
-	m := &multiFileStream{stream: st, held: held, byPath: map[string]*declaredFile{}, idle: list.New(),
+func newMultiFileStream(st grpc.BidiStreamingClient[filewritev1.WriteStreamRequest, filewritev1.WriteStreamResponse], held int, path func(int) string) *multiFileStream {
+	m := &multiFileStream{stream: st, held: held, path: path, byFile: map[int]*declaredFile{}, idle: list.New(),
 		waiters: map[uint64]chan error{}, next: &filewritev1.WriteStreamRequest{}, done: make(chan struct{})}
 	go m.receive()
 	return m
 }
 
-// write sends one write to path and waits for its ack.
-func (m *multiFileStream) write(ctx context.Context, path string, off int64, data []byte, sum uint32) error {
+// write sends one write to file number file and waits for its ack.
+func (m *multiFileStream) write(ctx context.Context, file int, off int64, data []byte, sum uint32) error {
 	ack := make(chan error, 1)
 	m.mu.Lock()
 	if m.err != nil {
 		m.mu.Unlock()
 		return m.err
 	}
-	f := m.byPath[path]
+	f := m.byFile[file]
 	if f == nil {
-		for len(m.byPath) >= m.held && m.idle.Len() > 0 {
+		for len(m.byFile) >= m.held && m.idle.Len() > 0 {
 			old := m.idle.Remove(m.idle.Back()).(*declaredFile)
-			delete(m.byPath, old.path)
+			delete(m.byFile, old.file)
 			m.next.Close = append(m.next.Close, old.index)
 		}
 		m.nextIndex++
-		f = &declaredFile{path: path, index: m.nextIndex}
-		m.byPath[path] = f
-		m.next.Files = append(m.next.Files, &filewritev1.StreamFile{Index: f.index, Path: path})
+		f = &declaredFile{file: file, index: m.nextIndex}
+		m.byFile[file] = f
+		m.next.Files = append(m.next.Files, &filewritev1.StreamFile{Index: f.index, Path: m.path(file)})
 	} else if f.elem != nil {
 		m.idle.Remove(f.elem)
 		f.elem = nil
@@ -152,7 +156,7 @@ func (m *multiFileStream) write(ctx context.Context, path string, off int64, dat
 		err = ctx.Err()
 	}
 	m.mu.Lock()
-	if f.inflight--; f.inflight == 0 && m.byPath[path] == f {
+	if f.inflight--; f.inflight == 0 && m.byFile[file] == f {
 		f.elem = m.idle.PushFront(f)
 	}
 	m.mu.Unlock()
