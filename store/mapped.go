@@ -47,8 +47,9 @@ import (
 //     region short) since the file's last sync and within the current
 //     hotPeriod, or did so in the period before with no sync since (a
 //     region written steadily stays hot across periods; one whose writer
-//     turned sparse stays so for one period more at most). The first store to a page after the kernel cleaned it
-//     (a sync, writeback) faults, and the fault (block_page_mkwrite) marks
+//     turned sparse stays so for one period more at most). The first
+//     store to a page after the kernel cleaned it (a sync, writeback)
+//     faults, and the fault (block_page_mkwrite) marks
 //     every block of the page's folio dirty, up to 2 MiB for a file
 //     written in large pieces, where a pwrite marks the blocks it wrote:
 //     the next writeback or sync would write the whole folio. In a region
