@@ -277,7 +277,7 @@ func checkUsable(t *testing.T, fs faultStore) {
 	if err != nil {
 		t.Fatalf("Read after the faults: %v", err)
 	}
-	checkContent(t, "Read after the faults", got, data)
+	testutil.SameBytes(t, "Read after the faults", got, data)
 	if err := fs.Fsync(ctx, faultPath, store.SyncFull); err != nil {
 		t.Errorf("Fsync after the faults: %v", err)
 	}

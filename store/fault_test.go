@@ -10,7 +10,6 @@ package store_test
 // fault_sync_test.go has failing syncs, fault_tmpfs_test.go a real ENOSPC.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -140,18 +139,6 @@ func overlay(old []byte, off int64, p []byte) []byte {
 	return out
 }
 
-func checkContent(t *testing.T, what string, got, want []byte) {
-	t.Helper()
-	if bytes.Equal(got, want) {
-		return
-	}
-	i := 0
-	for i < min(len(got), len(want)) && got[i] == want[i] {
-		i++
-	}
-	t.Errorf("%s: got %d bytes, want %d; first difference at byte %d", what, len(got), len(want), i)
-}
-
 // TestWriteFaults: a write that fails part-way (ENOSPC or EDQUOT after a
 // short write, or EIO) under every policy, extending and below EOF over
 // each kind of block. The error says what happened, and the store's size,
@@ -249,7 +236,7 @@ func TestWriteFaults(t *testing.T) {
 					if got, want := res.Size, int64(len(want)); got != want {
 						t.Errorf("Size in the result: got %d, want %d", got, want)
 					}
-					checkContent(t, "file after the fault", fs.content(t, faultPath), want)
+					testutil.SameBytes(t, "file after the fault", fs.content(t, faultPath), want)
 					fs.checkTrue(t, faultPath, true)
 
 					// The space is back: the same write goes through and
@@ -262,8 +249,8 @@ func TestWriteFaults(t *testing.T) {
 					if err != nil {
 						t.Fatalf("Read after the fault: %v", err)
 					}
-					checkContent(t, "Read after the retry", got, data)
-					checkContent(t, "file after the retry", fs.content(t, faultPath), overlay(before, su.off, data))
+					testutil.SameBytes(t, "Read after the retry", got, data)
+					testutil.SameBytes(t, "file after the retry", fs.content(t, faultPath), overlay(before, su.off, data))
 					fs.checkTrue(t, faultPath, true)
 				})
 			}
@@ -406,6 +393,6 @@ func TestExtentRebuildFault(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Read once the listing passes: %v", err)
 	}
-	checkContent(t, "Read", got, data)
+	testutil.SameBytes(t, "Read", got, data)
 	fs.checkTrue(t, faultPath, true)
 }

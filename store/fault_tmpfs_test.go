@@ -124,7 +124,7 @@ func TestRealENOSPC(t *testing.T) {
 			t.Run(fmt.Sprintf("%v/%s", p, tt.name), func(t *testing.T) {
 				fs := openFaultStore(t, mountTmpfs(t), store.Options{Policy: p})
 				want := tt.run(t, fs)
-				checkContent(t, "file when the disk is full", fs.content(t, faultPath), want)
+				testutil.SameBytes(t, "file when the disk is full", fs.content(t, faultPath), want)
 				fs.checkTrue(t, faultPath, false)
 
 				// Free space, then a write reads back.
@@ -142,7 +142,7 @@ func TestRealENOSPC(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				checkContent(t, "Read once space is free", got, data)
+				testutil.SameBytes(t, "Read once space is free", got, data)
 				fs.checkTrue(t, faultPath, false)
 			})
 		}

@@ -63,7 +63,7 @@ func TestHandleWrite(t *testing.T) {
 		if err == nil && got.WriteResult != want {
 			t.Errorf("%s: got %+v, want %+v (as Write)", tt.name, got.WriteResult, want)
 		}
-		checkContent(t, tt.name, viaHandle.content(t, faultPath), viaWrite.content(t, faultPath))
+		testutil.SameBytes(t, tt.name, viaHandle.content(t, faultPath), viaWrite.content(t, faultPath))
 	}
 }
 
@@ -149,7 +149,7 @@ func TestHandleSyncDoesNotHoldBackWrites(t *testing.T) {
 					t.Errorf("second write: %v", err)
 				}
 			}
-			checkContent(t, "file", s.content(t, faultPath), append(pattern(4096, 1), pattern(4096, 2)...))
+			testutil.SameBytes(t, "file", s.content(t, faultPath), append(pattern(4096, 1), pattern(4096, 2)...))
 		})
 	}
 }
@@ -253,7 +253,7 @@ func TestHandleApplyAppendID(t *testing.T) {
 			if err != nil || res.Offset != 10 || !res.Replayed {
 				t.Errorf("Append resending b: got %+v, %v, want offset 10, replayed", res, err)
 			}
-			checkContent(t, "file", s.content(t, faultPath), []byte("head|once|tail"))
+			testutil.SameBytes(t, "file", s.content(t, faultPath), []byte("head|once|tail"))
 		})
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // mappedCounter counts the writes that went through a mapping, by path.
@@ -59,25 +61,12 @@ func checkContent(t *testing.T, s *Store, dir, name string, model []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(got, model) {
-		t.Errorf("Read of %s: %d bytes, want %d; first difference at %d", name, len(got), len(model), firstDiff(got, model))
-	}
+	testutil.SameBytes(t, "Read of "+name, got, model)
 	onDisk, err := os.ReadFile(filepath.Join(dir, name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(onDisk, model) {
-		t.Errorf("file %s: %d bytes, want %d; first difference at %d", name, len(onDisk), len(model), firstDiff(onDisk, model))
-	}
-}
-
-func firstDiff(a, b []byte) int {
-	for i := range min(len(a), len(b)) {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	return min(len(a), len(b))
+	testutil.SameBytes(t, "file "+name, onDisk, model)
 }
 
 // TestMappedWritesAgainstModel has writers overwrite a file concurrently,
@@ -387,9 +376,7 @@ func TestMappedFilesClosedForRoom(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(onDisk, model) {
-			t.Errorf("%s after Close: first difference at %d", name, firstDiff(onDisk, model))
-		}
+		testutil.SameBytes(t, name+" after Close", onDisk, model)
 	}
 }
 

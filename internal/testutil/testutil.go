@@ -1,5 +1,6 @@
 // Package testutil holds the helpers that the tests of several packages
-// share: fresh directories, polling, gates, span starts, and the daemon
+// share: fresh directories, polling, gates, byte comparisons, span
+// starts, and the daemon
 // binary started as a child process. It imports neither store nor service,
 // so that the tests of both (in package and external) can import it.
 package testutil
@@ -49,6 +50,20 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// SameBytes fails t (without stopping it) unless got equals want, saying
+// what was compared, both lengths and the first byte that differs.
+func SameBytes(t testing.TB, what string, got, want []byte) {
+	t.Helper()
+	if bytes.Equal(got, want) {
+		return
+	}
+	i := 0
+	for i < min(len(got), len(want)) && got[i] == want[i] {
+		i++
+	}
+	t.Errorf("%s: got %d bytes, want %d; first difference at byte %d", what, len(got), len(want), i)
 }
 
 // Gate holds whoever waits on it (a faultfs Rule's Hold, say) until the
