@@ -59,7 +59,6 @@ type breaks struct {
 	ackAppendUnordered bool
 }
 
-// broken reports whether the break pick chooses is on. h may be nil.
 // insideWrite calls InsideWrite, if set.
 func (h *Hooks) insideWrite(ctx context.Context, ino *inode, mode lockMode, reason string) {
 	if h != nil && h.InsideWrite != nil {
@@ -74,6 +73,7 @@ func (h *Hooks) mappedWrite(ino *inode) {
 	}
 }
 
+// broken reports whether the break pick chooses is on. h may be nil.
 func (h *Hooks) broken(pick func(*breaks) bool) bool {
 	return h != nil && pick(&h.breaks)
 }

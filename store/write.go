@@ -258,12 +258,16 @@ func (s *Store) write(ctx context.Context, ino *inode, name string, held *holder
 // through the mapping (writeMapped with try). A step that would wait or
 // call the kernel gives up, having changed nothing.
 func (s *Store) tryWrite(ctx context.Context, ino *inode, off int64, data []byte) (AppliedWrite, bool) {
-	w := AppliedWrite{start: time.Now()}
+	var w AppliedWrite
+	if ino.mapping.cur.Load() == nil {
+		return w, false // most writes to a file reopened for each are refused here
+	}
 	end := off + int64(len(data))
 	mode, reason := s.writeLockModeOf(ino, off, end)
-	if mode == lockExclusive || ino.mapping.cur.Load() == nil || ino.deleted.Load() {
+	if mode == lockExclusive || ino.deleted.Load() {
 		return w, false
 	}
+	w.start = time.Now()
 	h := tryLockInode(ctx, ino, lockShared, "write", reason)
 	if h == nil {
 		return w, false
