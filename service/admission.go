@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/tap"
+
+	"github.com/filewrite/filewrite/service/internal/status"
 )
 
 // What a caller must get past before the daemon spends anything on it.
@@ -85,7 +87,7 @@ func (s *Server) gatewayServerOptions() []grpc.ServerOption {
 func (s *Server) admitCall(ctx context.Context, info *tap.Info) (context.Context, error) {
 	switch {
 	case s.auth == nil:
-	case strings.HasPrefix(info.FullMethodName, healthPrefix):
+	case strings.HasPrefix(info.FullMethodName, status.HealthPrefix):
 		if _, err := s.auth.check(info.Header.Get("authorization")); err != nil {
 			return ctx, nil
 		}

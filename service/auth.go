@@ -16,10 +16,11 @@ import (
 	"sync/atomic"
 
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
+	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/service/internal/status"
 )
 
 // tokenAuth checks bearer tokens on both protocols. The gRPC servers' tap
@@ -90,11 +91,6 @@ func (a *tokenAuth) changed() <-chan struct{} {
 	}
 	return a.creds.Load().changed
 }
-
-// healthPrefix is the gRPC health service's method prefix: its calls need
-// no token, and never wait for the in-flight budget (grpcBudget), so that
-// a probe answers while either would hold other calls back.
-const healthPrefix = "/grpc.health.v1.Health/"
 
 // newTokenAuth reads file, which must hold at least one credential.
 func newTokenAuth(file string, log *slog.Logger) (*tokenAuth, error) {
@@ -241,7 +237,7 @@ func (a *tokenAuth) checkOrCert(values []string, cert string) (identity, error) 
 // admitCall), when the call's headers arrive: a refused call's message is
 // never read, let alone decompressed.
 func (a *tokenAuth) checkCall(method string, md metadata.MD, cert string) (identity, error) {
-	if a == nil || strings.HasPrefix(method, healthPrefix) {
+	if a == nil || strings.HasPrefix(method, status.HealthPrefix) {
 		return identity{}, nil
 	}
 	id, err := a.checkOrCert(md.Get("authorization"), cert)
@@ -314,7 +310,7 @@ func (a *tokenAuth) httpMiddleware(next http.Handler) http.Handler {
 			if r.URL.Path == "/debug/locks" {
 				if sc := a.scopeOf(id); !sc.admin() {
 					a.log.Info("refused: /debug/locks needs an unscoped credential", "credential", sc.label())
-					writeStatus(w, http.StatusForbidden, newRefusal(filewritev1.ErrorReason_PERMISSION_DENIED_SCOPE, nil,
+					status.WriteHTTP(w, http.StatusForbidden, status.NewRefusal(filewritev1.ErrorReason_PERMISSION_DENIED_SCOPE, nil,
 						"/debug/locks shows every tenant's paths: it needs a credential without prefix= or mode=ro"))
 					return
 				}
@@ -326,19 +322,19 @@ func (a *tokenAuth) httpMiddleware(next http.Handler) http.Handler {
 }
 
 // unauthenticated is the status of a call that check refused.
-func unauthenticated(err error) *status.Status {
+func unauthenticated(err error) *grpcstatus.Status {
 	reason := filewritev1.ErrorReason_TOKEN_MISSING
 	if errors.Is(err, errBadToken) {
 		reason = filewritev1.ErrorReason_TOKEN_INVALID
 	}
-	return newRefusal(reason, nil, err.Error())
+	return status.NewRefusal(reason, nil, err.Error())
 }
 
 // writeUnauthenticated answers like the gateway answers an UNAUTHENTICATED
 // status: 401 with {"code":16,"message":...,"details":[ErrorInfo]}.
 func writeUnauthenticated(w http.ResponseWriter, err error) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="filewrite"`)
-	writeStatus(w, http.StatusUnauthorized, unauthenticated(err))
+	status.WriteHTTP(w, http.StatusUnauthorized, unauthenticated(err))
 }
 
 // reloadOnSIGHUP is what a SIGHUP does: reread --auth-token-file, or,

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/service/internal/status"
 )
 
 // Scoped credentials (docs/security.md): a token or certificate whose
@@ -67,11 +68,11 @@ func (a *tokenAuth) callScope(ctx context.Context) (*scope, error) {
 	if !ok {
 		// Every call on a server with tokens passed a tap that set it;
 		// one that did not (health) has no business with a path.
-		return nil, newRefusal(filewritev1.ErrorReason_PERMISSION_DENIED_SCOPE, nil, "the call carries no credential").Err()
+		return nil, status.NewRefusal(filewritev1.ErrorReason_PERMISSION_DENIED_SCOPE, nil, "the call carries no credential").Err()
 	}
 	sc := a.scopeOf(id)
 	if sc == nil {
-		return nil, newRefusal(filewritev1.ErrorReason_TOKEN_REVOKED, nil,
+		return nil, status.NewRefusal(filewritev1.ErrorReason_TOKEN_REVOKED, nil,
 			"the credential this call authenticated with was removed from the token file").Err()
 	}
 	return sc, nil
@@ -95,7 +96,7 @@ func (a *tokenAuth) refuse(sc *scope, p string, acc access, resolved string) err
 		args = append(args, "resolved", resolved)
 	}
 	a.log.Info("refused by scope", args...)
-	return newRefusal(filewritev1.ErrorReason_PERMISSION_DENIED_SCOPE, md, msg).Err()
+	return status.NewRefusal(filewritev1.ErrorReason_PERMISSION_DENIED_SCOPE, md, msg).Err()
 }
 
 // resolve is the clean path p (relative to --root) with every symbolic

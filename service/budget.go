@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/service/internal/status"
 )
 
 // inflightBudget bounds the bytes that requests in flight hold across the
@@ -88,7 +89,7 @@ func (b *inflightBudget) clamp(n int64) int64 {
 }
 
 // acquire waits until n bytes are free or ctx ends, and takes them. On
-// error (ctx's, as a *budgetWaitError) it holds nothing. A nil budget is unbounded.
+// error (ctx's, as a *status.BudgetWaitError) it holds nothing. A nil budget is unbounded.
 func (b *inflightBudget) acquire(ctx context.Context, n int64) error {
 	if b == nil {
 		return nil
@@ -98,7 +99,7 @@ func (b *inflightBudget) acquire(ctx context.Context, n int64) error {
 		return ctx.Err()
 	}
 	if err := ctx.Err(); err != nil {
-		return &budgetWaitError{capacity: b.capacity, err: err}
+		return &status.BudgetWaitError{Capacity: b.capacity, Err: err}
 	}
 	b.mu.Lock()
 	if n <= b.free && (len(b.queue) == 0 || b.headOverdueLocked(time.Now())) {
@@ -137,7 +138,7 @@ func (b *inflightBudget) acquire(ctx context.Context, n int64) error {
 	b.grantLocked()
 	// Said apart from a deadline that passed elsewhere: the request was
 	// never performed, and may be retried once memory frees up.
-	return &budgetWaitError{capacity: b.capacity, err: ctx.Err()}
+	return &status.BudgetWaitError{Capacity: b.capacity, Err: ctx.Err()}
 }
 
 // release gives back n bytes taken by acquire.
@@ -282,7 +283,7 @@ const receiveCopies = 3
 // message up to gRPC's own, larger limit (for WriteStream) is refused by
 // the store after it was decoded, and may hold more meanwhile.
 func receiveHold(maxRequestBytes int64) int64 {
-	return receiveCopies * int64(maxMessageBytes(maxRequestBytes))
+	return receiveCopies * int64(status.MaxMessageBytes(maxRequestBytes))
 }
 
 // grpcCopies is how many copies of a message's bytes a unary call holds
@@ -310,7 +311,7 @@ type callBudgetKey struct{}
 
 // tagCall gives a call its callBudget, unless it is a health call.
 func (g *grpcBudget) tagCall(ctx context.Context, method string) context.Context {
-	if strings.HasPrefix(method, healthPrefix) {
+	if strings.HasPrefix(method, status.HealthPrefix) {
 		return ctx
 	}
 	return context.WithValue(ctx, callBudgetKey{}, &callBudget{})
@@ -355,7 +356,7 @@ func (g *grpcBudget) event(ctx context.Context, s stats.RPCStats) {
 func (g *grpcBudget) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	cb, _ := ctx.Value(callBudgetKey{}).(*callBudget)
 	if cb != nil && cb.err != nil {
-		return nil, toStatus(cb.err)
+		return nil, status.Of(cb.err)
 	}
 	r, ok := req.(*filewritev1.ReadRequest)
 	if cb == nil || !ok {
@@ -364,14 +365,14 @@ func (g *grpcBudget) unary(ctx context.Context, req any, info *grpc.UnaryServerI
 	// The decoder keeps unknown fields; a Read needs none, and dropped
 	// they hold no memory that nothing counts while it waits. (Unless
 	// they are the marker of a Read that did not decode, refused later.)
-	if _, bad := undecodable(r); !bad {
+	if _, bad := status.Undecodable(r); !bad {
 		r.ProtoReflect().SetUnknown(nil)
 	}
 	g.budget.release(cb.held)
 	cb.held = 0
 	want := grpcCopies * min(max(r.GetLength(), 0), g.maxRequest)
 	if err := g.budget.acquire(ctx, want); err != nil {
-		return nil, toStatus(err)
+		return nil, status.Of(err)
 	}
 	cb.held = want
 	resp, err := handler(ctx, req)
@@ -444,7 +445,7 @@ func (o *owedBytes) Put(*[]byte)       { o.budget.release(o.n) }
 // beyond the budget (at most the largest message, per stream).
 func budgetStream(b *inflightBudget) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if strings.HasPrefix(info.FullMethod, healthPrefix) {
+		if strings.HasPrefix(info.FullMethod, status.HealthPrefix) {
 			return handler(srv, ss) // a probe's Watch never waits for the budget
 		}
 		bs := &budgetedStream{ServerStream: ss, budget: b}
@@ -493,7 +494,7 @@ func (s *budgetedStream) RecvMsg(m any) error {
 	}
 	n := int64(proto.Size(msg))
 	if err := s.budget.acquire(s.Context(), n); err != nil {
-		return toStatus(err)
+		return status.Of(err)
 	}
 	s.mu.Lock()
 	if s.ended {

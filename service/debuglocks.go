@@ -14,6 +14,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
+	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -58,7 +59,7 @@ func (d *debugLocks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > debugLocksLimit {
-			writeStatus(w, http.StatusBadRequest, newRefusal(filewritev1.ErrorReason_PAGE_INVALID,
+			status.WriteHTTP(w, http.StatusBadRequest, status.NewRefusal(filewritev1.ErrorReason_PAGE_INVALID,
 				map[string]string{errorinfo.KeyField: "limit", errorinfo.KeyLimit: strconv.Itoa(debugLocksLimit)},
 				fmt.Sprintf("limit %q: want 1 to %d", v, debugLocksLimit)))
 			return
@@ -73,7 +74,7 @@ func (d *debugLocks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "json", "html":
 		asHTML = f == "html"
 	default:
-		writeStatus(w, http.StatusBadRequest, newRefusal(filewritev1.ErrorReason_REQUEST_MALFORMED,
+		status.WriteHTTP(w, http.StatusBadRequest, status.NewRefusal(filewritev1.ErrorReason_REQUEST_MALFORMED,
 			map[string]string{errorinfo.KeyField: "format"}, fmt.Sprintf("format %q: want json or html", f)))
 		return
 	}

@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
+	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
@@ -30,6 +30,7 @@ import (
 	"github.com/filewrite/filewrite/internal/shard"
 	"github.com/filewrite/filewrite/internal/streamwire"
 	"github.com/filewrite/filewrite/internal/testutil"
+	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store/faultfs"
 )
 
@@ -259,12 +260,12 @@ func firstStreamError(ctx context.Context, c filewritev1.FileServiceClient, befo
 		}
 		for _, f := range resp.GetFiles() {
 			if f.GetStatus().GetCode() != 0 {
-				return status.ErrorProto(f.GetStatus())
+				return grpcstatus.ErrorProto(f.GetStatus())
 			}
 		}
 		for _, a := range resp.GetAcks() {
 			if a.GetStatus().GetCode() != 0 {
-				return status.ErrorProto(a.GetStatus())
+				return grpcstatus.ErrorProto(a.GetStatus())
 			}
 		}
 	}
@@ -606,7 +607,7 @@ func authREST(authorization string) func(*testing.T, *errorsEnv) restResult {
 
 // TestErrorsTable: docs/errors.md lists every ErrorReason once; each
 // reason it says the daemon returns is one the daemon's table
-// (reasonRules) has, with the same code and retry advice, and none it
+// (status.Rules) has, with the same code and retry advice, and none it
 // reserves is; and each is provoked on a running daemon, over gRPC and
 // over REST where it has a route, answering with the code, HTTP status,
 // metadata keys, BadRequest and RetryInfo (Retry-After) its row says.
@@ -628,11 +629,11 @@ func TestErrorsTable(t *testing.T) {
 		}
 	}
 	for _, r := range reserved {
-		if _, ok := reasonRules[filewritev1.ErrorReason(filewritev1.ErrorReason_value[r.reason])]; ok {
+		if _, ok := status.Rules[filewritev1.ErrorReason(filewritev1.ErrorReason_value[r.reason])]; ok {
 			t.Errorf("docs/errors.md: %s is listed as reserved, but the daemon returns it", r.reason)
 		}
 	}
-	for reason := range reasonRules {
+	for reason := range status.Rules {
 		if !slices.ContainsFunc(returned, func(r docReason) bool { return r.reason == reason.String() }) {
 			t.Errorf("the daemon returns %s, but docs/errors.md does not list it as returned", reason)
 		}
@@ -642,12 +643,12 @@ func TestErrorsTable(t *testing.T) {
 	scenarios := errorScenarios()
 	for _, row := range returned {
 		t.Run(row.reason, func(t *testing.T) {
-			rule, ok := reasonRules[filewritev1.ErrorReason(filewritev1.ErrorReason_value[row.reason])]
+			rule, ok := status.Rules[filewritev1.ErrorReason(filewritev1.ErrorReason_value[row.reason])]
 			if !ok {
 				t.Fatalf("documented as returned, but the daemon has no rule for it")
 			}
-			if rule.code != row.code || (rule.retry > 0) != row.retry {
-				t.Errorf("the daemon's rule is %v, retry %v; docs/errors.md says %v, retry %v", rule.code, rule.retry, row.code, row.retry)
+			if rule.Code != row.code || (rule.Retry > 0) != row.retry {
+				t.Errorf("the daemon's rule is %v, retry %v; docs/errors.md says %v, retry %v", rule.Code, rule.Retry, row.code, row.retry)
 			}
 			sc, ok := scenarios[row.reason]
 			if !ok {
@@ -658,7 +659,7 @@ func TestErrorsTable(t *testing.T) {
 			}
 			if sc.grpc != nil {
 				err := sc.grpc(t, env, testContext(t))
-				st, ok := status.FromError(err)
+				st, ok := grpcstatus.FromError(err)
 				if !ok || err == nil {
 					t.Fatalf("gRPC: %v, want a status", err)
 				}
@@ -685,7 +686,7 @@ func TestErrorsTable(t *testing.T) {
 // checkDocumentedStatus checks st against its row of docs/errors.md.
 func checkDocumentedStatus(t *testing.T, via string, row docReason, st *spb.Status) {
 	t.Helper()
-	s := status.FromProto(st)
+	s := grpcstatus.FromProto(st)
 	if s.Code() != row.code {
 		t.Errorf("%s: code %v (%s), want %v", via, s.Code(), s.Message(), row.code)
 	}
@@ -736,7 +737,7 @@ func TestStreamMessageOverTransportLimit(t *testing.T) {
 	big := make([]byte, transportRecvBytes(errorsMaxRequest)+1)
 	err := firstStreamError(ctx, d.client, nil, &filewritev1.WriteStreamRequest{Path: "big",
 		Writes: []*filewritev1.StreamWrite{{Id: 1, Data: big}}})
-	if status.Code(err) != codes.ResourceExhausted || errorinfo.Reason(err) != "" {
+	if grpcstatus.Code(err) != codes.ResourceExhausted || errorinfo.Reason(err) != "" {
 		t.Errorf("stream ended with %v (reason %q), want gRPC's RESOURCE_EXHAUSTED without a reason", err, errorinfo.Reason(err))
 	}
 }

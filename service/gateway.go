@@ -20,6 +20,7 @@ import (
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
 	"github.com/filewrite/filewrite/internal/shard"
+	"github.com/filewrite/filewrite/service/internal/status"
 )
 
 const mimeOctetStream = "application/octet-stream"
@@ -39,7 +40,7 @@ func newGateway(ctx context.Context, conn grpc.ClientConnInterface, cfg gatewayC
 		client:        filewritev1.NewFileServiceClient(conn),
 		gatewayConfig: cfg,
 		// A JSON body carries data as base64: 4 bytes for every 3.
-		maxBodyBytes: 4*((cfg.maxRequestBytes+2)/3) + messageOverhead,
+		maxBodyBytes: 4*((cfg.maxRequestBytes+2)/3) + status.MessageOverhead,
 	}
 	muxOpts := []runtime.ServeMuxOption{
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, strictJSON{jsonMarshaler}),
@@ -140,7 +141,7 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		// It would reach the gRPC client as a path that proto3 cannot
 		// encode, and fail there as INTERNAL.
 		_, out := runtime.MarshalerForRequest(g.mux, r)
-		runtime.HTTPError(r.Context(), g.mux, out, w, r, refusal(filewritev1.ErrorReason_PATH_INVALID, map[string]string{errorinfo.KeyField: "path"}, "path %q is not valid UTF-8", r.URL.Path))
+		runtime.HTTPError(r.Context(), g.mux, out, w, r, status.Refusal(filewritev1.ErrorReason_PATH_INVALID, map[string]string{errorinfo.KeyField: "path"}, "path %q is not valid UTF-8", r.URL.Path))
 		return
 	}
 	if err := checkContentType(r); err != nil {
@@ -159,7 +160,7 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	hold := g.holds(r)
 	if err := g.budget.acquire(r.Context(), hold); err != nil {
 		_, out := runtime.MarshalerForRequest(g.mux, r)
-		runtime.HTTPError(r.Context(), g.mux, out, w, r, toStatus(err))
+		runtime.HTTPError(r.Context(), g.mux, out, w, r, status.Of(err))
 		return
 	}
 	defer g.budget.release(hold)
@@ -206,7 +207,7 @@ func holdBody(ctx context.Context, method string, req, reply any, cc *grpc.Clien
 	if bh, ok := ctx.Value(bodyHoldKey{}).(*bodyHold); ok {
 		if more := jsonBodyCopies*bh.body.read - bh.held; more > 0 {
 			if err := bh.budget.acquire(ctx, more); err != nil {
-				return toStatus(err)
+				return status.Of(err)
 			}
 			bh.held += more
 		}
@@ -246,7 +247,7 @@ func (g *gateway) holds(r *http.Request) int64 {
 }
 
 func (g *gateway) bodyTooLarge() error {
-	return refusal(filewritev1.ErrorReason_REQUEST_TOO_LARGE, g.requestLimit(),
+	return status.Refusal(filewritev1.ErrorReason_REQUEST_TOO_LARGE, g.requestLimit(),
 		"request body exceeds %d bytes: --max-request-bytes is %d bytes of data, which JSON carries as base64",
 		g.maxBodyBytes, g.maxRequestBytes)
 }
@@ -270,7 +271,7 @@ func (g *gateway) handleError(ctx context.Context, mux *runtime.ServeMux, m runt
 		}
 	}
 	err = withReasonHTTP(err)
-	if d, ok := retryDelay(err); ok {
+	if d, ok := status.RetryDelay(err); ok {
 		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(d.Seconds())), 10))
 	}
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
@@ -279,13 +280,13 @@ func (g *gateway) handleError(ctx context.Context, mux *runtime.ServeMux, m runt
 // withReasonHTTP is withReason for an error that reaches the gateway's
 // error handler, which may wrap a status in a *runtime.HTTPStatusError.
 // An error that is no status (grpc-gateway's own, such as a reply its
-// marshaler could not encode) becomes one through toStatus, which
+// marshaler could not encode) becomes one through status.Of, which
 // grpc-gateway would answer as UNKNOWN without a reason.
 func withReasonHTTP(err error) error {
 	if he, ok := err.(*runtime.HTTPStatusError); ok {
 		return &runtime.HTTPStatusError{HTTPStatus: he.HTTPStatus, Err: withReasonHTTP(he.Err)}
 	}
-	return toStatus(err)
+	return status.Of(err)
 }
 
 // bodyError is the error to answer for a body that failed to arrive: too
@@ -297,11 +298,11 @@ func (g *gateway) bodyError(b *requestBody, err error) error {
 	case b.timedOut:
 		return &runtime.HTTPStatusError{
 			HTTPStatus: http.StatusRequestTimeout,
-			Err: refusal(filewritev1.ErrorReason_BODY_TIMEOUT, map[string]string{errorinfo.KeyLimit: g.bodyTimeout.String()},
+			Err: status.Refusal(filewritev1.ErrorReason_BODY_TIMEOUT, map[string]string{errorinfo.KeyLimit: g.bodyTimeout.String()},
 				"request body: less than %d bytes arrived in %v (--body-timeout)", bodyProgressBytes, g.bodyTimeout),
 		}
 	case err != nil:
-		return refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "read request body: %v", err)
+		return status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "read request body: %v", err)
 	}
 	return nil
 }
@@ -399,5 +400,5 @@ func parseRawSync(s string) (filewritev1.SyncMode, error) {
 	if v, ok := filewritev1.SyncMode_value[s]; ok {
 		return filewritev1.SyncMode(v), nil
 	}
-	return 0, refusal(filewritev1.ErrorReason_MODE_INVALID, map[string]string{errorinfo.KeyField: "sync"}, "sync %q: want none, data or full", s)
+	return 0, status.Refusal(filewritev1.ErrorReason_MODE_INVALID, map[string]string{errorinfo.KeyField: "sync"}, "sync %q: want none, data or full", s)
 }

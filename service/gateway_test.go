@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net"
@@ -13,13 +15,16 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
+	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/errorinfo"
+	"github.com/filewrite/filewrite/service/internal/status"
 )
 
 // fakeFiles is an in-memory FileService that records its requests, so
@@ -81,7 +86,7 @@ func (f *fakeFiles) Read(_ context.Context, req *filewritev1.ReadRequest) (*file
 	defer f.mu.Unlock()
 	data, ok := f.files[req.Path]
 	if !ok {
-		return nil, status.Errorf(codes.NotFound, "%s: file not found", req.Path)
+		return nil, grpcstatus.Errorf(codes.NotFound, "%s: file not found", req.Path)
 	}
 	lo := min(req.Offset, int64(len(data)))
 	hi := min(lo+req.Length, int64(len(data)))
@@ -129,12 +134,12 @@ func startFakeGateway(t *testing.T, maxRequestBytes int64) (*fakeFiles, string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(maxMessageBytes(maxRequestBytes)))
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(status.MaxMessageBytes(maxRequestBytes)))
 	filewritev1.RegisterFileServiceServer(srv, fake)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
 
-	limit := maxMessageBytes(maxRequestBytes)
+	limit := status.MaxMessageBytes(maxRequestBytes)
 	conn, err := grpc.NewClient(lis.Addr().String(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limit), grpc.MaxCallSendMsgSize(limit)))
@@ -419,7 +424,7 @@ func TestGatewayErrorStatuses(t *testing.T) {
 		{codes.Canceled, 499},
 	} {
 		fake.mu.Lock()
-		fake.fail = status.Error(tt.code, "from the server")
+		fake.fail = grpcstatus.Error(tt.code, "from the server")
 		fake.mu.Unlock()
 		for _, method := range []string{"GET", "PUT"} {
 			r := doHTTP(t, method, base+"/v1/files/p", strings.NewReader("x"), map[string]string{"Content-Type": mimeOctetStream})
@@ -430,5 +435,42 @@ func TestGatewayErrorStatuses(t *testing.T) {
 				t.Errorf("%s with %v: body %+v, want the code and the server's message", method, tt.code, e)
 			}
 		}
+	}
+}
+
+// TestWithReasonHTTP: whatever reaches the gateway's error handler leaves
+// it as a status with an ErrorInfo: an error that is no status (a reply
+// grpc-gateway's marshaler could not encode) is classified as status.Of
+// classifies it, keeping the HTTP status it was wrapped with, and a
+// status with a reason passes as it is.
+func TestWithReasonHTTP(t *testing.T) {
+	refused := status.Refusal(filewritev1.ErrorReason_FILE_NOT_FOUND, nil, "missing")
+	tests := []struct {
+		name     string
+		err      error
+		code     codes.Code
+		reason   string
+		httpCode int // 0: not wrapped
+	}{
+		{"plain error", errors.New("proto: string field contains invalid UTF-8"), codes.Internal, "IO_ERROR", 0},
+		{"context error", fmt.Errorf("write reply: %w", context.Canceled), codes.Canceled, "CANCELLED", 0},
+		{"status without a reason", grpcstatus.Error(codes.InvalidArgument, "not JSON"), codes.InvalidArgument, "REQUEST_MALFORMED", 0},
+		{"status with a reason", refused, codes.NotFound, "FILE_NOT_FOUND", 0},
+		{"wrapped plain error", &runtime.HTTPStatusError{HTTPStatus: 418, Err: errors.New("odd")}, codes.Internal, "IO_ERROR", 418},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := withReasonHTTP(tt.err)
+			httpCode := 0
+			if he, ok := got.(*runtime.HTTPStatusError); ok {
+				httpCode, got = he.HTTPStatus, he.Err
+			}
+			if httpCode != tt.httpCode {
+				t.Errorf("HTTP status %d, want %d", httpCode, tt.httpCode)
+			}
+			if grpcstatus.Code(got) != tt.code || errorinfo.Reason(got) != tt.reason {
+				t.Errorf("got %v (reason %q), want %v with reason %q", got, errorinfo.Reason(got), tt.code, tt.reason)
+			}
+		})
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
+	"github.com/filewrite/filewrite/service/internal/status"
 )
 
 // appendPattern is the REST route of Append: JSON like every POST, or the
@@ -60,7 +61,7 @@ func (g *gateway) appendRaw(w http.ResponseWriter, r *http.Request, pathParams m
 	switch n := r.ContentLength; {
 	case n < 0:
 		fail(&runtime.HTTPStatusError{HTTPStatus: http.StatusLengthRequired,
-			Err: refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "a raw append needs a Content-Length: its bytes are one contiguous range, reserved before they are read")})
+			Err: status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "a raw append needs a Content-Length: its bytes are one contiguous range, reserved before they are read")})
 		return
 	case n > g.maxRequestBytes:
 		fail(g.dataTooLarge(n))
@@ -102,7 +103,7 @@ func rawAppendQuery(rawQuery string) (*filewritev1.AppendRequest, error) {
 	if s, ok := q["expected_offset"]; ok {
 		off, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return nil, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "expected_offset"}, "expected_offset %q is not an int64", s)
+			return nil, status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "expected_offset"}, "expected_offset %q is not an int64", s)
 		}
 		req.ExpectedOffset = &off
 	}

@@ -10,6 +10,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
+	"github.com/filewrite/filewrite/service/internal/status"
 )
 
 // What a web page can make a browser send. Without tokens the daemon
@@ -83,11 +84,11 @@ func checkOrigin(o string) error {
 // check returns the 403 to answer r with, or nil.
 func (g *browserGuard) check(r *http.Request) error {
 	if o := r.Header.Get("Origin"); o != "" && !g.origins["*"] && !g.origins[strings.ToLower(strings.TrimSuffix(o, "/"))] {
-		return refusal(filewritev1.ErrorReason_ORIGIN_NOT_ALLOWED, nil,
+		return status.Refusal(filewritev1.ErrorReason_ORIGIN_NOT_ALLOWED, nil,
 			"Origin %q is not allowed: a web page may not call this daemon unless --http-allowed-origins names its origin", o)
 	}
 	if !g.hostAllowed(r.Host) {
-		return refusal(filewritev1.ErrorReason_HOST_NOT_ALLOWED, nil,
+		return status.Refusal(filewritev1.ErrorReason_HOST_NOT_ALLOWED, nil,
 			"Host %q is not allowed: name the daemon by IP address, localhost or its listen address, or list the name in --http-allowed-hosts", r.Host)
 	}
 	return nil
@@ -131,5 +132,5 @@ func checkContentType(r *http.Request) error {
 	} else {
 		msg += fmt.Sprintf(", not %q", ct)
 	}
-	return refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "Content-Type"}, "%s", msg)
+	return status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "Content-Type"}, "%s", msg)
 }

@@ -9,6 +9,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
+	"github.com/filewrite/filewrite/service/internal/status"
 )
 
 // The gateway's preconditions and ranges (RFC 9110, sections 13 and 14),
@@ -150,7 +151,7 @@ func preconditionStatus(r *http.Request, v validators) (code int, header string,
 
 // malformedHeader is the refusal of a request header that does not parse.
 func malformedHeader(name string, err error) error {
-	return refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: name}, "%s: %v", name, err)
+	return status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: name}, "%s: %v", name, err)
 }
 
 // headerDate is the HTTP-date in r's header name, if it holds one.

@@ -20,6 +20,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
+	"github.com/filewrite/filewrite/service/internal/status"
 )
 
 // What the gateway accepts from a request besides its path: everything that
@@ -121,18 +122,18 @@ func queryFields(fields protoreflect.FieldDescriptors, filter *utilities.DoubleA
 func rawQueryValues(rawQuery, takes string, keys ...string) (map[string]string, error) {
 	q, err := url.ParseQuery(rawQuery)
 	if err != nil {
-		return nil, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "query %q: %v", rawQuery, err)
+		return nil, status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "query %q: %v", rawQuery, err)
 	}
 	values := make(map[string]string, len(q))
 	for _, key := range slices.Sorted(maps.Keys(q)) {
 		vals := q[key]
 		switch {
 		case !slices.Contains(keys, key):
-			return nil, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: key}, "unknown query parameter %q: %s", key, takes)
+			return nil, status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: key}, "unknown query parameter %q: %s", key, takes)
 		case len(vals) > 1:
-			return nil, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: key}, "query parameter %q given %d times", key, len(vals))
+			return nil, status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: key}, "query parameter %q given %d times", key, len(vals))
 		case vals[0] == "":
-			return nil, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: key}, "query parameter %q is empty", key)
+			return nil, status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: key}, "query parameter %q is empty", key)
 		}
 		values[key] = vals[0]
 	}
@@ -148,7 +149,7 @@ func rawWriteQuery(rawQuery string) (offset int64, sync filewritev1.SyncMode, er
 	}
 	if s, ok := q["offset"]; ok {
 		if offset, err = strconv.ParseInt(s, 10, 64); err != nil {
-			return 0, 0, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "offset"}, "offset %q is not an int64", s)
+			return 0, 0, status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "offset"}, "offset %q is not an int64", s)
 		}
 	}
 	if s, ok := q["sync"]; ok {

@@ -12,6 +12,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
+	"github.com/filewrite/filewrite/service/internal/status"
 )
 
 // The download route: GET /v1/files/{path}?alt=media answers the file's
@@ -24,7 +25,7 @@ const mediaPattern = "/v1/files/{path=**}"
 // It is a mux of its own so that its path matching, verbs and escapes are
 // grpc-gateway's, as on every other route.
 func (g *gateway) newMediaMux() (*runtime.ServeMux, error) {
-	errAlt := refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "alt"},
+	errAlt := status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "alt"},
 		"alt is a parameter of GET /v1/files/{path} only: alt=media downloads the file")
 	refuse := func(w http.ResponseWriter, r *http.Request, _ map[string]string) { g.fail(w, r, errAlt) }
 	mux := runtime.NewServeMux(
@@ -85,17 +86,17 @@ func (g *gateway) getMedia(w http.ResponseWriter, r *http.Request, pathParams ma
 	ctx := r.Context()
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		g.fail(w, r, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "query %q: %v", r.URL.RawQuery, err))
+		g.fail(w, r, status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "query %q: %v", r.URL.RawQuery, err))
 		return
 	}
 	for key, vals := range q {
 		switch {
 		case key != "alt":
-			g.fail(w, r, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: key},
+			g.fail(w, r, status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: key},
 				"unknown query parameter %q: a download takes alt=media and a Range header", key))
 			return
 		case len(vals) != 1 || vals[0] != "media":
-			g.fail(w, r, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "alt"},
+			g.fail(w, r, status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "alt"},
 				"alt=%q: want alt=media (without alt, GET answers the file's description as JSON)", vals))
 			return
 		}
@@ -139,7 +140,7 @@ func (g *gateway) getMedia(w http.ResponseWriter, r *http.Request, pathParams ma
 			h.Set("Content-Range", "bytes */"+strconv.FormatInt(size, 10))
 			g.fail(w, r, &runtime.HTTPStatusError{
 				HTTPStatus: http.StatusRequestedRangeNotSatisfiable,
-				Err: refusal(filewritev1.ErrorReason_RANGE_NOT_SATISFIABLE, map[string]string{"size": strconv.FormatInt(size, 10)},
+				Err: status.Refusal(filewritev1.ErrorReason_RANGE_NOT_SATISFIABLE, map[string]string{"size": strconv.FormatInt(size, 10)},
 					"Range %q: the file has %d bytes; send bytes=first-last, bytes=first- or bytes=-suffix", r.Header.Get("Range"), size),
 			})
 			return
@@ -171,7 +172,7 @@ func (g *gateway) getMedia(w http.ResponseWriter, r *http.Request, pathParams ma
 			panic(http.ErrAbortHandler)
 		}
 		data := resp.GetData()
-		if int64(len(data)) < n || (resp.Crc32C != nil && resp.GetCrc32C() != crc32.Checksum(data, castagnoli)) {
+		if int64(len(data)) < n || (resp.Crc32C != nil && resp.GetCrc32C() != crc32.Checksum(data, status.Castagnoli)) {
 			// Shrunk, deleted and recreated, or damaged on the way: the
 			// announced length cannot be met.
 			panic(http.ErrAbortHandler)
@@ -202,6 +203,6 @@ func preconditionFailed(header string, v validators) error {
 	}
 	return &runtime.HTTPStatusError{
 		HTTPStatus: http.StatusPreconditionFailed,
-		Err:        refusal(reason, md, "precondition failed: %s; the file's ETag is %s", header, current),
+		Err:        status.Refusal(reason, md, "precondition failed: %s; the file's ETag is %s", header, current),
 	}
 }

@@ -16,10 +16,11 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	grpcstatus "google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
+	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -59,7 +60,7 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != mimeOctetStream {
 			fail(&runtime.HTTPStatusError{
 				HTTPStatus: http.StatusUnsupportedMediaType,
-				Err: refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil,
+				Err: status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil,
 					"PUT takes an %s body, not %q; JSON writes go to POST /v1/files/{path}:write", mimeOctetStream, ct),
 			})
 			return
@@ -75,7 +76,7 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 		fail(g.dataTooLarge(n))
 		return
 	} else if n > 0 && offset >= 0 && offset <= math.MaxInt64-n && offset+n > g.maxFileSize {
-		fail(toStatus(&store.Refusal{Err: store.ErrFileTooLarge, Arg: "offset", Limit: g.maxFileSize,
+		fail(status.Of(&store.Refusal{Err: store.ErrFileTooLarge, Arg: "offset", Limit: g.maxFileSize,
 			Detail: fmt.Sprintf("a PUT of %d bytes at offset %d ends at %d, the maximum file size is %d bytes", n, offset, offset+n, g.maxFileSize)}))
 		return
 	}
@@ -123,13 +124,13 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 		}
 		resp, err = g.client.Write(ctx, req, grpc.Header(&md.HeaderMD), grpc.Trailer(&md.TrailerMD))
 		if err != nil && written == 0 && openMode != filewritev1.OpenMode_OPEN_MODE_UNSPECIFIED {
-			switch status.Code(err) {
+			switch grpcstatus.Code(err) {
 			case codes.AlreadyExists:
 				err = &runtime.HTTPStatusError{HTTPStatus: http.StatusPreconditionFailed,
-					Err: refusal(filewritev1.ErrorReason_PRECONDITION_FAILED, nil, "precondition failed: If-None-Match: * creates only, and %s exists", path)}
+					Err: status.Refusal(filewritev1.ErrorReason_PRECONDITION_FAILED, nil, "precondition failed: If-None-Match: * creates only, and %s exists", path)}
 			case codes.NotFound:
 				err = &runtime.HTTPStatusError{HTTPStatus: http.StatusPreconditionFailed,
-					Err: refusal(filewritev1.ErrorReason_PRECONDITION_FAILED, nil, "precondition failed: If-Match: * writes only an existing file, and %s does not exist", path)}
+					Err: status.Refusal(filewritev1.ErrorReason_PRECONDITION_FAILED, nil, "precondition failed: If-Match: * writes only an existing file, and %s does not exist", path)}
 			}
 		}
 		if err != nil {
@@ -164,7 +165,7 @@ func (g *gateway) checkPutPreconditions(ctx context.Context, r *http.Request, pa
 	} {
 		if l, err := parseETags(r.Header.Values(c.header)); err == nil && l.any {
 			if mode != filewritev1.OpenMode_OPEN_MODE_UNSPECIFIED {
-				return 0, refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: c.header},
+				return 0, status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: c.header},
 					"If-Match: * and If-None-Match: * together: a file cannot both exist and not")
 			}
 			mode = c.mode
@@ -181,7 +182,7 @@ func (g *gateway) checkPutPreconditions(ctx context.Context, r *http.Request, pa
 	var v validators
 	st, err := g.client.Stat(ctx, &filewritev1.StatRequest{Path: path})
 	switch {
-	case status.Code(err) == codes.NotFound:
+	case grpcstatus.Code(err) == codes.NotFound:
 	case err != nil:
 		return 0, err
 	default:
@@ -249,9 +250,9 @@ func (l *lookahead) fill(p []byte) (int, error) {
 
 func (g *gateway) dataTooLarge(n int64) error {
 	if n < 0 {
-		return refusal(filewritev1.ErrorReason_REQUEST_TOO_LARGE, g.requestLimit(), "body exceeds --max-request-bytes (%d bytes)", g.maxRequestBytes)
+		return status.Refusal(filewritev1.ErrorReason_REQUEST_TOO_LARGE, g.requestLimit(), "body exceeds --max-request-bytes (%d bytes)", g.maxRequestBytes)
 	}
-	return refusal(filewritev1.ErrorReason_REQUEST_TOO_LARGE, g.requestLimit(), "body of %d bytes exceeds --max-request-bytes (%d bytes)", n, g.maxRequestBytes)
+	return status.Refusal(filewritev1.ErrorReason_REQUEST_TOO_LARGE, g.requestLimit(), "body of %d bytes exceeds --max-request-bytes (%d bytes)", n, g.maxRequestBytes)
 }
 
 // readPattern is the REST route of Read.
@@ -280,11 +281,11 @@ func (g *gateway) readStreamed(w http.ResponseWriter, r *http.Request, pathParam
 
 	req := &filewritev1.ReadRequest{Path: pathParams["path"]}
 	if err := r.ParseForm(); err != nil {
-		fail(refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "%v", err))
+		fail(status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "%v", err))
 		return
 	}
 	if err := runtime.PopulateQueryParameters(req, r.Form, readQuery); err != nil {
-		fail(refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "%v", err))
+		fail(status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "%v", err))
 		return
 	}
 	ctx, err := runtime.AnnotateContext(ctx, g.mux, r, filewritev1.FileService_Read_FullMethodName,
@@ -304,7 +305,7 @@ func (g *gateway) readStreamed(w http.ResponseWriter, r *http.Request, pathParam
 		}
 		req.Length = max(st.GetSize()-req.GetOffset(), 0)
 		if req.Length > g.maxRequestBytes {
-			fail(toStatus(&store.Refusal{Err: store.ErrRequestTooLarge, Arg: "length", Limit: g.maxRequestBytes,
+			fail(status.Of(&store.Refusal{Err: store.ErrRequestTooLarge, Arg: "length", Limit: g.maxRequestBytes,
 				Detail: fmt.Sprintf("%d bytes from offset %d to the end of the file, the maximum per request is %d; "+
 					"give a length, or download the file with GET /v1/files/{path}?alt=media", req.Length, req.GetOffset(), g.maxRequestBytes)}))
 			return
@@ -332,10 +333,10 @@ func (g *gateway) readStreamed(w http.ResponseWriter, r *http.Request, pathParam
 		data := resp.GetData()
 		if resp.Crc32C == nil {
 			withCRC = false
-		} else if resp.GetCrc32C() != crc32.Checksum(data, castagnoli) {
+		} else if resp.GetCrc32C() != crc32.Checksum(data, status.Castagnoli) {
 			panic(http.ErrAbortHandler)
 		}
-		crc = crc32.Update(crc, castagnoli, data)
+		crc = crc32.Update(crc, status.Castagnoli, data)
 		if first {
 			w.Header().Set("Content-Type", out.ContentType(resp))
 			w.WriteHeader(http.StatusOK)

@@ -16,24 +16,12 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
-	"google.golang.org/grpc/status"
+	grpcstatus "google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/bufpool"
+	"github.com/filewrite/filewrite/service/internal/status"
 )
-
-// messageOverhead is what a message carries besides its data: a path of up
-// to store.MaxPathLen bytes, a few varints and the protobuf tags. Adding it
-// to --max-request-bytes lets a Write of exactly that many bytes through the
-// transport, so the store, not the transport, decides at the limit, with a
-// message that names it.
-const messageOverhead = 64 << 10
-
-// maxMessageBytes is the message limit, both ways, for a data limit: what
-// a unary call may carry, and a WriteStream message.
-func maxMessageBytes(maxRequestBytes int64) int {
-	return int(maxRequestBytes) + messageOverhead
-}
 
 // transportRecvBytes is the limit gRPC itself enforces on a message it
 // receives: twice the data limit, above maxMessageBytes. gRPC refuses a
@@ -44,7 +32,7 @@ func maxMessageBytes(maxRequestBytes int64) int {
 // handler, and the store refuses the data past --max-request-bytes with a
 // message that names it.
 func transportRecvBytes(maxRequestBytes int64) int {
-	return maxMessageBytes(maxRequestBytes) + int(maxRequestBytes)
+	return status.MaxMessageBytes(maxRequestBytes) + int(maxRequestBytes)
 }
 
 // HTTP/2 flow-control windows the daemon grants: per stream, at least a
@@ -62,7 +50,7 @@ const (
 // tel's providers. extra adds options after these: TLS and the
 // authentication interceptors, which chain after logUnary.
 func newGRPCServer(files *fileServer, hs *health.Server, maxRequestBytes int64, log *slog.Logger, tel *telemetry, extra ...grpc.ServerOption) *grpc.Server {
-	limit := maxMessageBytes(maxRequestBytes)
+	limit := status.MaxMessageBytes(maxRequestBytes)
 	opts := append([]grpc.ServerOption{
 		grpc.StatsHandler(tel.serverHandler()),
 		// Performance (docs/benchmarks.md, the stream path): a pool of goroutines per
@@ -99,7 +87,7 @@ func ensureReason(err error) error {
 	if err == nil {
 		return nil
 	}
-	return toStatus(err)
+	return status.Of(err)
 }
 
 // logStream logs every stream when it ends, as logUnary logs a call.
@@ -162,7 +150,7 @@ func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 // The elapsed time is a Go duration string in either log format: slog's
 // JSON handler would write a duration as integer nanoseconds.
 func logRPC(ctx context.Context, log *slog.Logger, method, path string, start time.Time, err error) {
-	code := status.Code(err)
+	code := grpcstatus.Code(err)
 	level := failureLevel(code)
 	if !log.Enabled(ctx, level) {
 		return
@@ -177,7 +165,7 @@ func logRPC(ctx context.Context, log *slog.Logger, method, path string, start ti
 		attrs = append(attrs, slog.String("path", path))
 	}
 	if err != nil {
-		attrs = append(attrs, slog.String("error", status.Convert(err).Message()))
+		attrs = append(attrs, slog.String("error", grpcstatus.Convert(err).Message()))
 	}
 	// The stats handler put the RPC's span in ctx: its id finds the trace
 	// of a failed call.

@@ -12,11 +12,12 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store"
 )
 
 // fileServer is the FileService: each handler translates the request's
-// enums, calls the store, and maps its error with toStatus. Paths, offsets
+// enums, calls the store, and maps its error with status.Of. Paths, offsets
 // and lengths are checked by the store, once, for every caller.
 //
 // It embeds UnsafeFileServiceServer, not UnimplementedFileServiceServer, so
@@ -72,9 +73,9 @@ func newFileServer(st *store.Store, maxRequestBytes, maxStreamBytes int64, budge
 		maxStreamBytes:    maxStreamBytes,
 		maxFilesPerStream: DefaultMaxFilesPerStream,
 		budget:            budget,
-		maxMessageBytes:   int64(maxMessageBytes(maxRequestBytes)),
-		extentsPerReply:   extentsPerReply(maxMessageBytes(maxRequestBytes)),
-		entriesPerReply:   entriesPerReply(maxMessageBytes(maxRequestBytes)),
+		maxMessageBytes:   int64(status.MaxMessageBytes(maxRequestBytes)),
+		extentsPerReply:   extentsPerReply(status.MaxMessageBytes(maxRequestBytes)),
+		entriesPerReply:   entriesPerReply(status.MaxMessageBytes(maxRequestBytes)),
 		draining:          make(chan struct{}),
 		validatorDelay:    DefaultValidatorDelay,
 	}
@@ -94,17 +95,17 @@ func (s *fileServer) drain() {
 var _ filewritev1.FileServiceServer = (*fileServer)(nil)
 
 func (s *fileServer) Write(ctx context.Context, req *filewritev1.WriteRequest) (*filewritev1.WriteResponse, error) {
-	sync, err := syncModeFromProto(req.GetSync())
+	sync, err := status.SyncModeFromProto(req.GetSync())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, status.Of(err)
 	}
-	open, err := openModeFromProto(req.GetOpenMode())
+	open, err := status.OpenModeFromProto(req.GetOpenMode())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, status.Of(err)
 	}
 	res, err := s.store.WriteOpen(ctx, req.GetPath(), open, req.GetOffset(), req.GetData(), sync)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, status.Of(err)
 	}
 	return &filewritev1.WriteResponse{BytesWritten: int64(res.BytesWritten), Size: res.Size}, nil
 }
@@ -112,18 +113,18 @@ func (s *fileServer) Write(ctx context.Context, req *filewritev1.WriteRequest) (
 // Append checks the request's CRC-32C, if any, before the store sees it:
 // a refused append writes nothing.
 func (s *fileServer) Append(ctx context.Context, req *filewritev1.AppendRequest) (*filewritev1.AppendResponse, error) {
-	sync, err := syncModeFromProto(req.GetSync())
+	sync, err := status.SyncModeFromProto(req.GetSync())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, status.Of(err)
 	}
 	if req.Crc32C != nil {
-		if err := checkCRC32C(req.GetData(), req.GetCrc32C(), "crc32c"); err != nil {
+		if err := status.CheckCRC32C(req.GetData(), req.GetCrc32C(), "crc32c"); err != nil {
 			return nil, err
 		}
 	}
 	res, err := s.store.Append(ctx, req.GetPath(), req.GetData(), sync, store.AppendOptions{ExpectedOffset: req.ExpectedOffset, ID: req.GetAppendId()})
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, status.Of(err)
 	}
 	return &filewritev1.AppendResponse{Offset: res.Offset, Size: res.Size}, nil
 }
@@ -134,26 +135,26 @@ func (s *fileServer) Fsync(ctx context.Context, req *filewritev1.FsyncRequest) (
 		mode = store.SyncData
 	}
 	if err := s.store.Fsync(ctx, req.GetPath(), mode); err != nil {
-		return nil, toStatus(err)
+		return nil, status.Of(err)
 	}
 	return &filewritev1.FsyncResponse{}, nil
 }
 
 func (s *fileServer) Truncate(ctx context.Context, req *filewritev1.TruncateRequest) (*filewritev1.TruncateResponse, error) {
 	if err := s.store.Truncate(ctx, req.GetPath(), req.GetSize()); err != nil {
-		return nil, toStatus(err)
+		return nil, status.Of(err)
 	}
 	return &filewritev1.TruncateResponse{}, nil
 }
 
 func (s *fileServer) Fallocate(ctx context.Context, req *filewritev1.FallocateRequest) (*filewritev1.FallocateResponse, error) {
-	mode, err := fallocateModeFromProto(req.GetMode())
+	mode, err := status.FallocateModeFromProto(req.GetMode())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, status.Of(err)
 	}
 	size, err := s.store.Fallocate(ctx, req.GetPath(), mode, req.GetOffset(), req.GetLength())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, status.Of(err)
 	}
 	return &filewritev1.FallocateResponse{Size: size}, nil
 }
@@ -161,7 +162,7 @@ func (s *fileServer) Fallocate(ctx context.Context, req *filewritev1.FallocateRe
 func (s *fileServer) Stat(ctx context.Context, req *filewritev1.StatRequest) (*filewritev1.StatResponse, error) {
 	st, err := s.store.Stat(ctx, req.GetPath())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, status.Of(err)
 	}
 	return statResponse(st, time.Now(), s.validatorDelay), nil
 }
@@ -169,9 +170,9 @@ func (s *fileServer) Stat(ctx context.Context, req *filewritev1.StatRequest) (*f
 func (s *fileServer) Read(ctx context.Context, req *filewritev1.ReadRequest) (*filewritev1.ReadResponse, error) {
 	data, err := s.store.Read(ctx, req.GetPath(), req.GetOffset(), req.GetLength())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, status.Of(err)
 	}
-	sum := crc32.Checksum(data, castagnoli)
+	sum := crc32.Checksum(data, status.Castagnoli)
 	return &filewritev1.ReadResponse{Data: data, Crc32C: &sum}, nil
 }
 
@@ -193,11 +194,11 @@ func (s *fileServer) Extents(ctx context.Context, req *filewritev1.ExtentsReques
 	}
 	exts, more, err := s.store.ExtentsPage(ctx, req.GetPath(), start, length, limit)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, status.Of(err)
 	}
 	out := make([]*filewritev1.Extent, len(exts))
 	for i, e := range exts {
-		out[i] = &filewritev1.Extent{Offset: e.Offset, Length: e.Length, State: extentStateToProto(e.State)}
+		out[i] = &filewritev1.Extent{Offset: e.Offset, Length: e.Length, State: status.ExtentStateToProto(e.State)}
 	}
 	resp := &filewritev1.ExtentsResponse{Extents: out}
 	if more {
@@ -209,14 +210,14 @@ func (s *fileServer) Extents(ctx context.Context, req *filewritev1.ExtentsReques
 
 func (s *fileServer) Delete(ctx context.Context, req *filewritev1.DeleteRequest) (*filewritev1.DeleteResponse, error) {
 	if err := s.store.Delete(ctx, req.GetPath(), req.GetSync()); err != nil {
-		return nil, toStatus(err)
+		return nil, status.Of(err)
 	}
 	return &filewritev1.DeleteResponse{}, nil
 }
 
 func (s *fileServer) Rename(ctx context.Context, req *filewritev1.RenameRequest) (*filewritev1.RenameResponse, error) {
 	if err := s.store.Rename(ctx, req.GetPath(), req.GetNewPath(), req.GetNoReplace(), req.GetSync()); err != nil {
-		return nil, toStatus(err)
+		return nil, status.Of(err)
 	}
 	return &filewritev1.RenameResponse{}, nil
 }
@@ -224,67 +225,11 @@ func (s *fileServer) Rename(ctx context.Context, req *filewritev1.RenameRequest)
 func (s *fileServer) List(ctx context.Context, req *filewritev1.ListRequest) (*filewritev1.ListResponse, error) {
 	entries, next, err := s.store.List(ctx, req.GetPath(), listPageSize(req, s.entriesPerReply), req.GetPageToken())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, status.Of(err)
 	}
 	out := make([]*filewritev1.DirEntry, len(entries))
 	for i, e := range entries {
 		out[i] = &filewritev1.DirEntry{Name: e.Name, IsDir: e.IsDir, Size: e.Size}
 	}
 	return &filewritev1.ListResponse{Entries: out, NextPageToken: next}, nil
-}
-
-// syncModeFromProto rejects values outside the enum: proto3 enums are open,
-// so a client can send any number.
-func syncModeFromProto(m filewritev1.SyncMode) (store.SyncMode, error) {
-	switch m {
-	case filewritev1.SyncMode_SYNC_MODE_UNSPECIFIED:
-		return store.SyncNone, nil
-	case filewritev1.SyncMode_SYNC_MODE_DATA:
-		return store.SyncData, nil
-	case filewritev1.SyncMode_SYNC_MODE_FULL:
-		return store.SyncFull, nil
-	}
-	return 0, &store.Refusal{Err: store.ErrInvalidMode, Arg: "sync", Detail: fmt.Sprintf("sync mode %d (want SYNC_MODE_UNSPECIFIED, SYNC_MODE_DATA or SYNC_MODE_FULL)", int32(m))}
-}
-
-// openModeFromProto rejects unknown numbers: a mode this daemon does not
-// know might have forbidden the create it would do.
-func openModeFromProto(m filewritev1.OpenMode) (store.OpenMode, error) {
-	switch m {
-	case filewritev1.OpenMode_OPEN_MODE_UNSPECIFIED:
-		return store.OpenCreate, nil
-	case filewritev1.OpenMode_OPEN_MODE_MUST_EXIST:
-		return store.OpenMustExist, nil
-	case filewritev1.OpenMode_OPEN_MODE_EXCLUSIVE:
-		return store.OpenExclusive, nil
-	}
-	return 0, &store.Refusal{Err: store.ErrInvalidMode, Arg: "open_mode", Detail: fmt.Sprintf("open mode %d (want OPEN_MODE_UNSPECIFIED, OPEN_MODE_MUST_EXIST or OPEN_MODE_EXCLUSIVE)", int32(m))}
-}
-
-// fallocateModeFromProto rejects FALLOCATE_MODE_UNSPECIFIED as well as
-// unknown numbers: there is no safe default between allocating and punching.
-func fallocateModeFromProto(m filewritev1.FallocateMode) (store.FallocateMode, error) {
-	switch m {
-	case filewritev1.FallocateMode_FALLOCATE_MODE_ALLOCATE:
-		return store.FallocAllocate, nil
-	case filewritev1.FallocateMode_FALLOCATE_MODE_KEEP_SIZE:
-		return store.FallocKeepSize, nil
-	case filewritev1.FallocateMode_FALLOCATE_MODE_PUNCH_HOLE:
-		return store.FallocPunchHole, nil
-	case filewritev1.FallocateMode_FALLOCATE_MODE_ZERO_RANGE:
-		return store.FallocZeroRange, nil
-	}
-	return 0, &store.Refusal{Err: store.ErrInvalidMode, Arg: "mode", Detail: fmt.Sprintf("fallocate mode %s (want ALLOCATE, KEEP_SIZE, PUNCH_HOLE or ZERO_RANGE)", m)}
-}
-
-func extentStateToProto(s store.ExtentState) filewritev1.ExtentState {
-	switch s {
-	case store.ExtentHole:
-		return filewritev1.ExtentState_EXTENT_STATE_HOLE
-	case store.ExtentUnwritten:
-		return filewritev1.ExtentState_EXTENT_STATE_UNWRITTEN
-	case store.ExtentWritten:
-		return filewritev1.ExtentState_EXTENT_STATE_WRITTEN
-	}
-	return filewritev1.ExtentState_EXTENT_STATE_UNSPECIFIED
 }

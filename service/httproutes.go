@@ -6,8 +6,9 @@ import (
 
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
+	grpcstatus "google.golang.org/grpc/status"
+
+	"github.com/filewrite/filewrite/service/internal/status"
 )
 
 // httpHandler serves the HTTP address: GET /metrics (Prometheus), GET
@@ -28,7 +29,7 @@ func (s *Server) httpHandler(gateway http.Handler, browser *browserGuard) http.H
 		if r.URL.Path != "/metrics" && browser != nil {
 			// Scrapers name the daemon by pod IP or service name.
 			if err := browser.check(r); err != nil {
-				writeStatus(w, http.StatusForbidden, status.Convert(err))
+				status.WriteHTTP(w, http.StatusForbidden, grpcstatus.Convert(err))
 				return
 			}
 		}
@@ -44,7 +45,7 @@ func (s *Server) httpHandler(gateway http.Handler, browser *browserGuard) http.H
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
-			writeStatus(w, http.StatusMethodNotAllowed, status.Newf(codes.Unimplemented, "method %s not allowed: GET %s", r.Method, r.URL.Path))
+			status.WriteHTTP(w, http.StatusMethodNotAllowed, grpcstatus.Newf(codes.Unimplemented, "method %s not allowed: GET %s", r.Method, r.URL.Path))
 			return
 		}
 		h.ServeHTTP(w, r)
@@ -73,7 +74,7 @@ func (s *Server) probeRoutes(next http.Handler) http.Handler {
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
-			writeStatus(w, http.StatusMethodNotAllowed, status.Newf(codes.Unimplemented, "method %s not allowed: GET %s", r.Method, r.URL.Path))
+			status.WriteHTTP(w, http.StatusMethodNotAllowed, grpcstatus.Newf(codes.Unimplemented, "method %s not allowed: GET %s", r.Method, r.URL.Path))
 			return
 		}
 		state := healthpb.HealthCheckResponse_SERVING
@@ -93,21 +94,4 @@ func (s *Server) probeRoutes(next http.Handler) http.Handler {
 		w.WriteHeader(code)
 		fmt.Fprintf(w, "{\"status\":%q}\n", state.String())
 	})
-}
-
-// writeStatus answers st as the gateway answers a status, with code: a
-// JSON google.rpc.Status.
-func writeStatus(w http.ResponseWriter, code int, st *status.Status) {
-	body, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(st.Proto())
-	if err != nil {
-		body = []byte(`{"code":2,"message":"unknown","details":[]}`)
-	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	// Every caller refuses a request before reading its body: without
-	// this, Go's server would wait for a stalled body to end before it
-	// sent the answer, and the refused client would see nothing.
-	h.Set("Connection", "close")
-	w.WriteHeader(code)
-	w.Write(body)
 }

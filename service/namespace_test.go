@@ -14,11 +14,12 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/testutil"
+	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -64,7 +65,7 @@ func TestNamespaceGRPC(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(d.root, "archive/2026/step-1")); !os.IsNotExist(err) {
 		t.Errorf("the deleted file: %v, want it gone", err)
 	}
-	if _, err := c.Stat(ctx, &filewritev1.StatRequest{Path: "archive/2026/step-1"}); status.Code(err) != codes.NotFound {
+	if _, err := c.Stat(ctx, &filewritev1.StatRequest{Path: "archive/2026/step-1"}); grpcstatus.Code(err) != codes.NotFound {
 		t.Errorf("Stat of the deleted file: %v, want NOT_FOUND", err)
 	}
 
@@ -161,7 +162,7 @@ func TestNamespaceGRPC(t *testing.T) {
 		}, codes.InvalidArgument, "page token"},
 	} {
 		err := tt.call()
-		if status.Code(err) != tt.want || !strings.Contains(status.Convert(err).Message(), tt.msg) {
+		if grpcstatus.Code(err) != tt.want || !strings.Contains(grpcstatus.Convert(err).Message(), tt.msg) {
 			t.Errorf("%s: %v, want %v saying %q", tt.name, err, tt.want, tt.msg)
 		}
 	}
@@ -267,7 +268,7 @@ func TestListPageSize(t *testing.T) {
 		}
 	}
 	// A full page of the longest names fits under the default limit.
-	if got := entriesPerReply(maxMessageBytes(store.DefaultMaxRequestBytes)); got < store.MaxListPageSize {
+	if got := entriesPerReply(status.MaxMessageBytes(store.DefaultMaxRequestBytes)); got < store.MaxListPageSize {
 		t.Errorf("entries per reply under the default limit = %d, want at least %d", got, store.MaxListPageSize)
 	}
 }
@@ -407,7 +408,7 @@ func TestWriteStreamFollowsRenameAndEndsOnDelete(t *testing.T) {
 				streamWriteOf(3, 0, []byte("lost"), filewritev1.SyncMode_SYNC_MODE_UNSPECIFIED),
 			}})
 			e := recvAll(stream)
-			if status.Code(e.err) != codes.NotFound {
+			if grpcstatus.Code(e.err) != codes.NotFound {
 				t.Fatalf("stream ended with %v, want NOT_FOUND", e.err)
 			}
 			for _, a := range e.acks {
@@ -472,7 +473,7 @@ func TestFsyncOfADirectory(t *testing.T) {
 			t.Errorf("%s: Fsync of a directory made %d directory fsyncs, want 1", tt.name, got)
 		}
 	}
-	if _, err := c.Fsync(ctx, &filewritev1.FsyncRequest{Path: "nodir"}); status.Code(err) != codes.NotFound {
+	if _, err := c.Fsync(ctx, &filewritev1.FsyncRequest{Path: "nodir"}); grpcstatus.Code(err) != codes.NotFound {
 		t.Errorf("gRPC Fsync of a missing directory: %v, want NOT_FOUND", err)
 	}
 	if s := d.call(t, "POST", "/v1/files/nodir:fsync", `{}`, nil); s != http.StatusNotFound {

@@ -12,6 +12,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
+	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -68,9 +69,9 @@ func extentsPageSize(req *filewritev1.ExtentsRequest, perReply int) (int, error)
 	case ok:
 		return n, nil
 	case n < 0:
-		return 0, refusal(filewritev1.ErrorReason_PAGE_INVALID, map[string]string{errorinfo.KeyField: "page_size"}, "page_size %d is negative", n)
+		return 0, status.Refusal(filewritev1.ErrorReason_PAGE_INVALID, map[string]string{errorinfo.KeyField: "page_size"}, "page_size %d is negative", n)
 	}
-	return 0, refusal(filewritev1.ErrorReason_PAGE_INVALID, map[string]string{errorinfo.KeyField: "page_size", errorinfo.KeyLimit: strconv.Itoa(MaxExtentsPageSize)}, "page_size %d: the maximum is %d", n, MaxExtentsPageSize)
+	return 0, status.Refusal(filewritev1.ErrorReason_PAGE_INVALID, map[string]string{errorinfo.KeyField: "page_size", errorinfo.KeyLimit: strconv.Itoa(MaxExtentsPageSize)}, "page_size %d: the maximum is %d", n, MaxExtentsPageSize)
 }
 
 // maxEncodedDirEntry is the most bytes one DirEntry takes in a
@@ -131,7 +132,7 @@ func extentsPageStart(req *filewritev1.ExtentsRequest) (int64, error) {
 		// No token, or a range the store refuses, in its own words.
 		return off, nil
 	}
-	bad := refusal(filewritev1.ErrorReason_PAGE_INVALID, map[string]string{errorinfo.KeyField: "page_token"}, "page_token is not one that an Extents reply gave")
+	bad := status.Refusal(filewritev1.ErrorReason_PAGE_INVALID, map[string]string{errorinfo.KeyField: "page_token"}, "page_token is not one that an Extents reply gave")
 	b, err := base64.RawURLEncoding.DecodeString(tok)
 	if err != nil || len(b) < 1 || b[0] != extentsTokenVersion {
 		return 0, bad
@@ -141,7 +142,7 @@ func extentsPageStart(req *filewritev1.ExtentsRequest) (int64, error) {
 		return 0, bad
 	}
 	if binary.LittleEndian.Uint64(b[1+n:]) != extentsRequestHash(req) {
-		return 0, refusal(filewritev1.ErrorReason_PAGE_INVALID, map[string]string{errorinfo.KeyField: "page_token"},
+		return 0, status.Refusal(filewritev1.ErrorReason_PAGE_INVALID, map[string]string{errorinfo.KeyField: "page_token"},
 			"page_token belongs to another request: path, offset and length must be those of the first page")
 	}
 	start := int64(resume)

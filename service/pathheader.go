@@ -10,6 +10,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/shard"
+	"github.com/filewrite/filewrite/service/internal/status"
 )
 
 // The routing header. A router (HAProxy, the client's ring hash) sends a
@@ -43,7 +44,7 @@ func checkPathHeader(ctx context.Context, path string, require bool) error {
 		return noPathHeader()
 	}
 	if err := shard.CheckHeader(values, path); err != nil {
-		return refusal(filewritev1.ErrorReason_PATH_HEADER_MISMATCH, nil, "%v: a router placed this call by another file than the one it names", err)
+		return status.Refusal(filewritev1.ErrorReason_PATH_HEADER_MISMATCH, nil, "%v: a router placed this call by another file than the one it names", err)
 	}
 	return nil
 }
@@ -51,7 +52,7 @@ func checkPathHeader(ctx context.Context, path string, require bool) error {
 // noPathHeader is the refusal of a call without the header, under
 // --require-path-header.
 func noPathHeader() error {
-	return buildStatus(filewritev1.ErrorReason_PATH_HEADER_MISMATCH, nil, errNoPathHeader.Error(), "--require-path-header").Err()
+	return status.Build(filewritev1.ErrorReason_PATH_HEADER_MISMATCH, nil, errNoPathHeader.Error(), "--require-path-header").Err()
 }
 
 // pathHeaderOptions are the interceptors that check the routing header of

@@ -1,7 +1,7 @@
 // Package service turns the store into the filewrite daemon: the gRPC
 // FileService, its REST gateway, health, and the start-up and drain of both
 // listeners. Handlers are thin: they translate enums, call store, and map
-// store's errors to gRPC codes in one function, toStatus.
+// store's errors to gRPC codes in one function, status.Of.
 //
 // Lock order:
 //
@@ -48,6 +48,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -431,7 +432,7 @@ func Start(cfg Config) (_ *Server, err error) {
 }
 
 func (s *Server) startGateway() (err error) {
-	limit := maxMessageBytes(s.cfg.Store.MaxRequestBytes)
+	limit := status.MaxMessageBytes(s.cfg.Store.MaxRequestBytes)
 	s.gatewayLis = newPipeListener()
 	s.gatewaySrv = newGRPCServer(s.files, s.health, s.cfg.Store.MaxRequestBytes, s.log, s.tel, append(s.gatewayServerOptions(), pathHeaderOptions(s.cfg.RequirePathHeader)...)...)
 	s.gatewayConn, err = grpc.NewClient("passthrough:///gateway",

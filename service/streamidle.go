@@ -3,6 +3,8 @@ package service
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/filewrite/filewrite/service/internal/status"
 )
 
 // A WriteStream that carries nothing still holds its file, a slot of
@@ -64,7 +66,7 @@ func (ws *writeStream) checkIdle() {
 		ws.idleWatch.timer.Reset(timeout - quiet)
 		return
 	}
-	ws.stopLocked(streamIdleStatus(timeout))
+	ws.stopLocked(status.StreamIdle(timeout))
 }
 
 // stopIdleTimer is called once the stream is over.

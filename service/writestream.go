@@ -3,7 +3,6 @@ package service
 import (
 	"context"
 	"errors"
-	"hash/crc32"
 	"io"
 	"log/slog"
 	"runtime"
@@ -14,11 +13,12 @@ import (
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/status"
+	grpcstatus "google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
 	"github.com/filewrite/filewrite/internal/streamwire"
+	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -28,10 +28,6 @@ import (
 func (s *fileServer) WriteStream(ss grpc.BidiStreamingServer[filewritev1.WriteStreamRequest, filewritev1.WriteStreamResponse]) error {
 	return newWriteStream(s, ss).serve()
 }
-
-// castagnoli is the CRC-32C table (SSE 4.2 on amd64, the ARMv8 CRC
-// instructions on arm64).
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // maxAcksPerResponse bounds one response (an ack is at most ~40 bytes on
 // the wire): acks ready beyond it go in the next one.
@@ -313,11 +309,11 @@ func (ws *writeStream) serve() error {
 			runtime.Gosched()
 		case <-draining:
 			draining = nil
-			ws.stop(refusal(filewritev1.ErrorReason_SHUTTING_DOWN, nil, "the daemon is shutting down: writes read before are acked, resend the others"))
+			ws.stop(status.Refusal(filewritev1.ErrorReason_SHUTTING_DOWN, nil, "the daemon is shutting down: writes read before are acked, resend the others"))
 		case <-ws.ctx.Done():
 			ws.stop(ws.ctx.Err())
 			ws.closeSends()
-			return toStatus(ws.ctx.Err())
+			return status.Of(ws.ctx.Err())
 		}
 		ws.mu.Lock()
 		if err := ws.sendErr; err != nil {
@@ -445,7 +441,7 @@ func (ws *writeStream) logFailures(acked []*streamWrite) {
 		if w.err == nil {
 			continue
 		}
-		code := status.Code(toStatus(w.err))
+		code := grpcstatus.Code(status.Of(w.err))
 		if failureLevel(code) != slog.LevelError {
 			continue
 		}
@@ -462,7 +458,7 @@ func ackStatus(err error) *spb.Status {
 	if err == nil {
 		return nil
 	}
-	return status.Convert(toStatus(err)).Proto()
+	return grpcstatus.Convert(status.Of(err)).Proto()
 }
 
 // stop ends the stream once every write read has been acked; the first
@@ -545,7 +541,7 @@ func (ws *writeStream) watchAuth(changed <-chan struct{}) {
 }
 
 func deletedStatus(f *streamFile) error {
-	return refusal(filewritev1.ErrorReason_FILE_DELETED, nil, "%s was deleted or replaced while the stream wrote to it: writes read before are acked", f.path)
+	return status.Refusal(filewritev1.ErrorReason_FILE_DELETED, nil, "%s was deleted or replaced while the stream wrote to it: writes read before are acked", f.path)
 }
 
 // wakeSenderLocked tells the sender to look again.
@@ -649,7 +645,7 @@ func (ws *writeStream) accept(req *streamRequest) error {
 			// take's error says the stream's deadline passed while it
 			// waited for the budget (INFLIGHT_BUDGET), not a bare
 			// DEADLINE_EXCEEDED.
-			return toStatus(err)
+			return status.Of(err)
 		}
 		return nil // stopped while waiting
 	}
@@ -658,15 +654,15 @@ func (ws *writeStream) accept(req *streamRequest) error {
 		w := &req.writes[i]
 		w.cost = writeCost(len(w.data))
 		var err error
-		if w.sync, err = syncModeFromProto(w.syncRaw); err == nil && w.hasCRC {
-			err = checkCRC32C(w.data, w.crc, "writes.crc32c")
+		if w.sync, err = status.SyncModeFromProto(w.syncRaw); err == nil && w.hasCRC {
+			err = status.CheckCRC32C(w.data, w.crc, "writes.crc32c")
 		}
 		if err == nil && w.append && w.off != 0 {
-			err = refusal(filewritev1.ErrorReason_RANGE_INVALID, map[string]string{errorinfo.KeyField: "offset"},
+			err = status.Refusal(filewritev1.ErrorReason_RANGE_INVALID, map[string]string{errorinfo.KeyField: "offset"},
 				"a write with append takes no offset (it goes at the end of the file), this one has offset %d", w.off)
 		}
 		if err == nil && !w.append && len(w.appendID) > 0 {
-			err = refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "append_id"},
+			err = status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "append_id"},
 				"append_id is for an append: a positional write (append not set) takes none")
 		}
 		w.err = err
@@ -729,9 +725,9 @@ func (ws *writeStream) queue(req *streamRequest) (bool, error) {
 		w.file = ws.fileLocked(w.fileIdx)
 		err := error(nil)
 		if w.file == nil {
-			err = unknownStreamFile(w.fileIdx)
+			err = status.UnknownStreamFile(w.fileIdx)
 		} else if _, dup := ws.unacked[w.id]; dup {
-			err = writeIDInUse(w.id)
+			err = status.WriteIDInUse(w.id)
 		}
 		if err != nil {
 			for _, v := range req.writes[:i] {
@@ -806,13 +802,13 @@ func (ws *writeStream) check(req *streamRequest) error {
 	if req.err != nil {
 		var many *streamwire.TooManyWritesError
 		if errors.As(req.err, &many) {
-			return refusal(filewritev1.ErrorReason_TOO_MANY_WRITES_IN_MESSAGE, map[string]string{errorinfo.KeyField: "writes", errorinfo.KeyLimit: strconv.Itoa(many.Limit)},
+			return status.Refusal(filewritev1.ErrorReason_TOO_MANY_WRITES_IN_MESSAGE, map[string]string{errorinfo.KeyField: "writes", errorinfo.KeyLimit: strconv.Itoa(many.Limit)},
 				"a message of more than %d writes: the limit is %d writes per message; send the rest in the next message", many.Limit, many.Limit)
 		}
-		return malformed(req.err.Error())
+		return status.Malformed(req.err.Error())
 	}
 	if int64(req.size) > ws.files.maxMessageBytes {
-		return messageTooLarge(req.size, ws.files.maxMessageBytes)
+		return status.MessageTooLarge(req.size, ws.files.maxMessageBytes)
 	}
 	first := !ws.opened
 	if first {
@@ -845,7 +841,7 @@ func (ws *writeStream) check(req *streamRequest) error {
 		if ws.main != nil {
 			main = ws.main.path
 		}
-		return refusal(filewritev1.ErrorReason_STREAM_PATH_CHANGED, map[string]string{errorinfo.KeyField: "path"}, "the message names %q but the stream's path is %q: only the first message may name it; declare other files (files)", req.msg.Path, main)
+		return status.Refusal(filewritev1.ErrorReason_STREAM_PATH_CHANGED, map[string]string{errorinfo.KeyField: "path"}, "the message names %q but the stream's path is %q: only the first message may name it; declare other files (files)", req.msg.Path, main)
 	}
 	if err := ws.declare(req.msg.Files, req.msg.Closes); err != nil {
 		return err
@@ -901,7 +897,7 @@ func (ws *writeStream) declare(files []streamwire.File, closes []uint32) error {
 		held := len(ws.declared) - closing
 		ws.mu.Unlock()
 		if d.Index == 0 || inUse {
-			return refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "files.index", "index": strconv.FormatUint(uint64(d.Index), 10)},
+			return status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "files.index", "index": strconv.FormatUint(uint64(d.Index), 10)},
 				"file index %d is 0 or already on the stream: declare an index of 1 or more, and close it before declaring it again", d.Index)
 		}
 		limit := ws.files.maxFilesPerStream
@@ -910,11 +906,11 @@ func (ws *writeStream) declare(files []streamwire.File, closes []uint32) error {
 			// the writes sent with them to be acked with the refusal; a
 			// client that goes on declaring without closing any is not
 			// reading the refusals.
-			return tooManyFilesOnStream(limit)
+			return status.TooManyFilesOnStream(limit)
 		}
 		f := &streamFile{index: d.Index, path: d.Path}
 		if held >= limit {
-			f.err = tooManyFilesOnStream(limit)
+			f.err = status.TooManyFilesOnStream(limit)
 		} else {
 			f.h, f.err = ws.openFile(d.Path, filewritev1.OpenMode(d.OpenMode))
 		}
@@ -933,16 +929,16 @@ func (ws *writeStream) declare(files []streamwire.File, closes []uint32) error {
 // openFile checks a file's open mode and the caller's access to it, and
 // opens it: the path's file of the first message, or a declared one.
 func (ws *writeStream) openFile(path string, mode filewritev1.OpenMode) (*store.Handle, error) {
-	open, err := openModeFromProto(mode)
+	open, err := status.OpenModeFromProto(mode)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, status.Of(err)
 	}
 	if err := ws.files.auth.authorize(ws.ctx, accessWrite, path); err != nil {
 		return nil, err
 	}
 	h, err := ws.files.store.OpenHandle(ws.ctx, path, open)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, status.Of(err)
 	}
 	return h, nil
 }

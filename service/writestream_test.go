@@ -18,11 +18,12 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	grpcstatus "google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/streamwire"
 	"github.com/filewrite/filewrite/internal/testutil"
+	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store"
 	"github.com/filewrite/filewrite/store/faultfs"
 )
@@ -385,7 +386,7 @@ func TestWriteStreamErrors(t *testing.T) {
 				{Path: "f", Writes: []*filewritev1.StreamWrite{w(1, 0), w(2, 10)}},
 			},
 			bad: &filewritev1.WriteStreamRequest{Writes: []*filewritev1.StreamWrite{
-				streamWriteOf(3, 100, make([]byte, 4096+messageOverhead), 0)}},
+				streamWriteOf(3, 100, make([]byte, 4096+status.MessageOverhead), 0)}},
 			want: codes.InvalidArgument,
 		},
 		{
@@ -433,7 +434,7 @@ func TestWriteStreamErrors(t *testing.T) {
 				}
 			}
 			e := recvAll(stream)
-			if got := status.Code(e.err); got != tt.want {
+			if got := grpcstatus.Code(e.err); got != tt.want {
 				t.Errorf("stream ended with %v, want %v", e.err, tt.want)
 			}
 			for id, a := range byID(t, e.acks) {
@@ -484,7 +485,7 @@ func TestWriteStreamDuplicateOfUnackedID(t *testing.T) {
 	})
 	open()
 	e := recvAll(stream)
-	if got := status.Code(e.err); got != codes.InvalidArgument {
+	if got := grpcstatus.Code(e.err); got != codes.InvalidArgument {
 		t.Errorf("stream ended with %v, want %v", e.err, codes.InvalidArgument)
 	}
 	if len(e.acks) != 1 || e.acks[0].GetId() != 0 || e.acks[0].GetStatus() != nil {

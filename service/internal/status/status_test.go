@@ -1,4 +1,4 @@
-package service
+package status
 
 import (
 	"context"
@@ -11,12 +11,10 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	grpcstatus "google.golang.org/grpc/status"
 
-	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
 	"github.com/filewrite/filewrite/store"
 )
@@ -58,27 +56,27 @@ func TestToStatus(t *testing.T) {
 		{"sync failed for lack of space", errors.Join(store.ErrSyncFailed, store.ErrNoSpace), codes.DataLoss, "SYNC_FAILED"},
 		{"canceled", wrap(context.Canceled), codes.Canceled, "CANCELLED"},
 		{"deadline", wrap(context.DeadlineExceeded), codes.DeadlineExceeded, "DEADLINE_EXCEEDED"},
-		{"deadline waiting for the budget", &budgetWaitError{capacity: 10, err: context.DeadlineExceeded}, codes.DeadlineExceeded, "INFLIGHT_BUDGET"},
+		{"deadline waiting for the budget", &BudgetWaitError{Capacity: 10, Err: context.DeadlineExceeded}, codes.DeadlineExceeded, "INFLIGHT_BUDGET"},
 		{"canceled while waiting for a lock", fmt.Errorf("%w: %w", store.ErrTooManyWaiters, context.Canceled), codes.Canceled, "CANCELLED"},
-		{"already a status", status.Error(codes.PermissionDenied, "no"), codes.PermissionDenied, ""},
-		{"a status of the transport", status.Error(codes.Unavailable, "closing"), codes.Unavailable, "SHUTTING_DOWN"},
+		{"already a status", grpcstatus.Error(codes.PermissionDenied, "no"), codes.PermissionDenied, ""},
+		{"a status of the transport", grpcstatus.Error(codes.Unavailable, "closing"), codes.Unavailable, "SHUTTING_DOWN"},
 		{"unknown error", errors.New("disk on fire"), codes.Internal, "IO_ERROR"},
 		{"unknown wrapped errno", wrap(fs.ErrPermission), codes.Internal, "IO_ERROR"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := toStatus(tt.err)
+			got := Of(tt.err)
 			if (got == nil) != (tt.err == nil) {
 				t.Fatalf("toStatus(%v) = %v, want nil exactly when the error is nil", tt.err, got)
 			}
-			if code := status.Code(got); code != tt.want {
+			if code := grpcstatus.Code(got); code != tt.want {
 				t.Errorf("toStatus(%v) code = %v, want %v", tt.err, code, tt.want)
 			}
 			if reason := errorinfo.Reason(got); reason != tt.reason {
 				t.Errorf("toStatus(%v) reason = %q, want %q", tt.err, reason, tt.reason)
 			}
 			if tt.err != nil {
-				if msg := status.Convert(got).Message(); !strings.HasPrefix(msg, status.Convert(tt.err).Message()) {
+				if msg := grpcstatus.Convert(got).Message(); !strings.HasPrefix(msg, grpcstatus.Convert(tt.err).Message()) {
 					t.Errorf("toStatus(%v) message = %q, want the error's own text first", tt.err, msg)
 				}
 			}
@@ -145,7 +143,7 @@ func TestRefusalDetails(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := toStatus(tt.err)
+			got := Of(tt.err)
 			info := errorinfo.From(got)
 			if info == nil {
 				t.Fatalf("toStatus(%v) = %v: no ErrorInfo", tt.err, got)
@@ -158,7 +156,7 @@ func TestRefusalDetails(t *testing.T) {
 			}
 			var field string
 			var retry bool
-			for _, d := range status.Convert(got).Details() {
+			for _, d := range grpcstatus.Convert(got).Details() {
 				switch d := d.(type) {
 				case *errdetails.BadRequest:
 					field = d.GetFieldViolations()[0].GetField()
@@ -172,45 +170,8 @@ func TestRefusalDetails(t *testing.T) {
 			if retry != tt.retry {
 				t.Errorf("RetryInfo given: %v, want %v", retry, tt.retry)
 			}
-			if msg := status.Convert(got).Message(); msg != tt.err.Error()+tt.msgSuffix {
+			if msg := grpcstatus.Convert(got).Message(); msg != tt.err.Error()+tt.msgSuffix {
 				t.Errorf("message = %q, want %q", msg, tt.err.Error()+tt.msgSuffix)
-			}
-		})
-	}
-}
-
-// TestWithReasonHTTP: whatever reaches the gateway's error handler leaves
-// it as a status with an ErrorInfo: an error that is no status (a reply
-// grpc-gateway's marshaler could not encode) is classified as toStatus
-// classifies it, keeping the HTTP status it was wrapped with, and a
-// status with a reason passes as it is.
-func TestWithReasonHTTP(t *testing.T) {
-	refused := refusal(filewritev1.ErrorReason_FILE_NOT_FOUND, nil, "missing")
-	tests := []struct {
-		name     string
-		err      error
-		code     codes.Code
-		reason   string
-		httpCode int // 0: not wrapped
-	}{
-		{"plain error", errors.New("proto: string field contains invalid UTF-8"), codes.Internal, "IO_ERROR", 0},
-		{"context error", fmt.Errorf("write reply: %w", context.Canceled), codes.Canceled, "CANCELLED", 0},
-		{"status without a reason", status.Error(codes.InvalidArgument, "not JSON"), codes.InvalidArgument, "REQUEST_MALFORMED", 0},
-		{"status with a reason", refused, codes.NotFound, "FILE_NOT_FOUND", 0},
-		{"wrapped plain error", &runtime.HTTPStatusError{HTTPStatus: 418, Err: errors.New("odd")}, codes.Internal, "IO_ERROR", 418},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := withReasonHTTP(tt.err)
-			httpCode := 0
-			if he, ok := got.(*runtime.HTTPStatusError); ok {
-				httpCode, got = he.HTTPStatus, he.Err
-			}
-			if httpCode != tt.httpCode {
-				t.Errorf("HTTP status %d, want %d", httpCode, tt.httpCode)
-			}
-			if status.Code(got) != tt.code || errorinfo.Reason(got) != tt.reason {
-				t.Errorf("got %v (reason %q), want %v with reason %q", got, errorinfo.Reason(got), tt.code, tt.reason)
 			}
 		})
 	}
