@@ -2,16 +2,14 @@ package service
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/stats"
-	"google.golang.org/grpc/tap"
 
-	"github.com/filewrite/filewrite/service/internal/status"
+	"github.com/filewrite/filewrite/service/internal/auth"
 )
 
 // What a caller must get past before the daemon spends anything on it.
@@ -51,11 +49,11 @@ func (s *Server) publicServerOptions() []grpc.ServerOption {
 	maxRequest := s.cfg.Store.MaxRequestBytes
 	calls := &grpcBudget{budget: s.budget, maxRequest: maxRequest}
 	opts := []grpc.ServerOption{
-		grpc.InTapHandle(s.admitCall),
+		grpc.InTapHandle(s.auth.AdmitCall),
 		grpc.StatsHandler(publicStats{guard: s.grpcLis, calls: calls}),
 		// Replaces newGRPCServer's requestCodec with one that extends it.
 		grpc.ForceServerCodecV2(replyCodec{newRequestCodec(), calls}),
-		grpc.ChainUnaryInterceptor(calls.unary, s.auth.unaryAuthorize),
+		grpc.ChainUnaryInterceptor(calls.unary, s.auth.UnaryAuthorize),
 		grpc.ChainStreamInterceptor(budgetStream(s.budget)),
 		// The handshake (TLS, HTTP/2 preface and settings) too must end
 		// within the time a connection has to authenticate.
@@ -76,49 +74,23 @@ func (s *Server) publicServerOptions() []grpc.ServerOption {
 // request), but the same token check, on the Authorization header the
 // gateway forwards.
 func (s *Server) gatewayServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.InTapHandle(s.auth.tap), grpc.ChainUnaryInterceptor(s.auth.unaryAuthorize)}
-}
-
-// admitCall is the public gRPC server's tap: a call without a valid token
-// is refused when its headers arrive. A call that is let in with a valid
-// token (or any call, without tokens) vouches for its connection (see
-// guardedListener); health needs no token, so it vouches only if it
-// carries a valid one.
-func (s *Server) admitCall(ctx context.Context, info *tap.Info) (context.Context, error) {
-	switch {
-	case s.auth == nil:
-	case strings.HasPrefix(info.FullMethodName, status.HealthPrefix):
-		if _, err := s.auth.check(info.Header.Get("authorization")); err != nil {
-			return ctx, nil
-		}
-	default:
-		id, err := s.auth.checkCall(info.FullMethodName, info.Header, peerCertIdentity(ctx))
-		if err != nil {
-			return nil, err
-		}
-		ctx = context.WithValue(ctx, identityKey{}, id)
-	}
-	trustConn(ctx)
-	return ctx, nil
+	return []grpc.ServerOption{grpc.InTapHandle(s.auth.Tap), grpc.ChainUnaryInterceptor(s.auth.UnaryAuthorize)}
 }
 
 // publicStats is the public gRPC server's own stats handler. gRPC tells a
 // stats handler of each new connection before any call on it, with a
 // context that the connection's calls inherit, down to the tap: it puts
-// the connection's guardedConn there for admitCall. It also takes each
+// the connection's guardedConn there for auth.AdmitCall. It also takes each
 // unary call's share of the budget (budget.go).
 type publicStats struct {
-	guard *guardedListener
+	guard *auth.GuardedListener
 	calls *grpcBudget
 }
 
 var _ stats.Handler = publicStats{}
 
 func (h publicStats) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
-	if g := h.guard.connByAddr(info.RemoteAddr); g != nil {
-		return context.WithValue(ctx, guardedConnKey{}, g)
-	}
-	return ctx
+	return h.guard.TagConn(ctx, info.RemoteAddr)
 }
 
 func (publicStats) HandleConn(context.Context, stats.ConnStats) {}

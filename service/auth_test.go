@@ -22,75 +22,13 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/testutil"
+	"github.com/filewrite/filewrite/service/internal/auth"
 )
 
 const (
 	tokenAlpha = "alpha-7f3c9b1e"
 	tokenBeta  = "beta-2d8e4a60"
 )
-
-func TestTokenCheck(t *testing.T) {
-	dir := testutil.Dir(t)
-	file := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(file, []byte("# operators\n\n  "+tokenAlpha+"  \r\n"+tokenBeta+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	a, err := newTokenAuth(file, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name   string
-		values []string
-		want   error
-	}{
-		{"none", nil, errNoToken},
-		{"first token", []string{"Bearer " + tokenAlpha}, nil},
-		{"second token, blanks around", []string{"  Bearer   " + tokenBeta + " "}, nil},
-		{"scheme in lower case", []string{"bearer " + tokenAlpha}, nil},
-		{"wrong token", []string{"Bearer gamma"}, errBadToken},
-		{"prefix of a token", []string{"Bearer " + tokenAlpha[:5]}, errBadToken},
-		{"token with a suffix", []string{"Bearer " + tokenAlpha + "x"}, errBadToken},
-		{"empty token", []string{"Bearer "}, errNotBearerToken},
-		{"comment line as a token", []string{"Bearer #"}, errBadToken},
-		{"no scheme", []string{tokenAlpha}, errNotBearerToken},
-		{"basic scheme", []string{"Basic " + tokenAlpha}, errNotBearerToken},
-		{"two values, both valid", []string{"Bearer " + tokenAlpha, "Bearer " + tokenBeta}, errManyTokens},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if _, got := a.check(tt.values); got != tt.want {
-				t.Errorf("check(%q) = %v, want %v", tt.values, got, tt.want)
-			}
-		})
-	}
-}
-
-func TestTokenFileRejects(t *testing.T) {
-	dir := testutil.Dir(t)
-	tests := []struct {
-		name, contents, want string
-	}{
-		{"empty", "", "holds no token"},
-		{"comments only", "# nothing yet\n\n", "holds no token"},
-		{"blank inside a token", "alpha beta\n", "line 1: malformed scope"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			file := filepath.Join(dir, "tokens")
-			if err := os.WriteFile(file, []byte(tt.contents), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			_, err := newTokenAuth(file, slog.New(slog.DiscardHandler))
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("newTokenAuth(%q) = %v, want an error containing %q", tt.contents, err, tt.want)
-			}
-		})
-	}
-	if _, err := newTokenAuth(filepath.Join(dir, "missing"), slog.New(slog.DiscardHandler)); err == nil {
-		t.Error("newTokenAuth of a missing file succeeded")
-	}
-}
 
 // startAuthDaemon starts a daemon that accepts tokenAlpha and tokenBeta,
 // with a file in its root that rejected requests must leave alone.
@@ -244,7 +182,7 @@ func TestAuthHTTP(t *testing.T) {
 // is no way around authentication.
 func TestGatewayForwardsAuthorization(t *testing.T) {
 	dir := testutil.Dir(t)
-	a, err := newTokenAuth(testutil.WriteTokenFile(t, dir, "tokens", tokenAlpha), slog.New(slog.DiscardHandler))
+	a, err := auth.NewTokens(testutil.WriteTokenFile(t, dir, "tokens", tokenAlpha), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +191,7 @@ func TestGatewayForwardsAuthorization(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.InTapHandle(a.tap))
+	srv := grpc.NewServer(grpc.InTapHandle(a.Tap))
 	filewritev1.RegisterFileServiceServer(srv, fake)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)

@@ -20,6 +20,7 @@ import (
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
 	"github.com/filewrite/filewrite/internal/shard"
+	"github.com/filewrite/filewrite/service/internal/auth"
 	"github.com/filewrite/filewrite/service/internal/status"
 )
 
@@ -53,7 +54,7 @@ func newGateway(ctx context.Context, conn grpc.ClientConnInterface, cfg gatewayC
 		runtime.WithOutgoingHeaderMatcher(dropMetadata),
 		runtime.WithOutgoingTrailerMatcher(dropMetadata),
 		runtime.WithWriteContentLength(),
-		runtime.WithMetadata(gatewayMetadata),
+		runtime.WithMetadata(auth.GatewayMetadata),
 		useStrictQuery(),
 		// The routing header a proxy set (HAProxy: the file path of the
 		// URL) goes on to the gRPC call, whose interceptor checks that it

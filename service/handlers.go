@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/service/internal/auth"
 	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store"
 )
@@ -58,7 +59,7 @@ type fileServer struct {
 	drainOnce sync.Once
 	// auth checks a stream's file against its credential's scope (nil:
 	// no --auth-token-file). Set once before the servers start.
-	auth *tokenAuth
+	auth *auth.Tokens
 	// streamIdleTimeout is --stream-idle-timeout (0: streams are never
 	// closed for idleness). Set once before the servers start.
 	streamIdleTimeout time.Duration

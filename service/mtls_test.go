@@ -14,6 +14,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/testutil"
+	"github.com/filewrite/filewrite/service/internal/auth"
 )
 
 // TestClientCertificates runs a daemon with --tls-client-ca: a certificate
@@ -85,9 +86,9 @@ func TestClientCertificates(t *testing.T) {
 		{"mapped, outside", mapped, "tenants/b/x.bin", nil, 403},
 		{"unmapped", unmapped, "tenants/a/x.bin", nil, 401},
 		{"unmapped, claiming the mapped identity", unmapped, "tenants/a/x.bin",
-			map[string]string{"Grpc-Metadata-" + gatewayCertMetadata: "spiffe://example.org/job-a", gatewayCertMetadata: "spiffe://example.org/job-a"}, 401},
+			map[string]string{"Grpc-Metadata-" + auth.GatewayCertMetadata: "spiffe://example.org/job-a", auth.GatewayCertMetadata: "spiffe://example.org/job-a"}, 401},
 		{"no certificate, claiming the mapped identity", tlsWith(), "tenants/a/x.bin",
-			map[string]string{"Grpc-Metadata-" + gatewayCertMetadata: "spiffe://example.org/job-a", gatewayCertMetadata: "spiffe://example.org/job-a"}, 401},
+			map[string]string{"Grpc-Metadata-" + auth.GatewayCertMetadata: "spiffe://example.org/job-a", auth.GatewayCertMetadata: "spiffe://example.org/job-a"}, 401},
 	} {
 		t.Run("REST "+tt.name, func(t *testing.T) {
 			hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tt.conf, ForceAttemptHTTP2: true}}

@@ -38,7 +38,7 @@ func (s *Server) startPprof() error {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	s.pprofLis = lis
 	s.pprofSrv = &http.Server{
-		Handler:           s.auth.httpMiddleware(mux),
+		Handler:           s.auth.HTTPMiddleware(mux),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	go func() {

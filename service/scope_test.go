@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,85 +16,6 @@ import (
 	"github.com/filewrite/filewrite/internal/errorinfo"
 	"github.com/filewrite/filewrite/internal/testutil"
 )
-
-func TestParseScopeWords(t *testing.T) {
-	tests := []struct {
-		words    string
-		want     *scope // nil: refused
-		wantErr  string
-		covers   []string
-		excludes []string
-	}{
-		{words: "", want: &scope{}},
-		{words: "name=job-7 prefix=ckpt/job-7/ mode=rw", want: &scope{name: "job-7", prefixes: []string{"ckpt/job-7"}},
-			covers: []string{"ckpt/job-7", "ckpt/job-7/a", "ckpt/job-7/a/b"}, excludes: []string{"ckpt/job-70", "ckpt", "ckpt/job-8/a", "."}},
-		{words: "prefix=a prefix=b/c mode=ro", want: &scope{prefixes: []string{"a", "b/c"}, readOnly: true},
-			covers: []string{"a/x", "b/c/d"}, excludes: []string{"ab", "b", "b/cd"}},
-		{words: "prefix=a prefix=a/", want: &scope{prefixes: []string{"a"}}},
-		{words: "prefix=", wantErr: "is empty"},
-		{words: "prefix=.", wantErr: "is empty"},
-		{words: "prefix=/etc", wantErr: "is absolute"},
-		{words: "prefix=../x", wantErr: "leaves --root"},
-		{words: "prefix=a/../b", wantErr: "not a clean path"},
-		{words: "prefix=a//b", wantErr: "not a clean path"},
-		{words: "prefix=..", wantErr: "leaves --root"},
-		{words: "mode=rwx", wantErr: "want rw or ro"},
-		{words: "mode=ro mode=rw", wantErr: "given twice"},
-		{words: "owner=bob", wantErr: `unknown key "owner"`},
-		{words: "second-token", wantErr: "is not key=value"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.words, func(t *testing.T) {
-			got, err := parseScopeWords(strings.Fields(tt.words), 3)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("parseScopeWords(%q) = %v, want an error containing %q", tt.words, err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("parseScopeWords(%q): %v", tt.words, err)
-			}
-			if got.name != tt.want.name || got.readOnly != tt.want.readOnly || !slices.Equal(got.prefixes, tt.want.prefixes) {
-				t.Errorf("parseScopeWords(%q) = %+v, want %+v", tt.words, got, tt.want)
-			}
-			for _, p := range tt.covers {
-				if !got.covers(p) {
-					t.Errorf("scope %q does not cover %q, want it to", tt.words, p)
-				}
-			}
-			for _, p := range tt.excludes {
-				if got.covers(p) {
-					t.Errorf("scope %q covers %q, want it not to", tt.words, p)
-				}
-			}
-		})
-	}
-}
-
-func TestTokenFileScopeErrorsNameTheLine(t *testing.T) {
-	dir := testutil.Dir(t)
-	file := testutil.WriteTokenFile(t, dir, "tokens", "# header", "good name=a prefix=a/", "bad prefix=../up")
-	_, err := newTokenAuth(file, slog.New(slog.DiscardHandler))
-	if err == nil || !strings.Contains(err.Error(), "line 3") {
-		t.Fatalf("newTokenAuth = %v, want an error naming line 3", err)
-	}
-	// A reload with the bad line keeps the credentials in force.
-	good := testutil.WriteTokenFile(t, dir, "good", "good name=a prefix=a/")
-	a, err := newTokenAuth(good, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(good, []byte("good prefix=\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.reload(); err == nil || !strings.Contains(err.Error(), "line 1") {
-		t.Fatalf("reload of a bad file = %v, want an error naming line 1", err)
-	}
-	if id, err := a.check([]string{"Bearer good"}); err != nil || a.scopeOf(id).name != "a" {
-		t.Errorf("after a refused reload: check = %v, want the old credential still in force", err)
-	}
-}
 
 const (
 	tokenAdmin = "admin-5e1f"
@@ -399,35 +319,4 @@ func statusErrorOf(a *filewritev1.StreamAck) error {
 // reasonOfErr is the ErrorInfo reason err carries.
 func reasonOfErr(err error) string {
 	return errorinfo.Reason(err)
-}
-
-// TestTokensExample: the token file of docker-compose.yml's tenants
-// profile loads, and its scopes are the ones its comments describe.
-func TestTokensExample(t *testing.T) {
-	c, err := readCredentials(filepath.Join("..", "deploy", "tokens.example"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &tokenAuth{log: slog.New(slog.DiscardHandler)}
-	a.creds.Store(c)
-	for _, tt := range []struct {
-		token, path string
-		acc         access
-		want        bool
-	}{
-		{"example-operator-token", "tenants/b/x", accessWrite, true},
-		{"example-team-a-token", "tenants/a/x", accessWrite, true},
-		{"example-team-a-token", "tenants/b/x", accessRead, false},
-		{"example-team-b-token", "tenants/b/x", accessWrite, true},
-		{"example-audit-a-token", "tenants/a/x", accessRead, true},
-		{"example-audit-a-token", "tenants/a/x", accessWrite, false},
-	} {
-		id, err := a.check([]string{"Bearer " + tt.token})
-		if err != nil {
-			t.Fatalf("%s: %v", tt.token, err)
-		}
-		if got := a.scopeOf(id).allows(tt.path, tt.acc); got != tt.want {
-			t.Errorf("%s may %v %s: %v, want %v", tt.token, tt.acc, tt.path, got, tt.want)
-		}
-	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"strings"
+
+	"github.com/filewrite/filewrite/service/internal/auth"
 )
 
 // setupSecurity loads the tokens and the certificate that cfg names and
@@ -30,12 +32,12 @@ func (s *Server) setupSecurity() error {
 		return errors.New("--tls-client-ca needs --tls-cert and --tls-key (client certificates come with TLS) and --auth-token-file (its cert= lines map certificates to scopes)")
 	}
 	if cfg.TLSCert != "" {
-		if s.tlsConf, err = serverTLS(cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA); err != nil {
+		if s.tlsConf, err = auth.ServerTLS(cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA); err != nil {
 			return err
 		}
 	}
 	if cfg.AuthTokenFile != "" {
-		if s.auth, err = newTokenAuth(cfg.AuthTokenFile, s.log); err != nil {
+		if s.auth, err = auth.NewTokens(cfg.AuthTokenFile, s.log); err != nil {
 			return err
 		}
 	}

@@ -16,8 +16,6 @@
 //	inflightBudget.mu      (the daemon-wide budget's free bytes and its
 //	                        waiters; a leaf, never held while a caller waits)
 //	budgetedStream.mu      (what a stream's last message holds; a leaf)
-//	tokenAuth.reloadMu     (serialises token reloads; a leaf, held across
-//	                        the read of the token file)
 //
 // None of them is held while waiting for inflightBudget, nor while giving
 // back to it: a stream takes and gives its budget outside writeStream.mu,
@@ -48,6 +46,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/service/internal/auth"
 	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store"
 )
@@ -232,7 +231,7 @@ type Server struct {
 
 	// The public gRPC server, on Config.GRPCAddr.
 	grpcSrv *grpc.Server
-	grpcLis *guardedListener
+	grpcLis *auth.GuardedListener
 	// files is the FileService of both gRPC servers.
 	files *fileServer
 
@@ -249,7 +248,7 @@ type Server struct {
 	// and drained apart from it (see Shutdown).
 	httpSrv     *http.Server
 	httpLis     net.Listener
-	httpGuard   *guardedListener // under httpLis
+	httpGuard   *auth.GuardedListener // under httpLis
 	gatewaySrv  *grpc.Server
 	gatewayLis  *pipeListener
 	gatewayConn *grpc.ClientConn
@@ -265,7 +264,7 @@ type Server struct {
 	shutdownErr  error // Shutdown's result, for every call
 
 	// Security, set up by setupSecurity: nil when off.
-	auth    *tokenAuth
+	auth    *auth.Tokens
 	tlsConf *tls.Config
 }
 
@@ -363,7 +362,7 @@ func Start(cfg Config) (_ *Server, err error) {
 		// the store keeps that directory whatever its path later leads
 		// to, and authorize need not resolve it again on every call.
 		if root, err := filepath.EvalSymlinks(cfg.Root); err == nil {
-			s.auth.root = root
+			s.auth.Root = root
 		}
 	}
 
@@ -379,7 +378,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	s.files.maxFilesPerStream = cfg.MaxFilesPerStream
 	s.files.auth = s.auth
 	s.files.streamIdleTimeout = cfg.StreamIdleTimeout
-	s.grpcLis = newGuardedListener(lis, cfg.ConnAuthTimeout)
+	s.grpcLis = auth.NewGuardedListener(lis, cfg.ConnAuthTimeout)
 	s.grpcSrv = newGRPCServer(s.files, s.health, cfg.Store.MaxRequestBytes, log, s.tel, append(s.publicServerOptions(), pathHeaderOptions(cfg.RequirePathHeader)...)...)
 	if cfg.HTTPAddr != "" {
 		if err := s.startGateway(); err != nil {
@@ -463,19 +462,19 @@ func (s *Server) startGateway() (err error) {
 		lis.Close()
 		return err
 	}
-	s.httpGuard = newGuardedListener(lis, s.cfg.ConnAuthTimeout)
+	s.httpGuard = auth.NewGuardedListener(lis, s.cfg.ConnAuthTimeout)
 	s.httpLis = s.httpGuard
 	s.httpSrv = &http.Server{
 		Handler:           s.httpHandler(handler, browser),
-		ConnContext:       withGuardedConn,
+		ConnContext:       auth.WithGuardedConn,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	// Security wraps whatever the listener serves, gateway and all.
-	s.httpSrv.Handler = s.probeRoutes(s.auth.httpMiddleware(s.httpSrv.Handler))
+	s.httpSrv.Handler = s.probeRoutes(s.auth.HTTPMiddleware(s.httpSrv.Handler))
 	if s.tlsConf != nil {
-		s.httpLis = httpTLSListener(s.httpLis, s.tlsConf)
+		s.httpLis = auth.HTTPTLSListener(s.httpLis, s.tlsConf)
 	}
 	return nil
 }
@@ -552,9 +551,9 @@ func (s *Server) shutdown() error {
 	}()
 	// GracefulStop sends its GOAWAYs once no connection is in its
 	// handshake: a stranger's would hold it up.
-	s.grpcLis.closeUntrusted()
+	s.grpcLis.CloseUntrusted()
 	if s.httpSrv != nil {
-		go s.httpGuard.closeUntrusted()
+		go s.httpGuard.CloseUntrusted()
 		if err := s.httpSrv.Shutdown(ctx); err != nil {
 			s.log.Warn("HTTP drain cut short", "error", err)
 			s.httpSrv.Close()

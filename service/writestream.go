@@ -18,6 +18,7 @@ import (
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
 	"github.com/filewrite/filewrite/internal/streamwire"
+	"github.com/filewrite/filewrite/service/internal/auth"
 	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store"
 )
@@ -509,9 +510,9 @@ func (ws *writeStream) watchAuth(changed <-chan struct{}) {
 	for {
 		select {
 		case <-changed:
-			changed = ws.files.auth.changed()
+			changed = ws.files.auth.Changed()
 			if ws.main != nil {
-				if err := ws.files.auth.authorize(ws.ctx, accessWrite, ws.main.path); err != nil {
+				if err := ws.files.auth.Authorize(ws.ctx, auth.AccessWrite, ws.main.path); err != nil {
 					ws.stop(err)
 					return
 				}
@@ -525,7 +526,7 @@ func (ws *writeStream) watchAuth(changed <-chan struct{}) {
 			}
 			ws.mu.Unlock()
 			for _, f := range files {
-				if err := ws.files.auth.authorize(ws.ctx, accessWrite, f.path); err != nil {
+				if err := ws.files.auth.Authorize(ws.ctx, auth.AccessWrite, f.path); err != nil {
 					ws.mu.Lock()
 					if f.err == nil {
 						f.err = err
@@ -816,7 +817,7 @@ func (ws *writeStream) check(req *streamRequest) error {
 		// after it is not missed.
 		var authChanged <-chan struct{}
 		if ws.files.auth != nil {
-			authChanged = ws.files.auth.changed()
+			authChanged = ws.files.auth.Changed()
 		}
 		// The routing header names the first file: the path's, or the
 		// first declared (see pathheader.go).
@@ -933,7 +934,7 @@ func (ws *writeStream) openFile(path string, mode filewritev1.OpenMode) (*store.
 	if err != nil {
 		return nil, status.Of(err)
 	}
-	if err := ws.files.auth.authorize(ws.ctx, accessWrite, path); err != nil {
+	if err := ws.files.auth.Authorize(ws.ctx, auth.AccessWrite, path); err != nil {
 		return nil, err
 	}
 	h, err := ws.files.store.OpenHandle(ws.ctx, path, open)

@@ -1,4 +1,4 @@
-package service
+package auth
 
 import (
 	"context"
@@ -20,20 +20,20 @@ import (
 
 // Scoped credentials (docs/security.md): a token or certificate whose
 // line in --auth-token-file has prefix= or mode=ro reaches only the paths
-// and the access its scope allows. The tap (admitCall, tokenAuth.tap) has
+// and the access its scope allows. The tap (AdmitCall, Tokens.Tap) has
 // put the call's identity in its context; authorize looks its scope up in
 // the credentials in force, so that a reload narrows calls that start
 // after it, and streams open at the time (watchAuth).
 
-// authorize refuses, with PERMISSION_DENIED, a call whose credential may
+// Authorize refuses, with PERMISSION_DENIED, a call whose credential may
 // not do acc on every one of paths; with UNAUTHENTICATED one whose
-// credential a reload removed. A nil tokenAuth (no --auth-token-file)
+// credential a reload removed. A nil Tokens (no --auth-token-file)
 // allows everything. A path that resolves through symbolic links inside
 // --root is checked as written and as resolved: a link inside a tenant's
 // prefix does not lead it into another's. Paths the store would refuse
 // (absolute, leaving --root) are left to the store, which refuses them
 // whatever the scope.
-func (a *tokenAuth) authorize(ctx context.Context, acc access, paths ...string) error {
+func (a *Tokens) Authorize(ctx context.Context, acc access, paths ...string) error {
 	if a == nil {
 		return nil
 	}
@@ -63,7 +63,7 @@ func (a *tokenAuth) authorize(ctx context.Context, acc access, paths ...string) 
 }
 
 // callScope is the scope of the call's credential now.
-func (a *tokenAuth) callScope(ctx context.Context) (*scope, error) {
+func (a *Tokens) callScope(ctx context.Context) (*scope, error) {
 	id, ok := identityFrom(ctx)
 	if !ok {
 		// Every call on a server with tokens passed a tap that set it;
@@ -80,14 +80,14 @@ func (a *tokenAuth) callScope(ctx context.Context) (*scope, error) {
 
 // refuse logs a scope refusal (with the credential's label, never the
 // token) and returns its status.
-func (a *tokenAuth) refuse(sc *scope, p string, acc access, resolved string) error {
+func (a *Tokens) refuse(sc *scope, p string, acc access, resolved string) error {
 	md := map[string]string{"path": p, "access": acc.String(), "credential": sc.label()}
 	msg := "the credential's scope does not allow " + acc.String() + " of " + p
 	if resolved != "" {
 		md["resolved"] = resolved
 		msg += " (a symbolic link leads to " + resolved + ")"
 	}
-	if acc == accessWrite && sc.readOnly {
+	if acc == AccessWrite && sc.readOnly {
 		msg += ": the credential is mode=ro"
 	}
 	msg += " (its scope is its line of --auth-token-file)"
@@ -100,13 +100,13 @@ func (a *tokenAuth) refuse(sc *scope, p string, acc access, resolved string) err
 }
 
 // resolve is the clean path p (relative to --root) with every symbolic
-// link resolved, relative to --root's own resolved path (tokenAuth.root); for a path that
+// link resolved, relative to --root's own resolved path (Tokens.Root); for a path that
 // does not exist yet, its longest existing parent is resolved and the rest
 // appended. ok is false when it cannot be told (no root, a link leaving
 // --root, an error other than "does not exist"): the store then decides,
 // and refuses links that leave --root.
-func (a *tokenAuth) resolve(p string) (string, bool) {
-	root := a.root
+func (a *Tokens) resolve(p string) (string, bool) {
+	root := a.Root
 	if root == "" {
 		return p, false
 	}
@@ -132,26 +132,26 @@ func (a *tokenAuth) resolve(p string) (string, bool) {
 // pathRequest is a request that names a file.
 type pathRequest interface{ GetPath() string }
 
-// unaryAuthorize checks each request's paths against the call's scope
+// UnaryAuthorize checks each request's paths against the call's scope
 // before its handler runs, and filters what a List of an ancestor of the
 // scope's prefixes answers.
-func (a *tokenAuth) unaryAuthorize(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+func (a *Tokens) UnaryAuthorize(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if a == nil {
 		return handler(ctx, req)
 	}
 	var err error
 	switch r := req.(type) {
 	case *filewritev1.ReadRequest, *filewritev1.StatRequest, *filewritev1.ExtentsRequest:
-		err = a.authorize(ctx, accessRead, r.(pathRequest).GetPath())
+		err = a.Authorize(ctx, accessRead, r.(pathRequest).GetPath())
 	case *filewritev1.ListRequest:
 		return a.authorizeList(ctx, r, handler)
 	case *filewritev1.RenameRequest:
-		err = a.authorize(ctx, accessWrite, r.GetPath(), r.GetNewPath())
+		err = a.Authorize(ctx, AccessWrite, r.GetPath(), r.GetNewPath())
 	case pathRequest:
 		// Every other request that names a file may change it (Write,
 		// Fsync, Truncate, Fallocate, Delete, and any RPC added later):
 		// a new RPC is checked as a write until it is listed above.
-		err = a.authorize(ctx, accessWrite, r.GetPath())
+		err = a.Authorize(ctx, AccessWrite, r.GetPath())
 	}
 	if err != nil {
 		return nil, err
@@ -163,7 +163,7 @@ func (a *tokenAuth) unaryAuthorize(ctx context.Context, req any, info *grpc.Unar
 // ancestor of its prefixes, whose answer then shows only the entries on
 // the way to a prefix. A page may so come back shorter than asked (even
 // empty) with a next_page_token: callers page on until it is "".
-func (a *tokenAuth) authorizeList(ctx context.Context, r *filewritev1.ListRequest, handler grpc.UnaryHandler) (any, error) {
+func (a *Tokens) authorizeList(ctx context.Context, r *filewritev1.ListRequest, handler grpc.UnaryHandler) (any, error) {
 	sc, err := a.callScope(ctx)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package service
+package auth
 
 import (
 	"errors"
@@ -34,13 +34,13 @@ type access int
 const (
 	// accessRead: Read, Stat, Extents, List, downloads.
 	accessRead access = iota
-	// accessWrite: Write, WriteStream, Truncate, Fallocate, Fsync,
+	// AccessWrite: Write, WriteStream, Truncate, Fallocate, Fsync,
 	// Delete, both paths of a Rename.
-	accessWrite
+	AccessWrite
 )
 
 func (a access) String() string {
-	if a == accessWrite {
+	if a == AccessWrite {
 		return "write"
 	}
 	return "read"
@@ -78,7 +78,7 @@ func (sc *scope) covers(p string) bool {
 
 // allows reports whether the scope permits a on p (a clean relative path).
 func (sc *scope) allows(p string, a access) bool {
-	if a == accessWrite && sc.readOnly {
+	if a == AccessWrite && sc.readOnly {
 		return false
 	}
 	return sc.covers(p)

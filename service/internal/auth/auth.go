@@ -1,4 +1,4 @@
-package service
+package auth
 
 import (
 	"bufio"
@@ -22,8 +22,9 @@ import (
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/service/internal/status"
 )
+import ()
 
-// tokenAuth checks bearer tokens on both protocols. The gRPC servers' tap
+// Tokens checks bearer tokens on both protocols. The gRPC servers' tap
 // is the authority: the gateway forwards the caller's Authorization header
 // to its gRPC server as "authorization" metadata (runtime.AnnotateContext
 // does), so a REST call is checked where a gRPC call is, and the gateway
@@ -34,13 +35,13 @@ import (
 // Only the gRPC health service is open: load balancers and orchestrators
 // probe it without credentials. Everything else, reflection and whatever
 // the HTTP listener serves (such as /metrics) included, needs a token.
-type tokenAuth struct {
+type Tokens struct {
 	file string
 	log  *slog.Logger
-	// root is --root with its symbolic links resolved, set by Start once
+	// Root is --root with its symbolic links resolved, set by Start once
 	// the store has opened it: authorize resolves paths against it. ""
 	// when it could not be resolved (then the store alone decides).
-	root string
+	Root string
 
 	// creds holds the credentials in force. A reload swaps in a new
 	// *credentialSet and never changes one in place, so checks read it
@@ -83,19 +84,19 @@ func identityFrom(ctx context.Context) (identity, bool) {
 	return id, ok
 }
 
-// changed is closed when a reload replaces the credentials in force now;
+// Changed is closed when a reload replaces the credentials in force now;
 // nil (never closed) without tokens.
-func (a *tokenAuth) changed() <-chan struct{} {
+func (a *Tokens) Changed() <-chan struct{} {
 	if a == nil {
 		return nil
 	}
 	return a.creds.Load().changed
 }
 
-// newTokenAuth reads file, which must hold at least one credential.
-func newTokenAuth(file string, log *slog.Logger) (*tokenAuth, error) {
-	a := &tokenAuth{file: file, log: log}
-	if err := a.reload(); err != nil {
+// NewTokens reads file, which must hold at least one credential.
+func NewTokens(file string, log *slog.Logger) (*Tokens, error) {
+	a := &Tokens{file: file, log: log}
+	if err := a.Reload(); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -147,11 +148,11 @@ func readCredentials(file string) (*credentialSet, error) {
 	return c, nil
 }
 
-// reload installs the credentials now in the file. On error the
+// Reload installs the credentials now in the file. On error the
 // credentials in force stay, so a bad edit cannot lock every client out.
 // Streams that authenticated with a credential the new file drops or
 // narrows learn of it through the old credentials' changed channel.
-func (a *tokenAuth) reload() error {
+func (a *Tokens) Reload() error {
 	a.reloadMu.Lock()
 	defer a.reloadMu.Unlock()
 	c, err := readCredentials(a.file)
@@ -169,7 +170,7 @@ func (a *tokenAuth) reload() error {
 
 // scopeOf is id's scope under the credentials in force; nil when the
 // credential is no longer there (revoked by a reload).
-func (a *tokenAuth) scopeOf(id identity) *scope {
+func (a *Tokens) scopeOf(id identity) *scope {
 	c := a.creds.Load()
 	if id.cert != "" {
 		return c.certs[id.cert]
@@ -194,7 +195,7 @@ var (
 // and returns its identity. Every valid token is compared, in constant
 // time and on the SHA-256 of both sides so that neither the length nor
 // the position of a match shows in the time taken.
-func (a *tokenAuth) check(values []string) (identity, error) {
+func (a *Tokens) check(values []string) (identity, error) {
 	switch len(values) {
 	case 0:
 		return identity{}, errNoToken
@@ -220,7 +221,7 @@ func (a *tokenAuth) check(values []string) (identity, error) {
 // checkOrCert is check, except that a call without any authorization
 // value that came with a verified client certificate mapped by a cert=
 // line authenticates as that certificate (cert is "" without one).
-func (a *tokenAuth) checkOrCert(values []string, cert string) (identity, error) {
+func (a *Tokens) checkOrCert(values []string, cert string) (identity, error) {
 	if len(values) == 0 && cert != "" {
 		if a.creds.Load().certs[cert] == nil {
 			return identity{}, errUnmappedCert
@@ -232,11 +233,11 @@ func (a *tokenAuth) checkOrCert(values []string, cert string) (identity, error) 
 
 // checkCall checks the "authorization" metadata of an incoming RPC (or,
 // without any, the client certificate cert: see checkOrCert) and returns
-// its identity; a nil tokenAuth (authentication off) and the health
+// its identity; a nil Tokens (authentication off) and the health
 // service accept anything. It runs in the gRPC servers' tap (see
-// admitCall), when the call's headers arrive: a refused call's message is
+// AdmitCall), when the call's headers arrive: a refused call's message is
 // never read, let alone decompressed.
-func (a *tokenAuth) checkCall(method string, md metadata.MD, cert string) (identity, error) {
+func (a *Tokens) checkCall(method string, md metadata.MD, cert string) (identity, error) {
 	if a == nil || strings.HasPrefix(method, status.HealthPrefix) {
 		return identity{}, nil
 	}
@@ -247,31 +248,31 @@ func (a *tokenAuth) checkCall(method string, md metadata.MD, cert string) (ident
 	return id, nil
 }
 
-// gatewayCertMetadata carries, from the HTTP middleware to the gateway's
+// GatewayCertMetadata carries, from the HTTP middleware to the gateway's
 // own gRPC server, the identity of the client certificate a REST request
 // came with. The middleware puts it in the request's context
 // (certIdentityKey), which no client can write, and the gateway turns it
-// into this metadata (gatewayMetadata); the gateway forwards no client
+// into this metadata (GatewayMetadata); the gateway forwards no client
 // header as metadata but Authorization, and only the gateway's server,
 // reached over an in-process pipe, reads it.
-const gatewayCertMetadata = "filewrite-client-cert"
+const GatewayCertMetadata = "filewrite-client-cert"
 
 type certIdentityKey struct{}
 
-// gatewayMetadata is the gateway's runtime.WithMetadata: the verified
+// GatewayMetadata is the gateway's runtime.WithMetadata: the verified
 // client certificate's identity of a request that sent no token.
-func gatewayMetadata(ctx context.Context, _ *http.Request) metadata.MD {
+func GatewayMetadata(ctx context.Context, _ *http.Request) metadata.MD {
 	if cert, ok := ctx.Value(certIdentityKey{}).(string); ok {
-		return metadata.Pairs(gatewayCertMetadata, cert)
+		return metadata.Pairs(GatewayCertMetadata, cert)
 	}
 	return nil
 }
 
-// tap is checkCall as the gateway's gRPC server's grpc.InTapHandle: the
+// Tap is checkCall as the gateway's gRPC server's grpc.InTapHandle: the
 // identity goes into the call's context for authorize.
-func (a *tokenAuth) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+func (a *Tokens) Tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	var cert string
-	if v := info.Header.Get(gatewayCertMetadata); len(v) == 1 {
+	if v := info.Header.Get(GatewayCertMetadata); len(v) == 1 {
 		cert = v[0]
 	}
 	id, err := a.checkCall(info.FullMethodName, info.Header, cert)
@@ -281,7 +282,7 @@ func (a *tokenAuth) tap(ctx context.Context, info *tap.Info) (context.Context, e
 	return context.WithValue(ctx, identityKey{}, id), nil
 }
 
-// httpMiddleware refuses requests without a valid token (or mapped client
+// HTTPMiddleware refuses requests without a valid token (or mapped client
 // certificate) with 401 and the gateway's JSON error body, before the
 // gateway reads the body or calls the gRPC server. A
 // Grpc-Metadata-Authorization header counts as a second credential: the
@@ -289,9 +290,9 @@ func (a *tokenAuth) tap(ctx context.Context, info *tap.Info) (context.Context, e
 // one. GET /debug/locks names every open file, so it is for an
 // administrator's credential only (scope.admin); /metrics carries no path.
 //
-// A request let through vouches for its connection (see guardedListener);
+// A request let through vouches for its connection (see GuardedListener);
 // without tokens, every request does.
-func (a *tokenAuth) httpMiddleware(next http.Handler) http.Handler {
+func (a *Tokens) HTTPMiddleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if a != nil {
 			values := r.Header.Values("Authorization")
@@ -316,7 +317,7 @@ func (a *tokenAuth) httpMiddleware(next http.Handler) http.Handler {
 				}
 			}
 		}
-		trustConn(r.Context())
+		TrustConn(r.Context())
 		next.ServeHTTP(w, r)
 	})
 }
@@ -337,28 +338,36 @@ func writeUnauthenticated(w http.ResponseWriter, err error) {
 	status.WriteHTTP(w, http.StatusUnauthorized, unauthenticated(err))
 }
 
-// reloadOnSIGHUP is what a SIGHUP does: reread --auth-token-file, or,
-// without one, nothing but a log line. A failed reload is logged and keeps
-// the tokens in force.
-func (s *Server) reloadOnSIGHUP() {
-	if s.auth == nil {
-		s.log.Info("SIGHUP ignored: there is no --auth-token-file to reread")
-		return
+// AdmitCall is the public gRPC server's tap: a call without a valid token
+// is refused when its headers arrive. A call that is let in with a valid
+// token (or any call, without tokens) vouches for its connection (see
+// GuardedListener); health needs no token, so it vouches only if it
+// carries a valid one.
+func (a *Tokens) AdmitCall(ctx context.Context, info *tap.Info) (context.Context, error) {
+	switch {
+	case a == nil:
+	case strings.HasPrefix(info.FullMethodName, status.HealthPrefix):
+		if _, err := a.check(info.Header.Get("authorization")); err != nil {
+			return ctx, nil
+		}
+	default:
+		id, err := a.checkCall(info.FullMethodName, info.Header, peerCertIdentity(ctx))
+		if err != nil {
+			return nil, err
+		}
+		ctx = context.WithValue(ctx, identityKey{}, id)
 	}
-	if err := s.auth.reload(); err != nil {
-		s.log.Error("auth tokens not reloaded; the previous ones stay in force", "error", err)
-		return
-	}
-	c := s.auth.creds.Load()
-	s.log.Info("auth tokens reloaded", "file", s.auth.file, "tokens", len(c.digests), "certs", len(c.certs))
+	TrustConn(ctx)
+	return ctx, nil
 }
 
-// ReloadAuth rereads --auth-token-file, as SIGHUP does. It fails when
-// authentication is off or the file holds no valid token; then the tokens
-// in force stay.
-func (s *Server) ReloadAuth() error {
-	if s.auth == nil {
-		return errors.New("authentication is off: no --auth-token-file")
+// ReloadLogged is a reload that logs its outcome: a failed reload keeps
+// the tokens in force.
+func (a *Tokens) ReloadLogged() {
+	if err := a.Reload(); err != nil {
+		a.log.Error("auth tokens not reloaded; the previous ones stay in force", "error", err)
+		return
 	}
-	return s.auth.reload()
+	c := a.creds.Load()
+	a.log.Info("auth tokens reloaded", "file", a.file, "tokens", len(c.digests), "certs", len(c.certs))
 }

@@ -1,4 +1,4 @@
-package service
+package auth
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// guardedListener closes every connection that has not carried an
+// GuardedListener closes every connection that has not carried an
 // authenticated request within a timeout of being accepted: a connection
 // that only did its handshake (the HTTP/2 preface and nothing since), that
 // stalls in its first request, or whose requests are all refused, holds a
@@ -24,7 +24,7 @@ import (
 // connection is then closed only if it carried no request at all. gRPC
 // health calls do not count unless they carry a valid token: they need
 // none, so they cannot vouch for the connection.
-type guardedListener struct {
+type GuardedListener struct {
 	net.Listener
 	timeout time.Duration
 
@@ -37,11 +37,13 @@ type guardedListener struct {
 	seq atomic.Uint64
 }
 
-func newGuardedListener(l net.Listener, timeout time.Duration) *guardedListener {
-	return &guardedListener{Listener: l, timeout: timeout}
+// NewGuardedListener guards l: a connection that has not authenticated
+// within timeout is closed.
+func NewGuardedListener(l net.Listener, timeout time.Duration) *GuardedListener {
+	return &GuardedListener{Listener: l, timeout: timeout}
 }
 
-func (l *guardedListener) Accept() (net.Conn, error) {
+func (l *GuardedListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
@@ -61,10 +63,10 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 	return g, nil
 }
 
-// closeUntrusted closes every open connection that has not carried an
+// CloseUntrusted closes every open connection that has not carried an
 // authenticated request: Shutdown's, so that no handshake holds the drain
 // up. Such a connection has no call in flight, by definition.
-func (l *guardedListener) closeUntrusted() {
+func (l *GuardedListener) CloseUntrusted() {
 	l.byRemote.Range(func(_, v any) bool {
 		if g := v.(*guardedConn); !g.trusted.Load() {
 			g.Close()
@@ -74,7 +76,7 @@ func (l *guardedListener) closeUntrusted() {
 }
 
 // connByAddr is the open connection from remote, nil if there is none.
-func (l *guardedListener) connByAddr(remote net.Addr) *guardedConn {
+func (l *GuardedListener) connByAddr(remote net.Addr) *guardedConn {
 	if remote == nil {
 		return nil
 	}
@@ -83,10 +85,10 @@ func (l *guardedListener) connByAddr(remote net.Addr) *guardedConn {
 	return c
 }
 
-// guardedConn is a connection accepted by a guardedListener.
+// guardedConn is a connection accepted by a GuardedListener.
 type guardedConn struct {
 	net.Conn
-	lis     *guardedListener
+	lis     *GuardedListener
 	remote  string   // the key in lis.byRemote
 	addr    net.Addr // RemoteAddr, when the connection's own is not unique
 	trusted atomic.Bool
@@ -132,10 +134,10 @@ func (g *guardedConn) Close() error {
 // guardedConnKey is the context key of a request's *guardedConn.
 type guardedConnKey struct{}
 
-// withGuardedConn puts the guardedConn under c, if any, into ctx, so that a
-// request can vouch for its connection (trustConn). It serves as
+// WithGuardedConn puts the guardedConn under c, if any, into ctx, so that a
+// request can vouch for its connection (TrustConn). It serves as
 // http.Server.ConnContext; gRPC's TagConn uses connByAddr.
-func withGuardedConn(ctx context.Context, c net.Conn) context.Context {
+func WithGuardedConn(ctx context.Context, c net.Conn) context.Context {
 	if t, ok := c.(*tls.Conn); ok {
 		c = t.NetConn()
 	}
@@ -145,10 +147,19 @@ func withGuardedConn(ctx context.Context, c net.Conn) context.Context {
 	return ctx
 }
 
-// trustConn marks the connection that ctx's request arrived on as
+// TrustConn marks the connection that ctx's request arrived on as
 // authenticated; a no-op for connections that are not guarded.
-func trustConn(ctx context.Context) {
+func TrustConn(ctx context.Context) {
 	if g, ok := ctx.Value(guardedConnKey{}).(*guardedConn); ok {
 		g.trust()
 	}
+}
+
+// TagConn puts the guardedConn of the connection from remote, if it is
+// one of l's, in ctx, for the public gRPC server's tap (AdmitCall).
+func (l *GuardedListener) TagConn(ctx context.Context, remote net.Addr) context.Context {
+	if g := l.connByAddr(remote); g != nil {
+		return context.WithValue(ctx, guardedConnKey{}, g)
+	}
+	return ctx
 }

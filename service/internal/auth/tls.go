@@ -1,4 +1,4 @@
-package service
+package auth
 
 import (
 	"crypto/tls"
@@ -8,13 +8,13 @@ import (
 	"os"
 )
 
-// serverTLS loads --tls-cert and --tls-key, and --tls-client-ca when given
+// ServerTLS loads --tls-cert and --tls-key, and --tls-client-ca when given
 // (clientCA != ""). Both listeners serve the same certificate. With client
 // CAs, a client may present a certificate, which must then verify against
 // them (tls.VerifyClientCertIfGiven): a client with a bearer token and no
 // certificate still gets in, so that tokens and certificates can be used
 // side by side.
-func serverTLS(certFile, keyFile, clientCA string) (*tls.Config, error) {
+func ServerTLS(certFile, keyFile, clientCA string) (*tls.Config, error) {
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("load TLS certificate %s and key %s: %w", certFile, keyFile, err)
@@ -38,10 +38,10 @@ func serverTLS(certFile, keyFile, clientCA string) (*tls.Config, error) {
 	return conf, nil
 }
 
-// httpTLSListener wraps the gateway's listener in TLS, offering HTTP/2
+// HTTPTLSListener wraps the gateway's listener in TLS, offering HTTP/2
 // (which net/http serves on a listener of *tls.Conn that negotiated it) and
 // HTTP/1.1.
-func httpTLSListener(lis net.Listener, conf *tls.Config) net.Listener {
+func HTTPTLSListener(lis net.Listener, conf *tls.Config) net.Listener {
 	c := conf.Clone()
 	c.NextProtos = []string{"h2", "http/1.1"}
 	return tls.NewListener(lis, c)
