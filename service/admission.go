@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/stats"
 
+	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/auth"
 )
 
@@ -47,14 +48,14 @@ const (
 // tap that admits calls, and the per-connection limits.
 func (s *Server) publicServerOptions() []grpc.ServerOption {
 	maxRequest := s.cfg.Store.MaxRequestBytes
-	calls := &grpcBudget{budget: s.budget, maxRequest: maxRequest}
+	calls := admit.NewGRPCBudget(s.budget, maxRequest)
 	opts := []grpc.ServerOption{
 		grpc.InTapHandle(s.auth.AdmitCall),
 		grpc.StatsHandler(publicStats{guard: s.grpcLis, calls: calls}),
 		// Replaces newGRPCServer's requestCodec with one that extends it.
-		grpc.ForceServerCodecV2(replyCodec{newRequestCodec(), calls}),
-		grpc.ChainUnaryInterceptor(calls.unary, s.auth.UnaryAuthorize),
-		grpc.ChainStreamInterceptor(budgetStream(s.budget)),
+		grpc.ForceServerCodecV2(admit.NewReplyCodec(newRequestCodec(), calls)),
+		grpc.ChainUnaryInterceptor(calls.Unary, s.auth.UnaryAuthorize),
+		grpc.ChainStreamInterceptor(admit.BudgetStream(s.budget)),
 		// The handshake (TLS, HTTP/2 preface and settings) too must end
 		// within the time a connection has to authenticate.
 		grpc.ConnectionTimeout(s.cfg.ConnAuthTimeout),
@@ -84,7 +85,7 @@ func (s *Server) gatewayServerOptions() []grpc.ServerOption {
 // unary call's share of the budget (budget.go).
 type publicStats struct {
 	guard *auth.GuardedListener
-	calls *grpcBudget
+	calls *admit.GRPCBudget
 }
 
 var _ stats.Handler = publicStats{}
@@ -96,9 +97,9 @@ func (h publicStats) TagConn(ctx context.Context, info *stats.ConnTagInfo) conte
 func (publicStats) HandleConn(context.Context, stats.ConnStats) {}
 
 func (h publicStats) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
-	return h.calls.tagCall(ctx, info.FullMethodName)
+	return h.calls.TagCall(ctx, info.FullMethodName)
 }
 
 func (h publicStats) HandleRPC(ctx context.Context, s stats.RPCStats) {
-	h.calls.event(ctx, s)
+	h.calls.Event(ctx, s)
 }

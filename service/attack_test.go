@@ -20,6 +20,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/testutil"
+	"github.com/filewrite/filewrite/service/internal/admit"
 )
 
 // TestStalledCallsHoldNoBudget: gRPC calls that sent their headers and
@@ -31,7 +32,7 @@ func TestStalledCallsHoldNoBudget(t *testing.T) {
 	const maxRequest = 64 << 10
 	d := startDaemon(t, func(c *Config) {
 		c.Store.MaxRequestBytes = maxRequest
-		c.MaxInflightBytes = minInflightBytes(maxRequest)
+		c.MaxInflightBytes = admit.MinInflightBytes(maxRequest)
 	})
 	ctx := testContext(t)
 	budget := d.srv.budget
@@ -70,7 +71,7 @@ func TestStalledCallsHoldNoBudget(t *testing.T) {
 	// reaches after the reply is on its way: wait for it. Stalled calls
 	// that held any would keep it held.
 	testutil.WaitFor(t, "the budget to hold nothing with only stalled calls in flight", func() bool {
-		return budget.held.Load() == 0
+		return budget.Held() == 0
 	})
 }
 

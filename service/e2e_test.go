@@ -78,9 +78,7 @@ func startDaemon(t *testing.T, configure func(*Config)) *daemon {
 }
 
 func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
+	return testutil.Context(t)
 }
 
 // onDisk is the file at name below the root, read behind the daemon's back.

@@ -20,6 +20,7 @@ import (
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
 	"github.com/filewrite/filewrite/internal/shard"
+	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/auth"
 	"github.com/filewrite/filewrite/service/internal/status"
 )
@@ -104,7 +105,7 @@ type gatewayConfig struct {
 	bodyTimeout time.Duration
 	// budget is --max-inflight-bytes, shared with the gRPC server; nil:
 	// unbounded.
-	budget *inflightBudget
+	budget *admit.Budget
 }
 
 type gateway struct {
@@ -159,12 +160,12 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	// its share once it has arrived (holdBody): a request whose body has
 	// not come holds none of the budget, whatever length it announced.
 	hold := g.holds(r)
-	if err := g.budget.acquire(r.Context(), hold); err != nil {
+	if err := g.budget.Acquire(r.Context(), hold); err != nil {
 		_, out := runtime.MarshalerForRequest(g.mux, r)
 		runtime.HTTPError(r.Context(), g.mux, out, w, r, status.Of(err))
 		return
 	}
-	defer g.budget.release(hold)
+	defer g.budget.Release(hold)
 	if r.Body != nil && r.Body != http.NoBody {
 		// A chunked body has no length to check up front.
 		body := newRequestBody(w, r.Body, g.maxBodyBytes, g.bodyTimeout)
@@ -192,7 +193,7 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 // by the goroutine serving the request (the gateway's gRPC calls are made
 // on it).
 type bodyHold struct {
-	budget *inflightBudget
+	budget *admit.Budget
 	body   *requestBody
 	held   int64
 }
@@ -207,7 +208,7 @@ type bodyHoldKey struct{}
 func holdBody(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	if bh, ok := ctx.Value(bodyHoldKey{}).(*bodyHold); ok {
 		if more := jsonBodyCopies*bh.body.read - bh.held; more > 0 {
-			if err := bh.budget.acquire(ctx, more); err != nil {
+			if err := bh.budget.Acquire(ctx, more); err != nil {
 				return status.Of(err)
 			}
 			bh.held += more
@@ -217,11 +218,11 @@ func holdBody(ctx context.Context, method string, req, reply any, cc *grpc.Clien
 }
 
 func (bh *bodyHold) release() {
-	bh.budget.release(bh.held)
+	bh.budget.Release(bh.held)
 	bh.held = 0
 }
 
-// What a REST request holds of the budget (see inflightBudget). A JSON
+// What a REST request holds of the budget (see admit.Budget). A JSON
 // body is held many times over: read whole, copied out as the one JSON
 // value, decoded from base64, encoded as a gRPC message, then received and
 // decoded by the gRPC server in the same process. The streaming routes

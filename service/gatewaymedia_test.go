@@ -15,6 +15,7 @@ import (
 	"time"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/service/internal/admit"
 )
 
 // send makes one request with Go's client and reads its whole answer.
@@ -270,7 +271,10 @@ func TestPutPreconditions(t *testing.T) {
 }
 
 func TestReadToEOF(t *testing.T) {
-	d := startDaemon(t, func(c *Config) { c.Store.MaxRequestBytes = 1 << 20; c.MaxInflightBytes = minInflightBytes(1 << 20) })
+	d := startDaemon(t, func(c *Config) {
+		c.Store.MaxRequestBytes = 1 << 20
+		c.MaxInflightBytes = admit.MinInflightBytes(1 << 20)
+	})
 	content := allBytes(readChunkBytes + 10)
 	os.WriteFile(filepath.Join(d.root, "f"), content, 0o644)
 	os.WriteFile(filepath.Join(d.root, "big"), make([]byte, 1<<20+1), 0o644)
@@ -356,10 +360,10 @@ func TestDownloadMemoryBounded(t *testing.T) {
 	const fileSize = 256 << 20
 	d := startDaemon(t, func(c *Config) {
 		c.Store.MaxRequestBytes = 1 << 20
-		c.MaxInflightBytes = minInflightBytes(1 << 20)
+		c.MaxInflightBytes = admit.MinInflightBytes(1 << 20)
 	})
-	if fileSize < 64*minInflightBytes(1<<20) {
-		t.Fatalf("the file (%d bytes) is not 64 times the budget (%d)", fileSize, minInflightBytes(1<<20))
+	if fileSize < 64*admit.MinInflightBytes(1<<20) {
+		t.Fatalf("the file (%d bytes) is not 64 times the budget (%d)", fileSize, admit.MinInflightBytes(1<<20))
 	}
 	// Sparse: no disk to write, and reading it costs no I/O.
 	f, err := os.Create(filepath.Join(d.root, "big"))

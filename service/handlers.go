@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/auth"
 	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store"
@@ -45,13 +46,13 @@ type fileServer struct {
 	// maxFilesPerStream bounds the files declared on one stream and not
 	// yet closed (--max-files-per-stream).
 	maxFilesPerStream int
-	// streamHeld is what all streams hold (streamBudget).
+	// streamHeld is what all streams hold (admit.StreamBudget).
 	streamHeld atomic.Int64
 	// budget is --max-inflight-bytes (nil: unbounded): what streams hold
 	// counts against it with every other request. Both gRPC servers share
 	// this fileServer, but only the public one carries streams: the
 	// gateway has no stream route.
-	budget        *inflightBudget
+	budget        *admit.Budget
 	streamMetrics *streamMetrics
 	// draining is closed when the daemon begins to shut down: streams
 	// stop reading, ack what they read, and end with UNAVAILABLE.
@@ -67,7 +68,7 @@ type fileServer struct {
 
 // newFileServer is the FileService over st; its streams take budget, and
 // their metrics go to mp.
-func newFileServer(st *store.Store, maxRequestBytes, maxStreamBytes int64, budget *inflightBudget, mp metric.MeterProvider, log *slog.Logger) (*fileServer, error) {
+func newFileServer(st *store.Store, maxRequestBytes, maxStreamBytes int64, budget *admit.Budget, mp metric.MeterProvider, log *slog.Logger) (*fileServer, error) {
 	s := &fileServer{
 		store:             st,
 		log:               log,

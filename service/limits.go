@@ -1,6 +1,7 @@
 package service
 
 import "time"
+import ()
 
 // DefaultMaxWaitersPerFile bounds the queue for one file's lock (the
 // store's own default is unbounded). A queue that grows without bound turns
@@ -39,9 +40,8 @@ const DefaultStreamIdleTimeout = 5 * time.Minute
 // requests.
 const DefaultMaxInflightBytes = 1 << 30
 
-// minInflightBytes is the least --max-inflight-bytes accepted: what one
-// unary gRPC call holds while its message, which may be at the data limit,
-// is received. A smaller budget could never admit one.
-func minInflightBytes(maxRequestBytes int64) int64 {
-	return receiveHold(maxRequestBytes)
-}
+// DefaultMaxStreamBytes bounds the unacknowledged writes one WriteStream
+// holds (--max-stream-bytes): far above the pipeline of the client package
+// (32 callers of 4 KiB hold 136 KiB), small enough that a thousand open
+// streams cannot hold more than a few GiB.
+const DefaultMaxStreamBytes = 4 << 20

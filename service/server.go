@@ -12,14 +12,9 @@
 //	                        whose last write is acked: releaseLocked;
 //	                        store/doc.go orders what it takes)
 //
-//	streamBudget.mu        (a stream's cost beyond the daemon's budget; a leaf)
-//	inflightBudget.mu      (the daemon-wide budget's free bytes and its
-//	                        waiters; a leaf, never held while a caller waits)
-//	budgetedStream.mu      (what a stream's last message holds; a leaf)
-//
-// None of them is held while waiting for inflightBudget, nor while giving
-// back to it: a stream takes and gives its budget outside writeStream.mu,
-// and budgetedStream releases after unlocking.
+// No lock here is held while waiting for the in-flight budget
+// (service/internal/admit), nor while giving back to it: a stream takes
+// and gives its budget outside writeStream.mu.
 package service
 
 import (
@@ -46,6 +41,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/auth"
 	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store"
@@ -114,7 +110,7 @@ type Config struct {
 	// HTTPAddr's own (see browserGuard). "*" lets any through.
 	HTTPAllowedOrigins, HTTPAllowedHosts []string
 	// MaxInflightBytes bounds the memory that requests in flight hold,
-	// daemon-wide (see inflightBudget); past it requests wait.
+	// daemon-wide (see admit.Budget); past it requests wait.
 	MaxInflightBytes int64
 	// Procs is how many threads run the daemon's Go code at once
 	// (runtime.GOMAXPROCS), set by Run; 0 leaves the runtime's number
@@ -213,7 +209,7 @@ func (c Config) validate() error {
 	if _, err := newBrowserGuard(c.HTTPAddr, c.HTTPAllowedOrigins, c.HTTPAllowedHosts); err != nil {
 		return err
 	}
-	if least := minInflightBytes(c.Store.MaxRequestBytes); c.MaxInflightBytes < least {
+	if least := admit.MinInflightBytes(c.Store.MaxRequestBytes); c.MaxInflightBytes < least {
 		return fmt.Errorf("--max-inflight-bytes %d: want at least %d, what a gRPC message at --max-request-bytes "+
 			"holds while it is received", c.MaxInflightBytes, least)
 	}
@@ -238,7 +234,7 @@ type Server struct {
 	// budget is --max-inflight-bytes, taken by the public gRPC server, its
 	// WriteStreams (through files) and the gateway (the gateway's own gRPC
 	// server takes none: the gateway took it for the whole request).
-	budget *inflightBudget
+	budget *admit.Budget
 
 	// The gateway, nil when Config.HTTPAddr is empty. It reaches a gRPC
 	// server of its own, gatewaySrv, through gatewayConn over gatewayLis, a
@@ -370,7 +366,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("gRPC listener: %w", err)
 	}
-	s.budget = newInflightBudget(cfg.MaxInflightBytes)
+	s.budget = admit.NewBudget(cfg.MaxInflightBytes)
 	if s.files, err = newFileServer(s.store, cfg.Store.MaxRequestBytes, cfg.MaxStreamBytes, s.budget, s.tel.meterProvider, log); err != nil {
 		lis.Close()
 		return nil, err

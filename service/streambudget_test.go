@@ -12,6 +12,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/testutil"
+	"github.com/filewrite/filewrite/service/internal/admit"
 )
 
 // The daemon-wide budget (--max-inflight-bytes) and WriteStreams: what a
@@ -19,7 +20,7 @@ import (
 // The tests run daemons with small budgets, near the least one accepted
 // (what one message at --max-request-bytes holds while it is received,
 // which any unary call takes while its message arrives), and writes of
-// one byte, each costing writeCost(1) of it, so that a single message can
+// one byte, each costing admit.WriteCost(1) of it, so that a single message can
 // pass what is free without passing the whole budget.
 
 const streamBudgetMaxRequest = 64 << 10
@@ -31,7 +32,7 @@ const streamBudgetMaxRequest = 64 << 10
 func startBudgetDaemon(t *testing.T, extra int64, gate *writeGate) *daemon {
 	d := startDaemon(t, func(c *Config) {
 		c.Store.MaxRequestBytes = streamBudgetMaxRequest
-		c.MaxInflightBytes = minInflightBytes(streamBudgetMaxRequest) + extra
+		c.MaxInflightBytes = admit.MinInflightBytes(streamBudgetMaxRequest) + extra
 		c.Store.Hooks = gate.hooks()
 	})
 	t.Cleanup(gate.open)
@@ -48,19 +49,19 @@ func tinyWrites(first uint64, n int) *filewritev1.WriteStreamRequest {
 }
 
 // pastFree is how many one-byte writes cost more than b has free.
-func pastFree(b *inflightBudget) int {
-	return int((b.capacity-b.held.Load())/writeCost(1)) + 1
+func pastFree(b *admit.Budget) int {
+	return int((b.Capacity()-b.Held())/admit.WriteCost(1)) + 1
 }
 
 // waitForWaiters waits until n callers wait for b, and fails the test if
 // done is ready first: what should have waited went through. (A nil done
 // is never ready.)
-func waitForWaiters[T any](t *testing.T, b *inflightBudget, n int64, what string, done <-chan T) {
+func waitForWaiters[T any](t *testing.T, b *admit.Budget, n int64, what string, done <-chan T) {
 	t.Helper()
-	for b.waiting.Load() < n {
+	for b.Waiting() < n {
 		select {
 		case v := <-done:
-			t.Fatalf("%s did not wait for the budget (%d of %d bytes held): it ended with %v", what, b.held.Load(), b.capacity, v)
+			t.Fatalf("%s did not wait for the budget (%d of %d bytes held): it ended with %v", what, b.Held(), b.Capacity(), v)
 		case <-time.After(time.Millisecond):
 		}
 	}
@@ -136,7 +137,7 @@ func TestWriteStreamWaitsForTheBudget(t *testing.T) {
 		t.Errorf("stream.bin holds %d bytes, not the %d written", len(got), len(want))
 	}
 	testutil.WaitFor(t, "the budget to be whole again", func() bool {
-		return budget.held.Load() == 0 && d.srv.files.streamHeld.Load() == 0
+		return budget.Held() == 0 && d.srv.files.streamHeld.Load() == 0
 	})
 }
 
@@ -162,7 +163,7 @@ func TestStreamsAndUnaryShareTheBudget(t *testing.T) {
 
 	stream := openStream(t, ctx, d.client, "held.bin")
 	// The stream holds more than two thirds of the budget, so a unary
-	// Write at --max-request-bytes (grpcCopies of it, once it arrived)
+	// Write at --max-request-bytes (admit.GRPCCopies of it, once it arrived)
 	// does not fit; a REST PUT's share is larger than the whole.
 	const n = 1200
 	if err := stream.Send(tinyWrites(0, n)); err != nil {
@@ -172,9 +173,9 @@ func TestStreamsAndUnaryShareTheBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	gate.waitEntered(t, ctx)
-	cost := int64(n) * writeCost(1)
+	cost := int64(n) * admit.WriteCost(1)
 	testutil.WaitFor(t, "the stream to hold its message", func() bool { return d.srv.files.streamHeld.Load() == cost })
-	if got := budget.held.Load(); got != cost {
+	if got := budget.Held(); got != cost {
 		t.Fatalf("the budget holds %d bytes while the stream holds %d unacknowledged: the stream is not counted", got, cost)
 	}
 
@@ -195,7 +196,7 @@ func TestStreamsAndUnaryShareTheBudget(t *testing.T) {
 	}
 	checkAllAcked(t, "the stream", recvAll(stream), n)
 	testutil.WaitFor(t, "the budget to be whole again", func() bool {
-		return budget.held.Load() == 0 && d.srv.files.streamHeld.Load() == 0
+		return budget.Held() == 0 && d.srv.files.streamHeld.Load() == 0
 	})
 }
 
@@ -239,16 +240,16 @@ func TestWriteStreamBudgetReturnsToZero(t *testing.T) {
 	if err := holdReused.Send(tinyWrites(0, perHolder)); err != nil {
 		t.Fatal(err)
 	}
-	heldCost := 2 * perHolder * writeCost(1)
+	heldCost := 2 * perHolder * admit.WriteCost(1)
 	testutil.WaitFor(t, "two streams to hold their writes", func() bool { return streamHeld.Load() == heldCost })
-	if got := budget.held.Load(); got != heldCost {
+	if got := budget.Held(); got != heldCost {
 		t.Fatalf("the budget holds %d bytes while streams hold %d unacknowledged: they are not counted", got, heldCost)
 	}
 
 	// A stream waits for the budget, and one behind it (first come, first
 	// served, however long the first waits); the first is cancelled while
 	// it waits, and the second goes on.
-	budget.setPatience(time.Hour)
+	budget.SetPatience(time.Hour)
 	waitCancelled, cancelWaiter := cancelled("wait.bin")
 	if err := waitCancelled.Send(tinyWrites(0, pastFree(budget))); err != nil {
 		t.Fatal(err)
@@ -322,7 +323,7 @@ func TestWriteStreamBudgetReturnsToZero(t *testing.T) {
 	}
 	wg.Wait()
 	testutil.WaitFor(t, "the churn to give back all it held", func() bool {
-		return budget.held.Load() == heldCost && streamHeld.Load() == heldCost
+		return budget.Held() == heldCost && streamHeld.Load() == heldCost
 	})
 
 	// Shutdown: a stream waiting for the budget stops waiting, and ends
@@ -345,6 +346,6 @@ func TestWriteStreamBudgetReturnsToZero(t *testing.T) {
 		t.Errorf("Shutdown: %v", err)
 	}
 	testutil.WaitFor(t, "every stream to give back what it held", func() bool {
-		return budget.held.Load() == 0 && streamHeld.Load() == 0
+		return budget.Held() == 0 && streamHeld.Load() == 0
 	})
 }

@@ -9,6 +9,7 @@ import (
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/bufpool"
 	"github.com/filewrite/filewrite/internal/streamwire"
+	"github.com/filewrite/filewrite/service/internal/admit"
 )
 
 // The stream's messages skip the generic protobuf code both ways. A
@@ -18,7 +19,7 @@ import (
 // bytes, refuses more than streamwire.MaxWritesPerMessage, and allocates
 // nothing per write. Only once the reader has checked the message's size
 // and taken its cost from the budgets, which count a record per write
-// (streamWriteOverhead), does decodeWrites build one slab of streamWrites
+// (admit.StreamWriteOverhead), does decodeWrites build one slab of streamWrites
 // for it, whose data alias the received bytes instead of copying them;
 // the bytes go back to gRPC's pool once every write of the message has
 // been applied. Acks are encoded straight from the acked writes into a pooled
@@ -88,9 +89,9 @@ func decodeStreamRequest(data mem.BufferSlice, r *streamRequest) {
 }
 
 // cost is what r's writes count against the budgets: the sum of their
-// writeCost.
+// admit.WriteCost.
 func (r *streamRequest) cost() int64 {
-	return r.msg.DataBytes + int64(r.msg.Writes)*streamWriteOverhead
+	return r.msg.DataBytes + int64(r.msg.Writes)*admit.StreamWriteOverhead
 }
 
 // decodeWrites builds r's writes, once their cost has been taken.

@@ -18,6 +18,7 @@ import (
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
 	"github.com/filewrite/filewrite/internal/streamwire"
+	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/auth"
 	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store"
@@ -204,7 +205,7 @@ type writeStream struct {
 	files  *fileServer
 	ss     grpc.BidiStreamingServer[filewritev1.WriteStreamRequest, filewritev1.WriteStreamResponse]
 	ctx    context.Context
-	budget *streamBudget
+	budget *admit.StreamBudget
 	// stopped is ctx, also cancelled by stop: the reader reads no further
 	// message, and stops waiting for the budgets. cancelStop is its
 	// cancel.
@@ -281,7 +282,7 @@ func newWriteStream(files *fileServer, ss grpc.BidiStreamingServer[filewritev1.W
 		files:   files,
 		ss:      ss,
 		ctx:     ss.Context(),
-		budget:  newStreamBudget(files.maxStreamBytes, &files.streamHeld, files.budget),
+		budget:  admit.NewStreamBudget(files.maxStreamBytes, &files.streamHeld, files.budget),
 		wake:    make(chan struct{}, 1),
 		unacked: make(map[uint64]struct{}),
 	}
@@ -368,7 +369,7 @@ func (ws *writeStream) sendAcks(handler bool) (done bool, end error) {
 			ws.mu.Unlock()
 			return handler, err
 		}
-		ws.budget.give(cost)
+		ws.budget.Give(cost)
 		ws.logFailures(acked)
 		clear(acked)
 	}
@@ -576,7 +577,7 @@ func (ws *writeStream) release() {
 	ws.mu.Unlock()
 	ws.cancelStop()
 	ws.stopIdleTimer()
-	ws.budget.close()
+	ws.budget.Close()
 	ws.files.streamMetrics.closed(context.Background())
 }
 
@@ -585,7 +586,7 @@ func (ws *writeStream) release() {
 func (ws *writeStream) read() {
 	defer ws.release()
 	defer ws.readerExit()
-	for ws.budget.wait(ws.stopped) {
+	for ws.budget.Wait(ws.stopped) {
 		req := new(streamRequest)
 		err := ws.ss.RecvMsg(req)
 		if errors.Is(err, io.EOF) {
@@ -640,7 +641,7 @@ func (ws *writeStream) accept(req *streamRequest) error {
 	// The cost counts a record per write: it is taken before they are
 	// made.
 	cost := req.cost()
-	if err := ws.budget.take(ws.stopped, cost); err != nil {
+	if err := ws.budget.Take(ws.stopped, cost); err != nil {
 		req.release()
 		if ws.ctx.Err() != nil {
 			// take's error says the stream's deadline passed while it
@@ -653,7 +654,7 @@ func (ws *writeStream) accept(req *streamRequest) error {
 	req.decodeWrites()
 	for i := range req.writes {
 		w := &req.writes[i]
-		w.cost = writeCost(len(w.data))
+		w.cost = admit.WriteCost(len(w.data))
 		var err error
 		if w.sync, err = status.SyncModeFromProto(w.syncRaw); err == nil && w.hasCRC {
 			err = status.CheckCRC32C(w.data, w.crc, "writes.crc32c")
@@ -670,7 +671,7 @@ func (ws *writeStream) accept(req *streamRequest) error {
 	}
 	queued, err := ws.queue(req)
 	if !queued {
-		ws.budget.give(cost)
+		ws.budget.Give(cost)
 		req.release()
 	}
 	ws.applyInline()
@@ -799,7 +800,7 @@ func (ws *writeStream) closeFilesLocked(indexes []uint32) {
 // at, opening the file of its path on the first, and the files it
 // declares.
 func (ws *writeStream) check(req *streamRequest) error {
-	ws.files.streamMetrics.message(ws.ctx, req.msg.Writes, ws.budget.held.Load())
+	ws.files.streamMetrics.message(ws.ctx, req.msg.Writes, ws.budget.Held())
 	if req.err != nil {
 		var many *streamwire.TooManyWritesError
 		if errors.As(req.err, &many) {

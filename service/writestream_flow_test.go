@@ -13,6 +13,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/testutil"
+	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/store/faultfs"
 )
 
@@ -26,7 +27,7 @@ func TestWriteStreamFlowControl(t *testing.T) {
 	ctx := testContext(t)
 	stream := openStream(t, ctx, d.client, "flow/f")
 	const perMessage, messages = 4, 4096 // 64 MiB: more than every buffer on the way
-	msgCost := int64(perMessage) * writeCost(4096)
+	msgCost := int64(perMessage) * admit.WriteCost(4096)
 	var sent atomic.Int64
 	sendDone := make(chan error, 1)
 	go func() {

@@ -7,6 +7,7 @@ package testutil
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"sync"
@@ -36,6 +37,14 @@ func Dir(t testing.TB) string {
 		}
 	})
 	return dir
+}
+
+// Context is the test's context, ended after 30 seconds at most, so that a
+// call that hangs fails the test instead of the whole run.
+func Context(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 // WaitFor polls cond until it holds. It is not a timing assertion: it

@@ -1,9 +1,7 @@
-package service
+package admit
 
 import (
 	"context"
-	"os"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -11,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/protobuf/proto"
@@ -19,7 +18,7 @@ import (
 	"github.com/filewrite/filewrite/service/internal/status"
 )
 
-// inflightBudget bounds the bytes that requests in flight hold across the
+// Budget bounds the bytes that requests in flight hold across the
 // whole daemon (--max-inflight-bytes): gRPC messages, REST bodies, Reads'
 // data, and what streams hold. A request that would pass the bound waits
 // until others release enough or its context ends; it does not fail for
@@ -27,7 +26,7 @@ import (
 //
 // What a request holds is an estimate, in bytes, of the memory it keeps
 // alive: the copies of its data that the path it takes makes (see
-// grpcCopies and the gateway's reservations), not just its data. It is
+// GRPCCopies and the gateway's reservations), not just its data. It is
 // taken once the request's bytes have arrived, never for bytes still to
 // come: a peer that sends a call's headers and nothing more holds none of
 // it (docs/guarantees.md states the bound per call).
@@ -38,11 +37,11 @@ import (
 // what is free goes ahead (the first keeps its place). So no request
 // that would fit waits indefinitely behind one that does not.
 //
-// Who may call what: acquire and release are safe for concurrent use.
-// Every acquire(ctx, n) that returns nil must be matched by releases that
+// Who may call what: Acquire and Release are safe for concurrent use.
+// Every Acquire(ctx, n) that returns nil must be matched by Releases that
 // add up to n, from the same caller; a caller may release part of what it
 // holds early (a message turned out smaller than its reservation).
-type inflightBudget struct {
+type Budget struct {
 	capacity int64
 	// patience is headPatience, shorter or longer in tests.
 	patience time.Duration
@@ -53,12 +52,12 @@ type inflightBudget struct {
 	// queue holds the waiters in arrival order.
 	queue []*budgetWaiter
 	// timer lets the waiters behind the first go ahead once its patience
-	// has run out, when no release comes to do it.
+	// has run out, when no Release comes to do it.
 	timer *time.Timer
 
 	// held and waiting are for metrics and tests only: held counts what
-	// acquire granted and release has not taken back, waiting the callers
-	// inside acquire.
+	// Acquire granted and Release has not taken back, waiting the callers
+	// inside Acquire.
 	held, waiting atomic.Int64
 }
 
@@ -66,31 +65,47 @@ type inflightBudget struct {
 // hold back requests behind it that would fit.
 const headPatience = time.Second
 
-// budgetWaiter is one caller waiting in acquire.
+// budgetWaiter is one caller waiting in Acquire.
 type budgetWaiter struct {
 	n int64
 	// first is when it became the first waiter.
 	first time.Time
 	// ready is closed once the waiter is granted. granted says so to a
 	// waiter whose context ended meanwhile; it is guarded by
-	// inflightBudget.mu, under which ready is closed too.
+	// Budget.mu, under which ready is closed too.
 	ready   chan struct{}
 	granted bool
 }
 
-func newInflightBudget(capacity int64) *inflightBudget {
-	return &inflightBudget{capacity: capacity, free: capacity, patience: headPatience}
+// Held is what Acquire granted and Release has not taken back, Waiting
+// the callers inside Acquire, and Capacity the bound: for metrics and
+// tests.
+func (b *Budget) Held() int64     { return b.held.Load() }
+func (b *Budget) Waiting() int64  { return b.waiting.Load() }
+func (b *Budget) Capacity() int64 { return b.capacity }
+
+// SetPatience sets how long b's first waiter holds back the others
+// (headPatience), for a test that needs them served strictly in order (a
+// long patience).
+func (b *Budget) SetPatience(d time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.patience = d
+}
+
+func NewBudget(capacity int64) *Budget {
+	return &Budget{capacity: capacity, free: capacity, patience: headPatience}
 }
 
 // clamp: a request that needs more than the whole budget gets all of it,
 // once nobody else holds any, rather than waiting forever.
-func (b *inflightBudget) clamp(n int64) int64 {
+func (b *Budget) clamp(n int64) int64 {
 	return max(0, min(n, b.capacity))
 }
 
-// acquire waits until n bytes are free or ctx ends, and takes them. On
+// Acquire waits until n bytes are free or ctx ends, and takes them. On
 // error (ctx's, as a *status.BudgetWaitError) it holds nothing. A nil budget is unbounded.
-func (b *inflightBudget) acquire(ctx context.Context, n int64) error {
+func (b *Budget) Acquire(ctx context.Context, n int64) error {
 	if b == nil {
 		return nil
 	}
@@ -141,8 +156,8 @@ func (b *inflightBudget) acquire(ctx context.Context, n int64) error {
 	return &status.BudgetWaitError{Capacity: b.capacity, Err: ctx.Err()}
 }
 
-// release gives back n bytes taken by acquire.
-func (b *inflightBudget) release(n int64) {
+// Release gives back n bytes taken by Acquire.
+func (b *Budget) Release(n int64) {
 	if b == nil {
 		return
 	}
@@ -161,7 +176,7 @@ func (b *inflightBudget) release(n int64) {
 // out.
 //
 // Preconditions: b.mu is held; b.queue is not empty.
-func (b *inflightBudget) headOverdueLocked(now time.Time) bool {
+func (b *Budget) headOverdueLocked(now time.Time) bool {
 	return now.Sub(b.queue[0].first) >= b.patience
 }
 
@@ -169,7 +184,7 @@ func (b *inflightBudget) headOverdueLocked(now time.Time) bool {
 // become first.
 //
 // Preconditions: b.mu is held; b.queue is not empty.
-func (b *inflightBudget) newHeadLocked(now time.Time) {
+func (b *Budget) newHeadLocked(now time.Time) {
 	b.queue[0].first = now
 	if b.timer == nil {
 		b.timer = time.AfterFunc(b.patience, b.patienceOut)
@@ -180,7 +195,7 @@ func (b *inflightBudget) newHeadLocked(now time.Time) {
 
 // patienceOut lets waiters that fit go ahead of a first waiter whose
 // patience has run out.
-func (b *inflightBudget) patienceOut() {
+func (b *Budget) patienceOut() {
 	b.mu.Lock()
 	b.grantLocked()
 	b.mu.Unlock()
@@ -189,10 +204,10 @@ func (b *inflightBudget) patienceOut() {
 // grantLocked grants, in order, every waiter that fits in what is free,
 // stopping at the first that does not unless its patience has run out.
 //
-// With no waiter, the common case of every release, it reads no clock.
+// With no waiter, the common case of every Release, it reads no clock.
 //
 // Preconditions: b.mu is held.
-func (b *inflightBudget) grantLocked() {
+func (b *Budget) grantLocked() {
 	if len(b.queue) == 0 {
 		return
 	}
@@ -216,29 +231,7 @@ func (b *inflightBudget) grantLocked() {
 	}
 }
 
-// memoryLimitHeadroom is what the Go runtime's memory limit adds to
-// --max-inflight-bytes (see limitMemory): the daemon's own memory besides
-// requests, and garbage between collections.
-const memoryLimitHeadroom = 256 << 20
-
-// limitMemory sets the Go runtime's memory limit to the budget plus
-// memoryLimitHeadroom, unless GOMEMLIMIT says otherwise. Without it the
-// collector lets the heap grow to twice what was live after the last
-// collection: with the budget's worth of requests live, resident memory
-// would reach about twice the bound. With it, the collector runs sooner as
-// the heap nears the limit. The limit is soft: past it the daemon slows
-// (the collector takes up to half the CPU) rather than fail. Run calls it:
-// the limit is the process's, not one Server's.
-func (s *Server) limitMemory() {
-	if os.Getenv("GOMEMLIMIT") != "" {
-		return
-	}
-	limit := s.cfg.MaxInflightBytes + memoryLimitHeadroom
-	debug.SetMemoryLimit(limit)
-	s.log.Info("memory limit", "bytes", limit, "from", "--max-inflight-bytes")
-}
-
-// grpcBudget takes the public gRPC server's calls' shares of the budget.
+// GRPCBudget takes the public gRPC server's calls' shares of the budget.
 // grpc-go reads and decodes a unary call's message before any interceptor
 // runs, and queues its reply to be written after the call has ended, so
 // the shares are taken and given back around those two points:
@@ -248,10 +241,10 @@ func (s *Server) limitMemory() {
 //     call whose message arrives holds what arrived (gRPC's buffers hold
 //     the frames as they come, not the size the message's header claims).
 //  2. Once the message is decoded (stats.InPayload), the call takes
-//     grpcCopies of it, waiting if need be; meanwhile it holds its message
-//     received and decoded, about grpcCopies times what its peer sent,
+//     GRPCCopies of it, waiting if need be; meanwhile it holds its message
+//     received and decoded, about GRPCCopies times what its peer sent,
 //     outside the budget (docs/guarantees.md).
-//  3. A Read gives back what its request held and takes grpcCopies of what
+//  3. A Read gives back what its request held and takes GRPCCopies of what
 //     its reply will hold before the store is asked (unary).
 //  4. Its reply keeps what it holds until grpc-go has written it and freed
 //     its buffer (Marshal): the call ends when the reply is queued, which
@@ -259,17 +252,21 @@ func (s *Server) limitMemory() {
 //  5. The call gives back the rest when it ends (stats.End).
 //
 // gRPC health calls take nothing: a probe must answer while the budget is
-// short. Streams take their share per message (budgetStream), and a
+// short. Streams take their share per message (BudgetStream), and a
 // WriteStream for the writes it holds until their acks go out
-// (streamBudget).
-type grpcBudget struct {
-	budget *inflightBudget
+// (StreamBudget).
+type GRPCBudget struct {
+	budget *Budget
 	// maxRequest is --max-request-bytes.
 	maxRequest int64
 	// replies holds what a Read's reply owes the budget, from the end of
 	// its handler until Marshal hands it to the reply's buffer:
 	// *filewritev1.ReadResponse → int64.
 	replies sync.Map
+}
+
+func NewGRPCBudget(b *Budget, maxRequest int64) *GRPCBudget {
+	return &GRPCBudget{budget: b, maxRequest: maxRequest}
 }
 
 // receiveCopies is how many copies of its message a unary call holds at
@@ -286,39 +283,39 @@ func receiveHold(maxRequestBytes int64) int64 {
 	return receiveCopies * int64(status.MaxMessageBytes(maxRequestBytes))
 }
 
-// grpcCopies is how many copies of a message's bytes a unary call holds
+// GRPCCopies is how many copies of a message's bytes a unary call holds
 // once its message is decoded: the decoded message, and the buffers it was
 // received into, garbage not yet collected; for a Read, the data the store
 // read and the reply encoded from it.
-const grpcCopies = 2
+const GRPCCopies = 2
 
 // callBudget is what one unary call holds. Its stats events and
 // interceptor all run on the call's own goroutine, one after the other, so
 // it needs no lock. A stream's do not: its messages may be received on a
 // goroutine of its handler's (WriteStream's reader) while the call ends,
 // so a stream's callBudget is marked at Begin, before its handler runs,
-// and left alone after (streams take their shares in budgetStream).
+// and left alone after (streams take their shares in BudgetStream).
 type callBudget struct {
 	stream bool
 	held   int64
 	// err is why the call could not take its share (its context ended
 	// while it waited): unary answers it instead of running the handler.
 	err   error
-	reply *filewritev1.ReadResponse // whose share is in grpcBudget.replies
+	reply *filewritev1.ReadResponse // whose share is in GRPCBudget.replies
 }
 
 type callBudgetKey struct{}
 
-// tagCall gives a call its callBudget, unless it is a health call.
-func (g *grpcBudget) tagCall(ctx context.Context, method string) context.Context {
+// TagCall gives a call its callBudget, unless it is a health call.
+func (g *GRPCBudget) TagCall(ctx context.Context, method string) context.Context {
 	if strings.HasPrefix(method, status.HealthPrefix) {
 		return ctx
 	}
 	return context.WithValue(ctx, callBudgetKey{}, &callBudget{})
 }
 
-// event is the budget's part of the stats handler.
-func (g *grpcBudget) event(ctx context.Context, s stats.RPCStats) {
+// Event is the budget's part of the stats handler.
+func (g *GRPCBudget) Event(ctx context.Context, s stats.RPCStats) {
 	cb, _ := ctx.Value(callBudgetKey{}).(*callBudget)
 	if cb == nil || cb.stream {
 		return
@@ -329,8 +326,8 @@ func (g *grpcBudget) event(ctx context.Context, s stats.RPCStats) {
 			cb.stream = true
 		}
 	case *stats.InPayload:
-		want := grpcCopies * int64(s.Length)
-		if err := g.budget.acquire(ctx, want); err != nil {
+		want := GRPCCopies * int64(s.Length)
+		if err := g.budget.Acquire(ctx, want); err != nil {
 			cb.err = err
 			return
 		}
@@ -338,22 +335,22 @@ func (g *grpcBudget) event(ctx context.Context, s stats.RPCStats) {
 	case *stats.End:
 		if cb.reply != nil {
 			if owed, ok := g.replies.LoadAndDelete(cb.reply); ok {
-				g.budget.release(owed.(int64)) // never marshaled
+				g.budget.Release(owed.(int64)) // never marshaled
 			}
 			// The call's context lives on until its reply is written:
 			// through it, the reply's data would too.
 			cb.reply = nil
 		}
-		g.budget.release(cb.held)
+		g.budget.Release(cb.held)
 		cb.held = 0
 	}
 }
 
-// unary takes what a Read's reply will hold before the store reads it. The
+// Unary takes what a Read's reply will hold before the store reads it. The
 // request's own share is given back first, so that no call waits while
 // holding any: calls that held while waiting could leave every byte held
 // by waiters.
-func (g *grpcBudget) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+func (g *GRPCBudget) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	cb, _ := ctx.Value(callBudgetKey{}).(*callBudget)
 	if cb != nil && cb.err != nil {
 		return nil, status.Of(cb.err)
@@ -368,10 +365,10 @@ func (g *grpcBudget) unary(ctx context.Context, req any, info *grpc.UnaryServerI
 	if _, bad := status.Undecodable(r); !bad {
 		r.ProtoReflect().SetUnknown(nil)
 	}
-	g.budget.release(cb.held)
+	g.budget.Release(cb.held)
 	cb.held = 0
-	want := grpcCopies * min(max(r.GetLength(), 0), g.maxRequest)
-	if err := g.budget.acquire(ctx, want); err != nil {
+	want := GRPCCopies * min(max(r.GetLength(), 0), g.maxRequest)
+	if err := g.budget.Acquire(ctx, want); err != nil {
 		return nil, status.Of(err)
 	}
 	cb.held = want
@@ -389,23 +386,29 @@ func (g *grpcBudget) unary(ctx context.Context, req any, info *grpc.UnaryServerI
 // gives a Read's reply a buffer that hands its share of the budget back
 // when grpc-go frees it, once written.
 type replyCodec struct {
-	requestCodec
-	g *grpcBudget
+	encoding.CodecV2
+	g *GRPCBudget
+}
+
+// NewReplyCodec is base (the server's requestCodec) with a Read's reply
+// handing its share of g's budget back once written.
+func NewReplyCodec(base encoding.CodecV2, g *GRPCBudget) encoding.CodecV2 {
+	return replyCodec{base, g}
 }
 
 func (c replyCodec) Marshal(v any) (mem.BufferSlice, error) {
 	r, ok := v.(*filewritev1.ReadResponse)
 	if !ok {
-		return c.requestCodec.Marshal(v)
+		return c.CodecV2.Marshal(v)
 	}
 	owed, ok := c.g.replies.LoadAndDelete(r)
 	if !ok {
-		return c.requestCodec.Marshal(v)
+		return c.CodecV2.Marshal(v)
 	}
 	buf, err := proto.MarshalOptions{}.MarshalAppend(make([]byte, 0, proto.Size(r)), r)
 	if err != nil || mem.IsBelowBufferPoolingThreshold(cap(buf)) {
 		// A small buffer is never handed back (mem.NewBuffer).
-		c.g.budget.release(owed.(int64))
+		c.g.budget.Release(owed.(int64))
 		if err != nil {
 			return nil, err
 		}
@@ -418,32 +421,32 @@ func (c replyCodec) Marshal(v any) (mem.BufferSlice, error) {
 // back once, when it no longer needs it, and the reply's share of the
 // budget goes back with it.
 type owedBytes struct {
-	budget *inflightBudget
+	budget *Budget
 	n      int64
 }
 
 func (o *owedBytes) Get(n int) *[]byte { b := make([]byte, n); return &b } // unused by grpc-go
-func (o *owedBytes) Put(*[]byte)       { o.budget.release(o.n) }
+func (o *owedBytes) Put(*[]byte)       { o.budget.Release(o.n) }
 
-// budgetStream makes a stream take the budget for each message it
+// BudgetStream makes a stream take the budget for each message it
 // receives, once it has it: a stream may wait for hours for its next
 // message, and could not hold the largest message's worth all that time.
 // Each message is held until the next RecvMsg or the stream's end; while
 // the budget is short, RecvMsg waits before it returns the message, so the
 // stream reads no further and flow control holds its client back. A
 // handler that keeps a message's bytes longer takes them itself, with
-// acquire and release.
+// Acquire and Release.
 //
 // WriteStream is such a handler, and the hand-over is by type: its
 // messages decode into a streamRequest, not a proto.Message, so this
 // takes nothing for them, and the stream takes each message's cost once
-// it has read it and gives it back as the acks go out (streamBudget).
+// it has read it and gives it back as the acks go out (StreamBudget).
 // What remains here are the small messages of other streams (health's
 // Watch, reflection).
 //
 // What this does not bound: the one message each stream may be receiving
 // beyond the budget (at most the largest message, per stream).
-func budgetStream(b *inflightBudget) grpc.StreamServerInterceptor {
+func BudgetStream(b *Budget) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if strings.HasPrefix(info.FullMethod, status.HealthPrefix) {
 			return handler(srv, ss) // a probe's Watch never waits for the budget
@@ -456,7 +459,7 @@ func budgetStream(b *inflightBudget) grpc.StreamServerInterceptor {
 
 type budgetedStream struct {
 	grpc.ServerStream
-	budget *inflightBudget
+	budget *Budget
 
 	// mu guards held and ended: RecvMsg may run on a goroutine of the
 	// handler's own (WriteStream reads on one) while the handler returns.
@@ -473,7 +476,7 @@ func (s *budgetedStream) setHeld(n int64) {
 	old := s.held
 	s.held = n
 	s.mu.Unlock()
-	s.budget.release(old)
+	s.budget.Release(old)
 }
 
 func (s *budgetedStream) end() {
@@ -493,16 +496,23 @@ func (s *budgetedStream) RecvMsg(m any) error {
 		return nil
 	}
 	n := int64(proto.Size(msg))
-	if err := s.budget.acquire(s.Context(), n); err != nil {
+	if err := s.budget.Acquire(s.Context(), n); err != nil {
 		return status.Of(err)
 	}
 	s.mu.Lock()
 	if s.ended {
 		s.mu.Unlock()
-		s.budget.release(n)
+		s.budget.Release(n)
 		return nil
 	}
 	s.held = n
 	s.mu.Unlock()
 	return nil
+}
+
+// MinInflightBytes is the least --max-inflight-bytes accepted: what one
+// unary gRPC call holds while its message, which may be at the data limit,
+// is received. A smaller budget could never admit one.
+func MinInflightBytes(maxRequestBytes int64) int64 {
+	return receiveHold(maxRequestBytes)
 }
