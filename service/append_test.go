@@ -18,6 +18,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
+	"github.com/filewrite/filewrite/service/internal/gateway"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -58,8 +59,8 @@ func TestAppendREST(t *testing.T) {
 			if got := resp.StatusCode; got != c.wantStatus {
 				t.Fatalf("status: got %d, want %d", got, c.wantStatus)
 			}
-			if got := resp.Header.Get(HeaderAppendOffset); got != c.wantOffset {
-				t.Errorf("%s: got %q, want %q", HeaderAppendOffset, got, c.wantOffset)
+			if got := resp.Header.Get(gateway.HeaderAppendOffset); got != c.wantOffset {
+				t.Errorf("%s: got %q, want %q", gateway.HeaderAppendOffset, got, c.wantOffset)
 			}
 			if c.wantOffset == "" {
 				return

@@ -57,7 +57,7 @@ func TestStalledCallsHoldNoBudget(t *testing.T) {
 		}
 	}
 
-	if _, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "legit.bin", Data: allBytes(maxRequest)}); err != nil {
+	if _, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "legit.bin", Data: testutil.AllBytes(maxRequest)}); err != nil {
 		t.Errorf("a Write past the stalled calls: %v", err)
 	}
 	if err := postJSON(ctx, d.url+"/v1/files/legit.json:write", `{"data":"aGVsbG8="}`); err != nil {
@@ -108,7 +108,7 @@ func TestCompressionBomb(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(d.root, "zeros.bin")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the refused Write made its file: %v", err)
 	}
-	plain := &filewritev1.WriteRequest{Path: "plain.bin", Data: allBytes(256 << 10)}
+	plain := &filewritev1.WriteRequest{Path: "plain.bin", Data: testutil.AllBytes(256 << 10)}
 	if _, err := d.client.Write(ctx, plain, grpc.UseCompressor(gzip.Name)); err != nil {
 		t.Errorf("a gzip-compressed Write of data that compresses little: %v", err)
 	}

@@ -4,17 +4,13 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"math"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
@@ -22,7 +18,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/testutil"
-	"github.com/filewrite/filewrite/service/internal/auth"
+	"github.com/filewrite/filewrite/service/internal/gateway"
 )
 
 const (
@@ -118,7 +114,7 @@ func TestAuthGRPC(t *testing.T) {
 func TestAuthHTTP(t *testing.T) {
 	d := startAuthDaemon(t)
 	octet := func(h ...string) map[string]string {
-		m := map[string]string{"Content-Type": mimeOctetStream}
+		m := map[string]string{"Content-Type": gateway.MIMEOctetStream}
 		for i := 0; i+1 < len(h); i += 2 {
 			m[h[i]] = h[i+1]
 		}
@@ -149,97 +145,29 @@ func TestAuthHTTP(t *testing.T) {
 			body := ""
 			if tt.method != "GET" {
 				body = `{"data":"Q0hBTkdFRCE=","size":"0"}`
-				if tt.header["Content-Type"] == mimeOctetStream {
+				if tt.header["Content-Type"] == gateway.MIMEOctetStream {
 					body = "CHANGED!"
 				}
 			}
-			r := doHTTP(t, tt.method, d.url+tt.path, strings.NewReader(body), tt.header)
-			if r.status != tt.want {
-				t.Fatalf("HTTP status %d (%s), want %d", r.status, r.body, tt.want)
+			r := testutil.DoHTTP(t, tt.method, d.url+tt.path, strings.NewReader(body), tt.header)
+			if r.Status != tt.want {
+				t.Fatalf("HTTP status %d (%s), want %d", r.Status, r.Body, tt.want)
 			}
 			if tt.want == http.StatusUnauthorized {
-				if e := parseErrorBody(t, r); e.Code != codes.Unauthenticated || e.Message == "" {
-					t.Errorf("error body %s, want code %d with a message", r.body, codes.Unauthenticated)
+				if e := testutil.ParseErrorBody(t, r); e.Code != codes.Unauthenticated || e.Message == "" {
+					t.Errorf("error body %s, want code %d with a message", r.Body, codes.Unauthenticated)
 				}
 			}
 			checkUnchanged(t, d.root, before)
 		})
 	}
 	// The 401s above would also come from a gateway that refuses everyone.
-	r := doHTTP(t, "PUT", d.url+"/v1/files/existing.bin", strings.NewReader("CHANGED!"), octet("Authorization", auth))
-	if r.status != http.StatusOK {
-		t.Fatalf("PUT with a token: %d %s, want 200", r.status, r.body)
+	r := testutil.DoHTTP(t, "PUT", d.url+"/v1/files/existing.bin", strings.NewReader("CHANGED!"), octet("Authorization", auth))
+	if r.Status != http.StatusOK {
+		t.Fatalf("PUT with a token: %d %s, want 200", r.Status, r.Body)
 	}
 	if got := string(d.onDisk(t, "existing.bin")); got != "CHANGED!" {
 		t.Errorf("existing.bin = %q after an authenticated PUT, want CHANGED!", got)
-	}
-}
-
-// TestGatewayForwardsAuthorization runs the gateway without the HTTP
-// middleware in front, against a gRPC server that checks tokens: the
-// caller's token reaches the server through the gateway's connection, and
-// a caller without one gets 401 from the server's verdict, so the gateway
-// is no way around authentication.
-func TestGatewayForwardsAuthorization(t *testing.T) {
-	dir := testutil.Dir(t)
-	a, err := auth.NewTokens(testutil.WriteTokenFile(t, dir, "tokens", tokenAlpha), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fake := &fakeFiles{files: map[string][]byte{}}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.InTapHandle(a.Tap))
-	filewritev1.RegisterFileServiceServer(srv, fake)
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	h, err := newGateway(context.Background(), testutil.PlaintextConn(t, lis.Addr().String()), gatewayConfig{maxRequestBytes: 1 << 20, maxFileSize: math.MaxInt64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(h)
-	t.Cleanup(hs.Close)
-
-	tests := []struct {
-		name         string
-		method, path string
-		token        string
-		want         int
-	}{
-		{"raw PUT, no token", "PUT", "/v1/files/a", "", http.StatusUnauthorized},
-		{"raw PUT, wrong token", "PUT", "/v1/files/a", "nope", http.StatusUnauthorized},
-		{"raw PUT, valid token", "PUT", "/v1/files/a", tokenAlpha, http.StatusOK},
-		{"JSON stat, no token", "GET", "/v1/files/a", "", http.StatusUnauthorized},
-		{"JSON stat, valid token", "GET", "/v1/files/a", tokenAlpha, http.StatusOK},
-		{"JSON truncate, wrong token", "POST", "/v1/files/a:truncate", "nope", http.StatusUnauthorized},
-		{"JSON truncate, valid token", "POST", "/v1/files/a:truncate", tokenAlpha, http.StatusOK},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			fake.mu.Lock()
-			fake.last = nil
-			fake.mu.Unlock()
-			header := map[string]string{}
-			body := "{}"
-			if tt.method == "PUT" {
-				header["Content-Type"] = mimeOctetStream
-				body = "data"
-			} else {
-				header["Content-Type"] = "application/json"
-			}
-			if tt.token != "" {
-				header["Authorization"] = "Bearer " + tt.token
-			}
-			r := doHTTP(t, tt.method, hs.URL+tt.path, strings.NewReader(body), header)
-			if r.status != tt.want {
-				t.Fatalf("%s %s: %d %s, want %d", tt.method, tt.path, r.status, r.body, tt.want)
-			}
-			if reached := fake.lastRequest() != nil; reached != (tt.want == http.StatusOK) {
-				t.Errorf("the request reached the service: %v, want %v", reached, tt.want == http.StatusOK)
-			}
-		})
 	}
 }
 

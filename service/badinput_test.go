@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
+	"github.com/filewrite/filewrite/service/internal/gateway"
 )
 
 // Limits of the daemon that the bad-input tests run against.
@@ -187,7 +189,7 @@ func TestBadInputGRPC(t *testing.T) {
 
 func TestBadInputHTTP(t *testing.T) {
 	d := startBadInputDaemon(t)
-	octet := map[string]string{"Content-Type": mimeOctetStream}
+	octet := map[string]string{"Content-Type": gateway.MIMEOctetStream}
 	json := map[string]string{"Content-Type": "application/json"}
 	b64 := base64.StdEncoding.EncodeToString
 	long := strings.Repeat("a", 5000)
@@ -229,26 +231,26 @@ func TestBadInputHTTP(t *testing.T) {
 		{"GET :read: missing file", "GET", "/v1/files/missing.bin:read?length=1", nil, nil, 404, codes.NotFound},
 		{"GET :read: negative offset", "GET", "/v1/files/existing.bin:read?offset=-1&length=1", nil, nil, 400, codes.InvalidArgument},
 		{"GET :read: length over --max-request-bytes", "GET", fmt.Sprintf("/v1/files/existing.bin:read?length=%d", testMaxRequestBytes+1), nil, nil, 400, codes.InvalidArgument},
-		{"GET :read: symlink to a file outside", "GET", "/v1/files/escape-file:read?length=10", nil, map[string]string{"Accept": mimeOctetStream}, 400, codes.InvalidArgument},
+		{"GET :read: symlink to a file outside", "GET", "/v1/files/escape-file:read?length=10", nil, map[string]string{"Accept": gateway.MIMEOctetStream}, 400, codes.InvalidArgument},
 		{"GET stat: missing file", "GET", "/v1/files/missing.bin", nil, nil, 404, codes.NotFound},
 		{"GET :extents: missing file", "GET", "/v1/files/missing.bin:extents", nil, nil, 404, codes.NotFound},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := snapshot(t, d.dir)
-			r := doHTTP(t, tt.method, d.url+tt.path, bytes.NewReader(tt.body), tt.header)
-			if r.status != tt.wantStatus {
-				t.Errorf("HTTP status %d (%s), want %d", r.status, r.body, tt.wantStatus)
+			r := testutil.DoHTTP(t, tt.method, d.url+tt.path, bytes.NewReader(tt.body), tt.header)
+			if r.Status != tt.wantStatus {
+				t.Errorf("HTTP status %d (%s), want %d", r.Status, r.Body, tt.wantStatus)
 			}
-			if e := parseErrorBody(t, r); e.Code != tt.wantCode || e.Message == "" {
+			if e := testutil.ParseErrorBody(t, r); e.Code != tt.wantCode || e.Message == "" {
 				t.Errorf("error body %+v, want code %v with a message", e, tt.wantCode)
 			}
 			checkUnchanged(t, d.dir, before)
 		})
 	}
 	// The checks above would pass on a gateway that rejects everything.
-	if r := doHTTP(t, "PUT", d.url+"/v1/files/existing.bin?offset=9", strings.NewReader("CONTENTS"), octet); r.status != http.StatusOK {
-		t.Fatalf("a good PUT after the bad ones: %d %s", r.status, r.body)
+	if r := testutil.DoHTTP(t, "PUT", d.url+"/v1/files/existing.bin?offset=9", strings.NewReader("CONTENTS"), octet); r.Status != http.StatusOK {
+		t.Fatalf("a good PUT after the bad ones: %d %s", r.Status, r.Body)
 	}
 	if got := d.onDisk(t, "existing.bin"); string(got) != "original CONTENTS" {
 		t.Errorf("existing.bin = %q after a good PUT, want \"original CONTENTS\"", got)
@@ -269,8 +271,8 @@ func TestErrorMessagesNameNoRootPath(t *testing.T) {
 	msgs := map[string]string{"gRPC Write": status.Convert(err).Message()}
 	_, err = d.client.Truncate(ctx, &filewritev1.TruncateRequest{Path: "sub/big", Size: 1 << 60})
 	msgs["gRPC Truncate"] = status.Convert(err).Message()
-	r := doHTTP(t, "PUT", d.url+fmt.Sprintf("/v1/files/sub/big?offset=%d", int64(1)<<60), strings.NewReader("x"), map[string]string{"Content-Type": mimeOctetStream})
-	msgs["REST PUT"] = parseErrorBody(t, r).Message
+	r := testutil.DoHTTP(t, "PUT", d.url+fmt.Sprintf("/v1/files/sub/big?offset=%d", int64(1)<<60), strings.NewReader("x"), map[string]string{"Content-Type": gateway.MIMEOctetStream})
+	msgs["REST PUT"] = testutil.ParseErrorBody(t, r).Message
 	for what, msg := range msgs {
 		if !strings.Contains(msg, "sub/big") || strings.Contains(msg, d.root) || strings.Contains(msg, d.dir) {
 			t.Errorf("%s: %q, want the path below the root (sub/big) and not the root's (%s)", what, msg, d.root)

@@ -30,7 +30,7 @@ func TestBudgetMakesRequestsWait(t *testing.T) {
 	ctx := testContext(t)
 	budget := d.srv.budget
 	write := func(ctx context.Context, path string) error {
-		_, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: path, Data: allBytes(maxRequest)})
+		_, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: path, Data: testutil.AllBytes(maxRequest)})
 		return err
 	}
 	// Two Writes held inside the store hold two thirds of the budget

@@ -13,6 +13,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
+	"github.com/filewrite/filewrite/service/internal/gateway"
 )
 
 // wireCodec sends a []byte as the message, byte for byte, so that a test
@@ -120,7 +122,7 @@ func TestMalformedRequestsOfStrangers(t *testing.T) {
 // become a request (proto3 strings must be UTF-8): 400, not 500.
 func TestInvalidUTF8OverREST(t *testing.T) {
 	d := startDaemon(t, nil)
-	octet := map[string]string{"Content-Type": mimeOctetStream}
+	octet := map[string]string{"Content-Type": gateway.MIMEOctetStream}
 	for _, tt := range []struct {
 		method, path string
 		header       map[string]string
@@ -132,10 +134,10 @@ func TestInvalidUTF8OverREST(t *testing.T) {
 		{"GET", "/v1/files/ok:extents?pageToken=%FF", nil},
 	} {
 		before := snapshot(t, d.dir)
-		r := doHTTP(t, tt.method, d.url+tt.path, nil, tt.header)
-		if r.status != http.StatusBadRequest {
-			t.Errorf("%s %s: %d %s, want 400", tt.method, tt.path, r.status, r.body)
-		} else if e := parseErrorBody(t, r); e.Code != codes.InvalidArgument {
+		r := testutil.DoHTTP(t, tt.method, d.url+tt.path, nil, tt.header)
+		if r.Status != http.StatusBadRequest {
+			t.Errorf("%s %s: %d %s, want 400", tt.method, tt.path, r.Status, r.Body)
+		} else if e := testutil.ParseErrorBody(t, r); e.Code != codes.InvalidArgument {
 			t.Errorf("%s %s: %+v, want INVALID_ARGUMENT", tt.method, tt.path, e)
 		}
 		checkUnchanged(t, d.dir, before)

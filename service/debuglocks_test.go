@@ -14,6 +14,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
+	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -77,18 +78,18 @@ func TestDebugLocksHTMLAndBounds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := doHTTP(t, http.MethodGet, d.url+"/debug/locks", nil, map[string]string{"Accept": "text/html,*/*;q=0.8"})
-	if r.status != http.StatusOK || !strings.HasPrefix(r.contentType, "text/html") {
-		t.Fatalf("GET /debug/locks as a browser: %d %s", r.status, r.contentType)
+	r := testutil.DoHTTP(t, http.MethodGet, d.url+"/debug/locks", nil, map[string]string{"Accept": "text/html,*/*;q=0.8"})
+	if r.Status != http.StatusOK || !strings.HasPrefix(r.ContentType, "text/html") {
+		t.Fatalf("GET /debug/locks as a browser: %d %s", r.Status, r.ContentType)
 	}
-	if !bytes.Contains(r.body, []byte("<table>")) || !bytes.Contains(r.body, []byte("a&lt;b&gt;.txt")) {
-		t.Errorf("HTML page lacks the table or the escaped path:\n%s", r.body)
+	if !bytes.Contains(r.Body, []byte("<table>")) || !bytes.Contains(r.Body, []byte("a&lt;b&gt;.txt")) {
+		t.Errorf("HTML page lacks the table or the escaped path:\n%s", r.Body)
 	}
 
-	r = doHTTP(t, http.MethodGet, d.url+"/debug/locks?limit=2&format=json", nil, map[string]string{"Accept": "text/html"})
+	r = testutil.DoHTTP(t, http.MethodGet, d.url+"/debug/locks?limit=2&format=json", nil, map[string]string{"Accept": "text/html"})
 	var rep locksReport
-	if err := json.Unmarshal(r.body, &rep); err != nil {
-		t.Fatalf("?format=json: %v\n%s", err, r.body)
+	if err := json.Unmarshal(r.Body, &rep); err != nil {
+		t.Fatalf("?format=json: %v\n%s", err, r.Body)
 	}
 	if rep.OpenFiles != 3 || rep.Shown != 2 || len(rep.Files) != 2 || !rep.Truncated || !strings.Contains(rep.Note, "limit 2") {
 		t.Errorf("?limit=2 of 3 open files: %+v, want 2 shown, truncated, with a note", rep)
@@ -99,13 +100,13 @@ func TestDebugLocksHTMLAndBounds(t *testing.T) {
 		{"?limit=x", "PAGE_INVALID", "limit"},
 		{"?format=xml", "REQUEST_MALFORMED", "format"},
 	} {
-		r := doHTTP(t, http.MethodGet, d.url+"/debug/locks"+tt.query, nil, nil)
-		if r.status != http.StatusBadRequest {
-			t.Errorf("GET /debug/locks%s: %d, want 400", tt.query, r.status)
+		r := testutil.DoHTTP(t, http.MethodGet, d.url+"/debug/locks"+tt.query, nil, nil)
+		if r.Status != http.StatusBadRequest {
+			t.Errorf("GET /debug/locks%s: %d, want 400", tt.query, r.Status)
 		}
 		var st spb.Status
-		if err := protojson.Unmarshal(r.body, &st); err != nil {
-			t.Fatalf("GET /debug/locks%s: body %s is no google.rpc.Status: %v", tt.query, r.body, err)
+		if err := protojson.Unmarshal(r.Body, &st); err != nil {
+			t.Fatalf("GET /debug/locks%s: body %s is no google.rpc.Status: %v", tt.query, r.Body, err)
 		}
 		err := status.FromProto(&st).Err()
 		if got, field := errorinfo.Reason(err), errorinfo.From(err).GetMetadata()[errorinfo.KeyField]; got != tt.reason || field != tt.field {
@@ -113,14 +114,14 @@ func TestDebugLocksHTMLAndBounds(t *testing.T) {
 		}
 	}
 	for _, path := range []string{"/debug/locks", "/metrics"} {
-		r := doHTTP(t, http.MethodPost, d.url+path, nil, nil)
-		if r.status != http.StatusMethodNotAllowed || r.contentType != "application/json" {
-			t.Errorf("POST %s: %d, %s; want 405, application/json", path, r.status, r.contentType)
+		r := testutil.DoHTTP(t, http.MethodPost, d.url+path, nil, nil)
+		if r.Status != http.StatusMethodNotAllowed || r.ContentType != "application/json" {
+			t.Errorf("POST %s: %d, %s; want 405, application/json", path, r.Status, r.ContentType)
 		}
 		// The body is a google.rpc.Status, as on every other route.
 		var st spb.Status
-		if err := protojson.Unmarshal(r.body, &st); err != nil || codes.Code(st.GetCode()) != codes.Unimplemented {
-			t.Errorf("POST %s: body %s, want a google.rpc.Status of UNIMPLEMENTED (%v)", path, r.body, err)
+		if err := protojson.Unmarshal(r.Body, &st); err != nil || codes.Code(st.GetCode()) != codes.Unimplemented {
+			t.Errorf("POST %s: body %s, want a google.rpc.Status of UNIMPLEMENTED (%v)", path, r.Body, err)
 		}
 	}
 }
@@ -131,12 +132,12 @@ func TestDebugLocksHTMLAndBounds(t *testing.T) {
 func TestObservabilityRoutesNeedToken(t *testing.T) {
 	d := startAuthDaemon(t)
 	for _, path := range []string{"/metrics", "/debug/locks"} {
-		if r := doHTTP(t, http.MethodGet, d.url+path, nil, nil); r.status != http.StatusUnauthorized {
-			t.Errorf("GET %s without a token: %d, want 401", path, r.status)
+		if r := testutil.DoHTTP(t, http.MethodGet, d.url+path, nil, nil); r.Status != http.StatusUnauthorized {
+			t.Errorf("GET %s without a token: %d, want 401", path, r.Status)
 		}
-		r := doHTTP(t, http.MethodGet, d.url+path, nil, map[string]string{"Authorization": "Bearer " + tokenAlpha})
-		if r.status != http.StatusOK {
-			t.Errorf("GET %s with a token: %d, want 200", path, r.status)
+		r := testutil.DoHTTP(t, http.MethodGet, d.url+path, nil, map[string]string{"Authorization": "Bearer " + tokenAlpha})
+		if r.Status != http.StatusOK {
+			t.Errorf("GET %s with a token: %d, want 200", path, r.Status)
 		}
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
+	"github.com/filewrite/filewrite/service/internal/gateway"
 	"github.com/filewrite/filewrite/store/faultfs"
 )
 
@@ -39,16 +41,16 @@ func TestDiskFull(t *testing.T) {
 			ctx := testContext(t)
 			const path = "dir/full.bin"
 			full := (*ffs).Inject(faultfs.Rule{Op: faultfs.OpWrite, Path: path, After: fits, Err: tt.errno})
-			data := allBytes(total)
+			data := testutil.AllBytes(total)
 
 			var code codes.Code
 			var msg string
 			if tt.http {
-				r := doHTTP(t, "PUT", d.url+"/v1/files/"+path+"?sync=data", bytes.NewReader(data), map[string]string{"Content-Type": mimeOctetStream})
-				if r.status != 429 {
-					t.Errorf("HTTP status %d, want 429", r.status)
+				r := testutil.DoHTTP(t, "PUT", d.url+"/v1/files/"+path+"?sync=data", bytes.NewReader(data), map[string]string{"Content-Type": gateway.MIMEOctetStream})
+				if r.Status != 429 {
+					t.Errorf("HTTP status %d, want 429", r.Status)
 				}
-				e := parseErrorBody(t, r)
+				e := testutil.ParseErrorBody(t, r)
 				code, msg = e.Code, e.Message
 			} else {
 				_, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: path, Data: data, Sync: filewritev1.SyncMode_SYNC_MODE_DATA})

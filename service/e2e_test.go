@@ -28,6 +28,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/testutil"
+	"github.com/filewrite/filewrite/service/internal/gateway"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -304,16 +305,16 @@ func (d *daemon) call(t *testing.T, method, path, body string, resp proto.Messag
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
-	r := doHTTP(t, method, d.url+path, rd, map[string]string{"Content-Type": "application/json"})
-	if r.status == http.StatusOK && resp != nil {
-		if err := protojson.Unmarshal(r.body, resp); err != nil {
-			t.Fatalf("%s %s answered %s: %v", method, path, r.body, err)
+	r := testutil.DoHTTP(t, method, d.url+path, rd, map[string]string{"Content-Type": "application/json"})
+	if r.Status == http.StatusOK && resp != nil {
+		if err := protojson.Unmarshal(r.Body, resp); err != nil {
+			t.Fatalf("%s %s answered %s: %v", method, path, r.Body, err)
 		}
 	}
-	if r.status != http.StatusOK {
-		t.Logf("%s %s: %d %s", method, path, r.status, r.body)
+	if r.Status != http.StatusOK {
+		t.Logf("%s %s: %d %s", method, path, r.Status, r.Body)
 	}
-	return r.status
+	return r.Status
 }
 
 // TestHTTPRoundTrip calls every REST route with JSON over the real gateway.
@@ -366,27 +367,27 @@ func TestHTTPRoundTrip(t *testing.T) {
 // back raw, over gRPC, and from the disk, byte for byte.
 func TestRawRoundTrip(t *testing.T) {
 	d := startDaemon(t, nil)
-	data := allBytes(256*64 + 5)
-	octet := map[string]string{"Content-Type": mimeOctetStream}
+	data := testutil.AllBytes(256*64 + 5)
+	octet := map[string]string{"Content-Type": gateway.MIMEOctetStream}
 
-	if r := doHTTP(t, "PUT", d.url+"/v1/files/raw/all.bin?sync=data", bytes.NewReader(data), octet); r.status != 200 {
-		t.Fatalf("PUT: %d %s, want 200", r.status, r.body)
+	if r := testutil.DoHTTP(t, "PUT", d.url+"/v1/files/raw/all.bin?sync=data", bytes.NewReader(data), octet); r.Status != 200 {
+		t.Fatalf("PUT: %d %s, want 200", r.Status, r.Body)
 	}
 	// An overwrite in the middle, at an offset.
-	patch := allBytes(256)
+	patch := testutil.AllBytes(256)
 	slices.Reverse(patch)
-	if r := doHTTP(t, "PUT", d.url+"/v1/files/raw/all.bin?offset=1000&sync=full", bytes.NewReader(patch), octet); r.status != 200 {
-		t.Fatalf("PUT at offset 1000: %d %s, want 200", r.status, r.body)
+	if r := testutil.DoHTTP(t, "PUT", d.url+"/v1/files/raw/all.bin?offset=1000&sync=full", bytes.NewReader(patch), octet); r.Status != 200 {
+		t.Fatalf("PUT at offset 1000: %d %s, want 200", r.Status, r.Body)
 	}
 	copy(data[1000:], patch)
 
-	r := doHTTP(t, "GET", d.url+fmt.Sprintf("/v1/files/raw/all.bin:read?length=%d", len(data)+10), nil,
-		map[string]string{"Accept": mimeOctetStream})
-	if r.status != 200 || r.contentType != mimeOctetStream {
-		t.Fatalf("raw read: %d %q, want 200 %s", r.status, r.contentType, mimeOctetStream)
+	r := testutil.DoHTTP(t, "GET", d.url+fmt.Sprintf("/v1/files/raw/all.bin:read?length=%d", len(data)+10), nil,
+		map[string]string{"Accept": gateway.MIMEOctetStream})
+	if r.Status != 200 || r.ContentType != gateway.MIMEOctetStream {
+		t.Fatalf("raw read: %d %q, want 200 %s", r.Status, r.ContentType, gateway.MIMEOctetStream)
 	}
-	if !bytes.Equal(r.body, data) {
-		t.Errorf("raw read: %d bytes that differ from the %d written", len(r.body), len(data))
+	if !bytes.Equal(r.Body, data) {
+		t.Errorf("raw read: %d bytes that differ from the %d written", len(r.Body), len(data))
 	}
 	g, err := d.client.Read(testContext(t), &filewritev1.ReadRequest{Path: "raw/all.bin", Length: int64(len(data))})
 	if err != nil || !bytes.Equal(g.GetData(), data) {

@@ -30,6 +30,7 @@ import (
 	"github.com/filewrite/filewrite/internal/shard"
 	"github.com/filewrite/filewrite/internal/streamwire"
 	"github.com/filewrite/filewrite/internal/testutil"
+	"github.com/filewrite/filewrite/service/internal/gateway"
 	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store/faultfs"
 )
@@ -226,7 +227,7 @@ func (d *daemon) rest(t *testing.T, method, path, body string, header map[string
 	return restResult{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"), body: b}
 }
 
-var octetHeader = map[string]string{"Content-Type": mimeOctetStream}
+var octetHeader = map[string]string{"Content-Type": gateway.MIMEOctetStream}
 
 // firstStreamError runs a WriteStream of msgs on c and returns the first write
 // error an ack carries, or else the status the stream ends with. before,
@@ -414,7 +415,7 @@ func errorScenarios() map[string]errorScenario {
 				return err
 			},
 			rest: func(t *testing.T, env *errorsEnv) restResult {
-				return env.d.rest(t, "PUT", "/v1/files/routed", "x", map[string]string{"Content-Type": mimeOctetStream, shard.Header: "other"})
+				return env.d.rest(t, "PUT", "/v1/files/routed", "x", map[string]string{"Content-Type": gateway.MIMEOctetStream, shard.Header: "other"})
 			},
 		},
 		"FILE_TOO_LARGE": {grpc: write("big", errorsMaxFile, "x"), rest: put(fmt.Sprintf("big?offset=%d", errorsMaxFile-1), "xy")},
@@ -519,7 +520,7 @@ func errorScenarios() map[string]errorScenario {
 		},
 		"PRECONDITION_FAILED": {
 			rest: func(t *testing.T, env *errorsEnv) restResult {
-				return env.d.rest(t, "PUT", "/v1/files/existing", "x", map[string]string{"If-None-Match": "*", "Content-Type": mimeOctetStream})
+				return env.d.rest(t, "PUT", "/v1/files/existing", "x", map[string]string{"If-None-Match": "*", "Content-Type": gateway.MIMEOctetStream})
 			},
 			skip: "HTTP preconditions only",
 		},
@@ -552,7 +553,7 @@ func errorScenarios() map[string]errorScenario {
 			rest: func(t *testing.T, env *errorsEnv) restResult {
 				// Waits behind the held write for held.bin's lock.
 				return env.d.rest(t, "PUT", "/v1/files/held.bin", "late", map[string]string{
-					"Content-Type": mimeOctetStream, "Grpc-Timeout": "100m"})
+					"Content-Type": gateway.MIMEOctetStream, "Grpc-Timeout": "100m"})
 			},
 			skip: "a gRPC client's own deadline ends its call first",
 		},

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // makeStriped makes a file of n preallocated (unwritten) 4 KiB blocks,
@@ -179,9 +180,9 @@ func TestExtentsPagesREST(t *testing.T) {
 		if next != "" {
 			q.Set("pageToken", next)
 		}
-		r := doHTTP(t, "GET", d.url+"/v1/files/striped:extents?"+q.Encode(), nil, nil)
-		if r.status != 200 {
-			t.Fatalf("page %d: %d %s", pages, r.status, r.body)
+		r := testutil.DoHTTP(t, "GET", d.url+"/v1/files/striped:extents?"+q.Encode(), nil, nil)
+		if r.Status != 200 {
+			t.Fatalf("page %d: %d %s", pages, r.Status, r.Body)
 		}
 		var resp struct {
 			Extents []struct {
@@ -190,7 +191,7 @@ func TestExtentsPagesREST(t *testing.T) {
 			}
 			NextPageToken string
 		}
-		if err := json.Unmarshal(r.body, &resp); err != nil {
+		if err := json.Unmarshal(r.Body, &resp); err != nil {
 			t.Fatal(err)
 		}
 		for _, e := range resp.Extents {
@@ -210,8 +211,8 @@ func TestExtentsPagesREST(t *testing.T) {
 	if fmt.Sprint(sizes) != "[25 25 10]" {
 		t.Errorf("pages of %v, want [25 25 10]", sizes)
 	}
-	r := doHTTP(t, "GET", d.url+"/v1/files/striped:extents?pageSize=10001", nil, nil)
-	if e := parseErrorBody(t, r); r.status != 400 || !strings.Contains(e.Message, "10000") {
-		t.Errorf("pageSize=10001: %d %+v, want 400 naming the maximum", r.status, e)
+	r := testutil.DoHTTP(t, "GET", d.url+"/v1/files/striped:extents?pageSize=10001", nil, nil)
+	if e := testutil.ParseErrorBody(t, r); r.Status != 400 || !strings.Contains(e.Message, "10000") {
+		t.Errorf("pageSize=10001: %d %+v, want 400 naming the maximum", r.Status, e)
 	}
 }

@@ -180,10 +180,10 @@ func TestBrowserGuardFor(t *testing.T) {
 		if g == nil {
 			continue
 		}
-		if got := g.check(evil()) != nil; got != c.wantOrigin {
+		if got := g.Check(evil()) != nil; got != c.wantOrigin {
 			t.Errorf("%s: a foreign Origin refused: %v, want %v", c.name, got, c.wantOrigin)
 		}
-		if got := g.check(rebound()) != nil; got != c.wantHost {
+		if got := g.Check(rebound()) != nil; got != c.wantHost {
 			t.Errorf("%s: a rebound Host refused: %v, want %v", c.name, got, c.wantHost)
 		}
 	}

@@ -15,7 +15,9 @@ import (
 	"time"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/service/internal/admit"
+	"github.com/filewrite/filewrite/service/internal/gateway"
 )
 
 // send makes one request with Go's client and reads its whole answer.
@@ -35,7 +37,7 @@ func withFreshValidators(d *daemon) *daemon {
 func TestDownloadRanges(t *testing.T) {
 	d := withFreshValidators(startDaemon(t, nil))
 	// Longer than one Read of the gateway, so that ranges cross chunks.
-	content := allBytes(2*readChunkBytes + 77)
+	content := testutil.AllBytes(2*gateway.ReadChunkBytes + 77)
 	if err := os.WriteFile(filepath.Join(d.root, "r.bin"), content, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -51,8 +53,8 @@ func TestDownloadRanges(t *testing.T) {
 	}{
 		{"no Range", "", 200, whole, ""},
 		{"first 16 bytes", "bytes=0-15", 206, "0-15", "bytes 0-15/" + strconv.FormatInt(n, 10)},
-		{"across a chunk boundary", fmt.Sprintf("bytes=%d-%d", readChunkBytes-3, readChunkBytes+3), 206,
-			fmt.Sprintf("%d-%d", readChunkBytes-3, readChunkBytes+3), ""},
+		{"across a chunk boundary", fmt.Sprintf("bytes=%d-%d", gateway.ReadChunkBytes-3, gateway.ReadChunkBytes+3), 206,
+			fmt.Sprintf("%d-%d", gateway.ReadChunkBytes-3, gateway.ReadChunkBytes+3), ""},
 		{"from an offset to the end", fmt.Sprintf("bytes=%d-", n-10), 206, fmt.Sprintf("%d-%d", n-10, n-1), ""},
 		{"the last 7 bytes", "bytes=-7", 206, fmt.Sprintf("%d-%d", n-7, n-1), ""},
 		{"a suffix longer than the file", "bytes=-99999999", 206, whole, ""},
@@ -88,8 +90,8 @@ func TestDownloadRanges(t *testing.T) {
 			if want := content[first : last+1]; !bytes.Equal(body, want) {
 				t.Errorf("body: %d bytes, want the %d of %s", len(body), len(want), tt.wantSpan)
 			}
-			if got := resp.Header.Get("Content-Type"); got != mimeOctetStream {
-				t.Errorf("Content-Type %q, want %q", got, mimeOctetStream)
+			if got := resp.Header.Get("Content-Type"); got != gateway.MIMEOctetStream {
+				t.Errorf("Content-Type %q, want %q", got, gateway.MIMEOctetStream)
 			}
 			if resp.Header.Get("Accept-Ranges") != "bytes" || resp.Header.Get("ETag") == "" || resp.Header.Get("Last-Modified") == "" {
 				t.Errorf("headers %v: want Accept-Ranges, ETag and Last-Modified", resp.Header)
@@ -252,7 +254,7 @@ func TestPutPreconditions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := map[string]string{"Content-Type": mimeOctetStream}
+			h := map[string]string{"Content-Type": gateway.MIMEOctetStream}
 			for k, v := range tt.header {
 				h[k] = v
 			}
@@ -275,10 +277,10 @@ func TestReadToEOF(t *testing.T) {
 		c.Store.MaxRequestBytes = 1 << 20
 		c.MaxInflightBytes = admit.MinInflightBytes(1 << 20)
 	})
-	content := allBytes(readChunkBytes + 10)
+	content := testutil.AllBytes(gateway.ReadChunkBytes + 10)
 	os.WriteFile(filepath.Join(d.root, "f"), content, 0o644)
 	os.WriteFile(filepath.Join(d.root, "big"), make([]byte, 1<<20+1), 0o644)
-	octet := map[string]string{"Accept": mimeOctetStream}
+	octet := map[string]string{"Accept": gateway.MIMEOctetStream}
 	tests := []struct {
 		name, query string
 		want        int
@@ -340,7 +342,7 @@ func TestNoGRPCMetadataHeaders(t *testing.T) {
 		{"GET", "/v1/files/missing", "", ""},
 		{"GET", "/v1/files/f:read?length=1", "", ""},
 		{"GET", "/v1/files/f?alt=media", "", ""},
-		{"PUT", "/v1/files/g", mimeOctetStream, "y"},
+		{"PUT", "/v1/files/g", gateway.MIMEOctetStream, "y"},
 		{"POST", "/v1/files/f:fsync", "application/json", "{}"},
 		{"GET", "/v1/dirs", "", ""},
 	} {

@@ -82,12 +82,3 @@ func checkUnchanged(t *testing.T, dir string, before map[string]entry) {
 		}
 	}
 }
-
-// allBytes is n bytes cycling through every byte value.
-func allBytes(n int) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(i)
-	}
-	return b
-}

@@ -9,6 +9,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/filewrite/filewrite/service/internal/auth"
+	"github.com/filewrite/filewrite/service/internal/gateway"
 	"github.com/filewrite/filewrite/service/internal/status"
 )
 
@@ -23,13 +24,13 @@ import (
 // baggage, or what OTEL_PROPAGATORS names) and is the parent of the
 // gateway's gRPC client span, whose context reaches the server in the
 // call's metadata. grpc-gateway itself forwards none of these headers.
-func (s *Server) httpHandler(gateway http.Handler, browser *browserGuard) http.Handler {
+func (s *Server) httpHandler(gateway http.Handler, browser *gateway.BrowserGuard) http.Handler {
 	locks := &debugLocks{store: s.store}
 	gateway = s.tel.httpServerHandler(gateway)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/metrics" && browser != nil {
 			// Scrapers name the daemon by pod IP or service name.
-			if err := browser.check(r); err != nil {
+			if err := browser.Check(r); err != nil {
 				status.WriteHTTP(w, http.StatusForbidden, grpcstatus.Convert(err))
 				return
 			}
@@ -95,4 +96,19 @@ func (s *Server) probeRoutes(next http.Handler) http.Handler {
 		w.WriteHeader(code)
 		fmt.Fprintf(w, "{\"status\":%q}\n", state.String())
 	})
+}
+
+// browserGuardFor is the guard that cfg needs, nil for none. Bearer tokens
+// need none: a browser never attaches one on its own. A client certificate
+// (--tls-client-ca) it does attach, to any request a page makes, so with
+// one the Origin check stays; the Host check does not, as TLS already
+// binds the name: a rebound name fails the certificate's.
+func browserGuardFor(cfg Config, tokens bool) (*gateway.BrowserGuard, error) {
+	switch {
+	case cfg.TLSClientCA != "":
+		return gateway.NewBrowserGuard(cfg.HTTPAddr, cfg.HTTPAllowedOrigins, []string{"*"})
+	case tokens:
+		return nil, nil
+	}
+	return gateway.NewBrowserGuard(cfg.HTTPAddr, cfg.HTTPAllowedOrigins, cfg.HTTPAllowedHosts)
 }

@@ -19,7 +19,7 @@ const DefaultMaxWaitersPerFile = 1024
 const DefaultConnAuthTimeout = 10 * time.Second
 
 // DefaultBodyTimeout is how long a REST request body may take to deliver
-// each bodyProgressBytes: generous for a slow link, short enough that a
+// each gateway.BodyProgressBytes: generous for a slow link, short enough that a
 // body sent a byte at a time does not hold its connection for long.
 const DefaultBodyTimeout = 30 * time.Second
 

@@ -11,6 +11,8 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
+	"github.com/filewrite/filewrite/internal/testutil"
+	"github.com/filewrite/filewrite/service/internal/gateway"
 )
 
 // TestLimits: each limit refuses a request with its reason, a code that
@@ -187,7 +189,7 @@ func TestLimitsHTTP(t *testing.T) {
 		c.Store.MaxRequestBytes = 4096
 		c.Store.MaxFileSize = 1 << 20
 	})
-	octet := map[string]string{"Content-Type": mimeOctetStream}
+	octet := map[string]string{"Content-Type": gateway.MIMEOctetStream}
 	tests := []struct {
 		name, path string
 		body       string
@@ -201,15 +203,15 @@ func TestLimitsHTTP(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := snapshot(t, d.root)
-			r := doHTTP(t, "PUT", d.url+tt.path, strings.NewReader(tt.body), octet)
-			if r.status != 400 {
-				t.Fatalf("status %d (%s), want 400", r.status, r.body)
+			r := testutil.DoHTTP(t, "PUT", d.url+tt.path, strings.NewReader(tt.body), octet)
+			if r.Status != 400 {
+				t.Fatalf("status %d (%s), want 400", r.Status, r.Body)
 			}
-			if e := parseErrorBody(t, r); e.Code != tt.code || !strings.Contains(e.Message, tt.want) {
+			if e := testutil.ParseErrorBody(t, r); e.Code != tt.code || !strings.Contains(e.Message, tt.want) {
 				t.Errorf("error %+v, want %v naming %q", e, tt.code, tt.want)
 			}
-			if !strings.Contains(string(r.body), `"reason":"`+tt.reason+`"`) {
-				t.Errorf("body %s does not carry the reason %s", r.body, tt.reason)
+			if !strings.Contains(string(r.Body), `"reason":"`+tt.reason+`"`) {
+				t.Errorf("body %s does not carry the reason %s", r.Body, tt.reason)
 			}
 			checkUnchanged(t, d.root, before)
 		})

@@ -15,6 +15,7 @@ import (
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/service/internal/auth"
+	"github.com/filewrite/filewrite/service/internal/gateway"
 )
 
 // TestClientCertificates runs a daemon with --tls-client-ca: a certificate
@@ -96,7 +97,7 @@ func TestClientCertificates(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			req.Header.Set("Content-Type", mimeOctetStream)
+			req.Header.Set("Content-Type", gateway.MIMEOctetStream)
 			for k, v := range tt.header {
 				req.Header.Set(k, v)
 			}

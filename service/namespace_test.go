@@ -19,6 +19,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/testutil"
+	"github.com/filewrite/filewrite/service/internal/gateway"
 	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store"
 )
@@ -175,12 +176,12 @@ func eqEntry(a, b *filewritev1.DirEntry) bool { return proto.Equal(a, b) }
 // atomic-publish idiom written with curl's routes.
 func TestNamespaceHTTP(t *testing.T) {
 	d := startDaemon(t, nil)
-	octet := map[string]string{"Content-Type": mimeOctetStream}
-	if r := doHTTP(t, "PUT", d.url+"/v1/files/pub/report.json", strings.NewReader("v1"), octet); r.status != 200 {
-		t.Fatalf("PUT: %d %s", r.status, r.body)
+	octet := map[string]string{"Content-Type": gateway.MIMEOctetStream}
+	if r := testutil.DoHTTP(t, "PUT", d.url+"/v1/files/pub/report.json", strings.NewReader("v1"), octet); r.Status != 200 {
+		t.Fatalf("PUT: %d %s", r.Status, r.Body)
 	}
-	if r := doHTTP(t, "PUT", d.url+"/v1/files/pub/.report.json.tmp", strings.NewReader("version 2"), octet); r.status != 200 {
-		t.Fatalf("PUT: %d %s", r.status, r.body)
+	if r := testutil.DoHTTP(t, "PUT", d.url+"/v1/files/pub/.report.json.tmp", strings.NewReader("version 2"), octet); r.Status != 200 {
+		t.Fatalf("PUT: %d %s", r.Status, r.Body)
 	}
 	if s := d.call(t, "POST", "/v1/files/pub/.report.json.tmp:fsync", `{}`, nil); s != 200 {
 		t.Fatalf("POST :fsync = %d", s)
@@ -195,13 +196,13 @@ func TestNamespaceHTTP(t *testing.T) {
 	}
 	// The JSON a curl user sees: every field, camelCase, next page token
 	// empty on the last page.
-	r := doHTTP(t, "GET", d.url+"/v1/dirs", nil, nil)
+	r := testutil.DoHTTP(t, "GET", d.url+"/v1/dirs", nil, nil)
 	var raw map[string]any
-	if err := json.Unmarshal(r.body, &raw); err != nil || r.status != 200 {
-		t.Fatalf("GET /v1/dirs = %d %s: %v", r.status, r.body, err)
+	if err := json.Unmarshal(r.Body, &raw); err != nil || r.Status != 200 {
+		t.Fatalf("GET /v1/dirs = %d %s: %v", r.Status, r.Body, err)
 	}
 	if got := fmt.Sprint(raw); got != "map[entries:[map[isDir:true name:pub size:0]] nextPageToken:]" {
-		t.Errorf("GET /v1/dirs answered %s", r.body)
+		t.Errorf("GET /v1/dirs answered %s", r.Body)
 	}
 	if got := d.onDisk(t, "pub/report.json"); string(got) != "version 2" {
 		t.Errorf("published file holds %q", got)
@@ -224,22 +225,22 @@ func TestNamespaceHTTP(t *testing.T) {
 		{"GET", "/v1/dirs?pageSize=10001", "", http.StatusBadRequest},
 		{"GET", "/v1/dirs?pageSize=1", "", 200},
 	} {
-		var r httpResult
+		var r testutil.HTTPResult
 		if tt.method == "PUT" {
-			r = doHTTP(t, "PUT", d.url+tt.path, strings.NewReader(tt.body), octet)
+			r = testutil.DoHTTP(t, "PUT", d.url+tt.path, strings.NewReader(tt.body), octet)
 		} else {
 			var body *bytes.Reader
 			if tt.body != "" {
 				body = bytes.NewReader([]byte(tt.body))
 			}
 			if body != nil {
-				r = doHTTP(t, tt.method, d.url+tt.path, body, map[string]string{"Content-Type": "application/json"})
+				r = testutil.DoHTTP(t, tt.method, d.url+tt.path, body, map[string]string{"Content-Type": "application/json"})
 			} else {
-				r = doHTTP(t, tt.method, d.url+tt.path, nil, nil)
+				r = testutil.DoHTTP(t, tt.method, d.url+tt.path, nil, nil)
 			}
 		}
-		if r.status != tt.want {
-			t.Errorf("%s %s %s = %d %s, want %d", tt.method, tt.path, tt.body, r.status, r.body, tt.want)
+		if r.Status != tt.want {
+			t.Errorf("%s %s %s = %d %s, want %d", tt.method, tt.path, tt.body, r.Status, r.Body, tt.want)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(d.root, "pub/copy")); !os.IsNotExist(err) {

@@ -21,6 +21,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/testutil"
+	"github.com/filewrite/filewrite/service/internal/gateway"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -202,9 +203,9 @@ func TestPropagatorsFromEnvironment(t *testing.T) {
 	t.Setenv("OTEL_PROPAGATORS", "b3")
 	exp := tracetest.NewInMemoryExporter()
 	d := startDaemon(t, func(c *Config) { c.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp)) })
-	if r := doHTTP(t, http.MethodPut, d.url+"/v1/files/f?offset=0", strings.NewReader("x"),
-		map[string]string{"Content-Type": mimeOctetStream, "b3": callerTrace + "-" + callerSpan + "-1"}); r.status != http.StatusOK {
-		t.Fatalf("PUT: %d %s", r.status, r.body)
+	if r := testutil.DoHTTP(t, http.MethodPut, d.url+"/v1/files/f?offset=0", strings.NewReader("x"),
+		map[string]string{"Content-Type": gateway.MIMEOctetStream, "b3": callerTrace + "-" + callerSpan + "-1"}); r.Status != http.StatusOK {
+		t.Fatalf("PUT: %d %s", r.Status, r.Body)
 	}
 	var server *tracetest.SpanStub
 	testutil.WaitFor(t, "the Write's server span", func() bool {
@@ -238,12 +239,12 @@ func TestRESTRequestHasHTTPServerSpan(t *testing.T) {
 		method, path, ctype, body string
 		span, rpc                 string
 	}{
-		{http.MethodPut, "/v1/files/dir/secret-name?offset=0", mimeOctetStream, "x", "PUT /v1/files/{path}", "filewrite.v1.FileService/Write"},
+		{http.MethodPut, "/v1/files/dir/secret-name?offset=0", gateway.MIMEOctetStream, "x", "PUT /v1/files/{path}", "filewrite.v1.FileService/Write"},
 		{http.MethodPost, "/v1/files/dir/secret-name:write", "application/json", `{"offset":"0","data":"eA=="}`, "POST /v1/files/{path}:write", "filewrite.v1.FileService/Write"},
 	} {
 		exp.Reset()
-		if r := doHTTP(t, tc.method, d.url+tc.path, strings.NewReader(tc.body), map[string]string{"Content-Type": tc.ctype}); r.status != http.StatusOK {
-			t.Fatalf("%s %s: %d %s", tc.method, tc.path, r.status, r.body)
+		if r := testutil.DoHTTP(t, tc.method, d.url+tc.path, strings.NewReader(tc.body), map[string]string{"Content-Type": tc.ctype}); r.Status != http.StatusOK {
+			t.Fatalf("%s %s: %d %s", tc.method, tc.path, r.Status, r.Body)
 		}
 		var httpSpan, client, server *tracetest.SpanStub
 		testutil.WaitFor(t, "the HTTP, client and server spans", func() bool {
@@ -318,9 +319,9 @@ func TestRPCLogNamesPeerAndPath(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if r := doHTTP(t, http.MethodPut, d.url+"/v1/files/rest-file?offset=0", bytes.NewReader([]byte("x")),
-		map[string]string{"Content-Type": mimeOctetStream, "X-Forwarded-For": "203.0.113.9"}); r.status != http.StatusOK {
-		t.Fatalf("PUT: %d %s", r.status, r.body)
+	if r := testutil.DoHTTP(t, http.MethodPut, d.url+"/v1/files/rest-file?offset=0", bytes.NewReader([]byte("x")),
+		map[string]string{"Content-Type": gateway.MIMEOctetStream, "X-Forwarded-For": "203.0.113.9"}); r.Status != http.StatusOK {
+		t.Fatalf("PUT: %d %s", r.Status, r.Body)
 	}
 	type rpcLine struct {
 		Msg, Method, Path, Peer, Elapsed string

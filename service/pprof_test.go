@@ -25,13 +25,13 @@ func TestPprof(t *testing.T) {
 		c.AuthTokenFile = tokens
 	})
 	url := "http://" + d.srv.pprofLis.Addr().String() + "/debug/pprof/cmdline"
-	if r := doHTTP(t, http.MethodGet, url, nil, nil); r.status != http.StatusUnauthorized {
-		t.Errorf("pprof without a token: %d, want 401", r.status)
+	if r := testutil.DoHTTP(t, http.MethodGet, url, nil, nil); r.Status != http.StatusUnauthorized {
+		t.Errorf("pprof without a token: %d, want 401", r.Status)
 	}
-	if r := doHTTP(t, http.MethodGet, url, nil, map[string]string{"Authorization": "Bearer " + token}); r.status != http.StatusOK {
-		t.Errorf("pprof with a token: %d %s, want 200", r.status, r.body)
+	if r := testutil.DoHTTP(t, http.MethodGet, url, nil, map[string]string{"Authorization": "Bearer " + token}); r.Status != http.StatusOK {
+		t.Errorf("pprof with a token: %d %s, want 200", r.Status, r.Body)
 	}
-	if r := doHTTP(t, http.MethodGet, d.url+"/debug/pprof/cmdline", nil, map[string]string{"Authorization": "Bearer " + token}); r.status == http.StatusOK {
+	if r := testutil.DoHTTP(t, http.MethodGet, d.url+"/debug/pprof/cmdline", nil, map[string]string{"Authorization": "Bearer " + token}); r.Status == http.StatusOK {
 		t.Errorf("pprof on the REST address: 200, want it only on --pprof-addr")
 	}
 

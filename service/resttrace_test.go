@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/filewrite/filewrite/internal/testutil"
+	"github.com/filewrite/filewrite/service/internal/gateway"
 )
 
 // TestRESTCallContinuesCallersTrace: a REST caller that sends a W3C
@@ -28,31 +29,31 @@ func TestRESTCallContinuesCallersTrace(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	// The SDK's default sampler: parent-based, so a sampled caller is sampled.
 	d := startDaemon(t, func(c *Config) { c.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp)) })
-	put := func(traceparent string) httpResult {
-		h := map[string]string{"Content-Type": mimeOctetStream}
+	put := func(traceparent string) testutil.HTTPResult {
+		h := map[string]string{"Content-Type": gateway.MIMEOctetStream}
 		if traceparent != "" {
 			h["traceparent"] = traceparent
 		}
-		return doHTTP(t, http.MethodPut, d.url+"/v1/files/put?offset=0", bytes.NewReader([]byte("hello")), h)
+		return testutil.DoHTTP(t, http.MethodPut, d.url+"/v1/files/put?offset=0", bytes.NewReader([]byte("hello")), h)
 	}
-	post := func(traceparent string) httpResult {
+	post := func(traceparent string) testutil.HTTPResult {
 		h := map[string]string{"Content-Type": "application/json"}
 		if traceparent != "" {
 			h["traceparent"] = traceparent
 		}
-		return doHTTP(t, http.MethodPost, d.url+"/v1/files/post:write", strings.NewReader(`{"offset":"0","data":"aGVsbG8="}`), h)
+		return testutil.DoHTTP(t, http.MethodPost, d.url+"/v1/files/post:write", strings.NewReader(`{"offset":"0","data":"aGVsbG8="}`), h)
 	}
-	stat := func(traceparent string) httpResult {
+	stat := func(traceparent string) testutil.HTTPResult {
 		var h map[string]string
 		if traceparent != "" {
 			h = map[string]string{"traceparent": traceparent}
 		}
-		return doHTTP(t, http.MethodGet, d.url+"/v1/files/put", nil, h)
+		return testutil.DoHTTP(t, http.MethodGet, d.url+"/v1/files/put", nil, h)
 	}
 
 	for _, tc := range []struct {
 		name        string
-		call        func(traceparent string) httpResult
+		call        func(traceparent string) testutil.HTTPResult
 		rpc         string
 		traceparent string
 		continues   bool // the spans are in the caller's trace
@@ -65,8 +66,8 @@ func TestRESTCallContinuesCallersTrace(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			exp.Reset()
-			if r := tc.call(tc.traceparent); r.status != http.StatusOK {
-				t.Fatalf("status %d %s, want 200", r.status, r.body)
+			if r := tc.call(tc.traceparent); r.Status != http.StatusOK {
+				t.Fatalf("status %d %s, want 200", r.Status, r.Body)
 			}
 			var server, client, httpSpan *tracetest.SpanStub
 			testutil.WaitFor(t, "the call's HTTP, client and server spans", func() bool {

@@ -15,6 +15,7 @@ import (
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
 	"github.com/filewrite/filewrite/internal/testutil"
+	"github.com/filewrite/filewrite/service/internal/gateway"
 )
 
 const (
@@ -268,10 +269,10 @@ func TestScopedHTTP(t *testing.T) {
 		header                   map[string]string
 		want                     int
 	}{
-		{"PUT inside", "PUT", "/v1/files/tenants/a/write.bin", "CHANGED!", auth(tokenRW, "Content-Type", mimeOctetStream), 200},
-		{"PUT outside", "PUT", "/v1/files/tenants/b/write.bin", "CHANGED!", auth(tokenRW, "Content-Type", mimeOctetStream), 403},
-		{"PUT read-only", "PUT", "/v1/files/tenants/a/write.bin", "CHANGED!", auth(tokenRO, "Content-Type", mimeOctetStream), 403},
-		{"PUT through the link", "PUT", "/v1/files/tenants/a/link/write.bin", "CHANGED!", auth(tokenRW, "Content-Type", mimeOctetStream), 403},
+		{"PUT inside", "PUT", "/v1/files/tenants/a/write.bin", "CHANGED!", auth(tokenRW, "Content-Type", gateway.MIMEOctetStream), 200},
+		{"PUT outside", "PUT", "/v1/files/tenants/b/write.bin", "CHANGED!", auth(tokenRW, "Content-Type", gateway.MIMEOctetStream), 403},
+		{"PUT read-only", "PUT", "/v1/files/tenants/a/write.bin", "CHANGED!", auth(tokenRO, "Content-Type", gateway.MIMEOctetStream), 403},
+		{"PUT through the link", "PUT", "/v1/files/tenants/a/link/write.bin", "CHANGED!", auth(tokenRW, "Content-Type", gateway.MIMEOctetStream), 403},
 		{"POST :write outside", "POST", "/v1/files/tenants/b/write.bin:write", `{"data":"Q0hBTkdFRCE="}`, auth(tokenRW, "Content-Type", json), 403},
 		{"POST :truncate outside", "POST", "/v1/files/tenants/b/truncate.bin:truncate", `{"size":"1"}`, auth(tokenRW, "Content-Type", json), 403},
 		{"POST :rename across", "POST", "/v1/files/tenants/a/rename.bin:rename", `{"newPath":"tenants/b/x.bin"}`, auth(tokenRW, "Content-Type", json), 403},
@@ -295,14 +296,14 @@ func TestScopedHTTP(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := snapshot(t, d.root)
-			r := doHTTP(t, tt.method, d.url+tt.path, strings.NewReader(tt.body), tt.header)
-			if r.status != tt.want {
-				t.Fatalf("HTTP status %d (%s), want %d", r.status, r.body, tt.want)
+			r := testutil.DoHTTP(t, tt.method, d.url+tt.path, strings.NewReader(tt.body), tt.header)
+			if r.Status != tt.want {
+				t.Fatalf("HTTP status %d (%s), want %d", r.Status, r.Body, tt.want)
 			}
 			if tt.want == http.StatusForbidden {
 				if tt.method != "HEAD" { // a HEAD answer has no body
-					if e := parseErrorBody(t, r); e.Code != codes.PermissionDenied {
-						t.Errorf("error body %s, want code %d", r.body, codes.PermissionDenied)
+					if e := testutil.ParseErrorBody(t, r); e.Code != codes.PermissionDenied {
+						t.Errorf("error body %s, want code %d", r.Body, codes.PermissionDenied)
 					}
 				}
 				checkUnchanged(t, d.root, before)

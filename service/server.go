@@ -43,6 +43,7 @@ import (
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/auth"
+	"github.com/filewrite/filewrite/service/internal/gateway"
 	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store"
 )
@@ -107,7 +108,7 @@ type Config struct {
 	// HTTPAllowedOrigins and HTTPAllowedHosts widen what the REST listener
 	// takes from browsers when AuthTokenFile is empty: the Origin values
 	// let through, and host names besides IP literals, localhost and
-	// HTTPAddr's own (see browserGuard). "*" lets any through.
+	// HTTPAddr's own (see gateway.BrowserGuard). "*" lets any through.
 	HTTPAllowedOrigins, HTTPAllowedHosts []string
 	// MaxInflightBytes bounds the memory that requests in flight hold,
 	// daemon-wide (see admit.Budget); past it requests wait.
@@ -206,7 +207,7 @@ func (c Config) validate() error {
 	if c.BodyTimeout <= 0 {
 		return fmt.Errorf("--body-timeout %v: want more than 0", c.BodyTimeout)
 	}
-	if _, err := newBrowserGuard(c.HTTPAddr, c.HTTPAllowedOrigins, c.HTTPAllowedHosts); err != nil {
+	if _, err := gateway.NewBrowserGuard(c.HTTPAddr, c.HTTPAllowedOrigins, c.HTTPAllowedHosts); err != nil {
 		return err
 	}
 	if least := admit.MinInflightBytes(c.Store.MaxRequestBytes); c.MaxInflightBytes < least {
@@ -434,17 +435,17 @@ func (s *Server) startGateway() (err error) {
 		grpc.WithContextDialer(s.gatewayLis.dial),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStatsHandler(s.tel.clientHandler()),
-		grpc.WithChainUnaryInterceptor(holdBody),
+		grpc.WithChainUnaryInterceptor(gateway.HoldBody),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limit), grpc.MaxCallSendMsgSize(limit)),
 	)
 	if err != nil {
 		return fmt.Errorf("gateway client: %w", err)
 	}
-	handler, err := newGateway(context.Background(), s.gatewayConn, gatewayConfig{
-		maxRequestBytes: s.cfg.Store.MaxRequestBytes,
-		maxFileSize:     s.cfg.Store.MaxFileSize,
-		bodyTimeout:     s.cfg.BodyTimeout,
-		budget:          s.budget,
+	handler, err := gateway.New(context.Background(), s.gatewayConn, gateway.Config{
+		MaxRequestBytes: s.cfg.Store.MaxRequestBytes,
+		MaxFileSize:     s.cfg.Store.MaxFileSize,
+		BodyTimeout:     s.cfg.BodyTimeout,
+		Budget:          s.budget,
 	})
 	if err != nil {
 		return err

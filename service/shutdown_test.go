@@ -31,7 +31,7 @@ func TestShutdownRefusesNewCallsWhileRESTDrains(t *testing.T) {
 	}
 
 	// A raw PUT whose body the test holds back until the shutdown began.
-	body := allBytes(3<<20 + 5)
+	body := testutil.AllBytes(3<<20 + 5)
 	put := testutil.StartHeldPut(t, ctx, d.url+"/v1/files/put.bin?sync=data", body, time.Minute)
 	select {
 	case <-put.Reading:

@@ -106,7 +106,7 @@ func TestWriteStreamWaitsForTheBudget(t *testing.T) {
 
 	held := make(chan error, 1)
 	go func() {
-		_, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "held.bin", Data: allBytes(streamBudgetMaxRequest)})
+		_, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "held.bin", Data: testutil.AllBytes(streamBudgetMaxRequest)})
 		held <- err
 	}()
 	gate.waitEntered(t, ctx)
@@ -181,7 +181,7 @@ func TestStreamsAndUnaryShareTheBudget(t *testing.T) {
 
 	unary := make(chan error, 2)
 	go func() {
-		_, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "unary.bin", Data: allBytes(streamBudgetMaxRequest)})
+		_, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "unary.bin", Data: testutil.AllBytes(streamBudgetMaxRequest)})
 		unary <- err
 	}()
 	waitForWaiters(t, budget, 1, "a gRPC Write", unary)

@@ -18,6 +18,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/testutil"
+	"github.com/filewrite/filewrite/service/internal/gateway"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -463,9 +464,9 @@ func TestTracesFromEnvironment(t *testing.T) {
 // a REST call's lock wait sits in one trace with it.
 func TestRESTCallIsOneTrace(t *testing.T) {
 	d := startTracedDaemon(t, nil)
-	r := doHTTP(t, http.MethodPut, d.url+"/v1/files/f?offset=0", bytes.NewReader([]byte("hello")), map[string]string{"Content-Type": mimeOctetStream})
-	if r.status != http.StatusOK {
-		t.Fatalf("PUT: %d %s", r.status, r.body)
+	r := testutil.DoHTTP(t, http.MethodPut, d.url+"/v1/files/f?offset=0", bytes.NewReader([]byte("hello")), map[string]string{"Content-Type": gateway.MIMEOctetStream})
+	if r.Status != http.StatusOK {
+		t.Fatalf("PUT: %d %s", r.Status, r.Body)
 	}
 	var server, client sdktrace.ReadOnlySpan
 	testutil.WaitFor(t, "the Write's client and server spans", func() bool {

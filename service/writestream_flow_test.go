@@ -31,7 +31,7 @@ func TestWriteStreamFlowControl(t *testing.T) {
 	var sent atomic.Int64
 	sendDone := make(chan error, 1)
 	go func() {
-		data := allBytes(4096)
+		data := testutil.AllBytes(4096)
 		for m := range messages {
 			req := &filewritev1.WriteStreamRequest{}
 			for i := range perMessage {

@@ -202,7 +202,7 @@ func TestWriteStreamAcksOutOfOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	send(streamWriteOf(1, 0, allBytes(4096), 0), streamWriteOf(2, 8192, allBytes(4096), 0))
+	send(streamWriteOf(1, 0, testutil.AllBytes(4096), 0), streamWriteOf(2, 8192, testutil.AllBytes(4096), 0))
 	testutil.WaitFor(t, "write 1 to be held in the store", func() bool { return held.Hits() == 1 })
 	resp, err := stream.Recv()
 	if err != nil {
@@ -297,7 +297,7 @@ func TestWriteStreamPerWriteErrors(t *testing.T) {
 		{"unknown sync mode", streamWriteOf(5, 0, []byte("x"), 99), codes.InvalidArgument, 0, 3},
 		{"CRC-32C mismatch", badCRC, codes.InvalidArgument, 0, 3},
 		{"no CRC-32C", &filewritev1.StreamWrite{Id: 7, Offset: 3, Data: []byte("def")}, codes.OK, 3, 6},
-		{"disk full part-way", streamWriteOf(8, 8192, allBytes(4096), 0), codes.ResourceExhausted, 100, 8292},
+		{"disk full part-way", streamWriteOf(8, 8192, testutil.AllBytes(4096), 0), codes.ResourceExhausted, 100, 8292},
 	}
 	stream := openStream(t, ctx, d.client, path)
 	// One message at a time, so that each ack's size is predictable.
@@ -326,7 +326,7 @@ func TestWriteStreamPerWriteErrors(t *testing.T) {
 	if e := recvAll(stream); e.err != nil || len(e.acks) != 0 {
 		t.Errorf("after the half-close: %d more acks, end %v; want none and OK", len(e.acks), e.err)
 	}
-	want := overlay([]byte("abcdef"), 8192, allBytes(100))
+	want := overlay([]byte("abcdef"), 8192, testutil.AllBytes(100))
 	if got := d.onDisk(t, path); !slices.Equal(got, want) {
 		t.Errorf("file: %d bytes, want %d: abcdef, zeros, and the 100 bytes that fit", len(got), len(want))
 	}
@@ -542,7 +542,7 @@ func TestWriteStreamHalfClose(t *testing.T) {
 func TestReadCRC(t *testing.T) {
 	d := startDaemon(t, nil)
 	ctx := testContext(t)
-	data := allBytes(10000)
+	data := testutil.AllBytes(10000)
 	if _, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "crc", Data: data}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 // Package testutil holds the helpers that the tests of several packages
-// share: fresh directories, polling, gates, byte comparisons, span
-// starts, and the daemon
+// share: fresh directories, contexts, polling, gates, byte comparisons,
+// HTTP requests and error bodies, span starts, and the daemon
 // binary started as a child process. It imports neither store nor service,
 // so that the tests of both (in package and external) can import it.
 package testutil
@@ -114,4 +114,13 @@ func (b *LockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// AllBytes is n bytes cycling through every byte value.
+func AllBytes(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i)
+	}
+	return b
 }

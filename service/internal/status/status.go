@@ -96,7 +96,7 @@ var Rules = map[filewritev1.ErrorReason]reasonRule{
 	filewritev1.ErrorReason_INFLIGHT_BUDGET:   {Code: codes.DeadlineExceeded, Retry: time.Second, flag: "--max-inflight-bytes"},
 	filewritev1.ErrorReason_BODY_TIMEOUT:      {Code: codes.DeadlineExceeded, flag: "--body-timeout"},
 
-	// REST only (gatewaymedia.go, gatewaystream.go, gatewaybrowser.go).
+	// REST only (service/internal/gateway).
 	filewritev1.ErrorReason_PRECONDITION_FAILED:   {Code: codes.FailedPrecondition},
 	filewritev1.ErrorReason_ETAG_MISMATCH:         {Code: codes.FailedPrecondition},
 	filewritev1.ErrorReason_RANGE_NOT_SATISFIABLE: {Code: codes.OutOfRange},
@@ -156,7 +156,7 @@ func Build(reason filewritev1.ErrorReason, md map[string]string, msg, flag strin
 //
 // Statuses that involve no store error are built with Refusal where the
 // request is refused: UNAUTHENTICATED in auth.go; the gateway's refusals
-// of a path, query or body (gateway.go, gatewayinput.go, gatewaystream.go);
+// of a path, query or body (service/internal/gateway);
 // a malformed message (codec.go); an Extents page_size or page_token
 // (paging.go); and a WriteStream's own refusals and endings
 // (writestream.go). A status that reaches Of without a reason (from

@@ -1,4 +1,4 @@
-package service
+package gateway
 
 import (
 	"fmt"
@@ -27,7 +27,7 @@ var _ runtime.Marshaler = rawMarshaler{}
 
 func (m rawMarshaler) ContentType(v any) string {
 	if _, ok := v.(*filewritev1.ReadResponse); ok {
-		return mimeOctetStream
+		return MIMEOctetStream
 	}
 	return m.json.ContentType(v)
 }
@@ -42,7 +42,7 @@ func (m rawMarshaler) Marshal(v any) ([]byte, error) {
 func (m rawMarshaler) Unmarshal(data []byte, v any) error {
 	b, ok := v.(*[]byte)
 	if !ok {
-		return fmt.Errorf("an %s body is accepted only by PUT /v1/files/{path}; this route takes JSON", mimeOctetStream)
+		return fmt.Errorf("an %s body is accepted only by PUT /v1/files/{path}; this route takes JSON", MIMEOctetStream)
 	}
 	*b = append((*b)[:0], data...)
 	return nil

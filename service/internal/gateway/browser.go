@@ -1,4 +1,4 @@
-package service
+package gateway
 
 import (
 	"fmt"
@@ -17,11 +17,11 @@ import (
 // cannot tell its user's curl from a page that user has open: the page can
 // POST cross-site without asking first (a "simple" request: form or
 // text/plain body, or none), and through DNS rebinding it can even read,
-// under a host name of its own that resolves to loopback. browserGuard
+// under a host name of its own that resolves to loopback. BrowserGuard
 // refuses both: see docs/security.md. With tokens it is not needed, as a
 // browser attaches no bearer token on its own; then the JSON rule of POST
 // routes (checkContentType) is all that applies.
-type browserGuard struct {
+type BrowserGuard struct {
 	// origins are the Origin values let through; "*" lets any through.
 	// Empty: a request with an Origin is refused, as no page is ours.
 	origins map[string]bool
@@ -31,25 +31,10 @@ type browserGuard struct {
 	hosts map[string]bool
 }
 
-// browserGuardFor is the guard that cfg needs, nil for none. Bearer tokens
-// need none: a browser never attaches one on its own. A client certificate
-// (--tls-client-ca) it does attach, to any request a page makes, so with
-// one the Origin check stays; the Host check does not, as TLS already
-// binds the name: a rebound name fails the certificate's.
-func browserGuardFor(cfg Config, tokens bool) (*browserGuard, error) {
-	switch {
-	case cfg.TLSClientCA != "":
-		return newBrowserGuard(cfg.HTTPAddr, cfg.HTTPAllowedOrigins, []string{"*"})
-	case tokens:
-		return nil, nil
-	}
-	return newBrowserGuard(cfg.HTTPAddr, cfg.HTTPAllowedOrigins, cfg.HTTPAllowedHosts)
-}
-
-// newBrowserGuard is the guard of a daemon listening on listenAddr that lets
+// NewBrowserGuard is the guard of a daemon listening on listenAddr that lets
 // the given origins and host names through.
-func newBrowserGuard(listenAddr string, origins, hosts []string) (*browserGuard, error) {
-	g := &browserGuard{origins: map[string]bool{}, hosts: map[string]bool{"localhost": true}}
+func NewBrowserGuard(listenAddr string, origins, hosts []string) (*BrowserGuard, error) {
+	g := &BrowserGuard{origins: map[string]bool{}, hosts: map[string]bool{"localhost": true}}
 	for _, o := range origins {
 		if err := checkOrigin(o); err != nil {
 			return nil, err
@@ -81,8 +66,8 @@ func checkOrigin(o string) error {
 	return nil
 }
 
-// check returns the 403 to answer r with, or nil.
-func (g *browserGuard) check(r *http.Request) error {
+// Check returns the 403 to answer r with, or nil.
+func (g *BrowserGuard) Check(r *http.Request) error {
 	if o := r.Header.Get("Origin"); o != "" && !g.origins["*"] && !g.origins[strings.ToLower(strings.TrimSuffix(o, "/"))] {
 		return status.Refusal(filewritev1.ErrorReason_ORIGIN_NOT_ALLOWED, nil,
 			"Origin %q is not allowed: a web page may not call this daemon unless --http-allowed-origins names its origin", o)
@@ -97,7 +82,7 @@ func (g *browserGuard) check(r *http.Request) error {
 // hostAllowed: an IP literal cannot be a rebinding (the page would have to
 // come from that very address and port), nor can an empty Host (HTTP/1.0;
 // every browser sends one).
-func (g *browserGuard) hostAllowed(host string) bool {
+func (g *BrowserGuard) hostAllowed(host string) bool {
 	if host == "" || g.hosts["*"] {
 		return true
 	}

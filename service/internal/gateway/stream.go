@@ -1,4 +1,4 @@
-package service
+package gateway
 
 import (
 	"context"
@@ -28,22 +28,22 @@ import (
 // chunks, each one gRPC call, so that a request holds a chunk or two at a
 // time however much it moves.
 const (
-	// rawPutChunkBytes is the data of each Write a raw PUT makes.
-	rawPutChunkBytes = 1 << 20
-	// readChunkBytes is the length of each Read a REST :read makes: a
+	// RawPutChunkBytes is the data of each Write a raw PUT makes.
+	RawPutChunkBytes = 1 << 20
+	// ReadChunkBytes is the length of each Read a REST :read makes: a
 	// multiple of 3, so that the base64 of the chunks, joined, is the
 	// base64 of the whole.
-	readChunkBytes = 3 << 18
+	ReadChunkBytes = 3 << 18
 )
 
 // rawPutChunks recycles the chunk buffers of raw PUTs.
-var rawPutChunks = sync.Pool{New: func() any { return new([rawPutChunkBytes]byte) }}
+var rawPutChunks = sync.Pool{New: func() any { return new([RawPutChunkBytes]byte) }}
 
 // putRaw is PUT /v1/files/{path}?offset=N&sync=none|data|full: a Write of
 // the application/octet-stream body, for clients (curl) that should not
 // have to base64 their data. It answers like POST :write.
 //
-// The body goes into the file as it arrives, in Writes of rawPutChunkBytes
+// The body goes into the file as it arrives, in Writes of RawPutChunkBytes
 // at successive offsets. Only the last carries the sync asked for, which
 // makes durable every chunk before it too (a sync covers everything
 // written to the file before it). A body that breaks midway (the client
@@ -57,11 +57,11 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 	fail := func(err error) { runtime.HTTPError(ctx, g.mux, out, w, r, err) }
 
 	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != mimeOctetStream {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != MIMEOctetStream {
 			fail(&runtime.HTTPStatusError{
 				HTTPStatus: http.StatusUnsupportedMediaType,
 				Err: status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil,
-					"PUT takes an %s body, not %q; JSON writes go to POST /v1/files/{path}:write", mimeOctetStream, ct),
+					"PUT takes an %s body, not %q; JSON writes go to POST /v1/files/{path}:write", MIMEOctetStream, ct),
 			})
 			return
 		}
@@ -72,12 +72,12 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 		fail(err)
 		return
 	}
-	if n := r.ContentLength; n > g.maxRequestBytes {
+	if n := r.ContentLength; n > g.MaxRequestBytes {
 		fail(g.dataTooLarge(n))
 		return
-	} else if n > 0 && offset >= 0 && offset <= math.MaxInt64-n && offset+n > g.maxFileSize {
-		fail(status.Of(&store.Refusal{Err: store.ErrFileTooLarge, Arg: "offset", Limit: g.maxFileSize,
-			Detail: fmt.Sprintf("a PUT of %d bytes at offset %d ends at %d, the maximum file size is %d bytes", n, offset, offset+n, g.maxFileSize)}))
+	} else if n > 0 && offset >= 0 && offset <= math.MaxInt64-n && offset+n > g.MaxFileSize {
+		fail(status.Of(&store.Refusal{Err: store.ErrFileTooLarge, Arg: "offset", Limit: g.MaxFileSize,
+			Detail: fmt.Sprintf("a PUT of %d bytes at offset %d ends at %d, the maximum file size is %d bytes", n, offset, offset+n, g.MaxFileSize)}))
 		return
 	}
 	ctx, err = runtime.AnnotateContext(ctx, g.mux, r, filewritev1.FileService_Write_FullMethodName,
@@ -92,7 +92,7 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 		return
 	}
 
-	chunk := rawPutChunks.Get().(*[rawPutChunkBytes]byte)
+	chunk := rawPutChunks.Get().(*[RawPutChunkBytes]byte)
 	defer rawPutChunks.Put(chunk)
 	body := &lookahead{r: r.Body, left: r.ContentLength}
 	var md runtime.ServerMetadata
@@ -109,7 +109,7 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 			return
 		}
 		last = body.done
-		if written+int64(n) > g.maxRequestBytes {
+		if written+int64(n) > g.MaxRequestBytes {
 			fail(g.dataTooLarge(-1))
 			return
 		}
@@ -250,9 +250,9 @@ func (l *lookahead) fill(p []byte) (int, error) {
 
 func (g *gateway) dataTooLarge(n int64) error {
 	if n < 0 {
-		return status.Refusal(filewritev1.ErrorReason_REQUEST_TOO_LARGE, g.requestLimit(), "body exceeds --max-request-bytes (%d bytes)", g.maxRequestBytes)
+		return status.Refusal(filewritev1.ErrorReason_REQUEST_TOO_LARGE, g.requestLimit(), "body exceeds --max-request-bytes (%d bytes)", g.MaxRequestBytes)
 	}
-	return status.Refusal(filewritev1.ErrorReason_REQUEST_TOO_LARGE, g.requestLimit(), "body of %d bytes exceeds --max-request-bytes (%d bytes)", n, g.maxRequestBytes)
+	return status.Refusal(filewritev1.ErrorReason_REQUEST_TOO_LARGE, g.requestLimit(), "body of %d bytes exceeds --max-request-bytes (%d bytes)", n, g.MaxRequestBytes)
 }
 
 // readPattern is the REST route of Read.
@@ -265,7 +265,7 @@ var readQuery = utilities.NewDoubleArray([][]string{{"path"}})
 // readStreamed is GET /v1/files/{path}:read?offset=N&length=N, which
 // grpc-gateway would answer with one Read whose data it holds several
 // times over (the reply, its decoding, its JSON). It reads in Reads of
-// readChunkBytes instead and writes each out before the next: as raw bytes
+// ReadChunkBytes instead and writes each out before the next: as raw bytes
 // when asked with "Accept: application/octet-stream", else as the JSON of
 // one ReadResponse. Each Read sees the file as of its own moment, so a
 // read longer than a chunk is not one snapshot (nor is one gRPC Read under
@@ -304,10 +304,10 @@ func (g *gateway) readStreamed(w http.ResponseWriter, r *http.Request, pathParam
 			return
 		}
 		req.Length = max(st.GetSize()-req.GetOffset(), 0)
-		if req.Length > g.maxRequestBytes {
-			fail(status.Of(&store.Refusal{Err: store.ErrRequestTooLarge, Arg: "length", Limit: g.maxRequestBytes,
+		if req.Length > g.MaxRequestBytes {
+			fail(status.Of(&store.Refusal{Err: store.ErrRequestTooLarge, Arg: "length", Limit: g.MaxRequestBytes,
 				Detail: fmt.Sprintf("%d bytes from offset %d to the end of the file, the maximum per request is %d; "+
-					"give a length, or download the file with GET /v1/files/{path}?alt=media", req.Length, req.GetOffset(), g.maxRequestBytes)}))
+					"give a length, or download the file with GET /v1/files/{path}?alt=media", req.Length, req.GetOffset(), g.MaxRequestBytes)}))
 			return
 		}
 	}
@@ -317,8 +317,8 @@ func (g *gateway) readStreamed(w http.ResponseWriter, r *http.Request, pathParam
 	off, left := req.GetOffset(), req.GetLength()
 	crc, withCRC := uint32(0), true
 	for first := true; ; first = false {
-		n := min(left, readChunkBytes)
-		if first && left > g.maxRequestBytes {
+		n := min(left, ReadChunkBytes)
+		if first && left > g.MaxRequestBytes {
 			// The server refuses this length as it refuses one Read.
 			n = left
 		}

@@ -1,4 +1,4 @@
-package service
+package gateway
 
 import (
 	"context"
@@ -25,9 +25,11 @@ import (
 	"github.com/filewrite/filewrite/service/internal/status"
 )
 
-const mimeOctetStream = "application/octet-stream"
+// MIMEOctetStream is the media type of raw bytes, in a PUT body and in a
+// download.
+const MIMEOctetStream = "application/octet-stream"
 
-// newGateway serves FileService as REST over conn: the JSON routes of the
+// New serves FileService as REST over conn: the JSON routes of the
 // proto's google.api.http annotations, plus the raw-bytes routes (PUT of an
 // application/octet-stream body, and ":read" answered as raw bytes when
 // asked with "Accept: application/octet-stream"). Errors are gRPC statuses
@@ -36,17 +38,17 @@ const mimeOctetStream = "application/octet-stream"
 // The gateway calls the gRPC server rather than the store directly, so that
 // a REST call gets the same interceptors, limits, telemetry and draining as
 // a gRPC one. The raw PUT and :read stream their data in chunks, so that
-// what they hold does not grow with what they move (gatewaystream.go).
-func newGateway(ctx context.Context, conn grpc.ClientConnInterface, cfg gatewayConfig) (http.Handler, error) {
+// what they hold does not grow with what they move (stream.go).
+func New(ctx context.Context, conn grpc.ClientConnInterface, cfg Config) (http.Handler, error) {
 	g := &gateway{
-		client:        filewritev1.NewFileServiceClient(conn),
-		gatewayConfig: cfg,
+		client: filewritev1.NewFileServiceClient(conn),
+		Config: cfg,
 		// A JSON body carries data as base64: 4 bytes for every 3.
-		maxBodyBytes: 4*((cfg.maxRequestBytes+2)/3) + status.MessageOverhead,
+		maxBodyBytes: 4*((cfg.MaxRequestBytes+2)/3) + status.MessageOverhead,
 	}
 	muxOpts := []runtime.ServeMuxOption{
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, strictJSON{jsonMarshaler}),
-		runtime.WithMarshalerOption(mimeOctetStream, rawMarshaler{json: jsonMarshaler}),
+		runtime.WithMarshalerOption(MIMEOctetStream, rawMarshaler{json: jsonMarshaler}),
 		runtime.WithErrorHandler(g.handleError),
 		runtime.WithRoutingErrorHandler(g.handleRoutingError),
 		// The gRPC server's headers and trailers are its own business
@@ -96,20 +98,20 @@ func newGateway(ctx context.Context, conn grpc.ClientConnInterface, cfg gatewayC
 	return http.HandlerFunc(g.serveHTTP), nil
 }
 
-// gatewayConfig is what the gateway needs of the daemon's configuration.
-type gatewayConfig struct {
-	maxRequestBytes int64 // --max-request-bytes: the data of one Write or Read
-	maxFileSize     int64 // --max-file-size, checked before a raw PUT writes anything
-	// bodyTimeout is --body-timeout: each bodyProgressBytes of a request
+// Config is what the gateway needs of the daemon's configuration.
+type Config struct {
+	MaxRequestBytes int64 // --max-request-bytes: the data of one Write or Read
+	MaxFileSize     int64 // --max-file-size, checked before a raw PUT writes anything
+	// BodyTimeout is --body-timeout: each BodyProgressBytes of a request
 	// body must arrive within it. 0: no deadline.
-	bodyTimeout time.Duration
-	// budget is --max-inflight-bytes, shared with the gRPC server; nil:
+	BodyTimeout time.Duration
+	// Budget is --max-inflight-bytes, shared with the gRPC server; nil:
 	// unbounded.
-	budget *admit.Budget
+	Budget *admit.Budget
 }
 
 type gateway struct {
-	gatewayConfig
+	Config
 	mux          *runtime.ServeMux
 	media        *runtime.ServeMux // the requests with alt (newMediaMux)
 	rawAppend    *runtime.ServeMux // appends of raw bytes (appendRaw)
@@ -157,21 +159,21 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// The streaming routes take their fixed share before the body is
 	// read: a chunk on each step, whatever they move. A JSON body takes
-	// its share once it has arrived (holdBody): a request whose body has
+	// its share once it has arrived (HoldBody): a request whose body has
 	// not come holds none of the budget, whatever length it announced.
 	hold := g.holds(r)
-	if err := g.budget.Acquire(r.Context(), hold); err != nil {
+	if err := g.Budget.Acquire(r.Context(), hold); err != nil {
 		_, out := runtime.MarshalerForRequest(g.mux, r)
 		runtime.HTTPError(r.Context(), g.mux, out, w, r, status.Of(err))
 		return
 	}
-	defer g.budget.Release(hold)
+	defer g.Budget.Release(hold)
 	if r.Body != nil && r.Body != http.NoBody {
 		// A chunked body has no length to check up front.
-		body := newRequestBody(w, r.Body, g.maxBodyBytes, g.bodyTimeout)
+		body := newRequestBody(w, r.Body, g.maxBodyBytes, g.BodyTimeout)
 		r.Body = body
 		if hold == 0 {
-			bh := &bodyHold{budget: g.budget, body: body}
+			bh := &bodyHold{budget: g.Budget, body: body}
 			defer bh.release()
 			r = r.WithContext(context.WithValue(r.Context(), bodyHoldKey{}, bh))
 		}
@@ -188,7 +190,7 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // bodyHold is a JSON request's share of the budget: jsonBodyCopies of the
-// body it has read, taken by holdBody when the request, decoded, goes to
+// body it has read, taken by HoldBody when the request, decoded, goes to
 // the gRPC server, and given back when the request ends. It is used only
 // by the goroutine serving the request (the gateway's gRPC calls are made
 // on it).
@@ -200,12 +202,12 @@ type bodyHold struct {
 
 type bodyHoldKey struct{}
 
-// holdBody is the unary interceptor of the gateway's connection to its
+// HoldBody is the unary interceptor of the gateway's connection to its
 // gRPC server: a call made for a JSON request first takes the request's
 // share of the budget, for the body read until then, waiting if need be.
 // While it waits it holds the body read and decoded outside the budget:
 // a few times what its client sent (docs/guarantees.md).
-func holdBody(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+func HoldBody(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	if bh, ok := ctx.Value(bodyHoldKey{}).(*bodyHold); ok {
 		if more := jsonBodyCopies*bh.body.read - bh.held; more > 0 {
 			if err := bh.budget.Acquire(ctx, more); err != nil {
@@ -238,12 +240,12 @@ const (
 func (g *gateway) holds(r *http.Request) int64 {
 	switch {
 	case r.Method == http.MethodPut:
-		return chunkCopies * rawPutChunkBytes
+		return chunkCopies * RawPutChunkBytes
 	case r.Method == http.MethodGet && (strings.HasSuffix(r.URL.Path, ":read") || hasAlt(r)):
 		if isHead(r.Context()) && hasAlt(r) {
 			return 0 // a download's HEAD reads no byte
 		}
-		return chunkCopies * readChunkBytes
+		return chunkCopies * ReadChunkBytes
 	}
 	return 0
 }
@@ -251,13 +253,13 @@ func (g *gateway) holds(r *http.Request) int64 {
 func (g *gateway) bodyTooLarge() error {
 	return status.Refusal(filewritev1.ErrorReason_REQUEST_TOO_LARGE, g.requestLimit(),
 		"request body exceeds %d bytes: --max-request-bytes is %d bytes of data, which JSON carries as base64",
-		g.maxBodyBytes, g.maxRequestBytes)
+		g.maxBodyBytes, g.MaxRequestBytes)
 }
 
 // requestLimit is the ErrorInfo metadata of a REQUEST_TOO_LARGE refusal
 // of a body: what is too large is the data it carries.
 func (g *gateway) requestLimit() map[string]string {
-	return map[string]string{errorinfo.KeyLimit: strconv.FormatInt(g.maxRequestBytes, 10), errorinfo.KeyField: "data"}
+	return map[string]string{errorinfo.KeyLimit: strconv.FormatInt(g.MaxRequestBytes, 10), errorinfo.KeyField: "data"}
 }
 
 // handleError reports an over-long chunked body as REQUEST_TOO_LARGE and
@@ -300,8 +302,8 @@ func (g *gateway) bodyError(b *requestBody, err error) error {
 	case b.timedOut:
 		return &runtime.HTTPStatusError{
 			HTTPStatus: http.StatusRequestTimeout,
-			Err: status.Refusal(filewritev1.ErrorReason_BODY_TIMEOUT, map[string]string{errorinfo.KeyLimit: g.bodyTimeout.String()},
-				"request body: less than %d bytes arrived in %v (--body-timeout)", bodyProgressBytes, g.bodyTimeout),
+			Err: status.Refusal(filewritev1.ErrorReason_BODY_TIMEOUT, map[string]string{errorinfo.KeyLimit: g.BodyTimeout.String()},
+				"request body: less than %d bytes arrived in %v (--body-timeout)", BodyProgressBytes, g.BodyTimeout),
 		}
 	case err != nil:
 		return status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "read request body: %v", err)
@@ -309,13 +311,13 @@ func (g *gateway) bodyError(b *requestBody, err error) error {
 	return nil
 }
 
-// bodyProgressBytes is how much of a request body must arrive within each
+// BodyProgressBytes is how much of a request body must arrive within each
 // --body-timeout: a body that trickles in a byte at a time holds its
 // connection and its share of the budget as surely as one that stops.
-const bodyProgressBytes = 64 << 10
+const BodyProgressBytes = 64 << 10
 
 // requestBody is a request body that fails once more than remaining bytes
-// arrive, or once bodyProgressBytes take longer than timeout to arrive,
+// arrive, or once BodyProgressBytes take longer than timeout to arrive,
 // and remembers which. It is read only by the goroutine serving the
 // request.
 type requestBody struct {
@@ -372,7 +374,7 @@ func (b *requestBody) Read(p []byte) (int, error) {
 			b.rc = nil
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			b.timedOut = true
-		case b.progress >= bodyProgressBytes:
+		case b.progress >= BodyProgressBytes:
 			b.extend()
 		}
 	}

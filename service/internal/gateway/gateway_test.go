@@ -1,4 +1,4 @@
-package service
+package gateway
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -24,8 +25,13 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
+	"github.com/filewrite/filewrite/internal/testutil"
+	"github.com/filewrite/filewrite/service/internal/auth"
 	"github.com/filewrite/filewrite/service/internal/status"
 )
+
+// tokenAlpha is the token TestGatewayForwardsAuthorization accepts.
+const tokenAlpha = "alpha-7f3c9b1e"
 
 // fakeFiles is an in-memory FileService that records its requests, so
 // that the gateway's routing and codecs are tested on their own; the real
@@ -147,58 +153,13 @@ func startFakeGateway(t *testing.T, maxRequestBytes int64) (*fakeFiles, string) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	h, err := newGateway(context.Background(), conn, gatewayConfig{maxRequestBytes: maxRequestBytes, maxFileSize: math.MaxInt64})
+	h, err := New(context.Background(), conn, Config{MaxRequestBytes: maxRequestBytes, MaxFileSize: math.MaxInt64})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 	return fake, hs.URL
-}
-
-type httpResult struct {
-	status      int
-	contentType string
-	body        []byte
-}
-
-func doHTTP(t *testing.T, method, url string, body io.Reader, header map[string]string) httpResult {
-	t.Helper()
-	req, err := http.NewRequest(method, url, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: read body: %v", method, url, err)
-	}
-	return httpResult{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), body: b}
-}
-
-// errorBody is grpc-gateway's JSON error: a google.rpc.Status.
-type errorBody struct {
-	Code    codes.Code `json:"code"`
-	Message string     `json:"message"`
-}
-
-func parseErrorBody(t *testing.T, r httpResult) errorBody {
-	t.Helper()
-	var e errorBody
-	if err := json.Unmarshal(r.body, &e); err != nil {
-		t.Fatalf("error body %q (Content-Type %q) is not JSON: %v", r.body, r.contentType, err)
-	}
-	if !strings.HasPrefix(r.contentType, "application/json") {
-		t.Errorf("error Content-Type = %q, want application/json", r.contentType)
-	}
-	return e
 }
 
 func TestGatewayRoutes(t *testing.T) {
@@ -246,9 +207,9 @@ func TestGatewayRoutes(t *testing.T) {
 			if tt.body != "" {
 				body = strings.NewReader(tt.body)
 			}
-			r := doHTTP(t, tt.method, base+tt.url, body, json)
-			if r.status != http.StatusOK {
-				t.Fatalf("status = %d (%s), want 200", r.status, r.body)
+			r := testutil.DoHTTP(t, tt.method, base+tt.url, body, json)
+			if r.Status != http.StatusOK {
+				t.Fatalf("status = %d (%s), want 200", r.Status, r.Body)
 			}
 			if got := fake.lastRequest(); !proto.Equal(got, tt.want) {
 				t.Errorf("the gateway called the server with %T %v, want %T %v", got, got, tt.want, tt.want)
@@ -259,19 +220,19 @@ func TestGatewayRoutes(t *testing.T) {
 
 func TestGatewayRawRoundTrip(t *testing.T) {
 	fake, base := startFakeGateway(t, 1<<20)
-	data := allBytes(256*16 + 7)
+	data := testutil.AllBytes(256*16 + 7)
 	url := base + "/v1/files/raw/all.bin"
 
-	r := doHTTP(t, "PUT", url+"?offset=3&sync=full", bytes.NewReader(data), map[string]string{"Content-Type": mimeOctetStream})
-	if r.status != http.StatusOK {
-		t.Fatalf("PUT status = %d (%s), want 200", r.status, r.body)
+	r := testutil.DoHTTP(t, "PUT", url+"?offset=3&sync=full", bytes.NewReader(data), map[string]string{"Content-Type": MIMEOctetStream})
+	if r.Status != http.StatusOK {
+		t.Fatalf("PUT status = %d (%s), want 200", r.Status, r.Body)
 	}
 	var wr struct {
 		BytesWritten string `json:"bytesWritten"`
 		Size         string `json:"size"`
 	}
-	if err := json.Unmarshal(r.body, &wr); err != nil || wr.BytesWritten != "4103" || wr.Size != "4106" {
-		t.Errorf("PUT answered %s (%v), want bytesWritten 4103 and size 4106 as JSON", r.body, err)
+	if err := json.Unmarshal(r.Body, &wr); err != nil || wr.BytesWritten != "4103" || wr.Size != "4106" {
+		t.Errorf("PUT answered %s (%v), want bytesWritten 4103 and size 4106 as JSON", r.Body, err)
 	}
 	want := &filewritev1.WriteRequest{Path: "raw/all.bin", Offset: 3, Data: data, Sync: filewritev1.SyncMode_SYNC_MODE_FULL}
 	if got := fake.lastRequest(); !proto.Equal(got, want) {
@@ -279,33 +240,33 @@ func TestGatewayRawRoundTrip(t *testing.T) {
 			got.(*filewritev1.WriteRequest).Offset, len(got.(*filewritev1.WriteRequest).Data))
 	}
 
-	r = doHTTP(t, "GET", url+":read?offset=3&length=100000", nil, map[string]string{"Accept": mimeOctetStream})
-	if r.status != http.StatusOK || r.contentType != mimeOctetStream {
-		t.Fatalf("raw read: status %d, Content-Type %q, want 200 %s", r.status, r.contentType, mimeOctetStream)
+	r = testutil.DoHTTP(t, "GET", url+":read?offset=3&length=100000", nil, map[string]string{"Accept": MIMEOctetStream})
+	if r.Status != http.StatusOK || r.ContentType != MIMEOctetStream {
+		t.Fatalf("raw read: status %d, Content-Type %q, want 200 %s", r.Status, r.ContentType, MIMEOctetStream)
 	}
-	if !bytes.Equal(r.body, data) {
-		t.Errorf("raw read returned %d bytes that differ from the %d written", len(r.body), len(data))
+	if !bytes.Equal(r.Body, data) {
+		t.Errorf("raw read returned %d bytes that differ from the %d written", len(r.Body), len(data))
 	}
 
 	// Without the Accept header, :read stays JSON.
-	r = doHTTP(t, "GET", url+":read?offset=3&length=3", nil, nil)
-	if r.status != http.StatusOK || string(r.body) != `{"data":"AAEC"}` {
-		t.Errorf("JSON read: status %d body %s, want 200 {\"data\":\"AAEC\"}", r.status, r.body)
+	r = testutil.DoHTTP(t, "GET", url+":read?offset=3&length=3", nil, nil)
+	if r.Status != http.StatusOK || string(r.Body) != `{"data":"AAEC"}` {
+		t.Errorf("JSON read: status %d body %s, want 200 {\"data\":\"AAEC\"}", r.Status, r.Body)
 	}
 
 	// An error to a raw reader is JSON, never bytes that look like a file.
-	r = doHTTP(t, "GET", base+"/v1/files/missing:read?length=1", nil, map[string]string{"Accept": mimeOctetStream})
-	if r.status != http.StatusNotFound {
-		t.Errorf("raw read of a missing file: status %d, want 404", r.status)
+	r = testutil.DoHTTP(t, "GET", base+"/v1/files/missing:read?length=1", nil, map[string]string{"Accept": MIMEOctetStream})
+	if r.Status != http.StatusNotFound {
+		t.Errorf("raw read of a missing file: status %d, want 404", r.Status)
 	}
-	if e := parseErrorBody(t, r); e.Code != codes.NotFound {
+	if e := testutil.ParseErrorBody(t, r); e.Code != codes.NotFound {
 		t.Errorf("raw read of a missing file: code %v, want NotFound", e.Code)
 	}
 }
 
 func TestGatewayRawPutParameters(t *testing.T) {
 	fake, base := startFakeGateway(t, 1<<20)
-	octet := map[string]string{"Content-Type": mimeOctetStream}
+	octet := map[string]string{"Content-Type": MIMEOctetStream}
 	for _, tt := range []struct {
 		query string
 		want  filewritev1.SyncMode
@@ -317,9 +278,9 @@ func TestGatewayRawPutParameters(t *testing.T) {
 		{"?sync=SYNC_MODE_DATA", filewritev1.SyncMode_SYNC_MODE_DATA},
 		{"?offset=5&sync=data", filewritev1.SyncMode_SYNC_MODE_DATA},
 	} {
-		r := doHTTP(t, "PUT", base+"/v1/files/p"+tt.query, strings.NewReader("x"), octet)
-		if r.status != http.StatusOK {
-			t.Errorf("PUT %s: status %d (%s), want 200", tt.query, r.status, r.body)
+		r := testutil.DoHTTP(t, "PUT", base+"/v1/files/p"+tt.query, strings.NewReader("x"), octet)
+		if r.Status != http.StatusOK {
+			t.Errorf("PUT %s: status %d (%s), want 200", tt.query, r.Status, r.Body)
 			continue
 		}
 		if got := fake.lastRequest().(*filewritev1.WriteRequest).Sync; got != tt.want {
@@ -328,15 +289,15 @@ func TestGatewayRawPutParameters(t *testing.T) {
 	}
 	// curl --data-binary sends no Content-Type only when told to; a missing
 	// one is taken as raw bytes.
-	if r := doHTTP(t, "PUT", base+"/v1/files/p", strings.NewReader("x"), nil); r.status != http.StatusOK {
-		t.Errorf("PUT without Content-Type: status %d (%s), want 200", r.status, r.body)
+	if r := testutil.DoHTTP(t, "PUT", base+"/v1/files/p", strings.NewReader("x"), nil); r.Status != http.StatusOK {
+		t.Errorf("PUT without Content-Type: status %d (%s), want 200", r.Status, r.Body)
 	}
 }
 
 func TestGatewayRejects(t *testing.T) {
 	const limit = 1 << 16
 	fake, base := startFakeGateway(t, limit)
-	octet := map[string]string{"Content-Type": mimeOctetStream}
+	octet := map[string]string{"Content-Type": MIMEOctetStream}
 	json := map[string]string{"Content-Type": "application/json"}
 	// chunked hides the length, so that the limit is enforced while reading.
 	chunked := func(b []byte) io.Reader { return io.MultiReader(bytes.NewReader(b)) }
@@ -385,11 +346,11 @@ func TestGatewayRejects(t *testing.T) {
 			fake.mu.Lock()
 			fake.last = nil
 			fake.mu.Unlock()
-			r := doHTTP(t, tt.method, base+tt.url, tt.body, tt.header)
-			if r.status != tt.wantStatus {
-				t.Errorf("status = %d (%s), want %d", r.status, r.body, tt.wantStatus)
+			r := testutil.DoHTTP(t, tt.method, base+tt.url, tt.body, tt.header)
+			if r.Status != tt.wantStatus {
+				t.Errorf("status = %d (%s), want %d", r.Status, r.Body, tt.wantStatus)
 			}
-			if e := parseErrorBody(t, r); e.Code != tt.wantCode || e.Message == "" {
+			if e := testutil.ParseErrorBody(t, r); e.Code != tt.wantCode || e.Message == "" {
 				t.Errorf("error body = %+v, want code %v and a message", e, tt.wantCode)
 			}
 			if got := fake.lastRequest(); got != nil {
@@ -399,9 +360,9 @@ func TestGatewayRejects(t *testing.T) {
 	}
 
 	// Exactly at the limit is accepted.
-	r := doHTTP(t, "PUT", base+"/v1/files/p", bytes.NewReader(make([]byte, limit)), octet)
-	if r.status != http.StatusOK {
-		t.Errorf("raw body of exactly --max-request-bytes: status %d (%s), want 200", r.status, r.body)
+	r := testutil.DoHTTP(t, "PUT", base+"/v1/files/p", bytes.NewReader(make([]byte, limit)), octet)
+	if r.Status != http.StatusOK {
+		t.Errorf("raw body of exactly --max-request-bytes: status %d (%s), want 200", r.Status, r.Body)
 	}
 }
 
@@ -427,11 +388,11 @@ func TestGatewayErrorStatuses(t *testing.T) {
 		fake.fail = grpcstatus.Error(tt.code, "from the server")
 		fake.mu.Unlock()
 		for _, method := range []string{"GET", "PUT"} {
-			r := doHTTP(t, method, base+"/v1/files/p", strings.NewReader("x"), map[string]string{"Content-Type": mimeOctetStream})
-			if r.status != tt.want {
-				t.Errorf("%s with %v: HTTP %d, want %d", method, tt.code, r.status, tt.want)
+			r := testutil.DoHTTP(t, method, base+"/v1/files/p", strings.NewReader("x"), map[string]string{"Content-Type": MIMEOctetStream})
+			if r.Status != tt.want {
+				t.Errorf("%s with %v: HTTP %d, want %d", method, tt.code, r.Status, tt.want)
 			}
-			if e := parseErrorBody(t, r); e.Code != tt.code || e.Message != "from the server" {
+			if e := testutil.ParseErrorBody(t, r); e.Code != tt.code || e.Message != "from the server" {
 				t.Errorf("%s with %v: body %+v, want the code and the server's message", method, tt.code, e)
 			}
 		}
@@ -470,6 +431,74 @@ func TestWithReasonHTTP(t *testing.T) {
 			}
 			if grpcstatus.Code(got) != tt.code || errorinfo.Reason(got) != tt.reason {
 				t.Errorf("got %v (reason %q), want %v with reason %q", got, errorinfo.Reason(got), tt.code, tt.reason)
+			}
+		})
+	}
+}
+
+// TestGatewayForwardsAuthorization runs the gateway without the HTTP
+// middleware in front, against a gRPC server that checks tokens: the
+// caller's token reaches the server through the gateway's connection, and
+// a caller without one gets 401 from the server's verdict, so the gateway
+// is no way around authentication.
+func TestGatewayForwardsAuthorization(t *testing.T) {
+	dir := testutil.Dir(t)
+	a, err := auth.NewTokens(testutil.WriteTokenFile(t, dir, "tokens", tokenAlpha), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := &fakeFiles{files: map[string][]byte{}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.InTapHandle(a.Tap))
+	filewritev1.RegisterFileServiceServer(srv, fake)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	h, err := New(context.Background(), testutil.PlaintextConn(t, lis.Addr().String()), Config{MaxRequestBytes: 1 << 20, MaxFileSize: math.MaxInt64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+
+	tests := []struct {
+		name         string
+		method, path string
+		token        string
+		want         int
+	}{
+		{"raw PUT, no token", "PUT", "/v1/files/a", "", http.StatusUnauthorized},
+		{"raw PUT, wrong token", "PUT", "/v1/files/a", "nope", http.StatusUnauthorized},
+		{"raw PUT, valid token", "PUT", "/v1/files/a", tokenAlpha, http.StatusOK},
+		{"JSON stat, no token", "GET", "/v1/files/a", "", http.StatusUnauthorized},
+		{"JSON stat, valid token", "GET", "/v1/files/a", tokenAlpha, http.StatusOK},
+		{"JSON truncate, wrong token", "POST", "/v1/files/a:truncate", "nope", http.StatusUnauthorized},
+		{"JSON truncate, valid token", "POST", "/v1/files/a:truncate", tokenAlpha, http.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fake.mu.Lock()
+			fake.last = nil
+			fake.mu.Unlock()
+			header := map[string]string{}
+			body := "{}"
+			if tt.method == "PUT" {
+				header["Content-Type"] = MIMEOctetStream
+				body = "data"
+			} else {
+				header["Content-Type"] = "application/json"
+			}
+			if tt.token != "" {
+				header["Authorization"] = "Bearer " + tt.token
+			}
+			r := testutil.DoHTTP(t, tt.method, hs.URL+tt.path, strings.NewReader(body), header)
+			if r.Status != tt.want {
+				t.Fatalf("%s %s: %d %s, want %d", tt.method, tt.path, r.Status, r.Body, tt.want)
+			}
+			if reached := fake.lastRequest() != nil; reached != (tt.want == http.StatusOK) {
+				t.Errorf("the request reached the service: %v, want %v", reached, tt.want == http.StatusOK)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package service
+package gateway
 
 import (
 	"context"
@@ -76,7 +76,7 @@ func (g *gateway) fail(w http.ResponseWriter, r *http.Request, err error) {
 //
 // The headers come from one Stat: the size they announce, the range they
 // cut, the validators they carry and the preconditions they decide on.
-// The body is then read in Reads of readChunkBytes, each one a moment of
+// The body is then read in Reads of ReadChunkBytes, each one a moment of
 // its own, so a download that runs while the file is written is not one
 // state of it; its ETag names the state the Stat saw. A file that grows
 // meanwhile is served to the announced length; one that shrinks, is
@@ -150,7 +150,7 @@ func (g *gateway) getMedia(w http.ResponseWriter, r *http.Request, pathParams ma
 			h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", rng.first, rng.last, size))
 		}
 	}
-	h.Set("Content-Type", mimeOctetStream)
+	h.Set("Content-Type", MIMEOctetStream)
 	// The bytes are the file's, whatever they look like: a browser must not
 	// take them for a page.
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -166,7 +166,7 @@ func (g *gateway) getMedia(w http.ResponseWriter, r *http.Request, pathParams ma
 		panic(http.ErrAbortHandler)
 	}
 	for off := span.first; off <= span.last; {
-		n := min(span.last+1-off, readChunkBytes)
+		n := min(span.last+1-off, ReadChunkBytes)
 		resp, err := g.client.Read(readCtx, &filewritev1.ReadRequest{Path: path, Offset: off, Length: n})
 		if err != nil {
 			panic(http.ErrAbortHandler)

@@ -1,4 +1,4 @@
-package service
+package gateway
 
 import (
 	"context"
@@ -31,7 +31,7 @@ func isRawAppend(r *http.Request) bool {
 		return false
 	}
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	return err == nil && mt == mimeOctetStream
+	return err == nil && mt == MIMEOctetStream
 }
 
 // appendOffsetHeader sets HeaderAppendOffset on the answer of an append,
@@ -63,7 +63,7 @@ func (g *gateway) appendRaw(w http.ResponseWriter, r *http.Request, pathParams m
 		fail(&runtime.HTTPStatusError{HTTPStatus: http.StatusLengthRequired,
 			Err: status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "a raw append needs a Content-Length: its bytes are one contiguous range, reserved before they are read")})
 		return
-	case n > g.maxRequestBytes:
+	case n > g.MaxRequestBytes:
 		fail(g.dataTooLarge(n))
 		return
 	}
