@@ -11,6 +11,7 @@ import (
 
 	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/auth"
+	"github.com/filewrite/filewrite/service/internal/rpc"
 )
 
 // What a caller must get past before the daemon spends anything on it.
@@ -53,7 +54,7 @@ func (s *Server) publicServerOptions() []grpc.ServerOption {
 		grpc.InTapHandle(s.auth.AdmitCall),
 		grpc.StatsHandler(publicStats{guard: s.grpcLis, calls: calls}),
 		// Replaces newGRPCServer's requestCodec with one that extends it.
-		grpc.ForceServerCodecV2(admit.NewReplyCodec(newRequestCodec(), calls)),
+		grpc.ForceServerCodecV2(admit.NewReplyCodec(rpc.NewRequestCodec(), calls)),
 		grpc.ChainUnaryInterceptor(calls.Unary, s.auth.UnaryAuthorize),
 		grpc.ChainStreamInterceptor(admit.BudgetStream(s.budget)),
 		// The handshake (TLS, HTTP/2 preface and settings) too must end

@@ -147,7 +147,7 @@ func TestStrangerIsRefusedBeforeItsMessage(t *testing.T) {
 	}
 	encodedOnce := grpc.ForceCodecV2(&testutil.OnceEncoded{Msg: big, Wire: wire})
 
-	files := snapshot(t, d.root)
+	files := testutil.Snapshot(t, d.root)
 	before := zeros.decompressed.Load()
 	var wg sync.WaitGroup
 	errs := make([]error, 16)
@@ -167,7 +167,7 @@ func TestStrangerIsRefusedBeforeItsMessage(t *testing.T) {
 	if got := zeros.decompressed.Load() - before; got != 0 {
 		t.Errorf("the daemon decompressed %d bytes of strangers' messages, want 0", got)
 	}
-	checkUnchanged(t, d.root, files)
+	testutil.CheckUnchanged(t, d.root, files)
 
 	// The same kind of message with a token is decompressed, and counted.
 	before = zeros.decompressed.Load()

@@ -98,11 +98,11 @@ func TestAuthGRPC(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			before := snapshot(t, d.root)
+			before := testutil.Snapshot(t, d.root)
 			err := tt.call(withAuth(testContext(t), tt.auth...))
 			wantCode(t, tt.name, err, tt.want)
 			if !tt.write {
-				checkUnchanged(t, d.root, before)
+				testutil.CheckUnchanged(t, d.root, before)
 			}
 		})
 	}
@@ -141,7 +141,7 @@ func TestAuthHTTP(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			before := snapshot(t, d.root)
+			before := testutil.Snapshot(t, d.root)
 			body := ""
 			if tt.method != "GET" {
 				body = `{"data":"Q0hBTkdFRCE=","size":"0"}`
@@ -158,7 +158,7 @@ func TestAuthHTTP(t *testing.T) {
 					t.Errorf("error body %s, want code %d with a message", r.Body, codes.Unauthenticated)
 				}
 			}
-			checkUnchanged(t, d.root, before)
+			testutil.CheckUnchanged(t, d.root, before)
 		})
 	}
 	// The 401s above would also come from a gateway that refuses everyone.

@@ -179,10 +179,10 @@ func TestBadInputGRPC(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			before := snapshot(t, d.dir)
+			before := testutil.Snapshot(t, d.dir)
 			err := tt.call(testContext(t))
 			wantCode(t, tt.name, err, tt.want)
-			checkUnchanged(t, d.dir, before)
+			testutil.CheckUnchanged(t, d.dir, before)
 		})
 	}
 }
@@ -237,7 +237,7 @@ func TestBadInputHTTP(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			before := snapshot(t, d.dir)
+			before := testutil.Snapshot(t, d.dir)
 			r := testutil.DoHTTP(t, tt.method, d.url+tt.path, bytes.NewReader(tt.body), tt.header)
 			if r.Status != tt.wantStatus {
 				t.Errorf("HTTP status %d (%s), want %d", r.Status, r.Body, tt.wantStatus)
@@ -245,7 +245,7 @@ func TestBadInputHTTP(t *testing.T) {
 			if e := testutil.ParseErrorBody(t, r); e.Code != tt.wantCode || e.Message == "" {
 				t.Errorf("error body %+v, want code %v with a message", e, tt.wantCode)
 			}
-			checkUnchanged(t, d.dir, before)
+			testutil.CheckUnchanged(t, d.dir, before)
 		})
 	}
 	// The checks above would pass on a gateway that rejects everything.

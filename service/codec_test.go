@@ -67,7 +67,7 @@ func TestMalformedRequests(t *testing.T) {
 	for _, req := range malformedRequests {
 		for _, method := range methods {
 			t.Run(req.name+method, func(t *testing.T) {
-				before := snapshot(t, d.dir)
+				before := testutil.Snapshot(t, d.dir)
 				var resp []byte
 				err := d.conn.Invoke(ctx, method, &req.wire, &resp, grpc.ForceCodecV2(wireCodec{}))
 				if status.Code(err) != codes.InvalidArgument {
@@ -76,7 +76,7 @@ func TestMalformedRequests(t *testing.T) {
 				if strings.Contains(status.Convert(err).Message(), "name") {
 					t.Errorf("%s with %x: %q echoes the request's bytes", method, req.wire, status.Convert(err).Message())
 				}
-				checkUnchanged(t, d.dir, before)
+				testutil.CheckUnchanged(t, d.dir, before)
 			})
 		}
 		t.Run(req.name+"/stream", func(t *testing.T) {
@@ -133,13 +133,13 @@ func TestInvalidUTF8OverREST(t *testing.T) {
 		{"POST", "/v1/files/bad%FF:truncate", map[string]string{"Content-Type": "application/json"}},
 		{"GET", "/v1/files/ok:extents?pageToken=%FF", nil},
 	} {
-		before := snapshot(t, d.dir)
+		before := testutil.Snapshot(t, d.dir)
 		r := testutil.DoHTTP(t, tt.method, d.url+tt.path, nil, tt.header)
 		if r.Status != http.StatusBadRequest {
 			t.Errorf("%s %s: %d %s, want 400", tt.method, tt.path, r.Status, r.Body)
 		} else if e := testutil.ParseErrorBody(t, r); e.Code != codes.InvalidArgument {
 			t.Errorf("%s %s: %+v, want INVALID_ARGUMENT", tt.method, tt.path, e)
 		}
-		checkUnchanged(t, d.dir, before)
+		testutil.CheckUnchanged(t, d.dir, before)
 	}
 }

@@ -30,7 +30,7 @@ func send(t *testing.T, method, url string, body io.Reader, header map[string]st
 // recently it changed, so that tests need not wait DefaultValidatorDelay.
 // Set before the first request.
 func withFreshValidators(d *daemon) *daemon {
-	d.srv.files.validatorDelay = 0
+	d.srv.files.SetValidatorDelay(0)
 	return d
 }
 

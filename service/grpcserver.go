@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -20,6 +19,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/bufpool"
+	"github.com/filewrite/filewrite/service/internal/rpc"
 	"github.com/filewrite/filewrite/service/internal/status"
 )
 
@@ -49,7 +49,7 @@ const (
 // grpcurl and ghz need no .proto files). Its stats handler and metrics use
 // tel's providers. extra adds options after these: TLS and the
 // authentication interceptors, which chain after logUnary.
-func newGRPCServer(files *fileServer, hs *health.Server, maxRequestBytes int64, log *slog.Logger, tel *telemetry, extra ...grpc.ServerOption) *grpc.Server {
+func newGRPCServer(files *rpc.FileServer, hs *health.Server, maxRequestBytes int64, log *slog.Logger, tel *telemetry, extra ...grpc.ServerOption) *grpc.Server {
 	limit := status.MaxMessageBytes(maxRequestBytes)
 	opts := append([]grpc.ServerOption{
 		grpc.StatsHandler(tel.serverHandler()),
@@ -64,14 +64,14 @@ func newGRPCServer(files *fileServer, hs *health.Server, maxRequestBytes int64, 
 		grpc.InitialConnWindowSize(connWindow),
 		grpc.MaxRecvMsgSize(transportRecvBytes(maxRequestBytes)),
 		grpc.MaxSendMsgSize(limit),
-		grpc.ForceServerCodecV2(newRequestCodec()),
+		grpc.ForceServerCodecV2(rpc.NewRequestCodec()),
 		grpc.ChainUnaryInterceptor(logUnary(log)),
 		grpc.ChainStreamInterceptor(logStream(log)),
 	}, extra...)
 	// Last, after any interceptor in extra: see codec.go.
 	opts = append(opts,
-		grpc.ChainUnaryInterceptor(rejectUndecodableUnary),
-		grpc.ChainStreamInterceptor(rejectUndecodableStream))
+		grpc.ChainUnaryInterceptor(rpc.RejectUndecodableUnary),
+		grpc.ChainStreamInterceptor(rpc.RejectUndecodableStream))
 	srv := grpc.NewServer(opts...)
 	filewritev1.RegisterFileServiceServer(srv, files)
 	healthpb.RegisterHealthServer(srv, hs)
@@ -151,7 +151,7 @@ func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 // JSON handler would write a duration as integer nanoseconds.
 func logRPC(ctx context.Context, log *slog.Logger, method, path string, start time.Time, err error) {
 	code := grpcstatus.Code(err)
-	level := failureLevel(code)
+	level := status.FailureLevel(code)
 	if !log.Enabled(ctx, level) {
 		return
 	}
@@ -195,15 +195,4 @@ func peerAddr(ctx context.Context) string {
 		last = last[i+1:]
 	}
 	return strings.TrimSpace(last)
-}
-
-// failureLevel is slog.LevelError for the codes that mean the server or
-// the disk failed, so that an operator sees I/O errors without debug logs,
-// and slog.LevelDebug for the rest.
-func failureLevel(code codes.Code) slog.Level {
-	switch code {
-	case codes.Internal, codes.DataLoss, codes.Unknown:
-		return slog.LevelError
-	}
-	return slog.LevelDebug
 }

@@ -1,7 +1,8 @@
 package service
 
-import "time"
-import ()
+import (
+	"time"
+)
 
 // DefaultMaxWaitersPerFile bounds the queue for one file's lock (the
 // store's own default is unbounded). A queue that grows without bound turns
@@ -45,3 +46,10 @@ const DefaultMaxInflightBytes = 1 << 30
 // (32 callers of 4 KiB hold 136 KiB), small enough that a thousand open
 // streams cannot hold more than a few GiB.
 const DefaultMaxStreamBytes = 4 << 20
+
+// DefaultMaxFilesPerStream is --max-files-per-stream's default: the files
+// declared on one stream and not yet closed (TOO_MANY_FILES_ON_STREAM past
+// it). Each holds an open file of --max-open-files, and a record of a few
+// hundred bytes; a client of more files opens more streams, or closes the
+// files it is done with.
+const DefaultMaxFilesPerStream = 4096

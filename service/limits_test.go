@@ -150,7 +150,7 @@ func TestLimits(t *testing.T) {
 					time.Sleep(time.Millisecond)
 				}
 			}
-			before := snapshot(t, d.root)
+			before := testutil.Snapshot(t, d.root)
 
 			err := tt.call(d, ctx)
 			wantCode(t, tt.name, err, tt.code)
@@ -164,7 +164,7 @@ func TestLimits(t *testing.T) {
 					t.Errorf("message %q does not name the limit (%q)", msg, want)
 				}
 			}
-			checkUnchanged(t, d.root, before)
+			testutil.CheckUnchanged(t, d.root, before)
 
 			// The held requests were not hurt by the refusal.
 			gate.open()
@@ -202,7 +202,7 @@ func TestLimitsHTTP(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			before := snapshot(t, d.root)
+			before := testutil.Snapshot(t, d.root)
 			r := testutil.DoHTTP(t, "PUT", d.url+tt.path, strings.NewReader(tt.body), octet)
 			if r.Status != 400 {
 				t.Fatalf("status %d (%s), want 400", r.Status, r.Body)
@@ -213,7 +213,7 @@ func TestLimitsHTTP(t *testing.T) {
 			if !strings.Contains(string(r.Body), `"reason":"`+tt.reason+`"`) {
 				t.Errorf("body %s does not carry the reason %s", r.Body, tt.reason)
 			}
-			checkUnchanged(t, d.root, before)
+			testutil.CheckUnchanged(t, d.root, before)
 		})
 	}
 }

@@ -67,11 +67,11 @@ func TestClientCertificates(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Close()
-			before := snapshot(t, d.root)
+			before := testutil.Snapshot(t, d.root)
 			_, err = filewritev1.NewFileServiceClient(conn).Write(ctx, &filewritev1.WriteRequest{Path: tt.path, Data: []byte("CHANGED!")})
 			wantCode(t, tt.name, err, tt.want)
 			if tt.want != codes.OK {
-				checkUnchanged(t, d.root, before)
+				testutil.CheckUnchanged(t, d.root, before)
 			}
 		})
 	}
@@ -101,7 +101,7 @@ func TestClientCertificates(t *testing.T) {
 			for k, v := range tt.header {
 				req.Header.Set(k, v)
 			}
-			before := snapshot(t, d.root)
+			before := testutil.Snapshot(t, d.root)
 			resp, err := hc.Do(req)
 			if err != nil {
 				t.Fatal(err)
@@ -111,7 +111,7 @@ func TestClientCertificates(t *testing.T) {
 				t.Fatalf("PUT %s: %d %s, want %d", tt.path, resp.StatusCode, body, tt.want)
 			}
 			if tt.want != 200 {
-				checkUnchanged(t, d.root, before)
+				testutil.CheckUnchanged(t, d.root, before)
 			}
 		})
 	}

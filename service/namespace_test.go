@@ -20,6 +20,7 @@ import (
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/service/internal/gateway"
+	"github.com/filewrite/filewrite/service/internal/rpc"
 	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store"
 )
@@ -106,7 +107,7 @@ func TestNamespaceGRPC(t *testing.T) {
 	if _, err := c.Write(ctx, &filewritev1.WriteRequest{Path: "other", Data: []byte("o")}); err != nil {
 		t.Fatal(err)
 	}
-	before := snapshot(t, d.root)
+	before := testutil.Snapshot(t, d.root)
 	for _, tt := range []struct {
 		name string
 		call func() error
@@ -167,7 +168,7 @@ func TestNamespaceGRPC(t *testing.T) {
 			t.Errorf("%s: %v, want %v saying %q", tt.name, err, tt.want, tt.msg)
 		}
 	}
-	checkUnchanged(t, d.root, before)
+	testutil.CheckUnchanged(t, d.root, before)
 }
 
 func eqEntry(a, b *filewritev1.DirEntry) bool { return proto.Equal(a, b) }
@@ -264,12 +265,12 @@ func TestListPageSize(t *testing.T) {
 		{-1, 50, -1},
 	}
 	for _, tt := range tests {
-		if got := listPageSize(&filewritev1.ListRequest{PageSize: tt.pageSize}, int(tt.perReply)); got != tt.want {
+		if got := rpc.ListPageSize(&filewritev1.ListRequest{PageSize: tt.pageSize}, int(tt.perReply)); got != tt.want {
 			t.Errorf("listPageSize(%d, per reply %d) = %d, want %d", tt.pageSize, tt.perReply, got, tt.want)
 		}
 	}
 	// A full page of the longest names fits under the default limit.
-	if got := entriesPerReply(status.MaxMessageBytes(store.DefaultMaxRequestBytes)); got < store.MaxListPageSize {
+	if got := rpc.EntriesPerReply(status.MaxMessageBytes(store.DefaultMaxRequestBytes)); got < store.MaxListPageSize {
 		t.Errorf("entries per reply under the default limit = %d, want at least %d", got, store.MaxListPageSize)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // TestOpenModes: a unary Write and a WriteStream's first message carry the
@@ -40,7 +41,7 @@ func TestOpenModes(t *testing.T) {
 				if tt.path != "old" {
 					path = via + "/" + tt.path // each run makes its own
 				}
-				before := snapshot(t, d.root)
+				before := testutil.Snapshot(t, d.root)
 				var err error
 				switch via {
 				case "Write":
@@ -52,7 +53,7 @@ func TestOpenModes(t *testing.T) {
 					t.Fatalf("got %v (%v), want %v", got, err, tt.want)
 				}
 				if tt.want != codes.OK {
-					checkUnchanged(t, d.root, before)
+					testutil.CheckUnchanged(t, d.root, before)
 					return
 				}
 				if got := d.onDisk(t, path); string(got) != "new!" {

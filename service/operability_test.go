@@ -22,6 +22,7 @@ import (
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/service/internal/gateway"
+	"github.com/filewrite/filewrite/service/internal/rpc"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -100,7 +101,7 @@ func metricValue(m *dto.Metric) float64 {
 // only the real series).
 func TestZeroHistogramsMatchTheReal(t *testing.T) {
 	t.Setenv("OTEL_METRICS_EXPORTER", "none")
-	zeros, err := newZeroHistograms(prometheus.NewRegistry(), append(store.Histograms(), histStreamWrites, histStreamHeld))
+	zeros, err := newZeroHistograms(prometheus.NewRegistry(), append(store.Histograms(), rpc.HistStreamWrites, rpc.HistStreamHeld))
 	if err != nil {
 		t.Fatal(err)
 	}

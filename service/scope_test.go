@@ -146,11 +146,11 @@ func TestScopedRPCs(t *testing.T) {
 		} {
 			name := c.name + " " + map[string]string{tokenRW: "rw", tokenRO: "ro"}[tt.token] + " " + tt.dir
 			t.Run(name, func(t *testing.T) {
-				before := snapshot(t, d.root)
+				before := testutil.Snapshot(t, d.root)
 				err := c.call(withAuth(testContext(t), "Bearer "+tt.token), d, tt.dir+"/"+c.name+".bin")
 				wantCode(t, name, err, tt.want)
 				if tt.want != codes.OK || !c.write {
-					checkUnchanged(t, d.root, before)
+					testutil.CheckUnchanged(t, d.root, before)
 				}
 				if tt.want == codes.PermissionDenied {
 					if got := reasonOfErr(err); got != filewritev1.ErrorReason_PERMISSION_DENIED_SCOPE.String() {
@@ -169,7 +169,7 @@ func TestScopedRPCs(t *testing.T) {
 func TestScopedRenameAndList(t *testing.T) {
 	d, _ := startTenantDaemon(t)
 	ctx := withAuth(testContext(t), "Bearer "+tokenRW)
-	before := snapshot(t, d.root)
+	before := testutil.Snapshot(t, d.root)
 	for _, tt := range []struct{ from, to string }{
 		{"tenants/a/rename.bin", "tenants/b/stolen.bin"}, // out of the scope
 		{"tenants/b/rename.bin", "tenants/a/stolen.bin"}, // into it
@@ -177,7 +177,7 @@ func TestScopedRenameAndList(t *testing.T) {
 		_, err := d.client.Rename(ctx, &filewritev1.RenameRequest{Path: tt.from, NewPath: tt.to})
 		wantCode(t, "rename "+tt.from+" to "+tt.to, err, codes.PermissionDenied)
 	}
-	checkUnchanged(t, d.root, before)
+	testutil.CheckUnchanged(t, d.root, before)
 
 	list := func(dir string) ([]string, error) {
 		resp, err := d.client.List(ctx, &filewritev1.ListRequest{Path: dir})
@@ -295,7 +295,7 @@ func TestScopedHTTP(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			before := snapshot(t, d.root)
+			before := testutil.Snapshot(t, d.root)
 			r := testutil.DoHTTP(t, tt.method, d.url+tt.path, strings.NewReader(tt.body), tt.header)
 			if r.Status != tt.want {
 				t.Fatalf("HTTP status %d (%s), want %d", r.Status, r.Body, tt.want)
@@ -306,7 +306,7 @@ func TestScopedHTTP(t *testing.T) {
 						t.Errorf("error body %s, want code %d", r.Body, codes.PermissionDenied)
 					}
 				}
-				checkUnchanged(t, d.root, before)
+				testutil.CheckUnchanged(t, d.root, before)
 			}
 		})
 	}

@@ -1,20 +1,14 @@
-// Package service turns the store into the filewrite daemon: the gRPC
-// FileService, its REST gateway, health, and the start-up and drain of both
-// listeners. Handlers are thin: they translate enums, call store, and map
-// store's errors to gRPC codes in one function, status.Of.
+// Package service is the filewrite daemon's public face and its assembly,
+// as etcd's server/embed is: Config and its defaults, Start and Run, and the
+// Server with its listeners (gRPC, the REST gateway's HTTP, pprof), its
+// telemetry, its probes and its drain. Each job it assembles lives in a
+// package of its own under service/internal, and imports run one way,
+// from here down (docs/design.md, "Layers"): rpc (the FileService) and
+// gateway (REST) over auth and admit (who may call, and what a request may
+// hold), all over status (the statuses every face shares).
 //
-// Lock order:
-//
-//	writeStream.mu         (one WriteStream's queues; held across no Send
-//	                        or Recv, no wait for a budget, and no store
-//	                        call but Handle.Close and Handle.Size)
-//	  store's inodeTable.mu (Handle.Close, as a stream gives back a file
-//	                        whose last write is acked: releaseLocked;
-//	                        store/doc.go orders what it takes)
-//
-// No lock here is held while waiting for the in-flight budget
-// (service/internal/admit), nor while giving back to it: a stream takes
-// and gives its budget outside writeStream.mu.
+// The Server takes no lock of its own: what it builds is set once in Start,
+// before anything serves, and Shutdown runs once (shutdownOnce).
 package service
 
 import (
@@ -44,6 +38,7 @@ import (
 	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/auth"
 	"github.com/filewrite/filewrite/service/internal/gateway"
+	"github.com/filewrite/filewrite/service/internal/rpc"
 	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store"
 )
@@ -230,7 +225,7 @@ type Server struct {
 	grpcSrv *grpc.Server
 	grpcLis *auth.GuardedListener
 	// files is the FileService of both gRPC servers.
-	files *fileServer
+	files *rpc.FileServer
 
 	// budget is --max-inflight-bytes, taken by the public gRPC server, its
 	// WriteStreams (through files) and the gateway (the gateway's own gRPC
@@ -368,15 +363,23 @@ func Start(cfg Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("gRPC listener: %w", err)
 	}
 	s.budget = admit.NewBudget(cfg.MaxInflightBytes)
-	if s.files, err = newFileServer(s.store, cfg.Store.MaxRequestBytes, cfg.MaxStreamBytes, s.budget, s.tel.meterProvider, log); err != nil {
+	s.files, err = rpc.NewFileServer(rpc.Config{
+		Store:             s.store,
+		Log:               log,
+		MaxRequestBytes:   cfg.Store.MaxRequestBytes,
+		MaxStreamBytes:    cfg.MaxStreamBytes,
+		MaxFilesPerStream: cfg.MaxFilesPerStream,
+		StreamIdleTimeout: cfg.StreamIdleTimeout,
+		Budget:            s.budget,
+		Auth:              s.auth,
+		Meter:             s.tel.meterProvider.Meter(serviceScope),
+	})
+	if err != nil {
 		lis.Close()
 		return nil, err
 	}
-	s.files.maxFilesPerStream = cfg.MaxFilesPerStream
-	s.files.auth = s.auth
-	s.files.streamIdleTimeout = cfg.StreamIdleTimeout
 	s.grpcLis = auth.NewGuardedListener(lis, cfg.ConnAuthTimeout)
-	s.grpcSrv = newGRPCServer(s.files, s.health, cfg.Store.MaxRequestBytes, log, s.tel, append(s.publicServerOptions(), pathHeaderOptions(cfg.RequirePathHeader)...)...)
+	s.grpcSrv = newGRPCServer(s.files, s.health, cfg.Store.MaxRequestBytes, log, s.tel, append(s.publicServerOptions(), rpc.PathHeaderOptions(cfg.RequirePathHeader)...)...)
 	if cfg.HTTPAddr != "" {
 		if err := s.startGateway(); err != nil {
 			return nil, err
@@ -430,7 +433,7 @@ func Start(cfg Config) (_ *Server, err error) {
 func (s *Server) startGateway() (err error) {
 	limit := status.MaxMessageBytes(s.cfg.Store.MaxRequestBytes)
 	s.gatewayLis = newPipeListener()
-	s.gatewaySrv = newGRPCServer(s.files, s.health, s.cfg.Store.MaxRequestBytes, s.log, s.tel, append(s.gatewayServerOptions(), pathHeaderOptions(s.cfg.RequirePathHeader)...)...)
+	s.gatewaySrv = newGRPCServer(s.files, s.health, s.cfg.Store.MaxRequestBytes, s.log, s.tel, append(s.gatewayServerOptions(), rpc.PathHeaderOptions(s.cfg.RequirePathHeader)...)...)
 	s.gatewayConn, err = grpc.NewClient("passthrough:///gateway",
 		grpc.WithContextDialer(s.gatewayLis.dial),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -536,7 +539,7 @@ func (s *Server) Shutdown() error {
 
 func (s *Server) shutdown() error {
 	s.health.Shutdown()
-	s.files.drain()
+	s.files.Drain()
 	s.log.Info("draining", "timeout", s.cfg.DrainTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
 	defer cancel()

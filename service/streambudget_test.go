@@ -124,7 +124,7 @@ func TestWriteStreamWaitsForTheBudget(t *testing.T) {
 	if got := len(d.onDisk(t, "stream.bin")); got != 0 {
 		t.Errorf("stream.bin holds %d bytes while its message waits for the budget, want 0", got)
 	}
-	if got := d.srv.files.streamHeld.Load(); got != 0 {
+	if got := d.srv.files.StreamHeld(); got != 0 {
 		t.Errorf("the stream holds %d bytes while it waits, want 0", got)
 	}
 
@@ -137,7 +137,7 @@ func TestWriteStreamWaitsForTheBudget(t *testing.T) {
 		t.Errorf("stream.bin holds %d bytes, not the %d written", len(got), len(want))
 	}
 	testutil.WaitFor(t, "the budget to be whole again", func() bool {
-		return budget.Held() == 0 && d.srv.files.streamHeld.Load() == 0
+		return budget.Held() == 0 && d.srv.files.StreamHeld() == 0
 	})
 }
 
@@ -174,7 +174,7 @@ func TestStreamsAndUnaryShareTheBudget(t *testing.T) {
 	}
 	gate.waitEntered(t, ctx)
 	cost := int64(n) * admit.WriteCost(1)
-	testutil.WaitFor(t, "the stream to hold its message", func() bool { return d.srv.files.streamHeld.Load() == cost })
+	testutil.WaitFor(t, "the stream to hold its message", func() bool { return d.srv.files.StreamHeld() == cost })
 	if got := budget.Held(); got != cost {
 		t.Fatalf("the budget holds %d bytes while the stream holds %d unacknowledged: the stream is not counted", got, cost)
 	}
@@ -196,7 +196,7 @@ func TestStreamsAndUnaryShareTheBudget(t *testing.T) {
 	}
 	checkAllAcked(t, "the stream", recvAll(stream), n)
 	testutil.WaitFor(t, "the budget to be whole again", func() bool {
-		return budget.Held() == 0 && d.srv.files.streamHeld.Load() == 0
+		return budget.Held() == 0 && d.srv.files.StreamHeld() == 0
 	})
 }
 
@@ -214,7 +214,7 @@ func TestWriteStreamBudgetReturnsToZero(t *testing.T) {
 	d := startBudgetDaemon(t, 512<<10, gate)
 	ctx := testContext(t)
 	budget := d.srv.budget
-	streamHeld := &d.srv.files.streamHeld
+	streamHeld := d.srv.files.StreamHeld
 	cancelled := func(path string) (writeStreamClient, context.CancelFunc) {
 		sctx, cancel := context.WithCancel(ctx)
 		t.Cleanup(cancel)
@@ -241,7 +241,7 @@ func TestWriteStreamBudgetReturnsToZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	heldCost := 2 * perHolder * admit.WriteCost(1)
-	testutil.WaitFor(t, "two streams to hold their writes", func() bool { return streamHeld.Load() == heldCost })
+	testutil.WaitFor(t, "two streams to hold their writes", func() bool { return streamHeld() == heldCost })
 	if got := budget.Held(); got != heldCost {
 		t.Fatalf("the budget holds %d bytes while streams hold %d unacknowledged: they are not counted", got, heldCost)
 	}
@@ -323,7 +323,7 @@ func TestWriteStreamBudgetReturnsToZero(t *testing.T) {
 	}
 	wg.Wait()
 	testutil.WaitFor(t, "the churn to give back all it held", func() bool {
-		return budget.Held() == heldCost && streamHeld.Load() == heldCost
+		return budget.Held() == heldCost && streamHeld() == heldCost
 	})
 
 	// Shutdown: a stream waiting for the budget stops waiting, and ends
@@ -346,6 +346,6 @@ func TestWriteStreamBudgetReturnsToZero(t *testing.T) {
 		t.Errorf("Shutdown: %v", err)
 	}
 	testutil.WaitFor(t, "every stream to give back what it held", func() bool {
-		return budget.Held() == 0 && streamHeld.Load() == 0
+		return budget.Held() == 0 && streamHeld() == 0
 	})
 }

@@ -28,6 +28,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc/stats"
 
+	"github.com/filewrite/filewrite/service/internal/rpc"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -227,7 +228,7 @@ func (t *telemetry) startMetrics(ctx context.Context, res *resource.Resource) er
 	if err := registerBuildInfo(t.meterProvider.Meter(serviceScope), ReadBuildInfo()); err != nil {
 		return fmt.Errorf("build info metric: %w", err)
 	}
-	gatherer, err := newZeroHistograms(reg, append(store.Histograms(), histStreamWrites, histStreamHeld))
+	gatherer, err := newZeroHistograms(reg, append(store.Histograms(), rpc.HistStreamWrites, rpc.HistStreamHeld))
 	if err != nil {
 		return err
 	}

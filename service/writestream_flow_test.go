@@ -47,7 +47,7 @@ func TestWriteStreamFlowControl(t *testing.T) {
 		sendDone <- stream.CloseSend()
 	}()
 
-	held := func() int64 { return d.srv.files.streamHeld.Load() }
+	held := func() int64 { return d.srv.files.StreamHeld() }
 	var most int64
 	testutil.WaitFor(t, "the stream to reach its bound", func() bool {
 		most = max(most, held())
@@ -132,7 +132,7 @@ func TestWriteStreamShutdown(t *testing.T) {
 	go func() { shutdown <- d.srv.Shutdown() }()
 	testutil.WaitFor(t, "the daemon to drain", func() bool {
 		select {
-		case <-d.srv.files.draining:
+		case <-d.srv.files.Draining():
 			return true
 		default:
 			return false

@@ -76,6 +76,6 @@ func TestWriteStreamSyncedAcksAndEnds(t *testing.T) {
 	}
 	wg.Wait()
 	testutil.WaitFor(t, "every stream to give back what it held", func() bool {
-		return d.srv.files.streamHeld.Load() == 0
+		return d.srv.files.StreamHeld() == 0
 	})
 }

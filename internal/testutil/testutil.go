@@ -1,6 +1,7 @@
 // Package testutil holds the helpers that the tests of several packages
 // share: fresh directories, contexts, polling, gates, byte comparisons,
-// HTTP requests and error bodies, span starts, and the daemon
+// snapshots of a tree that a rejected request must leave alone, HTTP
+// requests and error bodies, span starts, and the daemon
 // binary started as a child process. It imports neither store nor service,
 // so that the tests of both (in package and external) can import it.
 package testutil

@@ -1,4 +1,4 @@
-package service
+package rpc
 
 import (
 	"encoding/base64"
@@ -81,19 +81,19 @@ var maxEncodedDirEntry = 4 + proto.Size(&filewritev1.DirEntry{
 	Name: strings.Repeat("n", store.MaxNameLen), IsDir: true, Size: math.MinInt64,
 })
 
-// entriesPerReply is the most entries that fit in one List reply under the
+// EntriesPerReply is the most entries that fit in one List reply under the
 // message limit, less room for the next page's token (which holds a name).
 // Only a --max-request-bytes far below the default makes it smaller than
 // store.MaxListPageSize.
-func entriesPerReply(maxMessageBytes int) int {
+func EntriesPerReply(maxMessageBytes int) int {
 	tokenRoom := 64 + 2*store.MaxNameLen
 	return max(1, (maxMessageBytes-tokenRoom)/maxEncodedDirEntry)
 }
 
-// listPageSize is the page size to ask the store for: req's (0 meaning the
+// ListPageSize is the page size to ask the store for: req's (0 meaning the
 // default), at most perReply. A size the store refuses (negative, over its
 // maximum) goes through unchanged, for the store to say why.
-func listPageSize(req *filewritev1.ListRequest, perReply int) int {
+func ListPageSize(req *filewritev1.ListRequest, perReply int) int {
 	n, _ := pageSize(req.GetPageSize(), store.DefaultListPageSize, store.MaxListPageSize, perReply)
 	return n
 }

@@ -1,4 +1,4 @@
-package service
+package rpc
 
 import (
 	"context"
@@ -18,24 +18,24 @@ import (
 	"github.com/filewrite/filewrite/store"
 )
 
-// fileServer is the FileService: each handler translates the request's
+// FileServer is the FileService: each handler translates the request's
 // enums, calls the store, and maps its error with status.Of. Paths, offsets
 // and lengths are checked by the store, once, for every caller.
 //
 // It embeds UnsafeFileServiceServer, not UnimplementedFileServiceServer, so
 // that an RPC added to the proto without a handler here fails the build
 // rather than answering UNIMPLEMENTED in production.
-type fileServer struct {
+type FileServer struct {
 	filewritev1.UnsafeFileServiceServer
 	store *store.Store
 	log   *slog.Logger
 	// extentsPerReply bounds an Extents page so that it fits in a reply
 	// (extentsPerReply); 0 means no bound beyond MaxExtentsPageSize.
 	extentsPerReply int
-	// entriesPerReply bounds a List page likewise (entriesPerReply).
+	// entriesPerReply bounds a List page likewise (EntriesPerReply).
 	entriesPerReply int
 	// validatorDelay is how long a changed file goes without an ETag
-	// (DefaultValidatorDelay); set once, before serving.
+	// (DefaultValidatorDelay); set once, before serving (setValidatorDelay).
 	validatorDelay time.Duration
 
 	// The WriteStream side (writestream.go).
@@ -50,7 +50,7 @@ type fileServer struct {
 	streamHeld atomic.Int64
 	// budget is --max-inflight-bytes (nil: unbounded): what streams hold
 	// counts against it with every other request. Both gRPC servers share
-	// this fileServer, but only the public one carries streams: the
+	// this FileServer, but only the public one carries streams: the
 	// gateway has no stream route.
 	budget        *admit.Budget
 	streamMetrics *streamMetrics
@@ -59,44 +59,78 @@ type fileServer struct {
 	draining  chan struct{}
 	drainOnce sync.Once
 	// auth checks a stream's file against its credential's scope (nil:
-	// no --auth-token-file). Set once before the servers start.
+	// no --auth-token-file).
 	auth *auth.Tokens
 	// streamIdleTimeout is --stream-idle-timeout (0: streams are never
-	// closed for idleness). Set once before the servers start.
+	// closed for idleness).
 	streamIdleTimeout time.Duration
 }
 
-// newFileServer is the FileService over st; its streams take budget, and
-// their metrics go to mp.
-func newFileServer(st *store.Store, maxRequestBytes, maxStreamBytes int64, budget *admit.Budget, mp metric.MeterProvider, log *slog.Logger) (*fileServer, error) {
-	s := &fileServer{
-		store:             st,
-		log:               log,
-		maxStreamBytes:    maxStreamBytes,
-		maxFilesPerStream: DefaultMaxFilesPerStream,
-		budget:            budget,
-		maxMessageBytes:   int64(status.MaxMessageBytes(maxRequestBytes)),
-		extentsPerReply:   extentsPerReply(status.MaxMessageBytes(maxRequestBytes)),
-		entriesPerReply:   entriesPerReply(status.MaxMessageBytes(maxRequestBytes)),
+// Config is what the FileService needs of the daemon's
+// configuration.
+type Config struct {
+	Store *store.Store
+	Log   *slog.Logger
+	// MaxRequestBytes is --max-request-bytes, which sets the message limit
+	// (status.MaxMessageBytes).
+	MaxRequestBytes int64
+	// MaxStreamBytes is --max-stream-bytes, maxFilesPerStream
+	// --max-files-per-stream, streamIdleTimeout --stream-idle-timeout (0:
+	// streams are never closed for idleness).
+	MaxStreamBytes    int64
+	MaxFilesPerStream int
+	StreamIdleTimeout time.Duration
+	// Budget is --max-inflight-bytes (nil: unbounded), which streams take.
+	Budget *admit.Budget
+	// Auth checks a stream's files against its credential's scope (nil:
+	// no --auth-token-file).
+	Auth *auth.Tokens
+	// Meter takes the streams' metrics (nil: none).
+	Meter metric.Meter
+}
+
+// NewFileServer is the FileService of cfg.
+func NewFileServer(cfg Config) (*FileServer, error) {
+	s := &FileServer{
+		store:             cfg.Store,
+		log:               cfg.Log,
+		maxStreamBytes:    cfg.MaxStreamBytes,
+		maxFilesPerStream: cfg.MaxFilesPerStream,
+		budget:            cfg.Budget,
+		maxMessageBytes:   int64(status.MaxMessageBytes(cfg.MaxRequestBytes)),
+		extentsPerReply:   extentsPerReply(status.MaxMessageBytes(cfg.MaxRequestBytes)),
+		entriesPerReply:   EntriesPerReply(status.MaxMessageBytes(cfg.MaxRequestBytes)),
 		draining:          make(chan struct{}),
 		validatorDelay:    DefaultValidatorDelay,
+		auth:              cfg.Auth,
+		streamIdleTimeout: cfg.StreamIdleTimeout,
 	}
 	var err error
-	if s.streamMetrics, err = newStreamMetrics(mp, &s.streamHeld); err != nil {
+	if s.streamMetrics, err = newStreamMetrics(cfg.Meter, &s.streamHeld); err != nil {
 		return nil, fmt.Errorf("stream metrics: %w", err)
 	}
 	return s, nil
 }
 
-// drain tells every stream, open or to come, that the daemon is shutting
+// SetValidatorDelay sets how long a changed file goes without an ETag,
+// before serving: tests that need validators at once set 0.
+func (s *FileServer) SetValidatorDelay(d time.Duration) { s.validatorDelay = d }
+
+// streamHeldBytes is what all streams hold now.
+func (s *FileServer) StreamHeld() int64 { return s.streamHeld.Load() }
+
+// drained is closed once the daemon begins to shut down (drain).
+func (s *FileServer) Draining() <-chan struct{} { return s.draining }
+
+// Drain tells every stream, open or to come, that the daemon is shutting
 // down.
-func (s *fileServer) drain() {
+func (s *FileServer) Drain() {
 	s.drainOnce.Do(func() { close(s.draining) })
 }
 
-var _ filewritev1.FileServiceServer = (*fileServer)(nil)
+var _ filewritev1.FileServiceServer = (*FileServer)(nil)
 
-func (s *fileServer) Write(ctx context.Context, req *filewritev1.WriteRequest) (*filewritev1.WriteResponse, error) {
+func (s *FileServer) Write(ctx context.Context, req *filewritev1.WriteRequest) (*filewritev1.WriteResponse, error) {
 	sync, err := status.SyncModeFromProto(req.GetSync())
 	if err != nil {
 		return nil, status.Of(err)
@@ -114,7 +148,7 @@ func (s *fileServer) Write(ctx context.Context, req *filewritev1.WriteRequest) (
 
 // Append checks the request's CRC-32C, if any, before the store sees it:
 // a refused append writes nothing.
-func (s *fileServer) Append(ctx context.Context, req *filewritev1.AppendRequest) (*filewritev1.AppendResponse, error) {
+func (s *FileServer) Append(ctx context.Context, req *filewritev1.AppendRequest) (*filewritev1.AppendResponse, error) {
 	sync, err := status.SyncModeFromProto(req.GetSync())
 	if err != nil {
 		return nil, status.Of(err)
@@ -131,7 +165,7 @@ func (s *fileServer) Append(ctx context.Context, req *filewritev1.AppendRequest)
 	return &filewritev1.AppendResponse{Offset: res.Offset, Size: res.Size}, nil
 }
 
-func (s *fileServer) Fsync(ctx context.Context, req *filewritev1.FsyncRequest) (*filewritev1.FsyncResponse, error) {
+func (s *FileServer) Fsync(ctx context.Context, req *filewritev1.FsyncRequest) (*filewritev1.FsyncResponse, error) {
 	mode := store.SyncFull
 	if req.GetDataOnly() {
 		mode = store.SyncData
@@ -142,14 +176,14 @@ func (s *fileServer) Fsync(ctx context.Context, req *filewritev1.FsyncRequest) (
 	return &filewritev1.FsyncResponse{}, nil
 }
 
-func (s *fileServer) Truncate(ctx context.Context, req *filewritev1.TruncateRequest) (*filewritev1.TruncateResponse, error) {
+func (s *FileServer) Truncate(ctx context.Context, req *filewritev1.TruncateRequest) (*filewritev1.TruncateResponse, error) {
 	if err := s.store.Truncate(ctx, req.GetPath(), req.GetSize()); err != nil {
 		return nil, status.Of(err)
 	}
 	return &filewritev1.TruncateResponse{}, nil
 }
 
-func (s *fileServer) Fallocate(ctx context.Context, req *filewritev1.FallocateRequest) (*filewritev1.FallocateResponse, error) {
+func (s *FileServer) Fallocate(ctx context.Context, req *filewritev1.FallocateRequest) (*filewritev1.FallocateResponse, error) {
 	mode, err := status.FallocateModeFromProto(req.GetMode())
 	if err != nil {
 		return nil, status.Of(err)
@@ -161,7 +195,7 @@ func (s *fileServer) Fallocate(ctx context.Context, req *filewritev1.FallocateRe
 	return &filewritev1.FallocateResponse{Size: size}, nil
 }
 
-func (s *fileServer) Stat(ctx context.Context, req *filewritev1.StatRequest) (*filewritev1.StatResponse, error) {
+func (s *FileServer) Stat(ctx context.Context, req *filewritev1.StatRequest) (*filewritev1.StatResponse, error) {
 	st, err := s.store.Stat(ctx, req.GetPath())
 	if err != nil {
 		return nil, status.Of(err)
@@ -169,7 +203,7 @@ func (s *fileServer) Stat(ctx context.Context, req *filewritev1.StatRequest) (*f
 	return statResponse(st, time.Now(), s.validatorDelay), nil
 }
 
-func (s *fileServer) Read(ctx context.Context, req *filewritev1.ReadRequest) (*filewritev1.ReadResponse, error) {
+func (s *FileServer) Read(ctx context.Context, req *filewritev1.ReadRequest) (*filewritev1.ReadResponse, error) {
 	data, err := s.store.Read(ctx, req.GetPath(), req.GetOffset(), req.GetLength())
 	if err != nil {
 		return nil, status.Of(err)
@@ -178,7 +212,7 @@ func (s *fileServer) Read(ctx context.Context, req *filewritev1.ReadRequest) (*f
 	return &filewritev1.ReadResponse{Data: data, Crc32C: &sum}, nil
 }
 
-func (s *fileServer) Extents(ctx context.Context, req *filewritev1.ExtentsRequest) (*filewritev1.ExtentsResponse, error) {
+func (s *FileServer) Extents(ctx context.Context, req *filewritev1.ExtentsRequest) (*filewritev1.ExtentsResponse, error) {
 	limit, err := extentsPageSize(req, s.extentsPerReply)
 	if err != nil {
 		return nil, err
@@ -210,22 +244,22 @@ func (s *fileServer) Extents(ctx context.Context, req *filewritev1.ExtentsReques
 	return resp, nil
 }
 
-func (s *fileServer) Delete(ctx context.Context, req *filewritev1.DeleteRequest) (*filewritev1.DeleteResponse, error) {
+func (s *FileServer) Delete(ctx context.Context, req *filewritev1.DeleteRequest) (*filewritev1.DeleteResponse, error) {
 	if err := s.store.Delete(ctx, req.GetPath(), req.GetSync()); err != nil {
 		return nil, status.Of(err)
 	}
 	return &filewritev1.DeleteResponse{}, nil
 }
 
-func (s *fileServer) Rename(ctx context.Context, req *filewritev1.RenameRequest) (*filewritev1.RenameResponse, error) {
+func (s *FileServer) Rename(ctx context.Context, req *filewritev1.RenameRequest) (*filewritev1.RenameResponse, error) {
 	if err := s.store.Rename(ctx, req.GetPath(), req.GetNewPath(), req.GetNoReplace(), req.GetSync()); err != nil {
 		return nil, status.Of(err)
 	}
 	return &filewritev1.RenameResponse{}, nil
 }
 
-func (s *fileServer) List(ctx context.Context, req *filewritev1.ListRequest) (*filewritev1.ListResponse, error) {
-	entries, next, err := s.store.List(ctx, req.GetPath(), listPageSize(req, s.entriesPerReply), req.GetPageToken())
+func (s *FileServer) List(ctx context.Context, req *filewritev1.ListRequest) (*filewritev1.ListResponse, error) {
+	entries, next, err := s.store.List(ctx, req.GetPath(), ListPageSize(req, s.entriesPerReply), req.GetPageToken())
 	if err != nil {
 		return nil, status.Of(err)
 	}

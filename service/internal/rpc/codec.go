@@ -1,4 +1,4 @@
-package service
+package rpc
 
 import (
 	"context"
@@ -25,7 +25,7 @@ import (
 // requestCodec is grpc's protobuf codec with the Unmarshal described above.
 type requestCodec struct{ encoding.CodecV2 }
 
-func newRequestCodec() requestCodec {
+func NewRequestCodec() requestCodec {
 	return requestCodec{encoding.GetCodecV2(protocodec.Name)}
 }
 
@@ -52,17 +52,17 @@ func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return nil
 }
 
-// rejectUndecodableUnary answers a unary call whose request did not decode.
-func rejectUndecodableUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+// RejectUndecodableUnary answers a unary call whose request did not decode.
+func RejectUndecodableUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if msg, bad := status.Undecodable(req); bad {
 		return nil, status.Malformed(msg)
 	}
 	return handler(ctx, req)
 }
 
-// rejectUndecodableStream ends a stream at the first message that did not
+// RejectUndecodableStream ends a stream at the first message that did not
 // decode.
-func rejectUndecodableStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+func RejectUndecodableStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	return handler(srv, decodedStream{ss})
 }
 

@@ -1,4 +1,4 @@
-package service
+package rpc
 
 import (
 	"bytes"
@@ -30,7 +30,7 @@ const (
 // input keeps inputs independent and the store's view of the files true.
 type fuzzFixture struct {
 	dir, root string
-	files     *fileServer
+	files     *FileServer
 }
 
 func newFuzzFixture(t *testing.T, parent string) *fuzzFixture {
@@ -62,7 +62,7 @@ func newFuzzFixture(t *testing.T, parent string) *fuzzFixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	return &fuzzFixture{dir: dir, root: root, files: &fileServer{store: st}}
+	return &fuzzFixture{dir: dir, root: root, files: &FileServer{store: st}}
 }
 
 // check holds every request to the same rules: the code is one a bad
@@ -71,19 +71,19 @@ func newFuzzFixture(t *testing.T, parent string) *fuzzFixture {
 // It returns the file's contents before the request when it succeeded.
 func (fx *fuzzFixture) check(t *testing.T, what, name string, call func() error) (before []byte, ok bool) {
 	t.Helper()
-	snap := snapshot(t, fx.dir)
-	before = snap[filepath.Join("root", filepath.FromSlash(name))].data
+	snap := testutil.Snapshot(t, fx.dir)
+	before = snap[filepath.Join("root", filepath.FromSlash(name))].Data
 	err := call()
 	switch code := status.Code(err); code {
 	case codes.OK:
 	case codes.InvalidArgument, codes.OutOfRange, codes.ResourceExhausted, codes.NotFound, codes.FailedPrecondition:
-		checkUnchanged(t, fx.dir, snap)
+		testutil.CheckUnchanged(t, fx.dir, snap)
 		return nil, false
 	default:
 		t.Fatalf("%s: %v, want OK or a refusal", what, err)
 	}
-	for rel, e := range snapshot(t, filepath.Join(fx.dir, "outside")) {
-		if was := snap[filepath.Join("outside", rel)]; !bytes.Equal(e.data, was.data) || e.mode != was.mode {
+	for rel, e := range testutil.Snapshot(t, filepath.Join(fx.dir, "outside")) {
+		if was := snap[filepath.Join("outside", rel)]; !bytes.Equal(e.Data, was.Data) || e.Mode != was.Mode {
 			t.Fatalf("%s changed outside/%s", what, rel)
 		}
 	}

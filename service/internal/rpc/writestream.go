@@ -1,4 +1,4 @@
-package service
+package rpc
 
 import (
 	"context"
@@ -27,7 +27,7 @@ import (
 // WriteStream carries many writes to one file, or to many files declared
 // on it (see the RPC's contract in the proto). The handler only checks
 // what the stream carries and calls the store; writeStream runs it.
-func (s *fileServer) WriteStream(ss grpc.BidiStreamingServer[filewritev1.WriteStreamRequest, filewritev1.WriteStreamResponse]) error {
+func (s *FileServer) WriteStream(ss grpc.BidiStreamingServer[filewritev1.WriteStreamRequest, filewritev1.WriteStreamResponse]) error {
 	return newWriteStream(s, ss).serve()
 }
 
@@ -38,13 +38,6 @@ const maxAcksPerResponse = 8192
 // streamWorkers is how many writes of one stream may be applied at once:
 // more than the CPUs only helps writes that wait for a lock.
 var streamWorkers = max(2, runtime.GOMAXPROCS(0))
-
-// DefaultMaxFilesPerStream is --max-files-per-stream's default: the files
-// declared on one stream and not yet closed (TOO_MANY_FILES_ON_STREAM past
-// it). Each holds an open file of --max-open-files, and a record of a few
-// hundred bytes; a client of more files opens more streams, or closes the
-// files it is done with.
-const DefaultMaxFilesPerStream = 4096
 
 // streamFile is one file of a stream: the file of its first message's
 // path (index 0), or one declared by index. Its fields but index, path
@@ -202,7 +195,7 @@ type streamWrite struct {
 // syncers first. A file closed by a message is given back once its last
 // write is acked.
 type writeStream struct {
-	files  *fileServer
+	files  *FileServer
 	ss     grpc.BidiStreamingServer[filewritev1.WriteStreamRequest, filewritev1.WriteStreamResponse]
 	ctx    context.Context
 	budget *admit.StreamBudget
@@ -277,7 +270,7 @@ type writeStream struct {
 	sendErr             error
 }
 
-func newWriteStream(files *fileServer, ss grpc.BidiStreamingServer[filewritev1.WriteStreamRequest, filewritev1.WriteStreamResponse]) *writeStream {
+func newWriteStream(files *FileServer, ss grpc.BidiStreamingServer[filewritev1.WriteStreamRequest, filewritev1.WriteStreamResponse]) *writeStream {
 	ws := &writeStream{
 		files:   files,
 		ss:      ss,
@@ -444,7 +437,7 @@ func (ws *writeStream) logFailures(acked []*streamWrite) {
 			continue
 		}
 		code := grpcstatus.Code(status.Of(w.err))
-		if failureLevel(code) != slog.LevelError {
+		if status.FailureLevel(code) != slog.LevelError {
 			continue
 		}
 		ws.files.log.LogAttrs(ws.ctx, slog.LevelError, "stream write",

@@ -1,4 +1,4 @@
-package service
+package testutil
 
 import (
 	"bytes"
@@ -9,19 +9,19 @@ import (
 	"testing"
 )
 
-// entry is what a rejected request must leave as it was: type and mode,
+// Entry is what a rejected request must leave as it was: type and mode,
 // size, contents of regular files, targets of symlinks.
-type entry struct {
-	mode fs.FileMode
+type Entry struct {
+	Mode fs.FileMode
 	size int64
-	data []byte
+	Data []byte
 	link string
 }
 
-// snapshot describes every entry below dir, symlinks not followed.
-func snapshot(t *testing.T, dir string) map[string]entry {
+// Snapshot describes every entry below dir, symlinks not followed.
+func Snapshot(t testing.TB, dir string) map[string]Entry {
 	t.Helper()
-	out := map[string]entry{}
+	out := map[string]Entry{}
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -30,11 +30,11 @@ func snapshot(t *testing.T, dir string) map[string]entry {
 		if err != nil {
 			return err
 		}
-		e := entry{mode: fi.Mode()}
+		e := Entry{Mode: fi.Mode()}
 		switch {
 		case fi.Mode().IsRegular():
 			e.size = fi.Size()
-			if e.data, err = os.ReadFile(path); err != nil {
+			if e.Data, err = os.ReadFile(path); err != nil {
 				return err
 			}
 		case fi.Mode()&fs.ModeSymlink != 0:
@@ -52,10 +52,10 @@ func snapshot(t *testing.T, dir string) map[string]entry {
 	return out
 }
 
-// checkUnchanged fails the test if anything below dir differs from before.
-func checkUnchanged(t *testing.T, dir string, before map[string]entry) {
+// CheckUnchanged fails the test if anything below dir differs from before.
+func CheckUnchanged(t testing.TB, dir string, before map[string]Entry) {
 	t.Helper()
-	after := snapshot(t, dir)
+	after := Snapshot(t, dir)
 	var names []string
 	for name := range before {
 		names = append(names, name)
@@ -71,13 +71,13 @@ func checkUnchanged(t *testing.T, dir string, before map[string]entry) {
 		a, inAfter := after[name]
 		switch {
 		case !inBefore:
-			t.Errorf("%s: created by a rejected request (mode %v, size %d)", name, a.mode, a.size)
+			t.Errorf("%s: created by a rejected request (mode %v, size %d)", name, a.Mode, a.size)
 		case !inAfter:
 			t.Errorf("%s: removed by a rejected request", name)
-		case a.mode != b.mode || a.size != b.size || a.link != b.link:
+		case a.Mode != b.Mode || a.size != b.size || a.link != b.link:
 			t.Errorf("%s: changed by a rejected request: mode %v size %d link %q, want mode %v size %d link %q",
-				name, a.mode, a.size, a.link, b.mode, b.size, b.link)
-		case !bytes.Equal(a.data, b.data):
+				name, a.Mode, a.size, a.link, b.Mode, b.size, b.link)
+		case !bytes.Equal(a.Data, b.Data):
 			t.Errorf("%s: contents changed by a rejected request", name)
 		}
 	}

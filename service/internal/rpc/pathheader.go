@@ -1,4 +1,4 @@
-package service
+package rpc
 
 import (
 	"context"
@@ -55,14 +55,14 @@ func noPathHeader() error {
 	return status.Build(filewritev1.ErrorReason_PATH_HEADER_MISMATCH, nil, errNoPathHeader.Error(), "--require-path-header").Err()
 }
 
-// pathHeaderOptions are the interceptors that check the routing header of
+// PathHeaderOptions are the interceptors that check the routing header of
 // every call on a file (see above). WriteStream's header is checked by the
 // stream itself (writeStream.check) against its first file: its first
 // message's path, or else the first file that message declares. The files
 // declared later are not held to it: a router places a stream once, so a
 // client (the Go client groups them by owner) puts on one stream only
 // files that the daemon the header routes to owns.
-func pathHeaderOptions(require bool) []grpc.ServerOption {
+func PathHeaderOptions(require bool) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 			if p, ok := req.(interface{ GetPath() string }); ok && routedByPath(info.FullMethod) {

@@ -1,4 +1,4 @@
-package service
+package rpc
 
 import (
 	"context"
@@ -22,10 +22,10 @@ const (
 // The stream path's histograms; like the store's (store.Histograms), /metrics
 // shows them at zero before their first observation.
 var (
-	histStreamWrites = store.Histogram{Name: MetricStreamWrites, Unit: "{write}",
+	HistStreamWrites = store.Histogram{Name: MetricStreamWrites, Unit: "{write}",
 		Description: "Writes carried by one WriteStream message.",
 		Buckets:     []float64{0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 1024}}
-	histStreamHeld = store.Histogram{Name: MetricStreamHeld, Unit: "By",
+	HistStreamHeld = store.Histogram{Name: MetricStreamHeld, Unit: "By",
 		Description: "Bytes of unacknowledged writes (data plus a fixed overhead each) a WriteStream holds when it reads a message; it reads none at --max-stream-bytes.",
 		Buckets:     []float64{0, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20}}
 )
@@ -40,13 +40,12 @@ type streamMetrics struct {
 	held   metric.Int64Histogram
 }
 
-// newStreamMetrics registers the instruments with mp (nil: no-op), the
+// newStreamMetrics registers the instruments with meter (nil: no-op), the
 // total held bytes read from daemonHeld at each collection.
-func newStreamMetrics(mp metric.MeterProvider, daemonHeld *atomic.Int64) (*streamMetrics, error) {
-	if mp == nil {
-		mp = metricnoop.NewMeterProvider()
+func newStreamMetrics(meter metric.Meter, daemonHeld *atomic.Int64) (*streamMetrics, error) {
+	if meter == nil {
+		meter = metricnoop.NewMeterProvider().Meter("")
 	}
-	meter := mp.Meter(serviceScope)
 	m := &streamMetrics{}
 	var err error
 	if m.open, err = meter.Int64UpDownCounter(MetricStreamsOpen,
@@ -56,10 +55,10 @@ func newStreamMetrics(mp metric.MeterProvider, daemonHeld *atomic.Int64) (*strea
 	}
 	// Like every counter, it starts at 0 on a fresh daemon's /metrics.
 	m.open.Add(context.Background(), 0)
-	if m.writes, err = histStreamWrites.Int64(meter); err != nil {
+	if m.writes, err = HistStreamWrites.Int64(meter); err != nil {
 		return nil, err
 	}
-	if m.held, err = histStreamHeld.Int64(meter); err != nil {
+	if m.held, err = HistStreamHeld.Int64(meter); err != nil {
 		return nil, err
 	}
 	if _, err = meter.Int64ObservableGauge(MetricStreamsHeldTotal,
