@@ -24,11 +24,11 @@ import (
 )
 
 // transportRecvBytes is the limit gRPC itself enforces on a message it
-// receives: twice the data limit, above maxMessageBytes. gRPC refuses a
+// receives: twice the data limit, above status.MaxMessageBytes. gRPC refuses a
 // message over its limit by ending the RPC at once, which would lose the
 // acks a WriteStream still owes for the writes it read before; between
 // the two limits the stream's handler refuses the message itself, after
-// those acks (writestream.go). Unary calls up to this size reach their
+// those acks (service/internal/rpc). Unary calls up to this size reach their
 // handler, and the store refuses the data past --max-request-bytes with a
 // message that names it.
 func transportRecvBytes(maxRequestBytes int64) int {

@@ -4,18 +4,14 @@
 // the routing header a daemon of a cluster requires (pathheader.go); the
 // server's codec, which hands WriteStream's messages over undecoded and
 // answers a request that does not decode with INVALID_ARGUMENT (codec.go);
-// and WriteStream (writestream.go), whose messages are decoded and acks
-// encoded by hand (streamwire.go).
+// and WriteStream's gRPC framing (writestream.go: Recv, the checks of each
+// message, the budgets, and the Send of acks), whose messages are decoded
+// and acks encoded by hand (streamwire.go).
 //
-// Lock order:
-//
-//	writeStream.mu          (one WriteStream's queues; held across no Send
-//	                        or Recv, no wait for a budget, and no store
-//	                        call but Handle.Close and Handle.Size)
-//	  store's inodeTable.mu (Handle.Close, as a stream gives back a file
-//	                        whose last write is acked: releaseLocked;
-//	                        store/doc.go orders what it takes)
-//
-// writeStream.mu is never held while waiting for the in-flight budget nor
-// while giving back to it (service/internal/admit).
+// A WriteStream's framing (writeStream) holds no lock: its scheduler is
+// streamengine's, whose Stream.mu guards the stream's queues and is never
+// held while the framing sends, receives, or waits for a budget. The
+// engine hands acks to the framing's send, and turns its own errors
+// (a file deleted, an id in use, an idle stream) into nothing gRPC: the
+// framing maps them to refusals (engineStatus).
 package rpc

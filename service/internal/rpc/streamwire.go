@@ -10,6 +10,7 @@ import (
 	"github.com/filewrite/filewrite/internal/bufpool"
 	"github.com/filewrite/filewrite/internal/streamwire"
 	"github.com/filewrite/filewrite/service/internal/admit"
+	"github.com/filewrite/filewrite/service/internal/streamengine"
 )
 
 // The stream's messages skip the generic protobuf code both ways. A
@@ -48,9 +49,9 @@ type streamRequest struct {
 // generated getter so that the stream's log line (logStream) finds it.
 func (r *streamRequest) GetPath() string { return r.msg.Path }
 
-// applied is called once per write of r, when its data is no longer
+// Applied is called once per write of r, when its data is no longer
 // needed (applied, refused or dropped).
-func (r *streamRequest) applied() {
+func (r *streamRequest) Applied() {
 	if r.pending.Add(-1) == 0 && r.buf != nil {
 		r.buf.Free()
 		r.buf = nil
@@ -98,8 +99,9 @@ func (r *streamRequest) cost() int64 {
 func (r *streamRequest) decodeWrites() {
 	r.writes = make([]streamWrite, r.msg.Writes)
 	r.msg.Each(func(i int, w *streamwire.Write) {
-		r.writes[i] = streamWrite{id: w.ID, off: w.Offset, data: w.Data, syncRaw: filewritev1.SyncMode(w.Sync),
-			crc: w.CRC, hasCRC: w.HasCRC, append: w.Append, appendID: w.AppendID, fileIdx: w.File, req: r}
+		r.writes[i] = streamWrite{
+			Write:   streamengine.Write{ID: w.ID, Off: w.Offset, Data: w.Data, Append: w.Append, AppendID: w.AppendID, FileIndex: w.File, Msg: r},
+			syncRaw: filewritev1.SyncMode(w.Sync), crc: w.CRC, hasCRC: w.HasCRC}
 	})
 	r.pending.Store(int32(len(r.writes)))
 }
@@ -108,36 +110,33 @@ func (r *streamRequest) decodeWrites() {
 // to gRPC as they are.
 type encodedMessage struct{ data mem.BufferSlice }
 
-// fileStatus is the report of one declared file: err is nil if it is
-// open.
-type fileStatus struct {
-	index uint32
-	err   error
-}
-
 // encodeAcks encodes the WriteStreamResponse that reports files and acks
 // ws into m, in a buffer of gRPC's pool that gRPC frees once it has sent
 // it.
-func encodeAcks(ws []*streamWrite, files []fileStatus, m *encodedMessage) {
+func encodeAcks(ws []*streamengine.Write, files []streamengine.FileStatus, m *encodedMessage) {
 	size := 0
 	var statuses []streamwire.FileStatus
 	if len(files) > 0 {
 		statuses = make([]streamwire.FileStatus, len(files))
 		for i, f := range files {
-			statuses[i].Index = f.index
-			if f.err != nil {
-				statuses[i].Status, _ = proto.Marshal(ackStatus(f.err))
+			statuses[i].Index = f.Index
+			if f.Err != nil {
+				statuses[i].Status, _ = proto.Marshal(ackStatus(f.Err))
 			}
 			size += streamwire.ResponseFileStatusSize(&statuses[i])
 		}
 	}
-	for _, w := range ws {
-		w.status = nil
-		if w.err != nil {
+	// failed holds the acks' statuses, by index, once one of them failed.
+	var failed [][]byte
+	for i, w := range ws {
+		if w.Err != nil {
 			// Rare: the generated code marshals the google.rpc.Status.
-			w.status, _ = proto.Marshal(ackStatus(w.err))
+			if failed == nil {
+				failed = make([][]byte, len(ws))
+			}
+			failed[i], _ = proto.Marshal(ackStatus(w.Err))
 		}
-		a := w.ack()
+		a := ackOf(w, failed, i)
 		size += streamwire.ResponseAckSize(&a)
 	}
 	pool := bufpool.Shared
@@ -146,8 +145,8 @@ func encodeAcks(ws []*streamWrite, files []fileStatus, m *encodedMessage) {
 	for i := range statuses {
 		b = streamwire.AppendFileStatus(b, &statuses[i])
 	}
-	for _, w := range ws {
-		a := w.ack()
+	for i, w := range ws {
+		a := ackOf(w, failed, i)
 		b = streamwire.AppendAck(b, &a)
 	}
 	*bp = b
@@ -156,7 +155,22 @@ func encodeAcks(ws []*streamWrite, files []fileStatus, m *encodedMessage) {
 	m.data = mem.BufferSlice{mem.NewBuffer(bp, pool)}
 }
 
-// ack is w's StreamAck, once w.status is set.
-func (w *streamWrite) ack() streamwire.Ack {
-	return streamwire.Ack{ID: w.id, Written: int64(w.res.BytesWritten), Size: w.res.Size, Status: w.status, Offset: w.landed}
+// ackOf is w's StreamAck, the i-th of a response whose failed acks'
+// statuses are in failed (nil: none failed).
+func ackOf(w *streamengine.Write, failed [][]byte, i int) streamwire.Ack {
+	a := streamwire.Ack{ID: w.ID, Written: int64(w.Res.BytesWritten), Size: w.Res.Size, Offset: w.Landed}
+	if failed != nil {
+		a.Status = failed[i]
+	}
+	return a
+}
+
+// streamWrite is one write as the reader decodes it: what the engine
+// schedules, and what only the reader checks before it hands the write
+// out (accept).
+type streamWrite struct {
+	streamengine.Write
+	syncRaw filewritev1.SyncMode
+	crc     uint32
+	hasCRC  bool
 }

@@ -13,6 +13,7 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/streamwire"
+	"github.com/filewrite/filewrite/service/internal/streamengine"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -83,13 +84,13 @@ func TestDecodeStreamRequest(t *testing.T) {
 		}
 		for i, w := range r.writes {
 			want := msg.Writes[i]
-			if w.id != want.Id || w.off != want.Offset || string(w.data) != string(want.Data) || w.syncRaw != want.Sync ||
-				w.hasCRC != (want.Crc32C != nil) || w.crc != want.GetCrc32C() || w.req != &r {
+			if w.ID != want.Id || w.Off != want.Offset || string(w.Data) != string(want.Data) || w.syncRaw != want.Sync ||
+				w.hasCRC != (want.Crc32C != nil) || w.crc != want.GetCrc32C() || w.Msg != &r {
 				t.Errorf("%s: write %d = %+v, want %v", tt.name, i, w, want)
 			}
 		}
 		for range r.writes {
-			r.applied()
+			r.Applied()
 		}
 		if r.buf != nil {
 			t.Errorf("%s: the received bytes were kept after every write was applied", tt.name)
@@ -101,12 +102,12 @@ func TestDecodeStreamRequest(t *testing.T) {
 // generated code, to the response they stand for.
 func TestEncodeAcks(t *testing.T) {
 	refused := status.Error(codes.InvalidArgument, "no")
-	ws := []*streamWrite{
-		{id: 0},
-		{id: 5, res: store.AppliedWrite{WriteResult: store.WriteResult{BytesWritten: 4096, Size: 1 << 40}}},
-		{id: math.MaxUint64, res: store.AppliedWrite{WriteResult: store.WriteResult{BytesWritten: 100, Size: 8292}},
-			err: errors.Join(store.ErrNoSpace)},
-		{id: 9, err: refused},
+	ws := []*streamengine.Write{
+		{ID: 0},
+		{ID: 5, Res: store.AppliedWrite{WriteResult: store.WriteResult{BytesWritten: 4096, Size: 1 << 40}}},
+		{ID: math.MaxUint64, Res: store.AppliedWrite{WriteResult: store.WriteResult{BytesWritten: 100, Size: 8292}},
+			Err: errors.Join(store.ErrNoSpace)},
+		{ID: 9, Err: refused},
 	}
 	var m encodedMessage
 	encodeAcks(ws, nil, &m)
@@ -117,7 +118,7 @@ func TestEncodeAcks(t *testing.T) {
 	m.data.Free()
 	want := &filewritev1.WriteStreamResponse{}
 	for _, w := range ws {
-		want.Acks = append(want.Acks, &filewritev1.StreamAck{Id: w.id, BytesWritten: int64(w.res.BytesWritten), Size: w.res.Size, Status: ackStatus(w.err)})
+		want.Acks = append(want.Acks, &filewritev1.StreamAck{Id: w.ID, BytesWritten: int64(w.Res.BytesWritten), Size: w.Res.Size, Status: ackStatus(w.Err)})
 	}
 	if !proto.Equal(got, want) {
 		t.Errorf("got %v\nwant %v", got, want)

@@ -155,12 +155,12 @@ func Build(reason filewritev1.ErrorReason, md map[string]string, msg, flag strin
 // A *store.Refusal's argument and limit go into the ErrorInfo's metadata.
 //
 // Statuses that involve no store error are built with Refusal where the
-// request is refused: UNAUTHENTICATED in auth.go; the gateway's refusals
-// of a path, query or body (service/internal/gateway);
-// a malformed message (codec.go); an Extents page_size or page_token
-// (paging.go); and a WriteStream's own refusals and endings
-// (writestream.go). A status that reaches Of without a reason (from
-// the transport) gets the one its code implies (withReason).
+// request is refused: UNAUTHENTICATED in service/internal/auth; the
+// gateway's refusals of a path, query or body (service/internal/gateway);
+// a malformed message, an Extents page_size or page_token, and a
+// WriteStream's own refusals and endings (service/internal/rpc). A status
+// that reaches Of without a reason (from the transport) gets the one its
+// code implies (withReason).
 func Of(err error) error {
 	if err == nil {
 		return nil
@@ -338,8 +338,8 @@ func (e *BudgetWaitError) Error() string {
 
 func (e *BudgetWaitError) Unwrap() error { return e.Err }
 
-// The WriteStream's own refusals, kept here so that writestream.go only
-// names them.
+// The WriteStream's own refusals, kept here so that the stream's framing
+// (service/internal/rpc) only names them.
 
 func WriteIDInUse(id uint64) error {
 	return Refusal(filewritev1.ErrorReason_WRITE_ID_IN_USE, map[string]string{errorinfo.KeyField: "writes.id", "id": strconv.FormatUint(id, 10)},

@@ -1,4 +1,4 @@
-package rpc
+package streamengine
 
 import (
 	"math"
@@ -14,7 +14,7 @@ func (o *writeOrder) empty() bool { return o.held == 0 }
 // a byte in common, or one of them is an append. An empty positional
 // write overlaps nothing. It is the slow rule the model checks writeOrder
 // against.
-func (w *streamWrite) overlaps(v *streamWrite) bool {
+func (w *Write) overlaps(v *Write) bool {
 	ws, we := w.orderRange()
 	vs, ve := v.orderRange()
 	return ws < we && vs < ve && ws < ve && vs < we
@@ -29,13 +29,13 @@ func TestWriteOrderModel(t *testing.T) {
 	for seed := range uint64(200) {
 		rng := rand.New(rand.NewPCG(seed, 1))
 		var o writeOrder
-		var held []*streamWrite // arrival order
-		started := map[*streamWrite]bool{}
-		seq := map[*streamWrite]int{}
-		var freed []*streamWrite
-		start := func(w *streamWrite) { freed = append(freed, w) }
+		var held []*Write // arrival order
+		started := map[*Write]bool{}
+		seq := map[*Write]int{}
+		var freed []*Write
+		start := func(w *Write) { freed = append(freed, w) }
 		for step := range 300 {
-			var running []*streamWrite
+			var running []*Write
 			for _, w := range held {
 				if started[w] {
 					running = append(running, w)
@@ -45,8 +45,8 @@ func TestWriteOrderModel(t *testing.T) {
 				w := running[rng.IntN(len(running))]
 				freed = freed[:0]
 				o.remove(w, start)
-				held = slices.DeleteFunc(held, func(v *streamWrite) bool { return v == w })
-				if !slices.IsSortedFunc(freed, func(a, b *streamWrite) int { return seq[a] - seq[b] }) {
+				held = slices.DeleteFunc(held, func(v *Write) bool { return v == w })
+				if !slices.IsSortedFunc(freed, func(a, b *Write) int { return seq[a] - seq[b] }) {
 					t.Fatalf("seed %d step %d: writes freed together started out of arrival order", seed, step)
 				}
 				for _, v := range freed {
@@ -56,9 +56,9 @@ func TestWriteOrderModel(t *testing.T) {
 					started[v] = true
 				}
 			} else {
-				w := &streamWrite{off: int64(rng.IntN(48)), data: make([]byte, rng.IntN(9))}
+				w := &Write{Off: int64(rng.IntN(48)), Data: make([]byte, rng.IntN(9))}
 				if rng.IntN(50) == 0 {
-					w.off = math.MaxInt64 - int64(rng.IntN(3))
+					w.Off = math.MaxInt64 - int64(rng.IntN(3))
 				}
 				seq[w] = step
 				held = append(held, w)
@@ -74,7 +74,7 @@ func TestWriteOrderModel(t *testing.T) {
 					}
 				}
 				if started[w] != free {
-					t.Fatalf("seed %d step %d: write [%d,+%d) started=%v, but free=%v", seed, step, w.off, len(w.data), started[w], free)
+					t.Fatalf("seed %d step %d: write [%d,+%d) started=%v, but free=%v", seed, step, w.Off, len(w.Data), started[w], free)
 				}
 			}
 			if o.empty() != (len(held) == 0) {
@@ -91,14 +91,14 @@ func TestWriteOrderCost(t *testing.T) {
 	const n = 4096
 	for _, tt := range []struct {
 		name string
-		make func(i int) *streamWrite
+		make func(i int) *Write
 	}{
-		{"same byte", func(int) *streamWrite { return &streamWrite{off: 7, data: []byte{1}} }},
-		{"growing", func(i int) *streamWrite { return &streamWrite{off: int64(n - i), data: make([]byte, 2*i+1)} }},
-		{"disjoint", func(i int) *streamWrite { return &streamWrite{off: int64(2 * i), data: []byte{1}} }},
+		{"same byte", func(int) *Write { return &Write{Off: 7, Data: []byte{1}} }},
+		{"growing", func(i int) *Write { return &Write{Off: int64(n - i), Data: make([]byte, 2*i+1)} }},
+		{"disjoint", func(i int) *Write { return &Write{Off: int64(2 * i), Data: []byte{1}} }},
 	} {
 		var o writeOrder
-		ws := make([]*streamWrite, n)
+		ws := make([]*Write, n)
 		maxDeps, maxWaiters := 0, 0
 		for i := range ws {
 			ws[i] = tt.make(i)
@@ -115,7 +115,7 @@ func TestWriteOrderCost(t *testing.T) {
 			t.Errorf("%s: %d segments held for overlapping writes, want at most 3", tt.name, o.last.Len())
 		}
 		for _, w := range ws {
-			o.remove(w, func(*streamWrite) {})
+			o.remove(w, func(*Write) {})
 		}
 		if !o.empty() || o.last.Len() != 0 {
 			t.Errorf("%s: %d segments left after every write was removed", tt.name, o.last.Len())

@@ -1,4 +1,4 @@
-package rpc
+package streamengine
 
 import (
 	"math"
@@ -39,13 +39,13 @@ type orderState struct {
 	// deps counts the held writes it waits for; waiters are the writes
 	// that wait for it, in arrival order.
 	deps    int
-	waiters []*streamWrite
+	waiters []*Write
 	// segs are the segments of last that it is the latest write of,
 	// linked through segment.nextOf.
 	segs *segment
 	// seenBy is the write being added that last counted this one among
 	// its deps: a write owning several segments of a range counts once.
-	seenBy *streamWrite
+	seenBy *Write
 	// seg is the segment add made for the write's whole range, in segs
 	// until later writes cover it; what remains of it may be shortened.
 	seg segment
@@ -55,7 +55,7 @@ type orderState struct {
 // cover it.
 type segment struct {
 	start, end int64
-	w          *streamWrite
+	w          *Write
 	// prevOf and nextOf link w's segments.
 	prevOf, nextOf *segment
 }
@@ -64,7 +64,7 @@ func segmentLess(a, b *segment) bool { return a.start < b.start }
 
 // add appends w, the latest write read, and reports whether it may start
 // now. If not, remove starts it once the writes it waits for are applied.
-func (o *writeOrder) add(w *streamWrite) bool {
+func (o *writeOrder) add(w *Write) bool {
 	o.held++
 	w.order = orderState{}
 	start, end := w.orderRange()
@@ -153,7 +153,7 @@ func unlink(s *segment) {
 
 // remove drops w, now applied, and calls start for each write that was
 // waiting for it and waits for nothing else now, in arrival order.
-func (o *writeOrder) remove(w *streamWrite, start func(*streamWrite)) {
+func (o *writeOrder) remove(w *Write, start func(*Write)) {
 	o.held--
 	for s := w.order.segs; s != nil; s = s.nextOf {
 		o.last.Delete(s)
@@ -170,11 +170,11 @@ func (o *writeOrder) remove(w *streamWrite, start func(*streamWrite)) {
 
 // end is where w's bytes end, saturated: the store refuses a range that
 // overflows, and it must not wrap around to overlap nothing here.
-func (w *streamWrite) end() int64 {
-	if w.off > math.MaxInt64-int64(len(w.data)) {
+func (w *Write) end() int64 {
+	if w.Off > math.MaxInt64-int64(len(w.Data)) {
 		return math.MaxInt64
 	}
-	return w.off + int64(len(w.data))
+	return w.Off + int64(len(w.Data))
 }
 
 // orderRange is the range w is ordered by: its bytes, or, for an append,
@@ -182,9 +182,9 @@ func (w *streamWrite) end() int64 {
 // every write read before it, and every write read after it waits for it,
 // so the stream's appends land in arrival order, each after the writes
 // before it (an empty append too: it answers the end they leave).
-func (w *streamWrite) orderRange() (int64, int64) {
-	if w.append {
+func (w *Write) orderRange() (int64, int64) {
+	if w.Append {
 		return 0, math.MaxInt64
 	}
-	return w.off, w.end()
+	return w.Off, w.end()
 }
