@@ -222,7 +222,7 @@ func TestPropagatorsFromEnvironment(t *testing.T) {
 	}
 
 	t.Setenv("OTEL_PROPAGATORS", "tracecontext,carrier-pigeon")
-	if tel, err := newTelemetry(t.Context(), DefaultConfig()); err == nil || !strings.Contains(err.Error(), "carrier-pigeon") {
+	if tel, err := newTelemetry(t.Context(), DefaultConfig().TracerProvider); err == nil || !strings.Contains(err.Error(), "carrier-pigeon") {
 		if err == nil {
 			tel.shutdown(t.Context())
 		}

@@ -28,7 +28,6 @@ import (
 	"syscall"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -42,175 +41,6 @@ import (
 	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store"
 )
-
-// Config is what the daemon starts with; main fills it from flags, tests
-// from DefaultConfig.
-type Config struct {
-	// Root is the directory whose files are served; created if missing.
-	Root string
-	// GRPCAddr is the gRPC listen address, host:port (port 0 picks a free
-	// port) or unix:PATH for a unix socket.
-	GRPCAddr string
-	// HTTPAddr is the REST gateway's listen address; empty disables it.
-	HTTPAddr string
-	// PprofAddr is where net/http/pprof is served, host:port; empty (the
-	// default) serves none. Loopback only, unless InsecureListen.
-	PprofAddr string
-	// Store configures the engine: policy, I/O mode, fsync mode and the
-	// limits. Its MaxRequestBytes bounds the data of one Write or Read on
-	// both listeners too: gRPC messages and HTTP bodies may be larger by
-	// what carries that data (the path, base64 in JSON).
-	Store store.Options
-	// MaxStreamBytes bounds the unacknowledged writes one WriteStream
-	// holds, each counted as its data plus a fixed overhead; at the bound
-	// the stream reads no further message until acks go out.
-	MaxStreamBytes int64
-	// StreamIdleTimeout is how long a WriteStream may go without a
-	// message, and without a write to apply or acknowledge, before the
-	// daemon ends it with STREAM_IDLE, giving back the file it holds.
-	StreamIdleTimeout time.Duration
-	// MaxFilesPerStream bounds the files one WriteStream holds declared
-	// at once (TOO_MANY_FILES_ON_STREAM past it).
-	MaxFilesPerStream int
-	// DrainTimeout bounds how long a shutdown waits for requests in flight
-	// before it cancels them.
-	DrainTimeout time.Duration
-	// Logger receives the daemon's logs; nil means slog.Default().
-	Logger *slog.Logger
-
-	// Security: see auth.go, tls.go and security.go.
-
-	// AuthTokenFile names a file of bearer tokens, one per line, reread on
-	// SIGHUP; empty turns authentication off.
-	AuthTokenFile string
-	// TLSCert and TLSKey are PEM files; given together, both listeners
-	// serve TLS.
-	TLSCert, TLSKey string
-	// TLSClientCA is a PEM file of the CAs whose client certificates the
-	// listeners verify (mTLS); a verified certificate authenticates as its
-	// cert= line in AuthTokenFile. Empty: no client certificates asked.
-	TLSClientCA string
-	// InsecureListen allows a listen address beyond loopback without
-	// AuthTokenFile.
-	InsecureListen bool
-	// ConnAuthTimeout is how long a new connection to either listener
-	// may go without an authenticated request (without AuthTokenFile: any
-	// request) before it is closed; it bounds the gRPC handshake too.
-	ConnAuthTimeout time.Duration
-	// BodyTimeout is how long a REST request body may take to deliver each
-	// 64 KiB (or its end) before the request fails with 408.
-	BodyTimeout time.Duration
-	// HTTPAllowedOrigins and HTTPAllowedHosts widen what the REST listener
-	// takes from browsers when AuthTokenFile is empty: the Origin values
-	// let through, and host names besides IP literals, localhost and
-	// HTTPAddr's own (see gateway.BrowserGuard). "*" lets any through.
-	HTTPAllowedOrigins, HTTPAllowedHosts []string
-	// MaxInflightBytes bounds the memory that requests in flight hold,
-	// daemon-wide (see admit.Budget); past it requests wait.
-	MaxInflightBytes int64
-	// Procs is how many threads run the daemon's Go code at once
-	// (runtime.GOMAXPROCS), set by Run; 0 leaves the runtime's number
-	// (the GOMAXPROCS variable, or the CPUs).
-	Procs int
-	// RequirePathHeader refuses a call on a file that carries no routing
-	// header (FAILED_PRECONDITION): for a daemon of a cluster, where such
-	// a call was routed by nothing. List and health are exempt.
-	RequirePathHeader bool
-
-	// WrapFS, when set, wraps the file layer under the store: tests inject
-	// faults (ENOSPC, a held sync) through it. nil in production.
-	WrapFS func(store.FS) store.FS
-
-	// TracerProvider receives the daemon's spans; nil means one built from
-	// the OTEL_* environment variables (see telemetry.go), off unless
-	// OTEL_TRACES_EXPORTER or an OTLP endpoint is set. The daemon does not
-	// shut down a provider given here.
-	TracerProvider trace.TracerProvider
-}
-
-// MaxRequestBytesLimit is the largest Store.MaxRequestBytes accepted: a request is
-// held in memory more than once on its way (HTTP body, gRPC message), and
-// gRPC frames a message with a 32-bit length.
-const MaxRequestBytesLimit = 1 << 30
-
-// DefaultConfig is the daemon's configuration when no flag is given.
-func DefaultConfig() Config {
-	return Config{
-		Root:     "./data",
-		GRPCAddr: "127.0.0.1:50051",
-		HTTPAddr: "127.0.0.1:8080",
-		Store: store.Options{
-			Policy:            store.DefaultPolicy,
-			IO:                store.IOBuffered,
-			Fsync:             store.FsyncGroup,
-			MaxFileSize:       store.DefaultMaxFileSize,
-			MaxRequestBytes:   store.DefaultMaxRequestBytes,
-			MaxOpenFiles:      store.MaxOpenFilesFor(store.NoFileLimit(), store.IOBuffered),
-			MaxWaitersPerFile: DefaultMaxWaitersPerFile,
-			ExtentCacheBytes:  store.DefaultExtentCacheBytes,
-			MapFileBytes:      store.DefaultMapFileBytes,
-		},
-		MaxStreamBytes:    DefaultMaxStreamBytes,
-		StreamIdleTimeout: DefaultStreamIdleTimeout,
-		MaxFilesPerStream: DefaultMaxFilesPerStream,
-		DrainTimeout:      30 * time.Second,
-		ConnAuthTimeout:   DefaultConnAuthTimeout,
-		BodyTimeout:       DefaultBodyTimeout,
-		MaxInflightBytes:  DefaultMaxInflightBytes,
-	}
-}
-
-func (c Config) validate() error {
-	if c.Root == "" {
-		return errors.New("root directory is empty")
-	}
-	if c.GRPCAddr == "" {
-		return errors.New("gRPC address is empty")
-	}
-	// A limit of 0 is refused, not taken as the store's default: the
-	// operator who wrote it meant something else.
-	if c.Store.MaxRequestBytes <= 0 || c.Store.MaxRequestBytes > MaxRequestBytesLimit {
-		return fmt.Errorf("--max-request-bytes %d: want 1 to %d", c.Store.MaxRequestBytes, MaxRequestBytesLimit)
-	}
-	if c.Store.MaxFileSize <= 0 {
-		return fmt.Errorf("--max-file-size %d: want at least 1", c.Store.MaxFileSize)
-	}
-	if c.Store.MaxOpenFiles <= 0 {
-		return fmt.Errorf("--max-open-files %d: want at least 1", c.Store.MaxOpenFiles)
-	}
-	if err := store.CheckMaxOpenFiles(c.Store.MaxOpenFiles, c.Store.IO, store.NoFileLimit()); err != nil {
-		return fmt.Errorf("--max-open-files: %w", err)
-	}
-	if c.Store.MaxWaitersPerFile < 0 {
-		return fmt.Errorf("--max-waiters-per-file %d is negative (0 means unbounded)", c.Store.MaxWaitersPerFile)
-	}
-	if c.MaxStreamBytes <= 0 {
-		return fmt.Errorf("--max-stream-bytes %d: want at least 1", c.MaxStreamBytes)
-	}
-	if c.StreamIdleTimeout <= 0 {
-		return fmt.Errorf("--stream-idle-timeout %v: want more than 0", c.StreamIdleTimeout)
-	}
-	if c.MaxFilesPerStream <= 0 {
-		return fmt.Errorf("--max-files-per-stream %d: want at least 1", c.MaxFilesPerStream)
-	}
-	if c.DrainTimeout < 0 {
-		return fmt.Errorf("drain timeout %v is negative", c.DrainTimeout)
-	}
-	if c.ConnAuthTimeout <= 0 {
-		return fmt.Errorf("--conn-auth-timeout %v: want more than 0", c.ConnAuthTimeout)
-	}
-	if c.BodyTimeout <= 0 {
-		return fmt.Errorf("--body-timeout %v: want more than 0", c.BodyTimeout)
-	}
-	if _, err := gateway.NewBrowserGuard(c.HTTPAddr, c.HTTPAllowedOrigins, c.HTTPAllowedHosts); err != nil {
-		return err
-	}
-	if least := admit.MinInflightBytes(c.Store.MaxRequestBytes); c.MaxInflightBytes < least {
-		return fmt.Errorf("--max-inflight-bytes %d: want at least %d, what a gRPC message at --max-request-bytes "+
-			"holds while it is received", c.MaxInflightBytes, least)
-	}
-	return nil
-}
 
 // Server is a running daemon: the store, the gRPC server and, unless
 // disabled, the REST gateway.
@@ -327,7 +157,7 @@ func Start(cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 
-	if s.tel, err = newTelemetry(context.Background(), cfg); err != nil {
+	if s.tel, err = newTelemetry(context.Background(), cfg.TracerProvider); err != nil {
 		return nil, err
 	}
 	osfs, err := store.OpenOSFS(cfg.Root)

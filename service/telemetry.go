@@ -67,10 +67,10 @@ type telemetry struct {
 	shutdowns []func(context.Context) error
 }
 
-// newTelemetry builds the providers. A TracerProvider given in cfg is used
-// as it is (tests pass an in-memory one) and is not shut down by the
-// daemon.
-func newTelemetry(ctx context.Context, cfg Config) (_ *telemetry, err error) {
+// newTelemetry builds the providers. A TracerProvider given (tp, from
+// Config.TracerProvider) is used as it is (tests pass an in-memory one)
+// and is not shut down by the daemon.
+func newTelemetry(ctx context.Context, tp trace.TracerProvider) (_ *telemetry, err error) {
 	t := &telemetry{}
 	defer func() {
 		if err != nil {
@@ -91,7 +91,7 @@ func newTelemetry(ctx context.Context, cfg Config) (_ *telemetry, err error) {
 	if t.propagator, err = propagatorFromEnv(); err != nil {
 		return nil, err
 	}
-	t.tracerProvider, t.tracesTo = cfg.TracerProvider, "the tracer provider in Config"
+	t.tracerProvider, t.tracesTo = tp, "the tracer provider in Config"
 	if t.tracerProvider == nil {
 		if t.tracerProvider, t.tracesTo, err = t.tracesFromEnv(ctx, res); err != nil {
 			return nil, err

@@ -439,7 +439,7 @@ func TestTracesFromEnvironment(t *testing.T) {
 			t.Setenv("OTEL_METRICS_EXPORTER", "none")
 			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", tc.endpoint)
 			t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", tc.tracesEndpoint)
-			tel, err := newTelemetry(t.Context(), DefaultConfig())
+			tel, err := newTelemetry(t.Context(), DefaultConfig().TracerProvider)
 			if tc.fails {
 				if err == nil {
 					tel.shutdown(t.Context())
