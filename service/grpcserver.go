@@ -144,7 +144,7 @@ func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 }
 
 // logRPC logs the end of an RPC: at error level when its code says the
-// server or the disk failed (failureLevel), else at debug level. It names
+// server or the disk failed (status.FailureLevel), else at debug level. It names
 // the caller (peerAddr) and the file (path: a unary call's, or the first
 // that a stream's messages name).
 // The elapsed time is a Go duration string in either log format: slog's
