@@ -42,6 +42,12 @@ type Config struct {
 	// MaxFilesPerStream bounds the files one WriteStream holds declared
 	// at once (TOO_MANY_FILES_ON_STREAM past it).
 	MaxFilesPerStream int
+	// ShutdownDelay is how long a shutdown goes on serving everything,
+	// new connections and calls included, after health turns NOT_SERVING
+	// (and /readyz 503) and before the drain begins: the time load
+	// balancers need to see, through their probes, that the daemon leaves.
+	// 0 drains at once.
+	ShutdownDelay time.Duration
 	// DrainTimeout bounds how long a shutdown waits for requests in flight
 	// before it cancels them.
 	DrainTimeout time.Duration
@@ -162,6 +168,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxFilesPerStream <= 0 {
 		return fmt.Errorf("--max-files-per-stream %d: want at least 1", c.MaxFilesPerStream)
+	}
+	if c.ShutdownDelay < 0 {
+		return fmt.Errorf("--shutdown-delay %v is negative", c.ShutdownDelay)
 	}
 	if c.DrainTimeout < 0 {
 		return fmt.Errorf("drain timeout %v is negative", c.DrainTimeout)

@@ -23,6 +23,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -62,25 +63,24 @@ type Server struct {
 	// server takes none: the gateway took it for the whole request).
 	budget *admit.Budget
 
-	// The gateway, nil when Config.HTTPAddr is empty. It reaches a gRPC
-	// server of its own, gatewaySrv, through gatewayConn over gatewayLis, a
-	// pipe inside the process: the same FileService with the same token
-	// check and telemetry, but not the public listener's per-connection
-	// limits, which would make one connection's bound every REST caller's,
-	// and drained apart from it (see Shutdown).
-	httpSrv     *http.Server
-	httpLis     net.Listener
-	httpGuard   *auth.GuardedListener // under httpLis
-	gatewaySrv  *grpc.Server
-	gatewayLis  *pipeListener
-	gatewayConn *grpc.ClientConn
+	// httpLis is the REST gateway's listener (restDoor), nil when
+	// Config.HTTPAddr is empty.
+	httpLis net.Listener
 
-	// pprofSrv serves Config.PprofAddr on pprofLis; nil when it is empty.
-	pprofSrv *http.Server
+	// pprofLis is where Config.PprofAddr is served (pprofDoor), nil when
+	// it is empty.
 	pprofLis net.Listener
 
-	// serveErr receives an error when a listener fails while serving.
+	// doors are the ways in, each listener with what serves it, in the
+	// order Start opened them: Shutdown drains them and closeAll closes
+	// them (doors.go).
+	doors []door
+	// serveErr receives an error when a door fails while serving; it
+	// holds one per door's server.
 	serveErr chan error
+	// endDelay, closed, ends Config.ShutdownDelay early: tests close it
+	// once they have seen what happens during the delay.
+	endDelay chan struct{}
 
 	shutdownOnce sync.Once
 	shutdownErr  error // Shutdown's result, for every call
@@ -93,7 +93,8 @@ type Server struct {
 // Run starts the daemon and serves until ctx ends or SIGINT or SIGTERM
 // arrives, then shuts it down (see Server.Shutdown) and returns nil if
 // everything in flight finished and every file was synced. A second SIGINT
-// or SIGTERM during the drain kills the process the default way.
+// or SIGTERM during the shutdown delay or the drain kills the process the
+// default way.
 //
 // Run is meant to be the rest of the process's life: from its first line
 // on, SIGHUP rereads --auth-token-file, or without one is logged and
@@ -136,7 +137,7 @@ func Run(ctx context.Context, cfg Config) error {
 	return errors.Join(serveErr, s.Shutdown())
 }
 
-// Start opens the store and both listeners and serves in the background.
+// Start opens the store and the listeners and serves in the background.
 // It logs the addresses it bound, which matter with port 0.
 func Start(cfg Config) (_ *Server, err error) {
 	if err := cfg.validate(); err != nil {
@@ -146,7 +147,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{cfg: cfg, log: log, health: health.NewServer(), serveErr: make(chan error, 4)}
+	s := &Server{cfg: cfg, log: log, health: health.NewServer(), serveErr: make(chan error, 8), endDelay: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			s.closeAll()
@@ -210,6 +211,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	}
 	s.grpcLis = auth.NewGuardedListener(lis, cfg.ConnAuthTimeout)
 	s.grpcSrv = newGRPCServer(s.files, s.health, cfg.Store.MaxRequestBytes, log, s.tel, append(s.publicServerOptions(), rpc.PathHeaderOptions(cfg.RequirePathHeader)...)...)
+	s.doors = append(s.doors, &grpcDoor{srv: s.grpcSrv, lis: s.grpcLis, log: log})
 	if cfg.HTTPAddr != "" {
 		if err := s.startGateway(); err != nil {
 			return nil, err
@@ -223,22 +225,8 @@ func Start(cfg Config) (_ *Server, err error) {
 
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(filewritev1.FileService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	go func() {
-		if err := s.grpcSrv.Serve(s.grpcLis); err != nil {
-			s.serveErr <- fmt.Errorf("gRPC server: %w", err)
-		}
-	}()
-	if s.httpSrv != nil {
-		go func() {
-			if err := s.gatewaySrv.Serve(s.gatewayLis); err != nil {
-				s.serveErr <- fmt.Errorf("gateway's gRPC server: %w", err)
-			}
-		}()
-		go func() {
-			if err := s.httpSrv.Serve(s.httpLis); !errors.Is(err, http.ErrServerClosed) {
-				s.serveErr <- fmt.Errorf("HTTP gateway: %w", err)
-			}
-		}()
+	for _, d := range s.doors {
+		d.serve(s.serveErr)
 	}
 	st := s.store.Options()
 	build := ReadBuildInfo()
@@ -260,12 +248,18 @@ func Start(cfg Config) (_ *Server, err error) {
 	return s, nil
 }
 
+// startGateway opens the REST door: its HTTP listener, and the gRPC
+// server of its own that the gateway reaches over a pipe.
 func (s *Server) startGateway() (err error) {
 	limit := status.MaxMessageBytes(s.cfg.Store.MaxRequestBytes)
-	s.gatewayLis = newPipeListener()
-	s.gatewaySrv = newGRPCServer(s.files, s.health, s.cfg.Store.MaxRequestBytes, s.log, s.tel, append(s.gatewayServerOptions(), rpc.PathHeaderOptions(s.cfg.RequirePathHeader)...)...)
-	s.gatewayConn, err = grpc.NewClient("passthrough:///gateway",
-		grpc.WithContextDialer(s.gatewayLis.dial),
+	// The door is filled as its pieces are made, so that a failure
+	// half-way closes those made (closeAll).
+	rest := &restDoor{log: s.log}
+	s.doors = append(s.doors, rest)
+	rest.grpcLis = newPipeListener()
+	rest.grpcSrv = newGRPCServer(s.files, s.health, s.cfg.Store.MaxRequestBytes, s.log, s.tel, append(s.gatewayServerOptions(), rpc.PathHeaderOptions(s.cfg.RequirePathHeader)...)...)
+	rest.grpcConn, err = grpc.NewClient("passthrough:///gateway",
+		grpc.WithContextDialer(rest.grpcLis.dial),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStatsHandler(s.tel.clientHandler()),
 		grpc.WithChainUnaryInterceptor(gateway.HoldBody),
@@ -274,7 +268,7 @@ func (s *Server) startGateway() (err error) {
 	if err != nil {
 		return fmt.Errorf("gateway client: %w", err)
 	}
-	handler, err := gateway.New(context.Background(), s.gatewayConn, gateway.Config{
+	handler, err := gateway.New(context.Background(), rest.grpcConn, gateway.Config{
 		MaxRequestBytes: s.cfg.Store.MaxRequestBytes,
 		MaxFileSize:     s.cfg.Store.MaxFileSize,
 		BodyTimeout:     s.cfg.BodyTimeout,
@@ -292,19 +286,19 @@ func (s *Server) startGateway() (err error) {
 		lis.Close()
 		return err
 	}
-	s.httpGuard = auth.NewGuardedListener(lis, s.cfg.ConnAuthTimeout)
-	s.httpLis = s.httpGuard
-	s.httpSrv = &http.Server{
-		Handler:           s.httpHandler(handler, browser),
+	rest.httpGuard = auth.NewGuardedListener(lis, s.cfg.ConnAuthTimeout)
+	rest.httpLis = rest.httpGuard
+	if s.tlsConf != nil {
+		rest.httpLis = auth.HTTPTLSListener(rest.httpLis, s.tlsConf)
+	}
+	s.httpLis = rest.httpLis
+	rest.httpSrv = &http.Server{
+		// Security wraps whatever the listener serves, gateway and all.
+		Handler:           s.probeRoutes(s.auth.HTTPMiddleware(s.httpHandler(handler, browser))),
 		ConnContext:       auth.WithGuardedConn,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
-	// Security wraps whatever the listener serves, gateway and all.
-	s.httpSrv.Handler = s.probeRoutes(s.auth.HTTPMiddleware(s.httpSrv.Handler))
-	if s.tlsConf != nil {
-		s.httpLis = auth.HTTPTLSListener(s.httpLis, s.tlsConf)
 	}
 	return nil
 }
@@ -347,18 +341,23 @@ func (s *Server) HTTPAddr() net.Addr {
 
 // Shutdown drains the daemon and closes the store. In order:
 //
-//  1. health turns NOT_SERVING (health Watch streams are told), and
-//     WriteStreams stop reading;
-//  2. both listeners stop taking new work at once: the public gRPC server
-//     stops accepting connections and tells every connection to start no
-//     new call (GOAWAY; calls already on their way are still served, as
-//     HTTP/2's graceful shutdown has it), the gateway stops accepting
-//     requests, and connections that never authenticated are closed;
-//  3. requests in flight finish: REST ones still reach the gateway's own
+//  1. health turns NOT_SERVING: health Watch streams are told, and
+//     /readyz answers 503;
+//  2. for Config.ShutdownDelay, nothing else changes: every door takes
+//     new connections and new calls, and WriteStreams read on, so that a
+//     load balancer that probes has the time to see the daemon leave
+//     before it refuses anything;
+//  3. WriteStreams stop reading, and every door (Server.doors) stops
+//     taking new work at once: the public gRPC server stops accepting
+//     connections and tells every connection to start no new call
+//     (GOAWAY; calls already on their way are still served, as HTTP/2's
+//     graceful shutdown has it), the gateway stops accepting requests,
+//     and connections that never authenticated are closed;
+//  4. requests in flight finish: REST ones still reach the gateway's own
 //     gRPC server, which stops once they are done;
-//  4. the store syncs and closes every open file.
+//  5. the store syncs and closes every open file.
 //
-// Step 3 is bounded by Config.DrainTimeout; past it, what still runs is
+// Step 4 is bounded by Config.DrainTimeout; past it, what still runs is
 // cancelled, and the store still waits for the operations it has begun
 // before its final sync. Shutdown returns that sync's error, if any; a
 // second call waits for the first and returns the same.
@@ -369,34 +368,17 @@ func (s *Server) Shutdown() error {
 
 func (s *Server) shutdown() error {
 	s.health.Shutdown()
+	s.waitShutdownDelay()
 	s.files.Drain()
 	s.log.Info("draining", "timeout", s.cfg.DrainTimeout)
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
+	ctx, cancel := context.WithTimeoutCause(context.Background(), s.cfg.DrainTimeout,
+		fmt.Errorf("--drain-timeout %v passed", s.cfg.DrainTimeout))
 	defer cancel()
-
-	public := make(chan struct{})
-	go func() {
-		s.grpcSrv.GracefulStop()
-		close(public)
-	}()
-	// GracefulStop sends its GOAWAYs once no connection is in its
-	// handshake: a stranger's would hold it up.
-	s.grpcLis.CloseUntrusted()
-	if s.httpSrv != nil {
-		go s.httpGuard.CloseUntrusted()
-		if err := s.httpSrv.Shutdown(ctx); err != nil {
-			s.log.Warn("HTTP drain cut short", "error", err)
-			s.httpSrv.Close()
-		}
-		s.drainGRPC(ctx, s.gatewaySrv, "gateway's gRPC")
+	var drains sync.WaitGroup
+	for _, d := range s.doors {
+		drains.Go(func() { d.drain(ctx) })
 	}
-	select {
-	case <-public:
-	case <-ctx.Done():
-		s.log.Warn("gRPC drain cut short: cancelling RPCs in flight", "timeout", s.cfg.DrainTimeout)
-		s.grpcSrv.Stop()
-		<-public
-	}
+	drains.Wait()
 	err := s.closeAll()
 	if err != nil {
 		s.log.Error("stopped with errors", "error", err)
@@ -406,20 +388,18 @@ func (s *Server) shutdown() error {
 	return nil
 }
 
-// drainGRPC stops srv gracefully, or, once ctx ends, cancels the RPCs it
-// still runs.
-func (s *Server) drainGRPC(ctx context.Context, srv *grpc.Server, name string) {
-	stopped := make(chan struct{})
-	go func() {
-		srv.GracefulStop()
-		close(stopped)
-	}()
+// waitShutdownDelay waits for Config.ShutdownDelay, unless endDelay
+// closes first.
+func (s *Server) waitShutdownDelay() {
+	if s.cfg.ShutdownDelay <= 0 {
+		return
+	}
+	s.log.Info("not ready: serving on until the shutdown delay has passed", "delay", s.cfg.ShutdownDelay)
+	t := time.NewTimer(s.cfg.ShutdownDelay)
+	defer t.Stop()
 	select {
-	case <-stopped:
-	case <-ctx.Done():
-		s.log.Warn(name+" drain cut short: cancelling RPCs in flight", "timeout", s.cfg.DrainTimeout)
-		srv.Stop()
-		<-stopped
+	case <-t.C:
+	case <-s.endDelay:
 	}
 }
 
@@ -427,34 +407,10 @@ func (s *Server) drainGRPC(ctx context.Context, srv *grpc.Server, name string) {
 // drain. Closing the store syncs every open file.
 func (s *Server) closeAll() error {
 	var errs []error
-	// Servers close only the listeners they were serving; Start can fail
-	// before that, so the listeners are closed here too (twice is harmless).
-	if s.grpcSrv != nil {
-		s.grpcSrv.Stop()
-	}
-	if s.grpcLis != nil {
-		s.grpcLis.Close()
-	}
-	if s.httpSrv != nil {
-		s.httpSrv.Close()
-	}
-	if s.httpLis != nil {
-		s.httpLis.Close()
-	}
-	if s.pprofSrv != nil {
-		s.pprofSrv.Close()
-	}
-	if s.pprofLis != nil {
-		s.pprofLis.Close()
-	}
-	if s.gatewayConn != nil {
-		s.gatewayConn.Close()
-	}
-	if s.gatewaySrv != nil {
-		s.gatewaySrv.Stop()
-	}
-	if s.gatewayLis != nil {
-		s.gatewayLis.Close()
+	// Doors close only the listeners they were serving; Start can fail
+	// before that, so each closes its own too (twice is harmless).
+	for _, d := range slices.Backward(s.doors) {
+		d.close()
 	}
 	if s.store != nil {
 		if err := s.store.Close(); err != nil {

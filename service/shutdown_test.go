@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,5 +81,84 @@ func TestShutdownRefusesNewCallsWhileRESTDrains(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(d.root, "after.bin")); !os.IsNotExist(err) {
 		t.Errorf("after.bin exists (%v): a refused Write was performed", err)
+	}
+}
+
+// TestShutdownDelayServesOn: during --shutdown-delay health says
+// NOT_SERVING and /readyz 503, while everything still serves: a Write on
+// an open connection and on a new one, a REST PUT, and a WriteStream
+// opened before, which reads on. Once the delay ends the drain runs as
+// without one: the stream acks what it read and ends with UNAVAILABLE,
+// and Shutdown returns.
+func TestShutdownDelayServesOn(t *testing.T) {
+	d := startDaemon(t, func(c *Config) { c.ShutdownDelay = time.Hour })
+	ctx := testContext(t)
+	stream := openStream(t, ctx, d.client, "stream.bin")
+	send := func(id uint64, data string) {
+		t.Helper()
+		w := streamWriteOf(id, int64(id)*4, []byte(data), filewritev1.SyncMode_SYNC_MODE_UNSPECIFIED)
+		if err := stream.Send(&filewritev1.WriteStreamRequest{Writes: []*filewritev1.StreamWrite{w}}); err != nil {
+			t.Fatalf("send write %d: %v", id, err)
+		}
+		resp, err := stream.Recv()
+		if err != nil || len(resp.GetAcks()) != 1 || resp.GetAcks()[0].GetStatus() != nil {
+			t.Fatalf("ack of write %d: %v %v, want one OK ack", id, resp, err)
+		}
+	}
+	send(0, "aaaa")
+
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watch := testutil.WatchHealth(t, watchCtx, d.conn)
+	shutdownDone := make(chan error, 1)
+	go func() { shutdownDone <- d.srv.Shutdown() }()
+	watch(healthpb.HealthCheckResponse_NOT_SERVING)
+	stopWatch()
+
+	if got := testutil.DoHTTP(t, http.MethodGet, d.url+"/readyz", nil, nil); got.Status != http.StatusServiceUnavailable || !strings.Contains(string(got.Body), "NOT_SERVING") {
+		t.Errorf("/readyz during the delay: %d %s, want 503 NOT_SERVING", got.Status, got.Body)
+	}
+	if got := testutil.DoHTTP(t, http.MethodGet, d.url+"/healthz", nil, nil); got.Status != http.StatusOK {
+		t.Errorf("/healthz during the delay: %d %s, want 200", got.Status, got.Body)
+	}
+	if _, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "open.bin", Data: []byte("open")}); err != nil {
+		t.Errorf("Write on an open connection during the delay: %v", err)
+	}
+	fresh := testutil.PlaintextConn(t, d.srv.GRPCAddr().String())
+	if _, err := filewritev1.NewFileServiceClient(fresh).Write(ctx, &filewritev1.WriteRequest{Path: "fresh.bin", Data: []byte("fresh")}); err != nil {
+		t.Errorf("Write on a new connection during the delay: %v", err)
+	}
+	if got := testutil.DoHTTP(t, http.MethodPut, d.url+"/v1/files/put.bin", strings.NewReader("put"), nil); got.Status != http.StatusOK {
+		t.Errorf("PUT during the delay: %d %s, want 200", got.Status, got.Body)
+	}
+	send(1, "bbbb")
+	select {
+	case err := <-shutdownDone:
+		t.Fatalf("Shutdown returned (%v) during the delay", err)
+	default:
+	}
+
+	close(d.srv.endDelay)
+	e := recvAll(stream)
+	if status.Code(e.err) != codes.Unavailable || len(e.acks) != 0 {
+		t.Errorf("the stream after the delay: %d more acks, end %v; want none and UNAVAILABLE", len(e.acks), e.err)
+	}
+	if err := <-shutdownDone; err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	for name, want := range map[string]string{"stream.bin": "aaaabbbb", "open.bin": "open", "fresh.bin": "fresh", "put.bin": "put"} {
+		if got := d.onDisk(t, name); string(got) != want {
+			t.Errorf("%s after the shutdown: %q, want %q", name, got, want)
+		}
+	}
+}
+
+// TestShutdownDelayRefusedNegative: a negative delay is a mistake, not
+// "none".
+func TestShutdownDelayRefusedNegative(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Root = t.TempDir()
+	cfg.ShutdownDelay = -time.Second
+	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "--shutdown-delay") {
+		t.Errorf("validate with --shutdown-delay -1s: %v, want an error naming the flag", err)
 	}
 }
