@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -76,6 +77,16 @@ func startDaemon(t *testing.T, configure func(*Config)) *daemon {
 		d.url = "http://" + a.String()
 	}
 	return d
+}
+
+// restStatus is the google.rpc.Status of a REST error body.
+func restStatus(t *testing.T, body []byte) *status.Status {
+	t.Helper()
+	var st spb.Status
+	if err := protojson.Unmarshal(body, &st); err != nil {
+		t.Fatalf("body %s is no google.rpc.Status: %v", body, err)
+	}
+	return status.FromProto(&st)
 }
 
 func testContext(t *testing.T) context.Context {

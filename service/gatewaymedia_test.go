@@ -16,6 +16,7 @@ import (
 	"time"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/errorinfo"
 	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/gateway"
@@ -350,6 +351,13 @@ func TestMethodNotAllowed(t *testing.T) {
 			if resp.StatusCode != 405 || resp.Header.Get("Allow") != tt.wantAllow {
 				t.Errorf("%d, Allow %q (%s); want 405, Allow %q", resp.StatusCode, resp.Header.Get("Allow"), body, tt.wantAllow)
 			}
+			if tt.method == "HEAD" {
+				return // no body
+			}
+			info := errorinfo.From(restStatus(t, body).Err())
+			if got := info.GetReason(); got != "METHOD_NOT_ALLOWED" || info.GetMetadata()["allow"] != tt.wantAllow {
+				t.Errorf("ErrorInfo %v, want reason METHOD_NOT_ALLOWED with allow %q", info, tt.wantAllow)
+			}
 		})
 	}
 	// Nothing was written, created or deleted.
@@ -363,6 +371,22 @@ func TestMethodNotAllowed(t *testing.T) {
 	}
 	if !slices.Equal(got, []string{"x"}) || string(d.onDisk(t, "x")) != "x" {
 		t.Errorf("root after the refused requests: %q, x holding %q; want only x, holding \"x\"", got, d.onDisk(t, "x"))
+	}
+}
+
+// TestRouteNotFound: a path that no route serves is a 404 whose reason
+// says so, not that a file is missing.
+func TestRouteNotFound(t *testing.T) {
+	d := startDaemon(t, nil)
+	for _, path := range []string{"/", "/v1", "/v2/files/a", "/v1/file/a"} {
+		resp, body := send(t, "GET", d.url+path, nil, nil)
+		if resp.StatusCode != 404 {
+			t.Errorf("GET %s: %d %s, want 404", path, resp.StatusCode, body)
+			continue
+		}
+		if got := errorinfo.Reason(restStatus(t, body).Err()); got != "ROUTE_NOT_FOUND" {
+			t.Errorf("GET %s: reason %q (%s), want ROUTE_NOT_FOUND", path, got, body)
+		}
 	}
 }
 

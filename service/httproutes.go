@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	grpcstatus "google.golang.org/grpc/status"
 
@@ -46,8 +45,7 @@ func (s *Server) httpHandler(gateway http.Handler, browser *gateway.BrowserGuard
 			return
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			status.WriteHTTP(w, http.StatusMethodNotAllowed, grpcstatus.Newf(codes.Unimplemented, "method %s not allowed: GET %s", r.Method, r.URL.Path))
+			getOnly(w, r)
 			return
 		}
 		h.ServeHTTP(w, r)
@@ -75,8 +73,7 @@ func (s *Server) probeRoutes(next http.Handler) http.Handler {
 			auth.TrustConn(r.Context()) // without tokens every request vouches, as in auth.HTTPMiddleware
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			status.WriteHTTP(w, http.StatusMethodNotAllowed, grpcstatus.Newf(codes.Unimplemented, "method %s not allowed: GET %s", r.Method, r.URL.Path))
+			getOnly(w, r)
 			return
 		}
 		state := healthpb.HealthCheckResponse_SERVING
@@ -111,4 +108,12 @@ func browserGuardFor(cfg Config, tokens bool) (*gateway.BrowserGuard, error) {
 		return nil, nil
 	}
 	return gateway.NewBrowserGuard(cfg.HTTPAddr, cfg.HTTPAllowedOrigins, cfg.HTTPAllowedHosts)
+}
+
+// getOnly answers a request on a route of GET and HEAD alone with any other
+// method: 405, as the gateway answers one.
+func getOnly(w http.ResponseWriter, r *http.Request) {
+	const allow = "GET, HEAD"
+	w.Header().Set("Allow", allow)
+	status.WriteHTTP(w, http.StatusMethodNotAllowed, grpcstatus.Convert(status.MethodNotAllowed(r.Method, allow)))
 }

@@ -7,10 +7,9 @@ import (
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/service/internal/status"
 )
 
 // routeTable answers which methods the gateway serves at a path, for the
@@ -120,29 +119,41 @@ func (discardResponse) Header() http.Header         { return http.Header{} }
 func (discardResponse) Write(b []byte) (int, error) { return len(b), nil }
 func (discardResponse) WriteHeader(int)             {}
 
-// handleRoutingError answers a request that no route takes: 404 for a
-// path that none serves, and for a method that none at its path serves,
-// 405 with the Allow header that RFC 9110 asks for (grpc-gateway's own
-// handler answers 501 without one).
+// handleRoutingError answers a request that no route takes: 404
+// (ROUTE_NOT_FOUND) for a path that none serves, and for a method that
+// none at its path serves, 405 (METHOD_NOT_ALLOWED) with the Allow header
+// that RFC 9110 asks for (grpc-gateway's own handler answers 501 without
+// one, and neither with a reason).
 func (g *gateway) handleRoutingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, code int) {
-	if code != http.StatusMethodNotAllowed {
+	switch code {
+	case http.StatusMethodNotAllowed:
+		allow, _ := g.routes.allow(r)
+		g.methodNotAllowed(w, r, allow)
+	case http.StatusNotFound:
+		runtime.HTTPError(ctx, mux, m, w, r, &runtime.HTTPStatusError{
+			HTTPStatus: http.StatusNotFound,
+			Err:        status.RouteNotFound(requestMethod(r), r.URL.Path),
+		})
+	default:
 		runtime.DefaultRoutingErrorHandler(ctx, mux, m, w, r, code)
-		return
 	}
-	allow, _ := g.routes.allow(r)
-	g.methodNotAllowed(w, r, allow)
 }
 
 // methodNotAllowed answers 405 with allow, the methods r's path takes.
 func (g *gateway) methodNotAllowed(w http.ResponseWriter, r *http.Request, allow string) {
-	method := r.Method
-	if isHead(r.Context()) {
-		method = http.MethodHead // served as a GET (serveHTTP)
-	}
 	w.Header().Set("Allow", allow)
 	_, out := runtime.MarshalerForRequest(g.mux, r)
 	runtime.HTTPError(r.Context(), g.mux, out, w, r, &runtime.HTTPStatusError{
 		HTTPStatus: http.StatusMethodNotAllowed,
-		Err:        status.Errorf(codes.Unimplemented, "method %s not allowed here: this path takes %s", method, allow),
+		Err:        status.MethodNotAllowed(requestMethod(r), allow),
 	})
+}
+
+// requestMethod is r's method as its client sent it: HEAD is served as a
+// GET (serveHTTP).
+func requestMethod(r *http.Request) string {
+	if isHead(r.Context()) {
+		return http.MethodHead
+	}
+	return r.Method
 }
