@@ -38,7 +38,9 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		return m.Run()
+		// The daemon's own leaks are the in-process packages' to find;
+		// here, the tests' (their clients, their watchers of the child).
+		return testutil.RunAndFindLeaks(m)
 	}())
 }
 
