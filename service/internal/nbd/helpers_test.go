@@ -1,0 +1,148 @@
+//go:build linux
+
+package nbd
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/filewrite/filewrite/internal/testutil"
+	"github.com/filewrite/filewrite/store"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testServer is a Server over a store of a fresh directory, listening on
+// a unix socket.
+type testServer struct {
+	root string
+	st   *store.Store
+	srv  *Server
+	sock string
+	// served ends with Serve's error.
+	served chan error
+}
+
+// startServer starts a server with the StoreBackend over a store of a
+// fresh directory; with changes cfg before the server is made. It is
+// shut down when the test ends.
+func startServer(t *testing.T, with ...func(*Config, *StoreBackend)) *testServer {
+	t.Helper()
+	root := testutil.Dir(t)
+	fsys, err := store.OpenOSFS(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(fsys, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveStore(t, root, st, with...)
+}
+
+// serveStore serves st (over root) as startServer does, and closes it
+// when the test ends.
+func serveStore(t *testing.T, root string, st *store.Store, with ...func(*Config, *StoreBackend)) *testServer {
+	t.Helper()
+	b := &StoreBackend{Store: st}
+	cfg := Config{Backend: b}
+	for _, w := range with {
+		w(&cfg, b)
+	}
+	srv, err := NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A unix socket's path must fit in 108 bytes: not under the package.
+	sockDir, err := os.MkdirTemp("", "nbd-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{root: root, st: st, srv: srv, sock: filepath.Join(sockDir, "s"), served: make(chan error, 1)}
+	l, err := net.Listen("unix", ts.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { ts.served <- srv.Serve(l) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if err := <-ts.served; !errors.Is(err, ErrServerClosed) {
+			t.Errorf("Serve: %v, want ErrServerClosed", err)
+		}
+		os.RemoveAll(sockDir)
+		if err := st.Close(); err != nil {
+			t.Errorf("store Close: %v", err)
+		}
+	})
+	return ts
+}
+
+// uri is the NBD URI of the export name on ts's socket.
+func (ts *testServer) uri(name string) string {
+	return "nbd+unix:///" + name + "?socket=" + ts.sock
+}
+
+// file writes data to the file name under the root, outside the store,
+// as an image made before the daemon started.
+func (ts *testServer) file(t *testing.T, name string, data []byte) string {
+	t.Helper()
+	p := filepath.Join(ts.root, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// needTool skips t when a client tool is missing; .ci/run installs them
+// all, so CI never skips.
+func needTool(t *testing.T, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed (Debian: libnbd-bin, python3-libnbd, qemu-utils, fio, nbd-client; .ci/run installs them)", tool)
+		}
+	}
+}
+
+// run runs a client tool and returns its standard output; it fails t
+// unless the tool exits 0.
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := runErr(name, args...)
+	if err != nil {
+		t.Fatalf("%s %s: %v", name, strings.Join(args, " "), err)
+	}
+	return out
+}
+
+// runErr runs a client tool; its error carries its standard error.
+func runErr(name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), errors.Join(err, errors.New(stderr.String()))
+	}
+	return stdout.String(), nil
+}
