@@ -309,7 +309,8 @@ func nbdScript(t *testing.T, uri, script string) string {
 // TestMultiConnFlushSurvivesPowerCut: a write acknowledged on one
 // connection is made durable by a FLUSH on another (what
 // NBD_FLAG_CAN_MULTI_CONN promises): the power cut right after keeps it,
-// and loses a later write that no flush covered.
+// and loses a later write that no flush covered, but not a write with
+// NBD_CMD_FLAG_FUA.
 func TestMultiConnFlushSurvivesPowerCut(t *testing.T) {
 	nbdPython(t)
 	ctx := context.Background()
@@ -334,6 +335,7 @@ a, b = connect(), connect()
 assert a.can_multi_conn()
 a.pwrite(b'\xab' * 65536, 4096)
 b.flush()
+a.pwrite(b'\xef' * 4096, 786432, nbd.CMD_FLAG_FUA)
 a.pwrite(b'\xcd' * 65536, 524288)
 a.shutdown()
 b.shutdown()
@@ -348,6 +350,7 @@ b.shutdown()
 	}
 	want := make([]byte, size)
 	copy(want[4096:], bytes.Repeat([]byte{0xab}, 65536))
+	copy(want[786432:], bytes.Repeat([]byte{0xef}, 4096))
 	testutil.SameBytes(t, "the file after the power cut", got, want)
 }
 
