@@ -29,10 +29,10 @@ type request struct {
 // it detects a violation by the other party of a mandatory condition").
 var errBadMagic = errors.New("bad request magic")
 
-// decodeRequest decodes a request header.
+// decodeRequest decodes a request header. It does not allocate.
 func decodeRequest(b *[requestHeaderLen]byte) (request, error) {
-	if m := binary.BigEndian.Uint32(b[0:]); m != magicRequest {
-		return request{}, fmt.Errorf("%w %#x", errBadMagic, m)
+	if binary.BigEndian.Uint32(b[0:]) != magicRequest {
+		return request{}, errBadMagic
 	}
 	return request{
 		flags:  binary.BigEndian.Uint16(b[4:]),

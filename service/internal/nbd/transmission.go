@@ -3,6 +3,7 @@ package nbd
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"time"
 
@@ -39,7 +40,7 @@ func (c *conn) transmit() error {
 		}
 		r, err := decodeRequest(&hdr)
 		if err != nil {
-			return err
+			return fmt.Errorf("%w %#x", err, binary.BigEndian.Uint32(hdr[:]))
 		}
 		c.requests.Add(1)
 		if r.typ == cmdDisc {
@@ -162,10 +163,11 @@ func (c *conn) readPayload(p []byte) error {
 func (c *conn) run(r request, buf *[]byte, ctx context.Context, end endFunc) {
 	defer func() {
 		<-c.slots
-		c.handlers.Done()
 		if c.running.Add(-1) == 0 && c.draining.Load() {
 			c.closeConn()
 		}
+		// Last: transmit's wait for the handlers then sees none running.
+		c.handlers.Done()
 	}()
 	if ctx == nil {
 		ctx, end = c.begin(r)
