@@ -59,6 +59,9 @@ type conn struct {
 	handlers sync.WaitGroup
 	// requests counts the requests received, for info.
 	requests atomic.Int64
+	// held: the serve goroutine held back replies it made (replyMade);
+	// owned by it.
+	held bool
 	// draining is set by Shutdown: requests that arrive are refused with
 	// NBD_ESHUTDOWN, and the connection is closed once none runs.
 	draining atomic.Bool
@@ -163,7 +166,9 @@ func addrString(a net.Addr) string {
 // replyWriter serializes the replies of a connection's requests onto its
 // socket. A reply is written whole under mu; the buffer is flushed by
 // the last of the replies that were waiting for mu at once, so that
-// replies sent together leave in one write.
+// replies sent together leave in one write. The serve goroutine holds
+// back the replies it makes itself while the next request is already
+// read (unlockHeld), and flushes them before it waits for the client.
 type replyWriter struct {
 	nc      net.Conn
 	timeout time.Duration
@@ -197,7 +202,17 @@ func (w *replyWriter) lock() error {
 // A reply that could not be written closes the connection: the client
 // cannot tell which of its requests were answered.
 func (w *replyWriter) unlock() error {
-	if w.err == nil && w.waiting.Load() == 0 {
+	return w.unlockFlush(w.waiting.Load() == 0)
+}
+
+// unlockHeld ends a reply without flushing it: the caller flushes
+// (flush) before it could wait for the client.
+func (w *replyWriter) unlockHeld() error {
+	return w.unlockFlush(false)
+}
+
+func (w *replyWriter) unlockFlush(flush bool) error {
+	if w.err == nil && flush {
 		w.err = w.bw.Flush()
 	}
 	err := w.err
@@ -207,6 +222,14 @@ func (w *replyWriter) unlock() error {
 	}
 	w.mu.Unlock()
 	return err
+}
+
+// flush sends what replies left in the buffer.
+func (w *replyWriter) flush() error {
+	if err := w.lock(); err != nil {
+		return err
+	}
+	return w.unlockFlush(w.bw.Buffered() > 0)
 }
 
 // write writes parts of a reply; errors show in unlock.

@@ -35,6 +35,9 @@ func (c *conn) transmit() error {
 		maxPayload: uint32(c.srv.cfg.MaxPayload)}
 	var hdr [requestHeaderLen]byte
 	for {
+		if err := c.flushHeld(requestHeaderLen); err != nil {
+			return err
+		}
 		if _, err := io.ReadFull(c.br, hdr[:]); err != nil {
 			return err
 		}
@@ -98,8 +101,17 @@ func (c *conn) begin(r request) (context.Context, endFunc) {
 func (c *conn) dispatch(r request) error {
 	select {
 	case c.slots <- struct{}{}:
-	case <-c.ctx.Done():
-		return c.ctx.Err()
+	default:
+		// Every slot is taken: the requests in them must end first, and
+		// the client may be waiting for the replies held back.
+		if err := c.flushHeld(0); err != nil {
+			return err
+		}
+		select {
+		case c.slots <- struct{}{}:
+		case <-c.ctx.Done():
+			return c.ctx.Err()
+		}
 	}
 	var buf *[]byte
 	var ctx context.Context
@@ -123,7 +135,7 @@ func (c *conn) dispatch(r request) error {
 				bufpool.Shared.Put(buf)
 				c.srv.cfg.Budget.Release(n)
 				<-c.slots
-				err := c.replyOK(r)
+				err := c.replyMade(r)
 				end.done(err)
 				return err
 			}
@@ -142,6 +154,9 @@ func (c *conn) readPayload(p []byte) error {
 	armed := false
 	for len(p) > 0 {
 		k := min(len(p), 64<<10)
+		if err := c.flushHeld(k); err != nil {
+			return err
+		}
 		if c.br.Buffered() < k {
 			c.nc.SetReadDeadline(time.Now().Add(c.srv.cfg.PayloadTimeout))
 			armed = true
@@ -417,6 +432,34 @@ func putChunkHeader(b []byte, flags, typ uint16, cookie uint64, length uint32) {
 	binary.BigEndian.PutUint16(b[6:], typ)
 	binary.BigEndian.PutUint64(b[8:], cookie)
 	binary.BigEndian.PutUint32(b[16:], length)
+}
+
+// replyMade answers the success of r, made by the serve goroutine: held
+// back if the next request's header has come already, to leave with the
+// replies after it.
+func (c *conn) replyMade(r request) error {
+	if c.br.Buffered() < requestHeaderLen {
+		return c.replyOK(r)
+	}
+	if err := c.out.lock(); err != nil {
+		return err
+	}
+	b := simpleReply(r.cookie, 0)
+	c.out.write(b[:])
+	c.held = true
+	return c.out.unlockHeld()
+}
+
+// flushHeld flushes the replies the serve goroutine held back, unless
+// the next n bytes it reads have come already: it is about to wait, for
+// the client who may be waiting for them, or (n 0) for the requests in
+// flight.
+func (c *conn) flushHeld(n int) error {
+	if !c.held || n > 0 && c.br.Buffered() >= n {
+		return nil
+	}
+	c.held = false
+	return c.out.flush()
 }
 
 // replyOK answers r's success where no data is due: a simple reply, which
