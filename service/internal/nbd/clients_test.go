@@ -10,6 +10,9 @@ package nbd
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -18,6 +21,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/filewrite/filewrite/internal/testutil"
@@ -388,4 +392,101 @@ h.shutdown()
 		t.Fatal(err)
 	}
 	testutil.SameBytes(t, "the file", got, content)
+}
+
+// TestTLSClientCertificate: libnbd upgrades with NBD_OPT_STARTTLS on a
+// server that requires TLS, and the backend sees its client certificate;
+// without a certificate it cannot connect.
+func TestTLSClientCertificate(t *testing.T) {
+	needTool(t, "nbdinfo")
+	dir := testutil.Dir(t)
+	serverCert := testutil.NewCert(t, dir, "server")
+	ca := testutil.NewCA(t, dir)
+	pair, err := tls.LoadX509KeyPair(serverCert.CertFile, serverCert.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(ca.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientCAs := x509.NewCertPool()
+	clientCAs.AppendCertsFromPEM(caPEM)
+	var seen atomic.Value
+	ts := startServer(t, func(c *Config, b *StoreBackend) {
+		c.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clientCAs}
+		c.RequireTLS = true
+		b.Authorize = func(_ context.Context, p *Peer, _ string) (bool, error) {
+			if p.TLS != nil && len(p.TLS.PeerCertificates) > 0 && len(p.TLS.PeerCertificates[0].URIs) > 0 {
+				seen.Store(p.TLS.PeerCertificates[0].URIs[0].String())
+			}
+			return false, nil
+		}
+	})
+	ts.file(t, "a.img", make([]byte, 1<<20))
+
+	// libnbd's certificate directory: the CA that signed the server's
+	// certificate (it is its own), and the client's pair.
+	certs := filepath.Join(dir, "libnbd")
+	if err := os.Mkdir(certs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	client := ca.Issue(t, "spiffe://test/tenant-a")
+	key, err := x509.MarshalPKCS8PrivateKey(client.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverPEM, err := os.ReadFile(serverCert.CertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{
+		"ca-cert.pem":     serverPEM,
+		"client-cert.pem": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: client.Certificate[0]}),
+		"client-key.pem":  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}),
+	} {
+		if err := os.WriteFile(filepath.Join(certs, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	uri := "nbds+unix:///a.img?socket=" + ts.sock + "&tls-certificates=" + certs + "&tls-hostname=localhost"
+	if got := strings.TrimSpace(run(t, "nbdinfo", "--size", uri)); got != "1048576" {
+		t.Errorf("nbdinfo --size over TLS: %s", got)
+	}
+	if got, _ := seen.Load().(string); got != "spiffe://test/tenant-a" {
+		t.Errorf("the backend saw the certificate %q", got)
+	}
+	if _, err := runErr("nbdinfo", "--size", ts.uri("a.img")); err == nil {
+		t.Errorf("nbdinfo without TLS connected to a server that requires it")
+	}
+}
+
+// TestSimpleReplies: a client that does not negotiate structured replies
+// (as the kernel's does not) reads, writes, zeroes and trims through
+// simple replies.
+func TestSimpleReplies(t *testing.T) {
+	ts := startServer(t)
+	ts.file(t, "a.img", bytes.Repeat([]byte{0x11}, 1<<20))
+	nbdScript(t, ts.uri("a.img"), `
+h = nbd.NBD()
+h.set_request_structured_replies(False)
+h.set_strict_mode(0)  # the read past the end below goes to the server
+h.connect_uri(uri)
+assert not h.get_structured_replies_negotiated()
+h.pwrite(b'\xab' * 8192, 4096, nbd.CMD_FLAG_FUA)
+h.zero(4096, 65536)
+h.trim(65536, 131072)
+h.flush()
+assert h.pread(8192, 4096) == b'\xab' * 8192
+assert h.pread(4096, 65536) == bytes(4096)
+assert h.pread(65536, 131072) == bytes(65536)
+assert h.pread(4096, 1048576 - 4096) == b'\x11' * 4096
+try:
+    h.pread(4096, 1048576 - 100)
+except nbd.Error as e:
+    assert e.errnum == errno.EINVAL, e
+else:
+    raise AssertionError("a read past the end succeeded")
+h.shutdown()
+`)
 }

@@ -74,7 +74,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 
 // serve runs the connection to its end and closes it.
 func (c *conn) serve() {
-	defer c.close()
+	defer c.closeConn()
 	log := c.srv.cfg.Logger
 	c.nc.SetDeadline(time.Now().Add(c.srv.cfg.HandshakeTimeout))
 	ctx, cancel := context.WithDeadline(c.srv.stop, time.Now().Add(c.srv.cfg.HandshakeTimeout))
@@ -126,19 +126,14 @@ func (c *conn) drain() {
 }
 
 // closeConn closes the connection, which ends whatever reads or writes
-// it; the serve goroutine then cleans up.
+// it: serve's, when it returns, and the server's to cut it short. The
+// serve goroutine then cleans up; the export is closed by transmit, once
+// its requests have ended.
 func (c *conn) closeConn() {
 	c.mu.Lock()
 	nc := c.nc
 	c.mu.Unlock()
 	nc.Close()
-}
-
-// close ends the connection: called by serve when it returns, and by the
-// server to cut it short. The export is closed by transmit, once its
-// requests have ended.
-func (c *conn) close() {
-	c.closeConn()
 }
 
 // info describes the connection for Server.Conns.

@@ -250,7 +250,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		s.stopAll()
 		for _, c := range conns {
-			c.close()
+			c.closeConn()
 		}
 		<-done
 		return ctx.Err()
@@ -263,7 +263,7 @@ func (s *Server) Close() error {
 	conns := s.beginClose()
 	s.stopAll()
 	for _, c := range conns {
-		c.close()
+		c.closeConn()
 	}
 	s.wg.Wait()
 	return nil

@@ -150,12 +150,25 @@ var (
 func (e *storeExport) Size() int64    { return e.size }
 func (e *storeExport) ReadOnly() bool { return e.readOnly }
 
+// readChunk bounds each Read that ReadAt makes: the store returns a
+// buffer of its own, which is copied into the server's, and a READ of 32
+// MiB would otherwise hold twice that.
+const readChunk = 1 << 20
+
 func (e *storeExport) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
-	data, err := e.s.Read(ctx, e.name, off, int64(len(p)))
-	if err != nil {
-		return 0, requestError(err)
+	n := 0
+	for n < len(p) {
+		want := min(len(p)-n, readChunk)
+		data, err := e.s.Read(ctx, e.name, off+int64(n), int64(want))
+		if err != nil {
+			return n, requestError(err)
+		}
+		n += copy(p[n:], data)
+		if len(data) < want {
+			break // the file ends here
+		}
 	}
-	return copy(p, data), nil
+	return n, nil
 }
 
 func (e *storeExport) WriteAt(ctx context.Context, p []byte, off int64, fua bool) error {
