@@ -137,9 +137,10 @@ type comparisonResult struct {
 
 type columnSummary struct {
 	Name string `json:"name"`
-	// Transport is "unary" (one RPC per operation) or "stream" (through
-	// WriteStream and the client package); empty for a column that does
-	// not call the daemon.
+	// Transport is "unary" (one RPC per operation), "stream" (through
+	// WriteStream and the client package) or "nbd" (fio through the
+	// daemon's NBD export); empty for a column that does not call the
+	// daemon.
 	Transport   string         `json:"transport,omitempty"`
 	DaemonFlags []string       `json:"daemon_flags,omitempty"`
 	Rounds      []roundSummary `json:"rounds"`

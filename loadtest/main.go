@@ -87,7 +87,7 @@ type options struct {
 }
 
 // scenarioNames in the order "all" runs them; soak is separate.
-var scenarioNames = []string{"below-eof", "prealloc-overwrite", "fsync", "throughput", "stream", "peer", "append"}
+var scenarioNames = []string{"below-eof", "prealloc-overwrite", "fsync", "throughput", "stream", "peer", "nbd", "append"}
 
 func main() {
 	opts, err := parseOptions(os.Args[1:], os.Stderr)
@@ -457,6 +457,22 @@ func run(ctx context.Context, opts options, stdout, progressOut io.Writer) (*sum
 				break
 			}
 			comparisons = append(comparisons, func() *comparison { return e.peer(false) }, e.peerMany, func() *comparison { return e.peer(true) })
+		case "nbd":
+			if tool := peerMissing(); tool != "" {
+				fmt.Fprintf(e.log, "\n== nbd: skipped: %s is not installed (apt-get install nbdkit fio)\n", tool)
+				break
+			}
+			for _, shape := range nbdShapes {
+				comparisons = append(comparisons, func() *comparison { return e.nbdPeer(shape) })
+			}
+			comparisons = append(comparisons, e.nbdBelowEOF)
+			sizes := []int{4 << 10, 16 << 10, 64 << 10}
+			if opts.bs > 0 {
+				sizes = []int{opts.bs}
+			}
+			for _, bs := range sizes {
+				comparisons = append(comparisons, func() *comparison { return e.nbdPreallocOverwrite(bs) })
+			}
 		}
 	}
 	switch opts.scenario {
