@@ -10,7 +10,6 @@ package nbd
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
@@ -400,26 +399,12 @@ h.shutdown()
 func TestTLSClientCertificate(t *testing.T) {
 	needTool(t, "nbdinfo")
 	dir := testutil.Dir(t)
-	serverCert := testutil.NewCert(t, dir, "server")
-	ca := testutil.NewCA(t, dir)
-	pair, err := tls.LoadX509KeyPair(serverCert.CertFile, serverCert.KeyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caPEM, err := os.ReadFile(ca.File)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clientCAs := x509.NewCertPool()
-	clientCAs.AppendCertsFromPEM(caPEM)
+	pki := newTestPKI(t, dir)
 	var seen atomic.Value
 	ts := startServer(t, func(c *Config, b *StoreBackend) {
-		c.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clientCAs}
-		c.RequireTLS = true
+		c.TLS, c.RequireTLS = pki.conf, true
 		b.Authorize = func(_ context.Context, p *Peer, _ string) (bool, error) {
-			if p.TLS != nil && len(p.TLS.PeerCertificates) > 0 && len(p.TLS.PeerCertificates[0].URIs) > 0 {
-				seen.Store(p.TLS.PeerCertificates[0].URIs[0].String())
-			}
+			seen.Store(certURI(p))
 			return false, nil
 		}
 	})
@@ -431,12 +416,12 @@ func TestTLSClientCertificate(t *testing.T) {
 	if err := os.Mkdir(certs, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	client := ca.Issue(t, "spiffe://test/tenant-a")
+	client := pki.ca.Issue(t, "spiffe://test/tenant-a")
 	key, err := x509.MarshalPKCS8PrivateKey(client.PrivateKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	serverPEM, err := os.ReadFile(serverCert.CertFile)
+	serverPEM, err := os.ReadFile(pki.server.CertFile)
 	if err != nil {
 		t.Fatal(err)
 	}

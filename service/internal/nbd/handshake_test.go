@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/binary"
 	"fmt"
 	"os"
@@ -231,37 +230,19 @@ func TestHandshakeDisconnects(t *testing.T) {
 // options run over TLS, and a second STARTTLS is invalid. Nothing
 // negotiated before TLS holds after it.
 func TestForcedTLS(t *testing.T) {
-	dir := testutil.Dir(t)
-	serverCert := testutil.NewCert(t, dir, "server")
-	ca := testutil.NewCA(t, dir)
-	clientCert := ca.Issue(t, "spiffe://test/tenant-a")
-	pair, err := tls.LoadX509KeyPair(serverCert.CertFile, serverCert.KeyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caPEM, err := os.ReadFile(ca.File)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clientCAs := x509.NewCertPool()
-	clientCAs.AppendCertsFromPEM(caPEM)
+	pki := newTestPKI(t, testutil.Dir(t))
 	seen := make(chan string, 10)
 	ts := startServer(t, func(c *Config, b *StoreBackend) {
-		c.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clientCAs}
-		c.RequireTLS = true
+		c.TLS, c.RequireTLS = pki.conf, true
 		b.Authorize = func(_ context.Context, p *Peer, _ string) (bool, error) {
-			uri := ""
-			if p.TLS != nil && len(p.TLS.PeerCertificates) > 0 && len(p.TLS.PeerCertificates[0].URIs) > 0 {
-				uri = p.TLS.PeerCertificates[0].URIs[0].String()
-			}
-			seen <- uri
+			seen <- certURI(p)
 			return false, nil
 		}
 	})
 	ts.file(t, "a.img", make([]byte, 4096))
-	clientTLS := serverCert.ClientTLS()
+	clientTLS := pki.server.ClientTLS()
 	clientTLS.ServerName = "localhost"
-	clientTLS.Certificates = []tls.Certificate{clientCert}
+	clientTLS.Certificates = []tls.Certificate{pki.ca.Issue(t, "spiffe://test/tenant-a")}
 
 	rc := dialFixed(t, ts.sock)
 	for _, opt := range []uint32{optList, optInfo, optGo, optStructuredReply, 99} {
@@ -313,7 +294,7 @@ func TestForcedTLS(t *testing.T) {
 	t.Run("no client certificate", func(t *testing.T) {
 		rc := dialFixed(t, ts.sock)
 		rc.option(optStartTLS, nil)
-		noCert := serverCert.ClientTLS()
+		noCert := pki.server.ClientTLS()
 		noCert.ServerName = "localhost"
 		tc := tls.Client(rc.nc, noCert)
 		tc.Handshake()

@@ -5,6 +5,8 @@ package nbd
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net"
 	"os"
@@ -148,4 +150,38 @@ func runErr(name string, args ...string) (string, error) {
 		return stdout.String(), errors.Join(err, errors.New(stderr.String()))
 	}
 	return stdout.String(), nil
+}
+
+// testPKI is a server certificate, a CA of client certificates, and the
+// server's TLS configuration, which requires a certificate of that CA.
+type testPKI struct {
+	server testutil.Cert
+	ca     *testutil.CA
+	conf   *tls.Config
+}
+
+func newTestPKI(t *testing.T, dir string) testPKI {
+	t.Helper()
+	pki := testPKI{server: testutil.NewCert(t, dir, "server"), ca: testutil.NewCA(t, dir)}
+	pair, err := tls.LoadX509KeyPair(pki.server.CertFile, pki.server.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(pki.ca.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientCAs := x509.NewCertPool()
+	clientCAs.AppendCertsFromPEM(caPEM)
+	pki.conf = &tls.Config{Certificates: []tls.Certificate{pair}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clientCAs}
+	return pki
+}
+
+// certURI is the first URI of the client certificate p presented, "" for
+// none.
+func certURI(p *Peer) string {
+	if p.TLS == nil || len(p.TLS.PeerCertificates) == 0 || len(p.TLS.PeerCertificates[0].URIs) == 0 {
+		return ""
+	}
+	return p.TLS.PeerCertificates[0].URIs[0].String()
 }

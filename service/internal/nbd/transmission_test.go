@@ -74,6 +74,21 @@ func heldAt(t *testing.T, off int64) (gate *testutil.Gate, held chan struct{}, h
 	}
 }
 
+// heldRead starts a server whose export holds requests at offset 0, and a
+// client in transmission on it whose READ of 4 KiB there (cookie 1) is
+// held: the gate lets it go.
+func heldRead(t *testing.T, structured bool) (*testServer, *rawClient, *testutil.Gate) {
+	t.Helper()
+	gate, held, hook := heldAt(t, 0)
+	ts := startServer(t, hook)
+	ts.file(t, "a.img", make([]byte, 64<<10))
+	rc := dialFixed(t, ts.sock)
+	rc.goExport("a.img", structured)
+	rc.sendReq(0, cmdRead, 1, 0, 4096, nil)
+	<-held
+	return ts, rc, gate
+}
+
 // TestRequestErrors: a request the server refuses gets the error value
 // the protocol names, with simple and with structured replies, changes
 // nothing, and the connection goes on: a READ after it succeeds.
@@ -242,13 +257,10 @@ func TestStructuredRead(t *testing.T) {
 	sparseFile(t, ts, "s.img", 2<<20, map[int64][]byte{0: a, 1 << 20: b})
 	rc := dialFixed(t, ts.sock)
 	rc.goExport("s.img", true)
-	for i, tt := range []struct {
-		name   string
-		flags  uint16
-		off    uint64
-		length uint32
-		want   string
-	}{
+	want := make([]byte, 2<<20)
+	copy(want, a)
+	copy(want[1<<20:], b)
+	checkReplies(t, rc, cmdRead, []replyCase{
 		{"data, hole, data", 0, 0, 1<<20 + 4096, "[DATA(0,4096) HOLE(4096,1044480) DATA(1048576,4096)]"},
 		{"a hole", 0, 8192, 4096, "[HOLE(8192,4096)]"},
 		{"from the middle of the data", 0, 100, 8000, "[DATA(100,3996) HOLE(4096,4004)]"},
@@ -256,17 +268,8 @@ func TestStructuredRead(t *testing.T) {
 		{"don't fragment", cmdFlagDF, 0, 1<<20 + 4096, "[DATA(0,1052672)]"},
 		{"don't fragment, a hole", cmdFlagDF, 8192, 4096, "[HOLE(8192,4096)]"},
 		{"length 0", 0, 0, 0, "[NONE]"},
-	} {
-		cookie := uint64(i + 1)
-		rc.sendReq(tt.flags, cmdRead, cookie, tt.off, tt.length, nil)
-		cs := rc.readAll(cookie, 0)
-		if got := chunkSummary(cs); got != tt.want {
-			t.Errorf("%s: %s, want %s", tt.name, got, tt.want)
-		}
+	}, func(tt replyCase, cs []chunk) {
 		// Reassembled, the reply is the file's bytes.
-		want := make([]byte, 2<<20)
-		copy(want, a)
-		copy(want[1<<20:], b)
 		got := make([]byte, tt.length)
 		for _, c := range cs {
 			if c.typ == replyTypeOffsetData {
@@ -274,6 +277,32 @@ func TestStructuredRead(t *testing.T) {
 			}
 		}
 		testutil.SameBytes(t, tt.name, got, want[tt.off:tt.off+uint64(tt.length)])
+	})
+}
+
+// replyCase is a request and the summary of its reply's chunks.
+type replyCase struct {
+	name   string
+	flags  uint16
+	off    uint64
+	length uint32
+	want   string
+}
+
+// checkReplies sends each case's request of type typ on rc and checks
+// the summary of its reply, then hands the reply to more, if not nil.
+func checkReplies(t *testing.T, rc *rawClient, typ uint16, cases []replyCase, more func(replyCase, []chunk)) {
+	t.Helper()
+	for i, tt := range cases {
+		cookie := uint64(i + 1)
+		rc.sendReq(tt.flags, typ, cookie, tt.off, tt.length, nil)
+		cs := rc.readAll(cookie, 0)
+		if got := chunkSummary(cs); got != tt.want {
+			t.Errorf("%s: %s, want %s", tt.name, got, tt.want)
+		}
+		if more != nil {
+			more(tt, cs)
+		}
 	}
 }
 
@@ -289,24 +318,12 @@ func TestBlockStatus(t *testing.T) {
 	}
 	rc := dialFixed(t, ts.sock)
 	rc.goExport("s.img", true)
-	for i, tt := range []struct {
-		name   string
-		flags  uint16
-		off    uint64
-		length uint32
-		want   string
-	}{
+	checkReplies(t, rc, cmdBlockStatus, []replyCase{
 		{"the whole file", 0, 0, 1 << 20, "[STATUS(1: 8192/0 516096/3 4096/0 258048/3 65536/2 196608/3)]"},
 		{"unaligned", 0, 100, 8192, "[STATUS(1: 8092/0 100/3)]"},
 		{"one", cmdFlagReqOne, 0, 1 << 20, "[STATUS(1: 8192/0)]"},
 		{"one, shorter than the extent", cmdFlagReqOne, 4096, 10, "[STATUS(1: 10/0)]"},
-	} {
-		cookie := uint64(i + 1)
-		rc.sendReq(tt.flags, cmdBlockStatus, cookie, tt.off, tt.length, nil)
-		if got := chunkSummary(rc.readAll(cookie, 0)); got != tt.want {
-			t.Errorf("%s: %s, want %s", tt.name, got, tt.want)
-		}
-	}
+	}, nil)
 }
 
 // TestShrunkFile: the export keeps the size it was opened with when
@@ -407,13 +424,7 @@ func TestTrimAndZeroes(t *testing.T) {
 // are answered as they finish: a READ held in the export does not hold
 // up a WRITE sent after it, nor the READ that reads that write.
 func TestOutOfOrder(t *testing.T) {
-	gate, held, hook := heldAt(t, 0)
-	ts := startServer(t, hook)
-	ts.file(t, "a.img", make([]byte, 64<<10))
-	rc := dialFixed(t, ts.sock)
-	rc.goExport("a.img", false)
-	rc.sendReq(0, cmdRead, 1, 0, 4096, nil)
-	<-held
+	_, rc, gate := heldRead(t, false)
 	rc.sendReq(0, cmdWrite, 2, 8192, 4, []byte("abcd"))
 	if c := rc.readReply(0); c.cookie != 2 || c.errno != 0 {
 		t.Fatalf("first reply: cookie %d error %d, want the WRITE's (2)", c.cookie, c.errno)
@@ -459,14 +470,8 @@ func TestDiscFinishesRequests(t *testing.T) {
 // handshake, answers requests that arrive meanwhile with NBD_ESHUTDOWN,
 // lets the requests in flight finish, then closes the connection.
 func TestShutdown(t *testing.T) {
-	gate, held, hook := heldAt(t, 0)
-	ts := startServer(t, hook)
-	ts.file(t, "a.img", make([]byte, 64<<10))
-	rc := dialFixed(t, ts.sock)
-	rc.goExport("a.img", true)
+	ts, rc, gate := heldRead(t, true)
 	handshaking := dialFixed(t, ts.sock)
-	rc.sendReq(0, cmdRead, 1, 0, 4096, nil)
-	<-held
 	done := make(chan error, 1)
 	go func() { done <- ts.srv.Shutdown(context.Background()) }()
 	handshaking.expectClosed()
@@ -491,13 +496,7 @@ func TestShutdown(t *testing.T) {
 // TestShutdownDeadline: when Shutdown's context ends first, the requests
 // still running are cancelled and the connections closed.
 func TestShutdownDeadline(t *testing.T) {
-	_, held, hook := heldAt(t, 0)
-	ts := startServer(t, hook)
-	ts.file(t, "a.img", make([]byte, 64<<10))
-	rc := dialFixed(t, ts.sock)
-	rc.goExport("a.img", false)
-	rc.sendReq(0, cmdRead, 1, 0, 4096, nil)
-	<-held
+	ts, rc, _ := heldRead(t, false)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := ts.srv.Shutdown(ctx); !errors.Is(err, context.Canceled) {
