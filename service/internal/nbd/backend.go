@@ -181,6 +181,37 @@ var (
 	ErrShutdown = errors.New("server shutting down")
 )
 
+// ErrnoName is the name of the error value ("Error values") that a client
+// was told of err, for metrics: "EPERM", "EINVAL", ..., "EIO" for any
+// error the server does not name otherwise; "OK" for nil.
+func ErrnoName(err error) string {
+	if err == nil {
+		return "OK"
+	}
+	errno := errnoOf(err)
+	var ref refusal
+	if errors.As(err, &ref) {
+		errno = ref.errno
+	}
+	switch errno {
+	case errnoPERM:
+		return "EPERM"
+	case errnoINVAL:
+		return "EINVAL"
+	case errnoNOSPC:
+		return "ENOSPC"
+	case errnoOVERFLOW:
+		return "EOVERFLOW"
+	case errnoNOTSUP:
+		return "ENOTSUP"
+	case errnoSHUTDOWN:
+		return "ESHUTDOWN"
+	case errnoNOMEM:
+		return "ENOMEM"
+	}
+	return "EIO"
+}
+
 // errnoOf is the error value ("Error values") that tells a client of err.
 func errnoOf(err error) uint32 {
 	switch {

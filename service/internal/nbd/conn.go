@@ -62,6 +62,9 @@ type conn struct {
 	// held: the serve goroutine held back replies it made (replyMade);
 	// owned by it.
 	held bool
+	// narrowed is what Recheck took away from the client since the export
+	// opened: narrowedNone, narrowedToRead, narrowedAll.
+	narrowed atomic.Int32
 	// draining is set by Shutdown: requests that arrive are refused with
 	// NBD_ESHUTDOWN, and the connection is closed once none runs.
 	draining atomic.Bool
@@ -80,6 +83,11 @@ func (c *conn) serve() {
 	ctx, cancel := context.WithDeadline(c.srv.stop, time.Now().Add(c.srv.cfg.HandshakeTimeout))
 	err := c.handshake(ctx)
 	cancel()
+	if err != nil && c.exp != nil {
+		// Entered, but the client was not told.
+		c.cancel()
+		c.exp.Close()
+	}
 	if err != nil {
 		if !errors.Is(err, errAborted) && !errors.Is(err, io.EOF) && !c.srv.shuttingDown() {
 			log.Debug("nbd handshake ended", "remote", c.peer.Addr, "err", err)
@@ -107,6 +115,32 @@ func (c *conn) enter(exp Export, name string) {
 	c.name = name
 	c.out = replyWriter{nc: c.nc, bw: c.bw, timeout: c.srv.cfg.ReplyTimeout}
 	c.mu.Unlock()
+}
+
+// What Recheck took from a connection.
+const (
+	narrowedNone   = iota
+	narrowedToRead // writes, trims and zeroes refused
+	narrowedAll    // every request refused
+)
+
+// recheck is Server.Recheck for c.
+func (c *conn) recheck(check func(p *Peer, name string) (readOnly bool, err error)) {
+	c.mu.Lock()
+	name, peer := c.name, c.peer
+	c.mu.Unlock()
+	if name == "" {
+		return // the handshake asks the backend itself
+	}
+	readOnly, err := check(&peer, name)
+	switch {
+	case err != nil:
+		c.narrowed.Store(narrowedAll)
+	case readOnly && !c.readOnly:
+		c.narrowed.Store(narrowedToRead)
+	default:
+		c.narrowed.Store(narrowedNone)
+	}
 }
 
 // drain is Shutdown's: a connection in the handshake is closed; one in

@@ -172,12 +172,8 @@ func (c *conn) optExportName(ctx context.Context, data []byte) (bool, error) {
 		n = 10
 	}
 	c.bw.Write(b[:n])
-	if err := c.bw.Flush(); err != nil {
-		exp.Close()
-		return false, err
-	}
 	c.enter(exp, name)
-	return true, nil
+	return true, c.bw.Flush()
 }
 
 // open asks the backend for name, checking what the protocol asks of a
@@ -260,12 +256,15 @@ func (c *conn) optInfoGo(ctx context.Context, opt uint32, data []byte) (bool, er
 	if wantName {
 		c.optReply(opt, repInfo, []byte{0, infoName}, []byte(name))
 	}
-	if err := c.optAck(opt); err != nil || opt == optInfo {
+	if opt == optInfo {
+		err := c.optAck(opt)
 		exp.Close()
 		return false, err
 	}
+	// In transmission before the client hears so: Server.Conns and
+	// Recheck see the export from then on.
 	c.enter(exp, name)
-	return true, nil
+	return true, c.optAck(opt)
 }
 
 // optOpenErr answers an option whose export could not be opened.

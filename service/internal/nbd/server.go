@@ -298,6 +298,26 @@ func (s *Server) shuttingDown() bool {
 	}
 }
 
+// Recheck asks check again, for each connection in the transmission
+// phase, what its client may do with its export, after the daemon's
+// credentials changed (a reload of the token file): a connection whose
+// client check now refuses answers every request from then on with
+// NBD_EPERM, one that check now gives read-only access answers writes,
+// trims and zeroes with NBD_EPERM. The requests in flight finish. A later
+// Recheck may give back what an earlier one took, up to what the export
+// was opened with (its transmission flags cannot change).
+func (s *Server) Recheck(check func(p *Peer, name string) (readOnly bool, err error)) {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.recheck(check)
+	}
+}
+
 // ConnInfo describes one open connection, for a debug page.
 type ConnInfo struct {
 	Remote string    `json:"remote"`

@@ -32,9 +32,11 @@ type StoreBackend struct {
 	Store *store.Store
 	// Authorize decides what p may do with the file name: an error (that
 	// wraps ErrPermission) refuses it, readOnly serves it read-only. nil
-	// lets every client read and write every file. It is called for each
-	// name NBD_OPT_LIST would return, too.
+	// lets every client read and write every file.
 	Authorize func(ctx context.Context, p *Peer, name string) (readOnly bool, err error)
+	// Lists decides whether NBD_OPT_LIST names the file name to p, asked
+	// for each file it finds; nil: whether Authorize lets p open it.
+	Lists func(ctx context.Context, p *Peer, name string) bool
 }
 
 var _ Backend = (*StoreBackend)(nil)
@@ -83,7 +85,7 @@ func openError(name string, err error) error {
 }
 
 // List returns the files under the root, depth first in name order, that
-// Authorize lets p open: at most limit of them, from at most maxListRead
+// Lists lets p see: at most limit of them, from at most maxListRead
 // directory entries read.
 func (b *StoreBackend) List(ctx context.Context, p *Peer, limit int) ([]string, error) {
 	var names []string
@@ -113,12 +115,9 @@ func (b *StoreBackend) List(ctx context.Context, p *Peer, limit int) ([]string, 
 					}
 					continue
 				}
-				if b.Authorize != nil {
-					if _, err := b.Authorize(ctx, p, name); err != nil {
-						continue
-					}
+				if b.lists(ctx, p, name) {
+					names = append(names, name)
 				}
-				names = append(names, name)
 			}
 			if next == "" {
 				return nil
@@ -130,6 +129,18 @@ func (b *StoreBackend) List(ctx context.Context, p *Peer, limit int) ([]string, 
 		return nil, err
 	}
 	return names, nil
+}
+
+// lists is Lists, or what stands for it.
+func (b *StoreBackend) lists(ctx context.Context, p *Peer, name string) bool {
+	switch {
+	case b.Lists != nil:
+		return b.Lists(ctx, p, name)
+	case b.Authorize != nil:
+		_, err := b.Authorize(ctx, p, name)
+		return err == nil
+	}
+	return true
 }
 
 // storeExport is an open file. Writes go through the Handle opened with

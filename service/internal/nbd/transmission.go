@@ -50,8 +50,8 @@ func (c *conn) transmit() error {
 			return nil
 		}
 		ref := lim.check(r)
-		if ref.errno == 0 && c.draining.Load() {
-			ref = refusal{errnoSHUTDOWN, "the server is shutting down"}
+		if ref.errno == 0 {
+			ref = c.refusedNow(r)
 		}
 		if ref.errno != 0 {
 			if r.typ == cmdWrite {
@@ -74,6 +74,23 @@ func (c *conn) transmit() error {
 			return err
 		}
 	}
+}
+
+// refusedNow refuses r for what changed since the export opened: the
+// server is shutting down, or a Recheck narrowed what the client may do.
+func (c *conn) refusedNow(r request) refusal {
+	if c.draining.Load() {
+		return refusal{errnoSHUTDOWN, "the server is shutting down"}
+	}
+	switch c.narrowed.Load() {
+	case narrowedAll:
+		return refusal{errnoPERM, "the client's credential no longer allows this export"}
+	case narrowedToRead:
+		if r.typ == cmdWrite || r.typ == cmdTrim || r.typ == cmdWriteZeroes {
+			return refusal{errnoPERM, "the client's credential now allows only reads of this export"}
+		}
+	}
+	return refusal{}
 }
 
 // endFunc is an Observer's end, or nil.

@@ -612,3 +612,69 @@ func TestConns(t *testing.T) {
 	rc.sendReq(0, cmdDisc, 0, 0, 0, nil)
 	testutil.WaitFor(t, "no connections", func() bool { return len(ts.srv.Conns()) == 0 })
 }
+
+// TestRecheck: after a Recheck that narrows what the client may do, the
+// connection refuses what it no longer may with EPERM, and a later
+// Recheck gives it back, up to what the export was opened with.
+func TestRecheck(t *testing.T) {
+	ts := startServer(t)
+	ts.file(t, "a.img", make([]byte, 64<<10))
+	rc := dialFixed(t, ts.sock)
+	rc.goExport("a.img", false)
+	cookie := uint64(0)
+	try := func(typ uint16, payload []byte) uint32 {
+		cookie++
+		rc.sendReq(0, typ, cookie, 0, 4, payload)
+		readLen := 0
+		if typ == cmdRead {
+			readLen = 4
+		}
+		return errnoOfReply(rc.readAll(cookie, readLen))
+	}
+	refusing := errors.New("out of scope")
+	for _, tt := range []struct {
+		name                string
+		readOnly            bool
+		err                 error
+		wantRead, wantWrite uint32
+	}{
+		{"read-only", true, nil, 0, errnoPERM},
+		{"nothing", false, refusing, errnoPERM, errnoPERM},
+		{"read and write again", false, nil, 0, 0},
+	} {
+		var asked string
+		ts.srv.Recheck(func(_ *Peer, name string) (bool, error) {
+			asked = name
+			return tt.readOnly, tt.err
+		})
+		if asked != "a.img" {
+			t.Errorf("%s: Recheck asked about %q, want a.img", tt.name, asked)
+		}
+		if got := try(cmdRead, nil); got != tt.wantRead {
+			t.Errorf("%s: READ error %d, want %d", tt.name, got, tt.wantRead)
+		}
+		if got := try(cmdWrite, []byte("abcd")); got != tt.wantWrite {
+			t.Errorf("%s: WRITE error %d, want %d", tt.name, got, tt.wantWrite)
+		}
+	}
+}
+
+// TestErrnoName: metrics name each error value as the client was told it.
+func TestErrnoName(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want string
+	}{
+		{nil, "OK"},
+		{refusal{errnoOVERFLOW, "x"}, "EOVERFLOW"},
+		{fmt.Errorf("wrapped: %w", refusal{errnoNOSPC, "x"}), "ENOSPC"},
+		{fmt.Errorf("%w: x", ErrPermission), "EPERM"},
+		{fmt.Errorf("%w: x", ErrNotSupported), "ENOTSUP"},
+		{context.Canceled, "ESHUTDOWN"},
+		{errors.New("anything else"), "EIO"},
+	} {
+		if got := ErrnoName(tt.err); got != tt.want {
+			t.Errorf("ErrnoName(%v) = %s, want %s", tt.err, got, tt.want)
+		}
+	}
+}
