@@ -10,13 +10,10 @@ package nbd
 import (
 	"bytes"
 	"context"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -72,25 +69,25 @@ func parseMap(t *testing.T, out string) []mapEntry {
 // and after a TRIM its map shows the hole where the trim was and data
 // around it.
 func TestNbdinfo(t *testing.T) {
-	needTool(t, "nbdinfo", "qemu-io")
+	testutil.NeedTool(t, "nbdinfo", "qemu-io")
 	ts := startServer(t)
 	const size = 4 << 20
 	ts.file(t, "disk.img", randomBytes(1, size))
 	ts.file(t, "dir/other.img", []byte("x"))
 	uri := ts.uri("disk.img")
 
-	if got := strings.TrimSpace(run(t, "nbdinfo", "--size", uri)); got != strconv.Itoa(size) {
+	if got := strings.TrimSpace(testutil.Run(t, "nbdinfo", "--size", uri)); got != strconv.Itoa(size) {
 		t.Errorf("nbdinfo --size: %s, want %d", got, size)
 	}
 	for _, flag := range []string{"multi-conn", "flush", "fua", "trim", "zero", "fast-zero", "df", "cache"} {
-		if _, err := runErr("nbdinfo", "--can", flag, uri); err != nil {
+		if _, err := testutil.RunErr("nbdinfo", "--can", flag, uri); err != nil {
 			t.Errorf("nbdinfo --can %s: %v", flag, err)
 		}
 	}
-	if _, err := runErr("nbdinfo", "--is", "read-only", uri); err == nil {
+	if _, err := testutil.RunErr("nbdinfo", "--is", "read-only", uri); err == nil {
 		t.Errorf("nbdinfo --is read-only: the export is read-only, want read-write")
 	}
-	list := run(t, "nbdinfo", "--list", "--json", "nbd+unix://?socket="+ts.sock)
+	list := testutil.Run(t, "nbdinfo", "--list", "--json", "nbd+unix://?socket="+ts.sock)
 	for _, name := range []string{`"disk.img"`, `"dir/other.img"`} {
 		if !strings.Contains(list, name) {
 			t.Errorf("nbdinfo --list does not name %s:\n%s", name, list)
@@ -98,8 +95,8 @@ func TestNbdinfo(t *testing.T) {
 	}
 
 	// TRIM [1 MiB, 2 MiB) through qemu-io's discard.
-	run(t, "qemu-io", "-f", "raw", "-c", "discard 1M 1M", uri)
-	got := parseMap(t, run(t, "nbdinfo", "--map", uri))
+	testutil.Run(t, "qemu-io", "-f", "raw", "-c", "discard 1M 1M", uri)
+	got := parseMap(t, testutil.Run(t, "nbdinfo", "--map", uri))
 	want := []mapEntry{
 		{0, 1 << 20, 0, "data"},
 		{1 << 20, 1 << 20, 3, "hole,zero"},
@@ -115,7 +112,7 @@ func TestNbdinfo(t *testing.T) {
 // root. Under the race detector the image is 64 MiB: the same requests
 // from the same connections, a quarter as many.
 func TestNbdcopy(t *testing.T) {
-	needTool(t, "nbdcopy")
+	testutil.NeedTool(t, "nbdcopy")
 	ts := startServer(t)
 	size := int64(256 << 20)
 	if raceEnabled {
@@ -130,12 +127,12 @@ func TestNbdcopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	uri := ts.uri("vm/disk.img")
-	run(t, "nbdcopy", "--flush", src, uri)
+	testutil.Run(t, "nbdcopy", "--flush", src, uri)
 	out := filepath.Join(dir, "out.img")
 	if err := os.WriteFile(out, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	run(t, "nbdcopy", uri, out)
+	testutil.Run(t, "nbdcopy", uri, out)
 	sameFiles(t, out, src)
 	sameFiles(t, exported, src)
 }
@@ -195,13 +192,13 @@ func sameFiles(t *testing.T, got, want string) {
 // TestQemuImgConvert: qemu-img convert -n writes a qcow2 image into an
 // export, and qemu-img compare finds the export equal to the image.
 func TestQemuImgConvert(t *testing.T) {
-	needTool(t, "qemu-img", "qemu-io")
+	testutil.NeedTool(t, "qemu-img", "qemu-io")
 	ts := startServer(t)
 	const size = 64 << 20
 	dir := testutil.Dir(t)
 	qcow := filepath.Join(dir, "src.qcow2")
-	run(t, "qemu-img", "create", "-q", "-f", "qcow2", qcow, strconv.Itoa(size))
-	run(t, "qemu-io", "-f", "qcow2",
+	testutil.Run(t, "qemu-img", "create", "-q", "-f", "qcow2", qcow, strconv.Itoa(size))
+	testutil.Run(t, "qemu-io", "-f", "qcow2",
 		"-c", "write -P 0x5a 0 1M", "-c", "write -P 0xa5 10M 3M", "-c", "write -z 20M 1M", "-c", "write -P 0x01 63M 1M", qcow)
 	exported := ts.file(t, "disk.img", nil)
 	if err := os.Truncate(exported, size); err != nil {
@@ -209,9 +206,9 @@ func TestQemuImgConvert(t *testing.T) {
 	}
 	// What the export held before must not survive where the image has
 	// zeros: fill it with a pattern first.
-	run(t, "qemu-io", "-f", "raw", "-c", "write -P 0xee 0 64M", ts.uri("disk.img"))
-	run(t, "qemu-img", "convert", "-n", "-f", "qcow2", "-O", "raw", qcow, ts.uri("disk.img"))
-	if out, err := runErr("qemu-img", "compare", "-f", "qcow2", "-F", "raw", qcow, ts.uri("disk.img")); err != nil {
+	testutil.Run(t, "qemu-io", "-f", "raw", "-c", "write -P 0xee 0 64M", ts.uri("disk.img"))
+	testutil.Run(t, "qemu-img", "convert", "-n", "-f", "qcow2", "-O", "raw", qcow, ts.uri("disk.img"))
+	if out, err := testutil.RunErr("qemu-img", "compare", "-f", "qcow2", "-F", "raw", qcow, ts.uri("disk.img")); err != nil {
 		t.Fatalf("qemu-img compare: %v\n%s", err, out)
 	}
 }
@@ -219,12 +216,12 @@ func TestQemuImgConvert(t *testing.T) {
 // TestQemuIo: qemu-io's writes, zeroes, discards and asynchronous writes
 // read back as written, through the export and in the file.
 func TestQemuIo(t *testing.T) {
-	needTool(t, "qemu-io")
+	testutil.NeedTool(t, "qemu-io")
 	ts := startServer(t)
 	const size = 8 << 20
 	file := ts.file(t, "disk.img", bytes.Repeat([]byte{0x11}, size))
 	uri := ts.uri("disk.img")
-	out := run(t, "qemu-io", "-f", "raw",
+	out := testutil.Run(t, "qemu-io", "-f", "raw",
 		"-c", "write -P 0xab 0 64k",
 		"-c", "write -P 0xcd -f 1M 4k", // FUA
 		"-c", "write -z 2M 128k",
@@ -271,14 +268,14 @@ func TestQemuIo(t *testing.T) {
 // TestFio: fio's nbd engine writes random 4 KiB blocks at queue depth 32
 // and verifies each with its CRC-32C.
 func TestFio(t *testing.T) {
-	needTool(t, "fio")
+	testutil.NeedTool(t, "fio")
 	ts := startServer(t)
 	const size = 16 << 20
 	exported := ts.file(t, "disk.img", nil)
 	if err := os.Truncate(exported, size); err != nil {
 		t.Fatal(err)
 	}
-	out := run(t, "fio", "--name=verify", "--ioengine=nbd", "--uri="+ts.uri("disk.img"),
+	out := testutil.Run(t, "fio", "--name=verify", "--ioengine=nbd", "--uri="+ts.uri("disk.img"),
 		"--rw=randwrite", "--bs=4k", "--iodepth=32", "--size="+strconv.Itoa(size),
 		"--verify=crc32c", "--do_verify=1", "--verify_fatal=1", "--verify_state_save=0", "--output-format=terse")
 	// Terse output: field 5 is the job's error.
@@ -287,35 +284,13 @@ func TestFio(t *testing.T) {
 	}
 }
 
-// nbdPython returns a Python that has libnbd's binding (nbdsh's), or
-// skips t.
-func nbdPython(t *testing.T) string {
-	t.Helper()
-	for _, py := range []string{"python3", "/usr/bin/python3"} {
-		if exec.Command(py, "-c", "import nbd").Run() == nil {
-			return py
-		}
-	}
-	t.Skip("libnbd's Python binding is not installed (Debian: python3-libnbd; .ci/run installs it)")
-	return ""
-}
-
-// nbdScript runs a Python script with libnbd's binding; its first lines
-// bind uri and a helper that connects a handle.
-func nbdScript(t *testing.T, uri, script string) string {
-	t.Helper()
-	py := nbdPython(t)
-	prelude := fmt.Sprintf("import nbd, errno\nuri = %q\ndef connect(strict=True):\n    h = nbd.NBD()\n    if not strict:\n        h.set_strict_mode(0)\n    h.connect_uri(uri)\n    return h\n", uri)
-	return run(t, py, "-c", prelude+script)
-}
-
 // TestMultiConnFlushSurvivesPowerCut: a write acknowledged on one
 // connection is made durable by a FLUSH on another (what
 // NBD_FLAG_CAN_MULTI_CONN promises): the power cut right after keeps it,
 // and loses a later write that no flush covered, but not a write with
 // NBD_CMD_FLAG_FUA.
 func TestMultiConnFlushSurvivesPowerCut(t *testing.T) {
-	nbdPython(t)
+	testutil.NBDPython(t)
 	ctx := context.Background()
 	dir := testutil.Dir(t)
 	base, err := store.OpenOSFS(dir)
@@ -333,7 +308,7 @@ func TestMultiConnFlushSurvivesPowerCut(t *testing.T) {
 	}
 	ts := serveStore(t, dir, st)
 	ts.crashed = true
-	nbdScript(t, ts.uri("disk.img"), `
+	testutil.NBDScript(t, ts.uri("disk.img"), `
 a, b = connect(), connect()
 assert a.can_multi_conn()
 a.pwrite(b'\xab' * 65536, 4096)
@@ -361,16 +336,16 @@ b.shutdown()
 // export; a write, a trim and a zero sent anyway (libnbd's strict mode
 // off) fail with EPERM, and the file is unchanged.
 func TestReadOnlyExport(t *testing.T) {
-	needTool(t, "nbdinfo")
+	testutil.NeedTool(t, "nbdinfo")
 	ts := startServer(t, func(_ *Config, b *StoreBackend) {
 		b.Authorize = func(context.Context, *Peer, string) (bool, error) { return true, nil }
 	})
 	content := randomBytes(3, 1<<20)
 	file := ts.file(t, "disk.img", content)
-	if _, err := runErr("nbdinfo", "--is", "read-only", ts.uri("disk.img")); err != nil {
+	if _, err := testutil.RunErr("nbdinfo", "--is", "read-only", ts.uri("disk.img")); err != nil {
 		t.Errorf("nbdinfo --is read-only: %v", err)
 	}
-	nbdScript(t, ts.uri("disk.img"), `
+	testutil.NBDScript(t, ts.uri("disk.img"), `
 h = connect(strict=False)
 assert h.is_read_only()
 for what, call in [("pwrite", lambda: h.pwrite(b'x' * 4096, 0)),
@@ -397,7 +372,7 @@ h.shutdown()
 // server that requires TLS, and the backend sees its client certificate;
 // without a certificate it cannot connect.
 func TestTLSClientCertificate(t *testing.T) {
-	needTool(t, "nbdinfo")
+	testutil.NeedTool(t, "nbdinfo")
 	dir := testutil.Dir(t)
 	pki := newTestPKI(t, dir)
 	var seen atomic.Value
@@ -410,38 +385,15 @@ func TestTLSClientCertificate(t *testing.T) {
 	})
 	ts.file(t, "a.img", make([]byte, 1<<20))
 
-	// libnbd's certificate directory: the CA that signed the server's
-	// certificate (it is its own), and the client's pair.
-	certs := filepath.Join(dir, "libnbd")
-	if err := os.Mkdir(certs, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	client := pki.ca.Issue(t, "spiffe://test/tenant-a")
-	key, err := x509.MarshalPKCS8PrivateKey(client.PrivateKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serverPEM, err := os.ReadFile(pki.server.CertFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, data := range map[string][]byte{
-		"ca-cert.pem":     serverPEM,
-		"client-cert.pem": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: client.Certificate[0]}),
-		"client-key.pem":  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}),
-	} {
-		if err := os.WriteFile(filepath.Join(certs, name), data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	certs := testutil.LibnbdCerts(t, dir, "libnbd", pki.server.CertFile, pki.ca.Issue(t, "spiffe://test/tenant-a"))
 	uri := "nbds+unix:///a.img?socket=" + ts.sock + "&tls-certificates=" + certs + "&tls-hostname=localhost"
-	if got := strings.TrimSpace(run(t, "nbdinfo", "--size", uri)); got != "1048576" {
+	if got := strings.TrimSpace(testutil.Run(t, "nbdinfo", "--size", uri)); got != "1048576" {
 		t.Errorf("nbdinfo --size over TLS: %s", got)
 	}
 	if got, _ := seen.Load().(string); got != "spiffe://test/tenant-a" {
 		t.Errorf("the backend saw the certificate %q", got)
 	}
-	if _, err := runErr("nbdinfo", "--size", ts.uri("a.img")); err == nil {
+	if _, err := testutil.RunErr("nbdinfo", "--size", ts.uri("a.img")); err == nil {
 		t.Errorf("nbdinfo without TLS connected to a server that requires it")
 	}
 }
@@ -452,7 +404,7 @@ func TestTLSClientCertificate(t *testing.T) {
 func TestSimpleReplies(t *testing.T) {
 	ts := startServer(t)
 	ts.file(t, "a.img", bytes.Repeat([]byte{0x11}, 1<<20))
-	nbdScript(t, ts.uri("a.img"), `
+	testutil.NBDScript(t, ts.uri("a.img"), `
 h = nbd.NBD()
 h.set_request_structured_replies(False)
 h.set_strict_mode(0)  # the read past the end below goes to the server

@@ -3,16 +3,13 @@
 package nbd
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -115,41 +112,6 @@ func (ts *testServer) file(t *testing.T, name string, data []byte) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-// needTool skips t when a client tool is missing; .ci/run installs them
-// all, so CI never skips.
-func needTool(t *testing.T, tools ...string) {
-	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed (Debian: libnbd-bin, python3-libnbd, qemu-utils, fio, nbd-client; .ci/run installs them)", tool)
-		}
-	}
-}
-
-// run runs a client tool and returns its standard output; it fails t
-// unless the tool exits 0.
-func run(t *testing.T, name string, args ...string) string {
-	t.Helper()
-	out, err := runErr(name, args...)
-	if err != nil {
-		t.Fatalf("%s %s: %v", name, strings.Join(args, " "), err)
-	}
-	return out
-}
-
-// runErr runs a client tool; its error carries its standard error.
-func runErr(name string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), errors.Join(err, errors.New(stderr.String()))
-	}
-	return stdout.String(), nil
 }
 
 // testPKI is a server certificate, a CA of client certificates, and the
