@@ -100,6 +100,8 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "REST gateway listen address; empty disables the gateway")
 	fs.StringVar(&cfg.PprofAddr, "pprof-addr", cfg.PprofAddr,
 		"serve net/http/pprof on this host:port (loopback only, unless --insecure-listen); empty serves none")
+	fs.StringVar(&cfg.NBDAddr, "nbd-addr", cfg.NBDAddr,
+		"serve the files as NBD exports (docs/nbd.md) on host:port or unix:PATH (a socket of mode 0660); empty serves none")
 	fs.Var(enumFlag[store.Policy]{&cfg.Store.Policy, store.ParsePolicy}, "policy",
 		"inode lock `policy`: exclusive, unlocked-below-eof, shared-written or shared-overwrite")
 	fs.Var(enumFlag[store.IOMode]{&cfg.Store.IO, store.ParseIOMode}, "io",

@@ -37,6 +37,7 @@ import (
 	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/auth"
 	"github.com/filewrite/filewrite/service/internal/gateway"
+	"github.com/filewrite/filewrite/service/internal/nbd"
 	"github.com/filewrite/filewrite/service/internal/rpc"
 	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store"
@@ -78,6 +79,12 @@ type Server struct {
 	// pprofSrv serves Config.PprofAddr on pprofLis; nil when it is empty.
 	pprofSrv *http.Server
 	pprofLis net.Listener
+
+	// nbdSrv serves Config.NBDAddr on nbdLis (nbd.go); nil when it is
+	// empty. Closing nbdStop ends the watch of credential reloads.
+	nbdSrv  *nbd.Server
+	nbdLis  net.Listener
+	nbdStop chan struct{}
 
 	// serveErr receives an error when a listener fails while serving.
 	serveErr chan error
@@ -220,6 +227,11 @@ func Start(cfg Config) (_ *Server, err error) {
 			return nil, err
 		}
 	}
+	if cfg.NBDAddr != "" {
+		if err := s.startNBD(); err != nil {
+			return nil, err
+		}
+	}
 
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(filewritev1.FileService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
@@ -228,6 +240,10 @@ func Start(cfg Config) (_ *Server, err error) {
 			s.serveErr <- fmt.Errorf("gRPC server: %w", err)
 		}
 	}()
+	if s.nbdSrv != nil {
+		s.nbdStop = make(chan struct{})
+		s.serveNBD(s.nbdStop)
+	}
 	if s.httpSrv != nil {
 		go func() {
 			if err := s.gatewaySrv.Serve(s.gatewayLis); err != nil {
@@ -256,6 +272,9 @@ func Start(cfg Config) (_ *Server, err error) {
 	}
 	if s.pprofLis != nil {
 		log.Info("listening", "protocol", "pprof", "addr", s.pprofLis.Addr().String())
+	}
+	if s.nbdLis != nil {
+		log.Info("listening", "protocol", "nbd", "addr", s.nbdLis.Addr().String())
 	}
 	return s, nil
 }
@@ -349,13 +368,17 @@ func (s *Server) HTTPAddr() net.Addr {
 //
 //  1. health turns NOT_SERVING (health Watch streams are told), and
 //     WriteStreams stop reading;
-//  2. both listeners stop taking new work at once: the public gRPC server
+//  2. the listeners stop taking new work at once: the public gRPC server
 //     stops accepting connections and tells every connection to start no
 //     new call (GOAWAY; calls already on their way are still served, as
 //     HTTP/2's graceful shutdown has it), the gateway stops accepting
-//     requests, and connections that never authenticated are closed;
+//     requests, connections that never authenticated are closed, and the
+//     NBD listener closes, with the NBD connections still in their
+//     handshake, answering requests that arrive from then on with
+//     NBD_ESHUTDOWN;
 //  3. requests in flight finish: REST ones still reach the gateway's own
-//     gRPC server, which stops once they are done;
+//     gRPC server, which stops once they are done; each NBD connection
+//     closes once it has none;
 //  4. the store syncs and closes every open file.
 //
 // Step 3 is bounded by Config.DrainTimeout; past it, what still runs is
@@ -379,6 +402,19 @@ func (s *Server) shutdown() error {
 		s.grpcSrv.GracefulStop()
 		close(public)
 	}()
+	nbdDrained := make(chan struct{})
+	go func() {
+		defer close(nbdDrained)
+		if s.nbdSrv == nil {
+			return
+		}
+		close(s.nbdStop)
+		// NBD's own drain: requests in flight finish, new ones answer
+		// NBD_ESHUTDOWN; past ctx, the rest is cancelled.
+		if err := s.nbdSrv.Shutdown(ctx); err != nil {
+			s.log.Warn("NBD drain cut short: cancelling requests in flight", "timeout", s.cfg.DrainTimeout)
+		}
+	}()
 	// GracefulStop sends its GOAWAYs once no connection is in its
 	// handshake: a stranger's would hold it up.
 	s.grpcLis.CloseUntrusted()
@@ -397,6 +433,7 @@ func (s *Server) shutdown() error {
 		s.grpcSrv.Stop()
 		<-public
 	}
+	<-nbdDrained
 	err := s.closeAll()
 	if err != nil {
 		s.log.Error("stopped with errors", "error", err)
@@ -446,6 +483,12 @@ func (s *Server) closeAll() error {
 	}
 	if s.pprofLis != nil {
 		s.pprofLis.Close()
+	}
+	if s.nbdSrv != nil {
+		s.nbdSrv.Close()
+	}
+	if s.nbdLis != nil {
+		s.nbdLis.Close()
 	}
 	if s.gatewayConn != nil {
 		s.gatewayConn.Close()
