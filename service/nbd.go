@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -75,7 +76,7 @@ func (s *Server) startNBD() error {
 // file to the exports in use until stop is closed.
 func (s *Server) serveNBD(stop <-chan struct{}) {
 	go func() {
-		if err := s.nbdSrv.Serve(s.nbdLis); err != nil && err != nbd.ErrServerClosed {
+		if err := s.nbdSrv.Serve(s.nbdLis); !errors.Is(err, nbd.ErrServerClosed) {
 			s.serveErr <- fmt.Errorf("NBD server: %w", err)
 		}
 	}()
