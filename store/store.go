@@ -302,7 +302,9 @@ func (s *Store) Fallocate(ctx context.Context, path string, mode FallocateMode, 
 			return 0, err
 		}
 	}
-	if err := ino.file.Fallocate(fallocateFlags(mode), off, length); err != nil {
+	err = ino.file.Fallocate(fallocateFlags(mode), off, length)
+	ino.durable.changed()
+	if err != nil {
 		// A failed fallocate may have allocated part of the range; the
 		// map is rebuilt from the file rather than guessed.
 		ino.extentsInDoubt.Store(true)
