@@ -145,6 +145,7 @@ func (s *Store) WriteOpen(ctx context.Context, path string, open OpenMode, off i
 			return WriteResult{}, err
 		}
 		w, err := s.applyWrite(ctx, ino, path, created, off, data, sync)
+		w.Created = created != nil
 		if errors.Is(err, ErrDeleted) || errors.Is(err, errNameMoved) {
 			// Deleted, replaced or renamed while this write waited: it
 			// comes after that, into whatever file path names now.

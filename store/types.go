@@ -262,6 +262,9 @@ type WriteResult struct {
 	BytesWritten int
 	// Size is the file size after the write.
 	Size int64
+	// Created says that this call created the file (Store.WriteOpen
+	// only).
+	Created bool
 }
 
 // FileStat describes a file.
