@@ -220,15 +220,9 @@ func (s *Store) writeDurable(ctx context.Context, ino *inode, off int64, data []
 	end := off + int64(len(data))
 	n, err = writeDirect(f, off, data, int(ino.blockSize), maxDirectChunk)
 	ino.droppedResident(off, end)
-	if n > 0 {
-		ino.extentMu.Lock()
-		ino.extents.markWritten(off, off+int64(n))
-		ino.extentMu.Unlock()
-	}
-	if err != nil {
-		ino.extentsInDoubt.Store(true)
+	if err = ino.wroteBlocks(off, n, err); err != nil {
 		ino.commit.writebackFailed()
-		return n, true, ioError("write", ino.path(), err, n)
+		return n, true, err
 	}
 	s.opts.Hooks.durableWrite(ino)
 	// As a sync does (syncFile): a file left without a name has its bytes

@@ -527,6 +527,13 @@ func (s *Store) writeData(ctx context.Context, ino *inode, off int64, data []byt
 			}
 		}
 	}
+	return n, ino.wroteBlocks(off, n, err)
+}
+
+// wroteBlocks marks the n bytes a write put at off as written in the
+// extent map and, if the write failed (err), the map as in doubt; it
+// returns err as a write's error.
+func (ino *inode) wroteBlocks(off int64, n int, err error) error {
 	if n > 0 {
 		ino.extentMu.Lock()
 		ino.extents.markWritten(off, off+int64(n))
@@ -534,9 +541,9 @@ func (s *Store) writeData(ctx context.Context, ino *inode, off int64, data []byt
 	}
 	if err != nil {
 		ino.extentsInDoubt.Store(true)
-		return n, ioError("write", ino.path(), err, n)
+		return ioError("write", ino.path(), err, n)
 	}
-	return n, nil
+	return nil
 }
 
 // recordWrite records a write's latency by sync mode.
