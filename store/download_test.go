@@ -72,3 +72,31 @@ func TestOpenReader(t *testing.T) {
 		t.Errorf("OpenReader over faultfs: %v, want ErrNoReader", err)
 	}
 }
+
+// TestStartWriteBack: starting a range's writeback changes nothing a
+// reader sees, needs the file to exist, and is no error over a file
+// layer that cannot start one.
+func TestStartWriteBack(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newStoreIn(t, store.Options{})
+	want := pattern(1<<20, 3)
+	if _, err := s.Write(ctx, "f", 0, want, store.SyncNone); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StartWriteBack(ctx, "f", 0, 1<<20); err != nil {
+		t.Fatalf("StartWriteBack: %v", err)
+	}
+	if got, err := s.Read(ctx, "f", 0, 1<<20); err != nil || string(got) != string(want) {
+		t.Errorf("Read after StartWriteBack: %d bytes, %v; want what was written", len(got), err)
+	}
+	if err := s.StartWriteBack(ctx, "missing", 0, 1); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("StartWriteBack of a missing file: %v, want ErrNotFound", err)
+	}
+	fs := newFaultStore(t, store.Options{})
+	if _, err := fs.Write(ctx, faultPath, 0, want[:10], store.SyncNone); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.StartWriteBack(ctx, faultPath, 0, 10); err != nil {
+		t.Errorf("StartWriteBack over faultfs: %v, want nil (nothing to hurry)", err)
+	}
+}
