@@ -60,6 +60,8 @@ func TestBodyTimeout(t *testing.T) {
 			path, gateway.MIMEOctetStream, length)
 	}
 	piece := strings.Repeat("p", gateway.BodyProgressBytes)
+	// What one Write of a raw PUT carries under the daemon's defaults.
+	putPiece := int(gateway.PutPieceBytes(DefaultConfig().Store.MaxRequestBytes))
 	var steady []string // 64 KiB every 100 ms: slow, but steady
 	for range 20 {
 		steady = append(steady, piece)
@@ -80,9 +82,9 @@ func TestBodyTimeout(t *testing.T) {
 		{"raw PUT, a byte every 100 ms", put("trickle.bin", 1000), strings.Split(strings.Repeat("t", 100), ""), 100 * time.Millisecond,
 			http.StatusRequestTimeout, "trickle.bin", -1},
 		{"raw PUT, 64 KiB every 100 ms", put("steady.bin", 20*gateway.BodyProgressBytes), steady, 100 * time.Millisecond,
-			http.StatusOK, "steady.bin", 20 * gateway.BodyProgressBytes},
-		{"raw PUT broken after three chunks", put("broken.bin", 4*gateway.RawPutChunkBytes),
-			[]string{strings.Repeat(piece, 3*gateway.RawPutChunkBytes/gateway.BodyProgressBytes)}, 0, http.StatusRequestTimeout, "broken.bin", 3 * gateway.RawPutChunkBytes},
+			http.StatusCreated, "steady.bin", 20 * gateway.BodyProgressBytes},
+		{"raw PUT broken after three pieces", put("broken.bin", 4*putPiece),
+			[]string{strings.Repeat(piece, 3*putPiece/gateway.BodyProgressBytes)}, 0, http.StatusRequestTimeout, "broken.bin", int64(3 * putPiece)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
