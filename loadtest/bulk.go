@@ -234,11 +234,7 @@ func (e *env) bulkDurable() *comparison {
 		},
 		ratios: [][2]string{{"filewrite-stream", "fio-dsync"}, {"filewrite-per-call", "fio-dsync"}},
 		print: func(w io.Writer, res *comparisonResult) {
-			var names []string
-			for _, c := range res.Columns {
-				names = append(names, c.Name)
-			}
-			printTable(w, res, names)
+			printTable(w, res, columnNames(res))
 			printGoals(w, res, []bulkGoal{{[2]string{"filewrite-stream", "fio-dsync"}, 0.8}})
 		},
 	}
@@ -684,28 +680,7 @@ func withPeakRSS(run func(context.Context, *session) (*runResult, error)) func(c
 // memory says whether the row has the memory goal.
 func printBulkTable(goals []bulkGoal, memory bool) func(io.Writer, *comparisonResult) {
 	return func(w io.Writer, res *comparisonResult) {
-		header := []string{""}
-		for _, c := range res.Columns {
-			header = append(header, c.Name)
-		}
-		for _, r := range res.Ratios {
-			header = append(header, r.Name)
-		}
-		rows := [][]string{header}
-		row := func(label string, perColumn func(c *columnSummary) string, perRatio func(r *ratioSummary) string) {
-			cells := []string{label}
-			for i := range res.Columns {
-				cells = append(cells, perColumn(&res.Columns[i]))
-			}
-			for i := range res.Ratios {
-				cell := ""
-				if perRatio != nil {
-					cell = perRatio(&res.Ratios[i])
-				}
-				cells = append(cells, cell)
-			}
-			rows = append(rows, cells)
-		}
+		rows, row := tableRows(res, columnNames(res))
 		mbps := func(iops float64) string { return strconv.FormatFloat(iops*bulkUnit/1e6, 'f', 0, 64) }
 		row("MB/s", func(c *columnSummary) string { return mbps(c.IOPS) }, func(r *ratioSummary) string { return fmt.Sprintf("%.2fx", r.IOPS) })
 		row("MB/s by round", func(c *columnSummary) string {
@@ -714,13 +689,7 @@ func printBulkTable(goals []bulkGoal, memory bool) func(io.Writer, *comparisonRe
 				s = append(s, mbps(r.IOPS))
 			}
 			return strings.Join(s, " ")
-		}, func(r *ratioSummary) string {
-			var s []string
-			for _, x := range r.IOPSPerRound {
-				s = append(s, fmt.Sprintf("%.2f", x))
-			}
-			return strings.Join(s, " ")
-		})
+		}, roundRatios)
 		row("errors", func(c *columnSummary) string { return strconv.Itoa(c.Errors) }, nil)
 		usec := func(v float64) string {
 			if v == 0 {
@@ -744,7 +713,7 @@ func printBulkTable(goals []bulkGoal, memory bool) func(io.Writer, *comparisonRe
 			}, nil)
 		}
 		fmt.Fprintf(w, "   one transfer per run, %d rounds alternating; medians over rounds\n", res.Rounds)
-		printRows(w, rows)
+		printRows(w, *rows)
 		for _, c := range res.Columns {
 			if c.Note != "" {
 				fmt.Fprintf(w, "   %s: %s\n", c.Name, c.Note)
@@ -761,6 +730,15 @@ func printBulkTable(goals []bulkGoal, memory bool) func(io.Writer, *comparisonRe
 				bulkRSSGoal>>20, float64(peak)/(1<<20), metOrNot(peak < bulkRSSGoal))
 		}
 	}
+}
+
+// columnNames are the names of res's columns, in order.
+func columnNames(res *comparisonResult) []string {
+	var names []string
+	for _, c := range res.Columns {
+		names = append(names, c.Name)
+	}
+	return names
 }
 
 // printGoals prints each goal of a row, met or not by the median ratio.
