@@ -212,7 +212,8 @@ func (e *env) bulkGet() *comparison {
 // acknowledged (client.SyncData, 32 callers sharing one stream) against
 // fio's O_DIRECT|O_DSYNC writes at queue depth 32 (libaio): what the
 // device does with the same writes made durable one by one. filewrite
-// runs under --fsync group (the default) and per-call.
+// runs under --fsync group (the default), per-call, and with
+// --synced-writes direct (each write made durable by itself).
 func (e *env) bulkDurable() *comparison {
 	const path = "bulk/durable.dat"
 	const size = 64 << 20
@@ -231,8 +232,9 @@ func (e *env) bulkDurable() *comparison {
 			{name: "fio-dsync", setup: setupRawFile(size), run: fioDsync(size)},
 			fw("filewrite-stream"),
 			fw("filewrite-per-call", "--fsync", "per-call"),
+			fw("filewrite-direct", "--synced-writes", "direct"),
 		},
-		ratios: [][2]string{{"filewrite-stream", "fio-dsync"}, {"filewrite-per-call", "fio-dsync"}},
+		ratios: [][2]string{{"filewrite-stream", "fio-dsync"}, {"filewrite-per-call", "fio-dsync"}, {"filewrite-direct", "fio-dsync"}},
 		print: func(w io.Writer, res *comparisonResult) {
 			printTable(w, res, columnNames(res))
 			printGoals(w, res, []bulkGoal{{[2]string{"filewrite-stream", "fio-dsync"}, 0.8}})

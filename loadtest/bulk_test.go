@@ -20,7 +20,7 @@ func TestBulkScenario(t *testing.T) {
 		"bulk-writer":     {"dd", "filewrite-writer"},
 		"bulk-checkpoint": {"fio", "filewrite-ranks"},
 		"bulk-get":        {"filewrite-get", "filewrite-reader", "fileserver"},
-		"bulk-durable":    {"fio-dsync", "filewrite-stream", "filewrite-per-call"},
+		"bulk-durable":    {"fio-dsync", "filewrite-stream", "filewrite-per-call", "filewrite-direct"},
 	}
 	var names []string
 	for _, c := range sum.Comparisons {

@@ -101,6 +101,15 @@ func ParseSyncedWriteMode(s string) (SyncedWriteMode, error) {
 	return 0, fmt.Errorf("unknown synced-write mode %q (want direct or fsync)", s)
 }
 
+// SyncsWritesItself reports whether the store makes a synced write durable
+// by itself where it can (SyncedWritesDirect, under a policy other than
+// PolicyExclusive): such a write holds its caller for the device's round
+// trip, so that a caller applying writes for others (a stream) should run
+// as many at once as it wants in flight.
+func (h *Handle) SyncsWritesItself() bool {
+	return h.s.opts.SyncedWrites == SyncedWritesDirect && h.s.opts.Policy != PolicyExclusive
+}
+
 // durableState is what an inode knows for durable direct writes: whether
 // the file owes a sync, and the descriptor such writes use. The zero value
 // owes one (nothing is known of a file just opened: an inode closed for
