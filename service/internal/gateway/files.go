@@ -47,13 +47,14 @@ func (f clientFiles) Read(ctx context.Context, req *filewritev1.ReadRequest) (*f
 // callContext is the context of the calls a byte route makes for r as
 // method: the gRPC client's, with the metadata grpc-gateway forwards (the
 // Authorization header, the routing header) and pattern as its route; or,
-// on the direct road, r's, with that same metadata as it would arrive
-// (local.Incoming), so that the checks on it are the same.
+// on the direct road, the same (with the deadline of a Grpc-Timeout
+// header), with that metadata as it would arrive (local.Incoming), so that
+// the checks on it are the same.
 func (g *gateway) callContext(r *http.Request, method, pattern string) (context.Context, error) {
 	ctx, err := runtime.AnnotateContext(r.Context(), g.mux, r, method, runtime.WithHTTPPathPattern(pattern))
 	if err != nil || g.Local == nil {
 		return ctx, err
 	}
 	md, _ := metadata.FromOutgoingContext(ctx)
-	return local.Incoming(r, md), nil
+	return local.Incoming(ctx, r, md), nil
 }

@@ -88,12 +88,12 @@ func chain(interceptors []grpc.UnaryServerInterceptor) grpc.UnaryServerIntercept
 }
 
 // Incoming is the context a door's call runs in for the HTTP request r:
-// r's context, with r's client as the call's peer (the log names it) and
-// md, the metadata the door would send a gRPC server (the token, the
-// routing header a proxy set), as the incoming metadata that the tap and
-// the interceptors read.
-func Incoming(r *http.Request, md metadata.MD) context.Context {
-	ctx := r.Context()
+// ctx (r's context, with the deadline a Grpc-Timeout header asked for),
+// with r's client as the call's peer (the log names it) and md, the
+// metadata the door would send a gRPC server (the token, the routing
+// header a proxy set), as the incoming metadata that the tap and the
+// interceptors read.
+func Incoming(ctx context.Context, r *http.Request, md metadata.MD) context.Context {
 	if addr, err := net.ResolveTCPAddr("tcp", r.RemoteAddr); err == nil {
 		ctx = peer.NewContext(ctx, &peer.Peer{Addr: addr})
 	}
