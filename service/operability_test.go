@@ -206,7 +206,7 @@ func TestPropagatorsFromEnvironment(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	d := startDaemon(t, func(c *Config) { c.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp)) })
 	if r := testutil.DoHTTP(t, http.MethodPut, d.url+"/v1/files/f?offset=0", strings.NewReader("x"),
-		map[string]string{"Content-Type": gateway.MIMEOctetStream, "b3": callerTrace + "-" + callerSpan + "-1"}); r.Status != http.StatusOK {
+		map[string]string{"Content-Type": gateway.MIMEOctetStream, "b3": callerTrace + "-" + callerSpan + "-1"}); r.Status != http.StatusCreated {
 		t.Fatalf("PUT: %d %s", r.Status, r.Body)
 	}
 	var server *tracetest.SpanStub
@@ -329,7 +329,7 @@ func TestRPCLogNamesPeerAndPath(t *testing.T) {
 		}
 	}
 	if r := testutil.DoHTTP(t, http.MethodPut, d.url+"/v1/files/rest-file?offset=0", bytes.NewReader([]byte("x")),
-		map[string]string{"Content-Type": gateway.MIMEOctetStream, "X-Forwarded-For": "203.0.113.9"}); r.Status != http.StatusOK {
+		map[string]string{"Content-Type": gateway.MIMEOctetStream, "X-Forwarded-For": "203.0.113.9"}); r.Status != http.StatusCreated {
 		t.Fatalf("PUT: %d %s", r.Status, r.Body)
 	}
 	type rpcLine struct {

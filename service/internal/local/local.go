@@ -89,16 +89,25 @@ func chain(interceptors []grpc.UnaryServerInterceptor) grpc.UnaryServerIntercept
 
 // Incoming is the context a door's call runs in for the HTTP request r:
 // ctx (r's context, with the deadline a Grpc-Timeout header asked for),
-// with r's client as the call's peer (the log names it) and md, the
+// with the host r's connection came from as the call's peer (the log
+// names it, as it names a REST caller that reached the gateway's gRPC
+// server: the host grpc-gateway forwards, without a port) and md, the
 // metadata the door would send a gRPC server (the token, the routing
 // header a proxy set), as the incoming metadata that the tap and the
 // interceptors read.
 func Incoming(ctx context.Context, r *http.Request, md metadata.MD) context.Context {
-	if addr, err := net.ResolveTCPAddr("tcp", r.RemoteAddr); err == nil {
-		ctx = peer.NewContext(ctx, &peer.Peer{Addr: addr})
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		ctx = peer.NewContext(ctx, &peer.Peer{Addr: clientHost(host)})
 	}
 	return metadata.NewIncomingContext(ctx, md)
 }
+
+// clientHost is the address of an HTTP client as the log names it: its
+// host.
+type clientHost string
+
+func (h clientHost) Network() string { return "tcp" }
+func (h clientHost) String() string  { return string(h) }
 
 // call runs handler for req as the gRPC server runs method: under a span,
 // through the interceptors. Its error is a status with a reason.
