@@ -1,7 +1,8 @@
 // Package local is the direct road from a door that moves bytes to the
 // FileService: the REST gateway's raw PUT, raw append and downloads now,
-// NBD, tus and WebDAV later (docs/design.md, "Many front doors, one
-// engine"). A gRPC call of the gateway's own server goes through an
+// tus and WebDAV later (docs/design.md, "Many front doors, one engine";
+// the NBD server, built beside it, takes its checks as functions the
+// service hands it). A gRPC call of the gateway's own server goes through an
 // HTTP/2 pipe, protobuf encoding and the server's interceptors before the
 // handler runs; here the door calls the same interceptors, as functions, in
 // the order the gRPC server chains them (the token check of its tap, then
