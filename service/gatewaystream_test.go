@@ -53,15 +53,21 @@ func rawRequest(addr, head string, body []string, pause time.Duration) (*http.Re
 // that keeps coming, however slowly overall, goes through. A raw PUT that
 // breaks midway leaves the chunks it wrote (docs/guarantees.md, durability contract).
 func TestBodyTimeout(t *testing.T) {
-	d := startDaemon(t, func(c *Config) { c.BodyTimeout = time.Second })
+	// Pieces of 1 MiB (--max-request-bytes): a broken PUT's pieces are
+	// sent in well under a second, however loaded the machine.
+	const maxRequest = 1 << 20
+	d := startDaemon(t, func(c *Config) {
+		c.BodyTimeout = time.Second
+		c.Store.MaxRequestBytes = maxRequest
+	})
 	addr := strings.TrimPrefix(d.url, "http://")
 	put := func(path string, length int) string {
 		return fmt.Sprintf("PUT /v1/files/%s HTTP/1.1\r\nHost: localhost\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n",
 			path, gateway.MIMEOctetStream, length)
 	}
 	piece := strings.Repeat("p", gateway.BodyProgressBytes)
-	// What one Write of a raw PUT carries under the daemon's defaults.
-	putPiece := int(gateway.PutPieceBytes(DefaultConfig().Store.MaxRequestBytes))
+	// What one Write of a raw PUT carries.
+	putPiece := int(gateway.PutPieceBytes(maxRequest))
 	var steady []string // 64 KiB every 100 ms: slow, but steady
 	for range 20 {
 		steady = append(steady, piece)
