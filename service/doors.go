@@ -15,9 +15,10 @@ import (
 
 // A door is one way into the daemon: a listener and what serves it. Start
 // adds each door to Server.doors as it opens it; Shutdown drains them all
-// at once, after the shutdown delay, and closeAll closes them. A door
-// added later (NBD, uploads, WebDAV) is one more of these: it is drained
-// and closed with the rest, and nothing in Shutdown names it.
+// at once, after the shutdown delay, and closeAll closes them. The NBD
+// door is one (nbd.go); one added later (uploads, WebDAV) is one more of
+// these: it is drained and closed with the rest, and nothing in Shutdown
+// names it.
 type door interface {
 	// serve serves in the background until the door is drained or
 	// closed; a failure while serving goes to errc.

@@ -411,8 +411,8 @@ func TestVerbRoutesServeTheirMethods(t *testing.T) {
 		{"DELETE", "/v1/files/a:b", nil, ""},
 	} {
 		resp, body := send(t, c.method, d.url+c.path, strings.NewReader(c.body), c.header)
-		if resp.StatusCode != 200 {
-			t.Errorf("%s %s: %d %s, want 200", c.method, c.path, resp.StatusCode, body)
+		if resp.StatusCode != 200 && resp.StatusCode != 201 {
+			t.Errorf("%s %s: %d %s, want 200 or 201", c.method, c.path, resp.StatusCode, body)
 		}
 	}
 }
@@ -576,11 +576,11 @@ func TestPutCreateOnly(t *testing.T) {
 		won := 0
 		for range racers {
 			switch c := <-codes; c {
-			case 200:
+			case 201:
 				won++
 			case 412:
 			default:
-				t.Errorf("round %d: a racer got %d, want 200 or 412", round, c)
+				t.Errorf("round %d: a racer got %d, want 201 (it created the file) or 412", round, c)
 			}
 		}
 		if won != 1 {
@@ -598,7 +598,7 @@ func TestPutCreateOnly(t *testing.T) {
 		{"If-None-Match: * on an existing file", "If-None-Match", "race/0", 412},
 		{"If-Match: * on a missing file", "If-Match", "nowhere/new", 412},
 		{"If-Match: * on an existing file", "If-Match", "race/1", 200},
-		{"If-None-Match: * on a new file, empty body", "If-None-Match", "empty", 200},
+		{"If-None-Match: * on a new file, empty body", "If-None-Match", "empty", 201},
 	} {
 		body := "overwritten"
 		if tt.path == "empty" {

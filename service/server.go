@@ -38,6 +38,8 @@ import (
 	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/auth"
 	"github.com/filewrite/filewrite/service/internal/gateway"
+	"github.com/filewrite/filewrite/service/internal/local"
+	"github.com/filewrite/filewrite/service/internal/nbd"
 	"github.com/filewrite/filewrite/service/internal/rpc"
 	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store"
@@ -70,6 +72,11 @@ type Server struct {
 	// pprofLis is where Config.PprofAddr is served (pprofDoor), nil when
 	// it is empty.
 	pprofLis net.Listener
+
+	// nbdSrv serves Config.NBDAddr on nbdLis (nbd.go, nbdDoor); nil when
+	// it is empty.
+	nbdSrv *nbd.Server
+	nbdLis net.Listener
 
 	// doors are the ways in, each listener with what serves it, in the
 	// order Start opened them: Shutdown drains them and closeAll closes
@@ -222,6 +229,11 @@ func Start(cfg Config) (_ *Server, err error) {
 			return nil, err
 		}
 	}
+	if cfg.NBDAddr != "" {
+		if err := s.startNBD(); err != nil {
+			return nil, err
+		}
+	}
 
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(filewritev1.FileService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
@@ -245,7 +257,22 @@ func Start(cfg Config) (_ *Server, err error) {
 	if s.pprofLis != nil {
 		log.Info("listening", "protocol", "pprof", "addr", s.pprofLis.Addr().String())
 	}
+	if s.nbdLis != nil {
+		log.Info("listening", "protocol", "nbd", "addr", s.nbdLis.Addr().String())
+	}
 	return s, nil
+}
+
+// directRoad is the gateway's direct road to the FileService.
+func (s *Server) directRoad() *local.Files {
+	tap, checks := s.gatewayChecks()
+	return local.New(local.Config{
+		Files:        s.files,
+		Store:        s.store,
+		Tap:          tap,
+		Interceptors: append([]grpc.UnaryServerInterceptor{logUnary(s.log)}, checks...),
+		Tracer:       s.tel.tracerProvider.Tracer(serviceScope),
+	})
 }
 
 // startGateway opens the REST door: its HTTP listener, and the gRPC
@@ -257,7 +284,7 @@ func (s *Server) startGateway() (err error) {
 	rest := &restDoor{log: s.log}
 	s.doors = append(s.doors, rest)
 	rest.grpcLis = newPipeListener()
-	rest.grpcSrv = newGRPCServer(s.files, s.health, s.cfg.Store.MaxRequestBytes, s.log, s.tel, append(s.gatewayServerOptions(), rpc.PathHeaderOptions(s.cfg.RequirePathHeader)...)...)
+	rest.grpcSrv = newGRPCServer(s.files, s.health, s.cfg.Store.MaxRequestBytes, s.log, s.tel, s.gatewayServerOptions()...)
 	rest.grpcConn, err = grpc.NewClient("passthrough:///gateway",
 		grpc.WithContextDialer(rest.grpcLis.dial),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -273,6 +300,10 @@ func (s *Server) startGateway() (err error) {
 		MaxFileSize:     s.cfg.Store.MaxFileSize,
 		BodyTimeout:     s.cfg.BodyTimeout,
 		Budget:          s.budget,
+		// The routes that move bytes take the direct road, through what
+		// the gateway's gRPC server runs, in its order: the log line
+		// (newGRPCServer) and gatewayChecks.
+		Local: s.directRoad(),
 	})
 	if err != nil {
 		return err
@@ -352,9 +383,13 @@ func (s *Server) HTTPAddr() net.Addr {
 //     connections and tells every connection to start no new call
 //     (GOAWAY; calls already on their way are still served, as HTTP/2's
 //     graceful shutdown has it), the gateway stops accepting requests,
-//     and connections that never authenticated are closed;
+//     connections that never authenticated are closed, and the NBD
+//     listener closes, with the NBD connections still in their
+//     handshake, answering requests that arrive from then on with
+//     NBD_ESHUTDOWN;
 //  4. requests in flight finish: REST ones still reach the gateway's own
-//     gRPC server, which stops once they are done;
+//     gRPC server, which stops once they are done; each NBD connection
+//     closes once it has none;
 //  5. the store syncs and closes every open file.
 //
 // Step 4 is bounded by Config.DrainTimeout; past it, what still runs is

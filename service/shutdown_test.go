@@ -70,8 +70,8 @@ func TestShutdownRefusesNewCallsWhileRESTDrains(t *testing.T) {
 	}
 
 	put.Send()
-	if got := <-put.Done; got.Err != nil || got.Status != http.StatusOK {
-		t.Errorf("PUT in flight during the drain: %d %s %v, want 200 OK", got.Status, got.Body, got.Err)
+	if got := <-put.Done; got.Err != nil || got.Status != http.StatusCreated {
+		t.Errorf("PUT in flight during the drain: %d %s %v, want 201 Created", got.Status, got.Body, got.Err)
 	}
 	if err := <-shutdownDone; err != nil {
 		t.Errorf("Shutdown: %v", err)
@@ -85,14 +85,21 @@ func TestShutdownRefusesNewCallsWhileRESTDrains(t *testing.T) {
 }
 
 // TestShutdownDelayServesOn: during --shutdown-delay health says
-// NOT_SERVING and /readyz 503, while everything still serves: a Write on
-// an open connection and on a new one, a REST PUT, and a WriteStream
-// opened before, which reads on. Once the delay ends the drain runs as
-// without one: the stream acks what it read and ends with UNAVAILABLE,
-// and Shutdown returns.
+// NOT_SERVING and /readyz 503, while every listener still serves: a Write
+// on an open connection and on a new one, a REST PUT, a write on a new
+// NBD connection, and a WriteStream opened before, which reads on. Once
+// the delay ends the drain runs as without one: the stream acks what it
+// read and ends with UNAVAILABLE, and Shutdown returns.
 func TestShutdownDelayServesOn(t *testing.T) {
-	d := startDaemon(t, func(c *Config) { c.ShutdownDelay = time.Hour })
+	sock := nbdSocket(t)
+	d := startDaemon(t, func(c *Config) {
+		c.ShutdownDelay = time.Hour
+		c.NBDAddr = "unix:" + sock
+	})
 	ctx := testContext(t)
+	if _, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "nbd.bin", Data: make([]byte, 4096)}); err != nil {
+		t.Fatal(err)
+	}
 	stream := openStream(t, ctx, d.client, "stream.bin")
 	send := func(id uint64, data string) {
 		t.Helper()
@@ -127,8 +134,13 @@ func TestShutdownDelayServesOn(t *testing.T) {
 	if _, err := filewritev1.NewFileServiceClient(fresh).Write(ctx, &filewritev1.WriteRequest{Path: "fresh.bin", Data: []byte("fresh")}); err != nil {
 		t.Errorf("Write on a new connection during the delay: %v", err)
 	}
-	if got := testutil.DoHTTP(t, http.MethodPut, d.url+"/v1/files/put.bin", strings.NewReader("put"), nil); got.Status != http.StatusOK {
-		t.Errorf("PUT during the delay: %d %s, want 200", got.Status, got.Body)
+	if got := testutil.DoHTTP(t, http.MethodPut, d.url+"/v1/files/put.bin", strings.NewReader("put"), nil); got.Status != http.StatusCreated {
+		t.Errorf("PUT during the delay: %d %s, want 201", got.Status, got.Body)
+	}
+	nc := dialNBD(t, sock, "nbd.bin")
+	nc.send(t, nbdWrite, 7, 0, 4, []byte("nbdw"))
+	if cookie, errno := nc.reply(t); cookie != 7 || errno != 0 {
+		t.Errorf("NBD write on a new connection during the delay: cookie %d error %d, want 7, success", cookie, errno)
 	}
 	send(1, "bbbb")
 	select {
@@ -144,6 +156,9 @@ func TestShutdownDelayServesOn(t *testing.T) {
 	}
 	if err := <-shutdownDone; err != nil {
 		t.Errorf("Shutdown: %v", err)
+	}
+	if got := d.onDisk(t, "nbd.bin"); string(got[:4]) != "nbdw" {
+		t.Errorf("nbd.bin after the shutdown starts %q, want \"nbdw\"", got[:4])
 	}
 	for name, want := range map[string]string{"stream.bin": "aaaabbbb", "open.bin": "open", "fresh.bin": "fresh", "put.bin": "put"} {
 		if got := d.onDisk(t, name); string(got) != want {
