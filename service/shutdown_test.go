@@ -40,14 +40,9 @@ func TestShutdownRefusesNewCallsWhileRESTDrains(t *testing.T) {
 		t.Fatal("the PUT never reached its handler")
 	}
 
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	watch := testutil.WatchHealth(t, watchCtx, d.conn)
-	shutdownDone := make(chan error, 1)
-	go func() { shutdownDone <- d.srv.Shutdown() }()
 	// A health watcher is told NOT_SERVING, and the client's connection
 	// is told to start no new call (GOAWAY): it leaves READY.
-	watch(healthpb.HealthCheckResponse_NOT_SERVING)
-	stopWatch()
+	shutdownDone := beginShutdown(t, ctx, d)
 	for d.conn.GetState() == connectivity.Ready {
 		if !d.conn.WaitForStateChange(ctx, connectivity.Ready) {
 			t.Fatal("the client's connection stayed READY: the server never said to start no new call")
@@ -84,6 +79,19 @@ func TestShutdownRefusesNewCallsWhileRESTDrains(t *testing.T) {
 	}
 }
 
+// beginShutdown starts d's Shutdown and returns, with the channel that
+// Shutdown's result comes on, once a health watcher was told NOT_SERVING.
+func beginShutdown(t *testing.T, ctx context.Context, d *daemon) <-chan error {
+	t.Helper()
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	watch := testutil.WatchHealth(t, watchCtx, d.conn)
+	done := make(chan error, 1)
+	go func() { done <- d.srv.Shutdown() }()
+	watch(healthpb.HealthCheckResponse_NOT_SERVING)
+	return done
+}
+
 // TestShutdownDelayServesOn: during --shutdown-delay health says
 // NOT_SERVING and /readyz 503, while every listener still serves: a Write
 // on an open connection and on a new one, a REST PUT, a write on a new
@@ -114,12 +122,7 @@ func TestShutdownDelayServesOn(t *testing.T) {
 	}
 	send(0, "aaaa")
 
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	watch := testutil.WatchHealth(t, watchCtx, d.conn)
-	shutdownDone := make(chan error, 1)
-	go func() { shutdownDone <- d.srv.Shutdown() }()
-	watch(healthpb.HealthCheckResponse_NOT_SERVING)
-	stopWatch()
+	shutdownDone := beginShutdown(t, ctx, d)
 
 	if got := testutil.DoHTTP(t, http.MethodGet, d.url+"/readyz", nil, nil); got.Status != http.StatusServiceUnavailable || !strings.Contains(string(got.Body), "NOT_SERVING") {
 		t.Errorf("/readyz during the delay: %d %s, want 503 NOT_SERVING", got.Status, got.Body)
