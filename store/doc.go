@@ -123,11 +123,14 @@
 //	    inodeTable.mu        (Delete and Rename, to forget or re-key inodes)
 //	  inode.extentMu         (the extent map, like ext4's i_data_sem)
 //	  inodeMap.mu            (an inode's mappings, mapped.go: making one,
-//	                          held across its mmap(2) and mincore(2), by a
-//	                          writer holding inode.lock or counted in
-//	                          flight; and unmapping them when the inode
-//	                          closes, held across munmap(2), also under
-//	                          inodeTable.mu; a leaf)
+//	                          held across its mmap(2) and mincore(2), or
+//	                          its heat, by a writer holding inode.lock or
+//	                          counted in flight; taking the retired ones to
+//	                          unmap, by a holder of inode.lock exclusively
+//	                          with no write in flight (waitInflight), and
+//	                          all of them when the inode closes, also
+//	                          under inodeTable.mu; never held across
+//	                          munmap(2); a leaf)
 //	  appendQueue.mu         (an inode's reservations; a leaf, taken with
 //	                          inode.lock shared to reserve, and without any
 //	                          lock to publish; never across I/O)

@@ -276,7 +276,7 @@ func TestMappedWritesOnlyWhereHot(t *testing.T) {
 // starts cold. TryWrite's peek counts only where the region is hot.
 func TestHotRegionCarried(t *testing.T) {
 	const size, bs = 4 << 20, 4096
-	m := &fileMap{heat: make([]atomic.Uint64, 2)}
+	m := &regionHeat{covers: 2 * hotRegion, words: make([]atomic.Uint64, 2)}
 	stamp := func(syncs, period uint64) uint64 { return syncs<<24 | period }
 	// writes makes n writes to the first region and returns how many
 	// found it hot.
@@ -312,15 +312,23 @@ func TestHotRegionCarried(t *testing.T) {
 			t.Errorf("%s: %d of %d writes found the region hot, want %d", st.name, got, st.n, st.hot)
 		}
 	}
-	// The region's end cuts what it needs: a 16 KiB file is hot after 2.
-	small := &fileMap{heat: make([]atomic.Uint64, 1)}
-	for i, want := range []bool{false, false, true} {
-		if got := small.hot(0, 16<<10, bs, stamp(0, 1), false); got != want {
-			t.Errorf("16 KiB file, write %d: hot %v, want %v", i+1, got, want)
+	// The region's end cuts what it needs: a 256 KiB file is hot after
+	// 32 writes, and none after fewer than hotMinWrites (a byte written
+	// over and over earns no mapping).
+	for _, tt := range []struct{ size, after int64 }{
+		{256 << 10, 32},
+		{64 << 10, hotMinWrites},
+		{1, hotMinWrites},
+	} {
+		small := &regionHeat{covers: hotRegion, words: make([]atomic.Uint64, 1)}
+		for i := range tt.after + 1 {
+			if got, want := small.hot(0, tt.size, bs, stamp(0, 1), false), i == tt.after; got != want {
+				t.Errorf("file of %d bytes, write %d: hot %v, want %v", tt.size, i+1, got, want)
+			}
 		}
-	}
-	if !small.hot(0, 16<<10, bs, stamp(0, 2), true) {
-		t.Error("16 KiB file: not carried into the next period")
+		if !small.hot(0, tt.size, bs, stamp(0, 2), true) {
+			t.Errorf("file of %d bytes: not carried into the next period", tt.size)
+		}
 	}
 }
 

@@ -27,6 +27,10 @@ type inodeTable struct {
 	// mappedBytes is the address space the open files' mappings take
 	// (mapped.go), bounded by maxMappedBytes. Atomic.
 	mappedBytes atomic.Int64
+	// maxMappings bounds the mappings of the process's stores, counted
+	// together (liveMappings): mappingBound, or less where a test says
+	// (Hooks.maxMappings). Immutable.
+	maxMappings int64
 
 	// mu guards every field below and the table fields of each inode. No
 	// one waits for an inode lock while holding it; Delete and Rename take
@@ -84,6 +88,10 @@ func newInodeTable(fsys FS, opts *Options, tel *Telemetry) *inodeTable {
 		recordBatch: tel.recordBatch,
 		byPath:      make(map[string]*inode),
 		byID:        make(map[fileID]*inode),
+		maxMappings: mappingBound(),
+	}
+	if h := opts.Hooks; h != nil && h.maxMappings > 0 {
+		t.maxMappings = min(t.maxMappings, h.maxMappings)
 	}
 	t.failedSync = make(map[fileID]string)
 	t.closedExtents = newExtentCache(opts.ExtentCacheBytes)
