@@ -77,6 +77,7 @@ var reasonRules = map[filewritev1.ErrorReason]reasonRule{
 
 	filewritev1.ErrorReason_SYNC_FAILED:          {code: codes.DataLoss},
 	filewritev1.ErrorReason_FILE_REMOVED_OUTSIDE: {code: codes.DataLoss},
+	filewritev1.ErrorReason_FILE_CHANGED_OUTSIDE: {code: codes.DataLoss},
 	filewritev1.ErrorReason_IO_ERROR:             {code: codes.Internal},
 
 	filewritev1.ErrorReason_TOKEN_MISSING: {code: codes.Unauthenticated},
@@ -257,6 +258,8 @@ func reasonOf(err error) filewritev1.ErrorReason {
 		return filewritev1.ErrorReason_SYNC_FAILED
 	case errors.Is(err, store.ErrFileRemoved):
 		return filewritev1.ErrorReason_FILE_REMOVED_OUTSIDE
+	case errors.Is(err, store.ErrChangedOutside):
+		return filewritev1.ErrorReason_FILE_CHANGED_OUTSIDE
 	case errors.Is(err, store.ErrFileTooLarge):
 		return filewritev1.ErrorReason_FILE_TOO_LARGE
 	case errors.Is(err, store.ErrRequestTooLarge):

@@ -307,6 +307,11 @@ func TestAppendJournalKillBeforeData(t *testing.T) {
 			if err := <-killed; err == nil {
 				t.Errorf("the held append: got nil, want its write's error")
 			}
+			// To b, that give-back cut the file from outside: it says so,
+			// once.
+			if _, err := b.Stat(context.Background(), "log"); !errors.Is(err, ErrChangedOutside) {
+				t.Errorf("b's Stat after the give-back: %v, want ErrChangedOutside", err)
+			}
 		})
 	}
 }

@@ -223,7 +223,11 @@
 // sync; that caller came first in one order of the calls and succeeds. To
 // tell the two apart the sync takes the inode lock shared, holding no
 // other, after the Delete that holds it exclusively has marked the inode
-// deleted (removedError).
+// deleted (removedError). A sync, a Stat or a mapped write's probe that
+// finds the file shorter than the store's size (cut from outside, or a
+// Truncate in the middle of its ftruncate) takes the inode lock
+// exclusively, holding no other, and waits for writes in flight before it
+// believes it (checkCut, cut.go).
 //
 // store/crashfs simulates a power cut below the FS seam, and the
 // power-loss tests hold the store to these rules on the images it leaves:

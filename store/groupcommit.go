@@ -187,6 +187,10 @@ func (g *groupCommit) issue(b *syncBatch) {
 	g.syncs.Add(1)
 	g.onBatch(b.callers)
 	err := g.sync.syncFile(b.mode)
+	cut := err == errCutSuspected
+	if cut {
+		err = nil // the sync succeeded; each caller checks the file
+	}
 	g.mu.Lock()
 	overlapped := g.failures != b.failuresBefore
 	if err != nil {
@@ -201,6 +205,8 @@ func (g *groupCommit) issue(b *syncBatch) {
 		b.err = fmt.Errorf("%w: an earlier sync of this file failed, so data written before it may be lost although this sync succeeded", ErrSyncFailed)
 	case overlapped:
 		b.err = fmt.Errorf("%w: another sync or a writeback of this file failed while this one ran, so data written before it may be lost although this sync succeeded", ErrSyncFailed)
+	case cut:
+		b.err = errCutSuspected
 	}
 	close(b.done)
 }

@@ -86,6 +86,11 @@ type inode struct {
 	// the next lookup of its name or when its last reference is put
 	// (forgetLocked), so that the name reaches whatever it names now.
 	unlinked atomic.Bool
+	// cutPending is set when the inode opens a file that the table found
+	// shorter than the store made it when it closed it for room
+	// (inodeTable.cutFiles), and cleared by the Stat or sync that reports
+	// it (cutReported).
+	cutPending atomic.Bool
 	// pendingDirs, for a file this store created, are the directories to
 	// sync once so that its name is as durable as its data: every
 	// directory above the name the table knows it by. It is nil for a file
@@ -281,7 +286,9 @@ func fileKind(t fs.FileMode) string {
 //
 // It then checks, with one fstat(2) for the whole batch, that the file
 // still has a name (inode.unlinked): a sync of a file removed from outside
-// makes its data durable in a file that nobody can reach.
+// makes its data durable in a file that nobody can reach; and that it is
+// not shorter than the store's size, or it returns errCutSuspected, which
+// is no failure of the sync (groupCommit.issue).
 func (ino *inode) syncFile(mode SyncMode) error {
 	t := ino.table
 	ino.touch() // a mapped write's timestamps, made durable with it
@@ -289,12 +296,18 @@ func (ino *inode) syncFile(mode SyncMode) error {
 	if err := ino.file.Sync(mode); err != nil {
 		return err
 	}
-	if fi, err := ino.file.Stat(); err == nil && fi.Nlink == 0 {
-		ino.unlinked.Store(true)
+	var cut error
+	if fi, err := ino.file.Stat(); err == nil {
+		if fi.Nlink == 0 {
+			ino.unlinked.Store(true)
+		}
+		if fi.Size < ino.size.Load() {
+			cut = errCutSuspected // for each caller to check (cut.go)
+		}
 	}
 	p := ino.pendingDirs.Load()
 	if p == nil {
-		return nil
+		return cut
 	}
 	if t.opts.Hooks.broken(func(b *breaks) bool { return b.skipNewFileDirSync }) {
 		ino.pendingDirs.CompareAndSwap(p, nil) // the deliberate break
@@ -312,7 +325,7 @@ func (ino *inode) syncFile(mode SyncMode) error {
 		return err
 	}
 	ino.pendingDirs.CompareAndSwap(p, nil)
-	return nil
+	return cut
 }
 
 // removedError is ErrFileRemoved if a sync found that ino's file has no

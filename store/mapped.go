@@ -33,9 +33,10 @@ import (
 //     is the operating system's (faultfs and crashfs, the test layers,
 //     offer no mapping, and their writes stay the pwrites they inject
 //     faults into);
-//   - the write is not an append and ends at or below the size: under the
-//     lock or counted in flight, no truncate can cut the file below it
-//     meanwhile;
+//   - the write is not an append, and ends before the page that holds the
+//     file's last byte (the EOF page): under the lock or counted in
+//     flight, no truncate of the store's can cut the file below it
+//     meanwhile, and one from outside is caught (see below);
 //   - every block it touches is written (the extent map): a store into a
 //     hole or an unwritten block would have the page fault allocate or
 //     convert it, and a fault cannot report ENOSPC but as SIGBUS;
@@ -67,10 +68,26 @@ import (
 //     be had within the bounds below.
 //
 // Otherwise the write is a pwrite, as before, which also marks its pages
-// resident. A store that faults anyway (the file was cut short from
-// outside the store, or the kernel could not back a page) is recovered
-// (debug.SetPanicOnFault), the write is made again with pwrite, and the
-// file's mapping is not used again while it stays open.
+// resident.
+//
+// A file cut short from outside the store. Truncating a file drops its
+// pages past the new end from the page cache and from every mapping, so
+// that a store to them faults (SIGBUS); but the page that holds the new
+// end stays, and a store past the end within it lands in memory the file
+// no longer reaches: acknowledged, and lost without a fault. So no write
+// goes through the mapping into the store's own EOF page, and after each
+// store the writer reads the first byte of that page through the mapping
+// (the probe; that page is resident, its entry in the page tables is
+// there after the first probe, and the read costs a load): if the file
+// was cut anywhere below the EOF page, every page from the one after the
+// cut on is gone, the EOF page with them, and the probe faults. A fault,
+// of the store or of the probe (debug.SetPanicOnFault recovers it), turns
+// the mapping off while the file stays open, the write is made again with
+// pwrite, and the writer checks the file under the exclusive lock
+// (checkCut, cut.go): found shorter than the store made it, the call
+// reports ErrChangedOutside. A cut into the EOF page itself loses no
+// mapped store (none goes there), and is found by the next Stat or sync.
+// A truncate that lands after a write's probe comes after that write.
 //
 // Timestamps: a pwrite sets the file's mtime and ctime; a store into a
 // page already mapped writable sets neither (the kernel sets them when the
@@ -267,10 +284,14 @@ type inodeMap struct {
 	// A write that counts in one being replaced is lost to the count,
 	// which is only a guess.
 	heat atomic.Pointer[regionHeat]
-	// off is set once the mapping failed (mmap refused, a store faulted,
-	// the timestamps could not be set): writes are pwrites until the file
-	// is opened again.
+	// off is set once the mapping failed (mmap refused, a store or probe
+	// faulted, the file was found cut from outside, the timestamps could
+	// not be set): writes are pwrites until the file is opened again.
 	off atomic.Bool
+	// unchecked is set when a TryWrite's store or probe faulted: the next
+	// Write (the one that makes the refused write) checks the file
+	// (mappedFaulted) and clears it.
+	unchecked atomic.Bool
 	// stale is set by a store into the mapping, and cleared by touch,
 	// which then sets the file's timestamps.
 	stale atomic.Bool
@@ -338,48 +359,71 @@ func (mp *inodeMap) heatFor(size int64) *regionHeat {
 	return h
 }
 
+// mapOutcome is what writeMapped did.
+type mapOutcome int
+
+const (
+	// mappedNot: the write is no candidate; the caller makes it with
+	// pwrite.
+	mappedNot mapOutcome = iota
+	// mappedDone: the bytes went through the mapping.
+	mappedDone
+	// mappedFaulted: a store or probe faulted, or a TryWrite's did since
+	// the last check (inodeMap.unchecked): the caller makes the write with
+	// pwrite and then checks the file (checkCut), which may have been cut
+	// short from outside.
+	mappedFaulted
+)
+
 // writeMapped stores data at off through ino's mapping, if the write
-// qualifies (see "Mapped writes" above), and reports whether it did; if it
-// did not, the caller writes with pwrite and then calls wroteResident.
-// With try (tryWrite, whose caller makes the write again if it fails) it
-// neither counts the write nor makes a mapping: it only uses what is
-// there.
+// qualifies (see "Mapped writes" above), and says what it did; if it did
+// not store it, the caller writes with pwrite and then calls wroteResident.
+// With try (tryWrite, whose caller makes the write again if it is refused)
+// it neither counts the write nor makes a mapping: it only uses what is
+// there, and a fault is left for the write made again to report.
 //
 // Preconditions: ino.lock is held in some mode, or the write is counted in
 // flight (ino.inflight) having registered under it; the write is not an
 // append.
-func (ino *inode) writeMapped(off int64, data []byte, try bool) bool {
+func (ino *inode) writeMapped(off int64, data []byte, try bool) mapOutcome {
 	mp := &ino.mapping
-	if mp.limit == 0 || mp.off.Load() {
-		return false
+	if mp.limit == 0 {
+		return mappedNot
+	}
+	if mp.off.Load() {
+		if !try && mp.unchecked.Load() && mp.unchecked.Swap(false) {
+			return mappedFaulted
+		}
+		return mappedNot
 	}
 	end, size := off+int64(len(data)), ino.size.Load()
-	if end > size {
-		return false
+	eofPage := (size - 1) / pageSize * pageSize
+	if end > eofPage {
+		return mappedNot // past the size, or into the EOF page
 	}
 	m := mp.cur.Load()
-	if try && (m == nil || end > int64(len(m.b))) {
-		return false
+	if try && (m == nil || size > int64(len(m.b))) {
+		return mappedNot
 	}
 	if !mp.eager {
 		h := mp.heat.Load()
 		if h == nil || size > h.covers {
 			if try {
-				return false // heatFor may wait for a remap's syscalls
+				return mappedNot // heatFor may wait for a remap's syscalls
 			}
 			h = mp.heatFor(size)
 		}
 		if !h.hot(off, size, ino.blockSize, mp.stamp(), try) {
-			return false
+			return mappedNot
 		}
 	}
-	if m == nil || end > int64(len(m.b)) {
-		if m = ino.remap(end); m == nil {
-			return false
+	if m == nil || size > int64(len(m.b)) {
+		if m = ino.remap(size); m == nil {
+			return mappedNot
 		}
 	}
-	if !m.residentRange(off, end) {
-		return false
+	if !m.residentRange(off, end) || !m.residentRange(eofPage, eofPage+1) {
+		return mappedNot
 	}
 	// Last, as the one lock: a write that is no candidate (a durable
 	// writer's, a sparse one's) goes to its pwrite without it.
@@ -388,16 +432,20 @@ func (ino *inode) writeMapped(off int64, data []byte, try bool) bool {
 	written := ino.extents.within(first, last, ExtentWritten)
 	ino.extentMu.Unlock()
 	if !written {
-		return false
+		return mappedNot
 	}
-	if !storeMapped(m.b[off:end], data) {
+	if _, ok := storeMapped(m.b[off:end], data, &m.b[eofPage]); !ok {
 		mp.off.Store(true)
-		return false
+		if try {
+			mp.unchecked.Store(true)
+			return mappedNot
+		}
+		return mappedFaulted
 	}
 	if !mp.stale.Load() {
 		mp.stale.Store(true)
 	}
-	return true
+	return mappedDone
 }
 
 // wroteResident records that a pwrite put [off, end) in the page cache.
@@ -407,12 +455,13 @@ func (ino *inode) wroteResident(off, end int64) {
 	}
 }
 
-// storeMapped copies src to dst, a slice of a mapping, and reports false
-// if a page fault could not be served (SIGBUS: the page lies past the
-// file's end, cut from outside the store, or the kernel could not back
-// it), which debug.SetPanicOnFault turns into a panic recovered here.
-// Part of src may have been stored.
-func storeMapped(dst, src []byte) (ok bool) {
+// storeMapped copies src to dst, a slice of a mapping, then reads the
+// byte at probe, in the same mapping, and returns it (so that the read is
+// made); it reports false if a page fault could not be served (SIGBUS:
+// the page lies past the file's end, cut from outside the store, or the
+// kernel could not back it), which debug.SetPanicOnFault turns into a
+// panic recovered here. Part of src may have been stored.
+func storeMapped(dst, src []byte, probe *byte) (b byte, ok bool) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if recover() != nil {
@@ -420,12 +469,12 @@ func storeMapped(dst, src []byte) (ok bool) {
 		}
 	}()
 	copy(dst, src)
-	return true
+	return *probe, true
 }
 
 // remap returns a mapping of ino at least end bytes long, making one if
-// the current one is missing or shorter, or nil (and the file's mapping
-// off) if none can be made.
+// the current one is missing or shorter, or nil if none can be made (and
+// the file's mapping off, unless a bound refused it for now).
 func (ino *inode) remap(end int64) *fileMap {
 	mp := &ino.mapping
 	if liveMappings.Load() >= ino.table.maxMappings {
@@ -505,8 +554,8 @@ func (ino *inode) touch() {
 // unmapAll unmaps every mapping of ino, setting its timestamps first if
 // they are owed and the file still has a name.
 //
-// Preconditions: no reference to ino is left: no write can be using a
-// mapping.
+// Preconditions: no write can be using a mapping: no reference to ino is
+// left, or ino.lock is held exclusively with no write in flight.
 func (ino *inode) unmapAll() {
 	mp := &ino.mapping
 	cur := mp.cur.Load()

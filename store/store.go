@@ -98,7 +98,7 @@ func (s *Store) syncAll(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("sync %s: %w", key, err))
 			continue
 		}
-		if err := ino.commit.waitDurable(ctx, SyncFull); err != nil {
+		if err := s.syncChecked(ctx, ino, ino.commit.waitDurable(ctx, SyncFull), false); err != nil {
 			errs = append(errs, fmt.Errorf("sync %s: %w", ino.path(), err))
 		}
 		s.table.put(ino)
@@ -241,7 +241,7 @@ func (s *Store) fsyncFile(ctx context.Context, path string, mode SyncMode) error
 		return err
 	}
 	defer s.table.put(ino)
-	if err := ino.commit.waitDurable(ctx, mode); err != nil {
+	if err := s.syncChecked(ctx, ino, ino.commit.waitDurable(ctx, mode), false); err != nil {
 		return err
 	}
 	return removedError(ctx, ino, false)
@@ -353,7 +353,7 @@ func (s *Store) Stat(ctx context.Context, path string) (FileStat, error) {
 	}
 	for {
 		var st FileStat
-		var unlinked bool
+		var unlinked, short bool
 		err := s.lookAt(ctx, path, "stat", func(ino *inode) error {
 			ino.touch() // the ctime dates the writes made before this Stat
 			fi, err := ino.file.Stat()
@@ -367,14 +367,43 @@ func (s *Store) Stat(ctx context.Context, path string) (FileStat, error) {
 			if err != nil {
 				return ioError("stat", path, err, 0)
 			}
+			if fi.Size < ino.size.Load() {
+				short = true // checked below, with the lock
+				return nil
+			}
+			if err := ino.cutReported(); err != nil {
+				return err
+			}
 			st = FileStat{Size: ino.size.Load(), AllocatedBytes: fi.Blocks512 * 512, BlockSize: int32(ino.blockSize),
 				Dev: fi.Dev, Ino: fi.Ino, ChangeTime: fi.Ctime}
 			return nil
 		})
+		if short {
+			// Cut from outside, or in the middle of a Truncate: only the
+			// exclusive lock tells.
+			if err := s.checkCutPath(ctx, path); err != nil {
+				return FileStat{}, err
+			}
+			continue
+		}
 		if !unlinked {
 			return st, err
 		}
 	}
+}
+
+// checkCutPath is checkCut of the file path names.
+func (s *Store) checkCutPath(ctx context.Context, path string) error {
+	ino, h, err := s.lockFile(ctx, path, false, lockExclusive, "check", ReasonChangedOutside)
+	if err != nil {
+		return err
+	}
+	defer s.table.put(ino)
+	defer func() {
+		ino.lock.release(h)
+		putHolder(h)
+	}()
+	return s.checkCut(ctx, ino, true)
 }
 
 // Extents lists the hole, unwritten and written ranges of path within

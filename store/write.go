@@ -27,6 +27,9 @@ const (
 	ReasonRead      = "read"
 	ReasonDelete    = "delete"
 	ReasonRename    = "rename"
+	// ReasonChangedOutside: a check that the file is as long as the store
+	// made it, after a sign that it was cut from outside (cut.go).
+	ReasonChangedOutside = "changed-outside"
 )
 
 // rangeClass says which block states a range touches.
@@ -249,6 +252,13 @@ func (s *Store) write(ctx context.Context, ino *inode, name string, held *holder
 			ino.lock.release(h)
 		}
 		putHolder(h)
+		if err == errCutSuspected {
+			// Made with pwrite after the mapping faulted: was the file
+			// cut from outside?
+			if err = s.checkCut(ctx, ino, false); err != nil {
+				sync = SyncNone
+			}
+		}
 		return n, size, sync, err
 	}
 }
@@ -280,19 +290,19 @@ func (s *Store) tryWrite(ctx context.Context, ino *inode, off int64, data []byte
 		return w, false
 	}
 	s.opts.Hooks.insideWrite(ctx, ino, mode, reason)
-	var ok bool
+	var did mapOutcome
 	if mode == lockNone {
 		u := beginUnlocked(ino, h)
-		ok = ino.writeMapped(off, data, true)
+		did = ino.writeMapped(off, data, true)
 		w.Size = ino.size.Load()
 		u.end(ino)
 	} else {
-		ok = ino.writeMapped(off, data, true)
+		did = ino.writeMapped(off, data, true)
 		w.Size = ino.size.Load()
 		ino.lock.release(h)
 	}
 	putHolder(h)
-	if !ok {
+	if did != mappedDone {
 		return w, false
 	}
 	s.opts.Hooks.mappedWrite(ino)
@@ -438,7 +448,7 @@ func (s *Store) syncWrite(ctx context.Context, ino *inode, sync SyncMode, held b
 	if sync == SyncNone {
 		return nil
 	}
-	if err := ino.commit.waitDurable(ctx, sync); err != nil {
+	if err := s.syncChecked(ctx, ino, ino.commit.waitDurable(ctx, sync), held); err != nil {
 		return err
 	}
 	return removedError(ctx, ino, held)
@@ -468,7 +478,7 @@ func (s *Store) writeExclusive(ctx context.Context, ino *inode, off int64, data 
 	n, err := s.writeData(ctx, ino, off, data, lockExclusive, reason)
 	end = off + int64(n)
 	switch {
-	case err != nil:
+	case err != nil && err != errCutSuspected:
 		// A short or failed write may still have moved the file's size:
 		// take it from the file so the size stays true.
 		if fi, serr := ino.file.Stat(); serr == nil {
@@ -480,18 +490,26 @@ func (s *Store) writeExclusive(ctx context.Context, ino *inode, off int64, data 
 	return n, err
 }
 
-// writeData moves the bytes and marks their blocks written.
+// writeData moves the bytes and marks their blocks written. It returns
+// errCutSuspected, with every byte written, when the file's mapping
+// faulted and the bytes went by pwrite instead: the caller checks the
+// file (checkCut) once it holds no lock.
 func (s *Store) writeData(ctx context.Context, ino *inode, off int64, data []byte, mode lockMode, reason string) (int, error) {
 	s.opts.Hooks.insideWrite(ctx, ino, mode, reason)
 	end := off + int64(len(data))
 	var n int
 	var err error
-	if ino.direct != nil && ino.aligned(off, end) {
-		n, err = writeDirect(ino.direct, off, data, int(ino.blockSize), maxDirectChunk)
-	} else if reason != ReasonAppend && ino.writeMapped(off, data, false) {
+	did := mappedNot
+	if ino.direct == nil && reason != ReasonAppend {
+		did = ino.writeMapped(off, data, false)
+	}
+	switch {
+	case did == mappedDone:
 		s.opts.Hooks.mappedWrite(ino)
 		return len(data), nil // the blocks were written already: the map stands
-	} else {
+	case ino.direct != nil && ino.aligned(off, end):
+		n, err = writeDirect(ino.direct, off, data, int(ino.blockSize), maxDirectChunk)
+	default:
 		n, err = ino.file.WriteAt(data, off)
 		if n > 0 {
 			ino.wroteResident(off, off+int64(n))
@@ -514,6 +532,9 @@ func (s *Store) writeData(ctx context.Context, ino *inode, off int64, data []byt
 	if err != nil {
 		ino.extentsInDoubt.Store(true)
 		return n, ioError("write", ino.path(), err, n)
+	}
+	if did == mappedFaulted {
+		return n, errCutSuspected
 	}
 	return n, nil
 }
