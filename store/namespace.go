@@ -76,7 +76,10 @@ func (s *Store) namesFile(name string, ino *inode, stat func(string) (FileInfo, 
 // RENAME_NOREPLACE): then ErrExists and nothing changes. Writes to either
 // file that started before Rename finish first. Missing parents of newName
 // are created, and removed again, while empty, if the Rename fails.
-// Renaming a file onto its own name does nothing. A directory on either
+// Renaming a file onto its own name does nothing but report whether it
+// names a file (ErrNotFound if not), as every other call sees the
+// directory: after a Delete of it that returned, or that has unlinked it
+// and not yet returned, it names nothing. A directory on either
 // side is ErrIsDirectory, and a symlink as oldName ErrInvalidPath: moving a
 // relative symlink would change what it names.
 //
@@ -94,14 +97,7 @@ func (s *Store) Rename(ctx context.Context, oldName, newName string, noReplace, 
 		return err
 	}
 	if oldName == newName {
-		// rename(2) does nothing here (and RENAME_NOREPLACE would refuse
-		// the file its own name): report only whether there is a file.
-		ino, err := s.table.get(ctx, oldName, false)
-		if err != nil {
-			return err
-		}
-		s.table.put(ino)
-		return nil
+		return s.renameOntoItself(ctx, oldName)
 	}
 	// The parents of newName this call made, kept from one attempt to the
 	// next and removed, while empty, if the Rename fails.
@@ -134,6 +130,31 @@ func (s *Store) Rename(ctx context.Context, oldName, newName string, noReplace, 
 			dirs = dirs[:1]
 		}
 		return s.syncDirs(dirs)
+	}
+}
+
+// renameOntoItself is Rename of name onto itself. rename(2) does nothing
+// then (and RENAME_NOREPLACE would refuse the file its own name), so it
+// reports only whether name names a file, as every other call sees the
+// directory: it waits for a Delete or Rename of the file that holds its
+// lock (the table still knows a deleted file until its Delete is done,
+// after its unlink(2)), and asks the directory whether the name reaches
+// the file, which a removal from outside the store would have changed.
+func (s *Store) renameOntoItself(ctx context.Context, name string) error {
+	for {
+		ino, h, err := s.lockFile(ctx, name, false, lockShared, "rename", ReasonRename)
+		if err != nil {
+			return err
+		}
+		err = s.namesFile(name, ino, s.fsys.Stat)
+		if errors.Is(err, errNameMoved) {
+			err = s.nameLostLocked(ino, name)
+		}
+		ino.lock.release(h)
+		s.table.put(ino)
+		if !errors.Is(err, errNameMoved) {
+			return err
+		}
 	}
 }
 
@@ -240,7 +261,8 @@ func (s *Store) renameOnce(ctx context.Context, oldName, newName string, noRepla
 // (an alias), or the store moved src while this Rename waited for its
 // lock: oldName is looked up afresh anyway.
 //
-// Preconditions: src.lock is held exclusively.
+// Preconditions: src.lock is held, in any mode (a Rename or Delete, which
+// changes names, holds it exclusively).
 func (s *Store) nameLostLocked(src *inode, oldName string) error {
 	if src.path() == oldName {
 		src.unlinked.Store(true)
