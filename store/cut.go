@@ -62,6 +62,7 @@ func (s *Store) checkCut(ctx context.Context, ino *inode, held bool) error {
 	ino.mapping.off.Store(true)
 	ino.unmapAll()
 	s.reloadExtents(ino)
+	ino.bump()
 	return cut
 }
 

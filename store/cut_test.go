@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // TestWritesAfterCutToPartialPage is issue 36's second item: a 2 MiB
@@ -187,15 +189,8 @@ func TestCutFoundAtClose(t *testing.T) {
 	ctx := context.Background()
 	for _, open := range []int{1, 2} {
 		t.Run(fmt.Sprintf("%d files open", open), func(t *testing.T) {
-			dir := t.TempDir()
-			fsys, err := OpenOSFS(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := Open(fsys, Options{MaxOpenFiles: open})
-			if err != nil {
-				t.Fatal(err)
-			}
+			dir := testutil.Dir(t)
+			s := openStore(t, dir, Options{MaxOpenFiles: open})
 			if _, err := s.Write(ctx, "f", 0, bytes.Repeat([]byte{1}, 10000), SyncNone); err != nil {
 				t.Fatal(err)
 			}

@@ -111,6 +111,19 @@
 // (getOrCreate), and Stat and Extents lock while it does: to the store's
 // callers a file appears with its first operation done, never empty.
 //
+// # Generations
+//
+// Every file has a generation (generation.go) that moves with every
+// mutation the store acknowledges, through every face: a write (one atomic
+// add, made while it still holds its lock mode or is counted in flight,
+// after its bytes are in), an append (when its range is published, while
+// it is counted in flight), a Truncate, Fallocate or Rename onto the path
+// (under the exclusive lock). A mutation with a Precondition
+// (precondition.go) takes the inode lock exclusively, whatever the policy,
+// waits for writes in flight, and checks the generation before it
+// changes anything, so no acknowledged mutation lands between the check
+// and the change; without one it pays nothing more.
+//
 // # Lock order
 //
 // This is the one statement of the lock order; docs/design.md says why it
@@ -131,6 +144,11 @@
 //	                          all of them when the inode closes, also
 //	                          under inodeTable.mu; never held across
 //	                          munmap(2); a leaf)
+//	  genClock.mu            (extending the generations' lease, held across
+//	                          its write and syncs: by a mutation whose
+//	                          generation starts a fresh span (bump),
+//	                          holding inode.lock or counted in flight, and
+//	                          by an open, alone; a leaf)
 //	  appendQueue.mu         (an inode's reservations; a leaf, taken with
 //	                          inode.lock shared to reserve, and without any
 //	                          lock to publish; never across I/O)
@@ -152,6 +170,9 @@
 //	                        see above)
 //	  extentCache.mu       (the extent maps of files closed for room; a
 //	                        leaf, also taken alone when a file opens)
+//	  genRecords.mu        (the generations of files closed for room or
+//	                        by Close; a leaf, also taken alone when a file
+//	                        opens and by Close)
 //
 //	dirSyncs.mu            (the directories being synced, and those made
 //	                        and not yet durable; a leaf)

@@ -30,8 +30,8 @@ var (
 	// ErrPathEscapes is returned when a path resolves, through a symlink,
 	// outside the root.
 	ErrPathEscapes = errors.New("path escapes the root")
-	// ErrInvalidOffset is returned for a negative offset, size or length, or
-	// when offset+length overflows int64.
+	// ErrInvalidOffset is returned for a negative offset, size, length or
+	// generation (Precondition), or when offset+length overflows int64.
 	ErrInvalidOffset = errors.New("invalid offset or length")
 	// ErrArgumentTooLong is returned when an argument that is neither a
 	// path nor data is longer than its limit: an append ID over

@@ -86,6 +86,10 @@ type inode struct {
 	// the next lookup of its name or when its last reference is put
 	// (forgetLocked), so that the name reaches whatever it names now.
 	unlinked atomic.Bool
+	// gen is the file's generation (generation.go): moved by every
+	// mutation (bump) while it holds the lock in some mode or is counted
+	// in flight; read without locks.
+	gen atomic.Int64
 	// cutPending is set when the inode opens a file that the table found
 	// shorter than the store made it when it closed it for room
 	// (inodeTable.cutFiles), and cleared by the Stat or sync that reports
@@ -227,6 +231,7 @@ func (ino *inode) open(t *inodeTable, create bool) (err error) {
 	}
 	ino.extents = m
 	ino.size.Store(fi.Size)
+	ino.initGen(t, fi)
 	ino.initMapping(t)
 	ino.inflight = newInflightCounter()
 	ino.wait = waitTrace{tel: t.telemetry, policy: t.opts.Policy, name: &ino.name}

@@ -89,14 +89,7 @@ func TestMappingsBounded(t *testing.T) {
 			hooks := c.hooks(true)
 			hooks.maxMappings = tt.limit
 			dir := testutil.Dir(t)
-			fsys, err := OpenOSFS(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := Open(fsys, Options{MaxOpenFiles: tt.files + 16, Hooks: hooks})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := openStore(t, dir, Options{MaxOpenFiles: tt.files + 16, Hooks: hooks})
 			mapped := 0
 			for i := range tt.files {
 				name := fmt.Sprintf("f%04d", i)

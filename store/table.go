@@ -83,12 +83,19 @@ type inodeTable struct {
 	// failedSync, never dropped for room, and forgotten with the file's
 	// last name.
 	cutFiles map[fileID]string
+	// gens hands out the files' generations (generation.go), and
+	// genRecords keeps those of the files closed while idle, to be taken
+	// back when they reopen unchanged. Each has its own lock.
+	gens       *genClock
+	genRecords *genRecords
 	// drained is signalled when the last reference is dropped after close.
 	drained *sync.Cond
 }
 
-func newInodeTable(fsys FS, opts *Options, tel *Telemetry) *inodeTable {
+func newInodeTable(fsys FS, opts *Options, tel *Telemetry, gens *genClock, records map[fileID]genRecord) *inodeTable {
 	t := &inodeTable{
+		gens:        gens,
+		genRecords:  newGenRecords(records),
 		fsys:        fsys,
 		opts:        opts,
 		telemetry:   tel,
@@ -409,6 +416,7 @@ func (t *inodeTable) forgetClosedLocked(id fileID, nlink uint64) {
 		delete(t.failedSync, id)
 		delete(t.cutFiles, id)
 		t.unsyncedDirs.forget(id)
+		t.genRecords.forget(id)
 	}
 }
 
@@ -596,6 +604,8 @@ func (t *inodeTable) closeIdleLocked(ino *inode) bool {
 		fi, err := ino.file.Stat()
 		if err == nil && fi.Size < ino.size.Load() || ino.cutPending.Load() {
 			t.cutFiles[id] = ino.path()
+		} else if err == nil {
+			t.genRecords.put(fi, ino.gen.Load())
 		}
 		if !poisoned && !ino.extentsInDoubt.Load() && err == nil {
 			t.keepExtentsLocked(ino, fi)
@@ -646,12 +656,17 @@ func (t *inodeTable) closeAll() error {
 		// failed before must make this one fail too (see groupCommit), or
 		// Close would call data durable that the kernel dropped.
 		err := ino.commit.waitDurable(context.Background(), SyncFull)
-		if err == errCutSuspected {
-			// No reference is left: nothing changes the size meanwhile.
+		// No reference is left: nothing changes the file meanwhile. Its
+		// sync set its timestamps.
+		fi, serr := ino.file.Stat()
+		switch {
+		case err == errCutSuspected:
 			err = nil
-			if fi, serr := ino.file.Stat(); serr == nil && fi.Size < ino.size.Load() {
+			if serr == nil && fi.Size < ino.size.Load() {
 				err = ino.cutError(fi.Size, "at close")
 			}
+		case err == nil && serr == nil && !ino.unlinked.Load():
+			t.genRecords.put(fi, ino.gen.Load())
 		}
 		if err == nil {
 			err = ino.cutReported()

@@ -135,7 +135,7 @@ func (s *Store) applyWrite(ctx context.Context, ino *inode, name string, held *h
 			ino.lock.release(held)
 			putHolder(held)
 		}
-		w.Size = ino.size.Load()
+		w.Size, w.Generation = ino.size.Load(), ino.gen.Load()
 		w.Owed = sync
 		if sync == SyncNone {
 			s.recordWrite(ctx, w.start, sync)
@@ -143,7 +143,7 @@ func (s *Store) applyWrite(ctx context.Context, ino *inode, name string, held *h
 		return w, nil
 	}
 	var err error
-	w.BytesWritten, w.Size, w.Owed, err = s.write(ctx, ino, name, held, off, data, sync)
+	w.WriteResult, w.Owed, err = s.write(ctx, ino, name, held, off, data, sync)
 	if err != nil {
 		w.Owed = SyncNone
 		return w, err
@@ -175,7 +175,7 @@ func (s *Store) waitWrites(ctx context.Context, ino *inode, ws []AppliedWrite) e
 }
 
 // write places data at off under the policy's lock mode and returns the
-// bytes written, the size after and the sync still owed.
+// bytes written, the size and generation after, and the sync still owed.
 //
 // Under PolicyExclusive the sync runs before the lock is dropped, and
 // nothing is owed: that policy is the naive baseline of the experiments,
@@ -192,7 +192,7 @@ func (s *Store) waitWrites(ctx context.Context, ino *inode, ws []AppliedWrite) e
 // passes "" and follows the file through renames; it gets ErrDeleted once
 // the file is deleted. held, if not nil, is the lock held exclusively
 // already, by a caller whose getOrCreate created the file.
-func (s *Store) write(ctx context.Context, ino *inode, name string, held *holder, off int64, data []byte, sync SyncMode) (int, int64, SyncMode, error) {
+func (s *Store) write(ctx context.Context, ino *inode, name string, held *holder, off int64, data []byte, sync SyncMode) (WriteResult, SyncMode, error) {
 	end := off + int64(len(data))
 	for attempt := 0; ; attempt++ {
 		mode, reason := s.writeLockModeOf(ino, off, end)
@@ -205,12 +205,12 @@ func (s *Store) write(ctx context.Context, ino *inode, name string, held *holder
 		var err error
 		if h == nil {
 			if h, err = lockInode(ctx, ino, max(mode, lockShared), "write", reason); err != nil {
-				return 0, 0, SyncNone, err
+				return WriteResult{}, SyncNone, err
 			}
 			if err = s.checkNamed(ino, name); err != nil {
 				ino.lock.release(h)
 				putHolder(h)
-				return 0, 0, SyncNone, err
+				return WriteResult{}, SyncNone, err
 			}
 		}
 		if mode != lockExclusive {
@@ -225,22 +225,23 @@ func (s *Store) write(ctx context.Context, ino *inode, name string, held *holder
 		// The size after the write is read while the write still holds
 		// its lock mode or is still counted in flight, so that no
 		// truncate can have shrunk the file below the write's end since
-		// (a size no order of the operations gives).
-		var n int
-		var size int64
+		// (a size no order of the operations gives); the generation moves
+		// then too (bump).
+		var res WriteResult
 		switch mode {
 		case lockNone:
 			// Like btrfs: register in flight, drop the lock, write.
 			u := beginUnlocked(ino, h)
-			n, err = s.writeData(ctx, ino, off, data, mode, reason)
-			size = ino.size.Load()
+			res.BytesWritten, err = s.writeData(ctx, ino, off, data, mode, reason)
+			res.Size, res.Generation = ino.size.Load(), ino.genAfter(res.BytesWritten)
 			u.end(ino)
 		case lockShared:
-			n, err = s.writeData(ctx, ino, off, data, mode, reason)
-			size = ino.size.Load()
+			res.BytesWritten, err = s.writeData(ctx, ino, off, data, mode, reason)
+			res.Size, res.Generation = ino.size.Load(), ino.genAfter(res.BytesWritten)
 			ino.lock.release(h)
 		default:
-			n, err = s.writeExclusive(ctx, ino, off, data, reason)
+			res.BytesWritten, err = s.writeExclusive(ctx, ino, off, data, reason)
+			res.Generation = ino.genAfter(res.BytesWritten)
 			if ino.direct != nil && !ino.aligned(off, end) && s.opts.Hooks.broken(func(b *breaks) bool { return b.ackUnalignedDirectWriteBack }) {
 				sync = SyncNone // the deliberate break: written back, never synced
 			}
@@ -248,7 +249,7 @@ func (s *Store) write(ctx context.Context, ino *inode, name string, held *holder
 				err = s.syncWrite(ctx, ino, sync, true)
 				sync = SyncNone
 			}
-			size = ino.size.Load()
+			res.Size = ino.size.Load()
 			ino.lock.release(h)
 		}
 		putHolder(h)
@@ -259,7 +260,7 @@ func (s *Store) write(ctx context.Context, ino *inode, name string, held *holder
 				sync = SyncNone
 			}
 		}
-		return n, size, sync, err
+		return res, sync, err
 	}
 }
 
@@ -295,10 +296,16 @@ func (s *Store) tryWrite(ctx context.Context, ino *inode, off int64, data []byte
 		u := beginUnlocked(ino, h)
 		did = ino.writeMapped(off, data, true)
 		w.Size = ino.size.Load()
+		if did == mappedDone {
+			w.Generation = ino.bump()
+		}
 		u.end(ino)
 	} else {
 		did = ino.writeMapped(off, data, true)
 		w.Size = ino.size.Load()
+		if did == mappedDone {
+			w.Generation = ino.bump()
+		}
 		ino.lock.release(h)
 	}
 	putHolder(h)
