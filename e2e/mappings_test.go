@@ -5,10 +5,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/daemonproc"
 	"github.com/filewrite/filewrite/internal/testutil"
 )
 
@@ -38,7 +38,8 @@ const (
 // UNAVAILABLE. It runs with --max-open-files 10000, and RLIMIT_NOFILE
 // raised to allow it, so that no file is closed for room whatever this
 // machine's defaults: the daemon must serve to the end, and its mappings
-// stay below half of vm.max_map_count.
+// stay below half of vm.max_map_count. The load runs in a process of its
+// own, built without the race detector (e2e/internal/growfiles).
 func TestGrowingFilesKeepDaemonServing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the daemon")
@@ -49,43 +50,26 @@ func TestGrowingFilesKeepDaemonServing(t *testing.T) {
 	// daemon's own use of the address space, and the race detector
 	// multiplies its CPU.
 	bin := testutil.BuildDaemon(t, dir, false)
+	load := buildGrowFiles(t, dir)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	proc, logs := testutil.StartDaemon(t, ctx, bin, "--root", filepath.Join(dir, "root"),
 		"--max-open-files", fmt.Sprint(maxOpenFiles))
+
+	start := time.Now()
+	out, err := exec.CommandContext(ctx, load, "-addr", proc.GRPCAddr, "-files", fmt.Sprint(growingFiles)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("the load, after %v: %v\n%s\nthe daemon's log:\n%s", time.Since(start).Round(time.Second), err, out, crashOrTail(logs.String()))
+	}
+	maps, maxMaps := processMappings(t, proc.Pid()), maxMapCount(t)
+	t.Logf("%s in %v; the daemon holds %d mappings (vm.max_map_count %d)",
+		strings.TrimSpace(string(out)), time.Since(start).Round(time.Second), maps, maxMaps)
 	conn, err := grpc.NewClient(proc.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 	client := filewritev1.NewFileServiceClient(conn)
-
-	start := time.Now()
-	var next, done atomic.Int64
-	var wg sync.WaitGroup
-	var failed atomic.Pointer[error]
-	for range 16 {
-		wg.Go(func() {
-			for failed.Load() == nil {
-				i := next.Add(1) - 1
-				if i >= growingFiles {
-					return
-				}
-				if err := growFile(ctx, client, fmt.Sprintf("d%02d/f%04d", i%64, i)); err != nil {
-					failed.CompareAndSwap(nil, &err)
-					return
-				}
-				done.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	if err := failed.Load(); err != nil {
-		t.Fatalf("after %d files in %v: %v\nthe daemon's log:\n%s", done.Load(), time.Since(start).Round(time.Second), *err, crashOrTail(logs.String()))
-	}
-	maps, maxMaps := processMappings(t, proc.Pid()), maxMapCount(t)
-	t.Logf("%d files grown in %v; the daemon holds %d mappings (vm.max_map_count %d)",
-		done.Load(), time.Since(start).Round(time.Second), maps, maxMaps)
 	// Still serving: a write and a read back.
 	if _, err := client.Write(ctx, &filewritev1.WriteRequest{Path: "after", Data: []byte("served")}); err != nil {
 		t.Fatalf("Write after the files: %v", err)
@@ -99,25 +83,21 @@ func TestGrowingFilesKeepDaemonServing(t *testing.T) {
 	}
 }
 
-// growFile is the reproduction's 23 Writes to one file.
-func growFile(ctx context.Context, c filewritev1.FileServiceClient, path string) error {
-	write := func(off int64) error {
-		_, err := c.Write(ctx, &filewritev1.WriteRequest{Path: path, Offset: off, Data: []byte{1}})
-		return err
+// buildGrowFiles compiles e2e/internal/growfiles, without the race
+// detector, into dir.
+func buildGrowFiles(t *testing.T, dir string) string {
+	t.Helper()
+	root, err := daemonproc.ModuleRoot(t.Context())
+	if err != nil {
+		t.Fatal(err)
 	}
-	for range 9 {
-		if err := write(0); err != nil {
-			return err
-		}
+	bin := filepath.Join(dir, "growfiles")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "./e2e/internal/growfiles")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build of the load: %v\n%s", err, out)
 	}
-	for l := int64(1 << 20); l <= 64<<20; l *= 2 {
-		for range 2 {
-			if err := write(l); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return bin
 }
 
 // raiseNoFile raises this process's RLIMIT_NOFILE, which the daemon
