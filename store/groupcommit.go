@@ -195,6 +195,10 @@ func (g *groupCommit) issue(b *syncBatch) {
 		covered = g.durable.syncStarting()
 	}
 	err := g.sync.syncFile(b.mode)
+	cut := err == errCutSuspected
+	if cut {
+		err = nil // the sync succeeded; each caller checks the file
+	}
 	g.mu.Lock()
 	overlapped := g.failures != b.failuresBefore
 	if err != nil {
@@ -209,8 +213,15 @@ func (g *groupCommit) issue(b *syncBatch) {
 		b.err = fmt.Errorf("%w: an earlier sync of this file failed, so data written before it may be lost although this sync succeeded", ErrSyncFailed)
 	case overlapped:
 		b.err = fmt.Errorf("%w: another sync or a writeback of this file failed while this one ran, so data written before it may be lost although this sync succeeded", ErrSyncFailed)
-	case g.durable != nil:
-		g.durable.syncedFrom(covered)
+	case cut:
+		b.err = errCutSuspected
+	}
+	if b.err == nil || b.err == errCutSuspected {
+		// The sync succeeded: what the direct path wrote before it
+		// started is covered (durable.go).
+		if g.durable != nil {
+			g.durable.syncedFrom(covered)
+		}
 	}
 	close(b.done)
 }

@@ -21,10 +21,13 @@ type Hooks struct {
 	// on the file's O_DIRECT|O_DSYNC descriptor (durable.go).
 	DurableWrite func(path string)
 
-	// mapEagerly maps a file at its first overwrite and counts every
-	// region hot, so that the store's own tests (export_test.go) reach
-	// the mapped path with small files and few writes.
+	// mapEagerly counts every region hot, so that a file is mapped at its
+	// first overwrite and the store's own tests (export_test.go) reach the
+	// mapped path with small files and few writes.
 	mapEagerly bool
+	// maxMappings, if positive, lowers the bound on the mappings the
+	// process's stores hold (mappingBound), so that a test reaches it.
+	maxMappings int64
 
 	// breaks are deliberate breaks of the durability contract, set only
 	// by the power-loss tests (export_test.go) to show that their checker

@@ -200,13 +200,19 @@ func (c *inflightCounter) wait(ctx context.Context) error {
 // rename, extending, unaligned);
 // its span links to up to maxLinks of the traced writes it waits for.
 //
+// Once it returns nil no writer can hold a mapping of the file that a
+// longer one replaced, and those are unmapped (mapped.go).
+//
 // Preconditions: ino.lock is held exclusively.
 func waitInflight(ctx context.Context, ino *inode, reason string) error {
-	if ino.inflight.count() == 0 {
-		return nil
+	if ino.inflight.count() != 0 {
+		span := ino.wait.tel.startWait(ctx, SpanInflightWait, lockExclusive, reason, ino.wait.policy, ino.wait.path(), ino.inflight.spans(maxLinks))
+		err := ino.inflight.wait(ctx)
+		span.end(ctx, err)
+		if err != nil {
+			return err
+		}
 	}
-	span := ino.wait.tel.startWait(ctx, SpanInflightWait, lockExclusive, reason, ino.wait.policy, ino.wait.path(), ino.inflight.spans(maxLinks))
-	err := ino.inflight.wait(ctx)
-	span.end(ctx, err)
-	return err
+	ino.unmapRetired()
+	return nil
 }

@@ -327,12 +327,18 @@ func filesIn(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	got := make(map[string]string)
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
+		if err != nil {
 			return err
 		}
 		rel, err := filepath.Rel(dir, p)
 		if err != nil {
 			return err
+		}
+		if rel == store.StateDir {
+			return filepath.SkipDir // the store's own state
+		}
+		if d.IsDir() {
+			return nil
 		}
 		b, err := os.ReadFile(p)
 		got[filepath.ToSlash(rel)] = string(b)

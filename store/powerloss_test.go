@@ -373,14 +373,21 @@ func (r *plRun) check(ctx context.Context, s *store.Store, dir string) []string 
 	for _, path := range slices.Sorted(mapsKeys(byPath)) {
 		v = append(v, r.checkFile(ctx, s, path, byPath[path])...)
 	}
-	// Nothing appears that no operation created.
+	// Nothing appears that no operation created, but the store's own
+	// state.
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
+		if err != nil {
 			return err
 		}
 		rel, err := filepath.Rel(dir, p)
 		if err != nil {
 			return err
+		}
+		if rel == store.StateDir {
+			return filepath.SkipDir
+		}
+		if d.IsDir() {
+			return nil
 		}
 		if byPath[filepath.ToSlash(rel)] == nil {
 			v = append(v, fmt.Sprintf("%s: a file no operation created", rel))

@@ -265,6 +265,16 @@ type WriteResult struct {
 	// Created says that this call created the file (Store.WriteOpen
 	// only).
 	Created bool
+	// Generation is the file's generation after the write (see
+	// FileStat.Generation): moved by it, unless it wrote nothing.
+	Generation int64
+}
+
+// ChangeResult is the file a Truncate, Fallocate or Rename left: its size
+// and its generation (see FileStat.Generation) right after it.
+type ChangeResult struct {
+	Size       int64
+	Generation int64
 }
 
 // FileStat describes a file.
@@ -278,6 +288,17 @@ type FileStat struct {
 	// ChangeTime is st_ctime in nanoseconds since the epoch (see
 	// FileInfo.Ctime): 0 when the filesystem cannot say.
 	ChangeTime int64
+	// Generation is the file's version: it moves with every mutation the
+	// store acknowledges (every write, through any face, append,
+	// Truncate, Fallocate, a Rename onto the path, a re-creation), and
+	// never repeats for a path with other content, across restarts and
+	// crashes; it may move without a change (after a crash, or a file
+	// closed for room and not known unchanged). Always in [1, 2^63), so it
+	// fits an int64 and 0 can mean "no file" (Precondition). Read it
+	// before the bytes it is to vouch for: a generation read after them
+	// may cover a write they missed, one read before covers no write they
+	// hold that it does not.
+	Generation int64
 }
 
 // Options configure a Store. The zero value is usable: defaults are filled
