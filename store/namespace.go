@@ -32,7 +32,7 @@ func (s *Store) Delete(ctx context.Context, name string, sync bool) error {
 	err = s.deleteLocked(ctx, ino, name)
 	ino.lock.release(h)
 	s.table.put(ino)
-	if err != nil || !sync || s.opts.Hooks.broken(func(b *breaks) bool { return b.deleteSkipsDirSync }) {
+	if err != nil || !sync || s.opts.Hooks.broken(breakDeleteSkipsDirSync) {
 		return err
 	}
 	return s.syncDir(path.Dir(name))
@@ -130,7 +130,7 @@ func (s *Store) Rename(ctx context.Context, oldName, newName string, noReplace, 
 		// before that leaves the old name, so by then the directories
 		// above the new one must be durable already.
 		dirs := append([]string{path.Dir(oldName)}, s.table.dirs.notDurable(newName)...)
-		if s.opts.Hooks.broken(func(b *breaks) bool { return b.renameSyncsOldDirOnly }) {
+		if s.opts.Hooks.broken(breakRenameSyncsOldDirOnly) {
 			dirs = dirs[:1]
 		}
 		return s.syncDirs(dirs)

@@ -238,7 +238,7 @@ func (s *Store) write(ctx context.Context, ino *inode, name string, held *holder
 			ino.lock.release(h)
 		default:
 			n, err = s.writeExclusive(ctx, ino, off, data, reason)
-			if ino.direct != nil && !ino.aligned(off, end) && s.opts.Hooks.broken(func(b *breaks) bool { return b.ackUnalignedDirectWriteBack }) {
+			if ino.direct != nil && !ino.aligned(off, end) && s.opts.Hooks.broken(breakAckUnalignedDirectWriteBack) {
 				sync = SyncNone // the deliberate break: written back, never synced
 			}
 			if err == nil && s.opts.Policy == PolicyExclusive {
