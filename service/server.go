@@ -139,9 +139,12 @@ func Run(ctx context.Context, cfg Config) error {
 // Start opens the store and both listeners and serves in the background.
 // It logs the addresses it bound, which matter with port 0.
 func Start(cfg Config) (_ *Server, err error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// What the store would fill in at Open, filled in now: the listeners
+	// bound their messages by Store.MaxRequestBytes too.
+	cfg.Store = cfg.Store.WithDefaults()
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
