@@ -10,6 +10,7 @@ import (
 
 	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/gateway"
+	"github.com/filewrite/filewrite/service/internal/rpc"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -96,6 +97,18 @@ type Config struct {
 	// OTEL_TRACES_EXPORTER or an OTLP endpoint is set. The daemon does not
 	// shut down a provider given here.
 	TracerProvider trace.TracerProvider
+	// freshValidators gives a file its validators (ETag, Last-Modified) at
+	// once, however recently it changed, rather than after
+	// rpc.DefaultValidatorDelay: set by tests only.
+	freshValidators bool
+}
+
+// validatorDelay is how long a changed file goes without validators.
+func validatorDelay(c Config) time.Duration {
+	if c.freshValidators {
+		return 0
+	}
+	return rpc.DefaultValidatorDelay
 }
 
 // MaxRequestBytesLimit is the largest Store.MaxRequestBytes accepted: a request is

@@ -206,6 +206,7 @@ func Start(cfg Config) (_ *Server, err error) {
 		Budget:            s.budget,
 		Auth:              s.auth,
 		Meter:             s.tel.meterProvider.Meter(serviceScope),
+		ValidatorDelay:    validatorDelay(cfg),
 	})
 	if err != nil {
 		lis.Close()
