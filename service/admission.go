@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"crypto/tls"
 	"time"
 
 	"google.golang.org/grpc"
@@ -45,27 +46,28 @@ const (
 	keepaliveTimeout = 20 * time.Second
 )
 
-// publicServerOptions are those of the gRPC server on --grpc-addr: TLS, the
-// tap that admits calls, and the per-connection limits.
-func (s *Server) publicServerOptions() []grpc.ServerOption {
-	maxRequest := s.cfg.Store.MaxRequestBytes
-	calls := admit.NewGRPCBudget(s.budget, maxRequest)
+// publicServerOptions are those of the gRPC server on cfg.GRPCAddr, whose
+// listener is lis: TLS (with tlsConf, if not nil), the tap that admits
+// calls (tokens, nil without AuthTokenFile), their share of budget, and
+// the per-connection limits.
+func publicServerOptions(cfg Config, lis *auth.GuardedListener, tokens *auth.Tokens, tlsConf *tls.Config, budget *admit.Budget) []grpc.ServerOption {
+	calls := admit.NewGRPCBudget(budget, cfg.Store.MaxRequestBytes)
 	opts := []grpc.ServerOption{
-		grpc.InTapHandle(s.auth.AdmitCall),
-		grpc.StatsHandler(publicStats{guard: s.grpcLis, calls: calls}),
+		grpc.InTapHandle(tokens.AdmitCall),
+		grpc.StatsHandler(publicStats{guard: lis, calls: calls}),
 		// Replaces newGRPCServer's requestCodec with one that extends it.
 		grpc.ForceServerCodecV2(admit.NewReplyCodec(rpc.NewRequestCodec(), calls)),
-		grpc.ChainUnaryInterceptor(calls.Unary, s.auth.UnaryAuthorize),
-		grpc.ChainStreamInterceptor(admit.BudgetStream(s.budget)),
+		grpc.ChainUnaryInterceptor(calls.Unary, tokens.UnaryAuthorize),
+		grpc.ChainStreamInterceptor(admit.BudgetStream(budget)),
 		// The handshake (TLS, HTTP/2 preface and settings) too must end
 		// within the time a connection has to authenticate.
-		grpc.ConnectionTimeout(s.cfg.ConnAuthTimeout),
+		grpc.ConnectionTimeout(cfg.ConnAuthTimeout),
 		grpc.MaxConcurrentStreams(maxConcurrentStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
 	}
-	if s.tlsConf != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(s.tlsConf)))
+	if tlsConf != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConf)))
 	}
 	return opts
 }
@@ -74,9 +76,9 @@ func (s *Server) publicServerOptions() []grpc.ServerOption {
 // only the gateway reaches, over a pipe: no TLS (the bytes stay in the
 // process) and no per-connection limits (one connection carries every REST
 // request), but the same token check, on the Authorization header the
-// gateway forwards.
-func (s *Server) gatewayServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.InTapHandle(s.auth.Tap), grpc.ChainUnaryInterceptor(s.auth.UnaryAuthorize)}
+// gateway forwards (tokens, nil without AuthTokenFile).
+func gatewayServerOptions(tokens *auth.Tokens) []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.InTapHandle(tokens.Tap), grpc.ChainUnaryInterceptor(tokens.UnaryAuthorize)}
 }
 
 // publicStats is the public gRPC server's own stats handler. gRPC tells a

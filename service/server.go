@@ -213,7 +213,7 @@ func Start(cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	s.grpcLis = auth.NewGuardedListener(lis, cfg.ConnAuthTimeout)
-	s.grpcSrv = newGRPCServer(s.files, s.health, cfg.Store.MaxRequestBytes, log, s.tel, append(s.publicServerOptions(), rpc.PathHeaderOptions(cfg.RequirePathHeader)...)...)
+	s.grpcSrv = newGRPCServer(s.files, s.health, cfg.Store.MaxRequestBytes, log, s.tel, append(publicServerOptions(cfg, s.grpcLis, s.auth, s.tlsConf, s.budget), rpc.PathHeaderOptions(cfg.RequirePathHeader)...)...)
 	if cfg.HTTPAddr != "" {
 		if err := s.startGateway(); err != nil {
 			return nil, err
@@ -267,7 +267,7 @@ func Start(cfg Config) (_ *Server, err error) {
 func (s *Server) startGateway() (err error) {
 	limit := status.MaxMessageBytes(s.cfg.Store.MaxRequestBytes)
 	s.gatewayLis = newPipeListener()
-	s.gatewaySrv = newGRPCServer(s.files, s.health, s.cfg.Store.MaxRequestBytes, s.log, s.tel, append(s.gatewayServerOptions(), rpc.PathHeaderOptions(s.cfg.RequirePathHeader)...)...)
+	s.gatewaySrv = newGRPCServer(s.files, s.health, s.cfg.Store.MaxRequestBytes, s.log, s.tel, append(gatewayServerOptions(s.auth), rpc.PathHeaderOptions(s.cfg.RequirePathHeader)...)...)
 	s.gatewayConn, err = grpc.NewClient("passthrough:///gateway",
 		grpc.WithContextDialer(s.gatewayLis.dial),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -299,14 +299,14 @@ func (s *Server) startGateway() (err error) {
 	s.httpGuard = auth.NewGuardedListener(lis, s.cfg.ConnAuthTimeout)
 	s.httpLis = s.httpGuard
 	s.httpSrv = &http.Server{
-		Handler:           s.httpHandler(handler, browser),
+		Handler:           httpHandler(handler, browser, s.tel, s.store),
 		ConnContext:       auth.WithGuardedConn,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	// Security wraps whatever the listener serves, gateway and all.
-	s.httpSrv.Handler = s.probeRoutes(s.auth.HTTPMiddleware(s.httpSrv.Handler))
+	s.httpSrv.Handler = probeRoutes(s.auth.HTTPMiddleware(s.httpSrv.Handler), s.health, s.auth != nil)
 	if s.tlsConf != nil {
 		s.httpLis = auth.HTTPTLSListener(s.httpLis, s.tlsConf)
 	}
