@@ -267,10 +267,7 @@ func TestAppendCancelled(t *testing.T) {
 	d := startDaemon(t, nil)
 	ctx := testContext(t)
 	c := dial(t, d.addr)
-	f, err := c.Open(ctx, "log")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openFile(t, ctx, c, "log")
 	g := testutil.NewGate(t)
 	held := d.ffs.Inject(faultfs.Rule{Op: faultfs.OpWrite, Path: "log", Hold: g.Opened(), Times: 1})
 	actx, cancel := context.WithCancel(ctx)

@@ -37,6 +37,16 @@ func dial(t *testing.T, addr string, opts ...client.Option) *client.Client {
 	return c
 }
 
+// openFile opens path on c, failing the test if it cannot.
+func openFile(t *testing.T, ctx context.Context, c *client.Client, path string, opts ...client.FileOption) *client.File {
+	t.Helper()
+	f, err := c.Open(ctx, path, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 func pattern(n int, seed byte) []byte {
 	b := make([]byte, n)
 	for i := range b {
@@ -51,10 +61,7 @@ func TestFileCalls(t *testing.T) {
 	d := startDaemon(t, nil)
 	ctx := testContext(t)
 	c := dial(t, d.addr)
-	f, err := c.Open(ctx, "calls/f", client.WithSync(client.SyncData))
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openFile(t, ctx, c, "calls/f", client.WithSync(client.SyncData))
 	data := pattern(3*4096, 1)
 	if n, err := f.WriteAt(data, 0); n != len(data) || err != nil {
 		t.Fatalf("WriteAt: %d, %v", n, err)
@@ -142,10 +149,7 @@ func TestSplitWrites(t *testing.T) {
 	d := startDaemon(t, nil)
 	ctx := testContext(t)
 	c := dial(t, d.addr, client.WithMaxMessageBytes(4096))
-	f, err := c.Open(ctx, "split/f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openFile(t, ctx, c, "split/f")
 	defer f.Close()
 	data := pattern(50000, 7)
 	if n, err := f.WriteAt(data, 3); n != len(data) || err != nil {
@@ -207,10 +211,7 @@ func TestCoalescing(t *testing.T) {
 	defer conn.Close()
 	c := client.New(conn)
 	defer c.Close()
-	f, err := c.Open(ctx, "coalesce/f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openFile(t, ctx, c, "coalesce/f")
 	const callers = 16
 	type result struct {
 		n   int
@@ -318,10 +319,7 @@ func TestCloseReportsUnseenFailure(t *testing.T) {
 	d := startDaemon(t, nil)
 	ctx := testContext(t)
 	c := dial(t, d.addr)
-	f, err := c.Open(ctx, "unseen/f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openFile(t, ctx, c, "unseen/f")
 	g := testutil.NewGate(t)
 	held := d.ffs.Inject(faultfs.Rule{Op: faultfs.OpWrite, Path: "unseen/f", Hold: g.Opened(), Err: syscall.ENOSPC, Times: 1})
 	wctx, cancel := context.WithCancel(ctx)
@@ -347,14 +345,8 @@ func TestSharedStream(t *testing.T) {
 	d := startDaemon(t, nil)
 	ctx := testContext(t)
 	c := dial(t, d.addr)
-	a, err := c.Open(ctx, "shared/f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := c.Open(ctx, "shared/f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := openFile(t, ctx, c, "shared/f")
+	b := openFile(t, ctx, c, "shared/f")
 	if _, err := a.WriteAt([]byte("aa"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -465,10 +457,7 @@ func TestReadAtChecksCRC(t *testing.T) {
 	defer srv.Stop()
 	ctx := testContext(t)
 	c := dial(t, lis.Addr().String(), client.WithSharedStreams(0)) // the fake speaks one file per stream
-	f, err := c.Open(ctx, "crc/f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openFile(t, ctx, c, "crc/f")
 	buf := make([]byte, 100)
 	if n, err := f.ReadAt(buf, 0); n != 100 || err != nil {
 		t.Errorf("ReadAt with a good CRC: %d, %v", n, err)

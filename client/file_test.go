@@ -75,10 +75,7 @@ func TestClosed(t *testing.T) {
 	d := startDaemon(t, nil)
 	ctx := testContext(t)
 	c := dial(t, d.addr)
-	f, err := c.Open(ctx, "closed/f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openFile(t, ctx, c, "closed/f")
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -140,10 +137,7 @@ func TestErrorsIs(t *testing.T) {
 	d := startDaemon(t, func(c *service.Config) { c.AuthTokenFile = tokens })
 	ctx := testContext(t)
 	c := dial(t, d.addr, client.WithToken("t0ken"))
-	f, err := c.Open(ctx, "is/f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openFile(t, ctx, c, "is/f")
 	defer f.Close()
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
@@ -246,10 +240,7 @@ func TestOpenAfterDelete(t *testing.T) {
 	d := startDaemon(t, nil)
 	ctx := testContext(t)
 	c := dial(t, d.addr)
-	old, err := c.Open(ctx, "again/f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	old := openFile(t, ctx, c, "again/f")
 	if _, err := old.WriteAt([]byte("old"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -260,10 +251,7 @@ func TestOpenAfterDelete(t *testing.T) {
 		_, err := old.WriteAt([]byte("x"), 0)
 		return errors.Is(err, fs.ErrNotExist)
 	})
-	f, err := c.Open(ctx, "again/f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openFile(t, ctx, c, "again/f")
 	if _, err := f.WriteAt([]byte("new"), 0); err != nil {
 		t.Errorf("write through the new File: %v", err)
 	}

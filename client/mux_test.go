@@ -41,10 +41,7 @@ func TestSharedStreamsManyFiles(t *testing.T) {
 	const files = 100
 	fs_ := make([]*client.File, files)
 	for i := range fs_ {
-		f, err := c.Open(ctx, fmt.Sprintf("many/%03d", i))
-		if err != nil {
-			t.Fatal(err)
-		}
+		f := openFile(t, ctx, c, fmt.Sprintf("many/%03d", i))
 		fs_[i] = f
 	}
 	if got, most := counter.n.Load(), int64((files+15)/16); got > most {

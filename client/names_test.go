@@ -20,10 +20,7 @@ func TestNames(t *testing.T) {
 	c := dial(t, d.addr)
 	write := func(path, data string) {
 		t.Helper()
-		f, err := c.Open(ctx, path)
-		if err != nil {
-			t.Fatal(err)
-		}
+		f := openFile(t, ctx, c, path)
 		if _, err := f.WriteAt([]byte(data), 0); err != nil {
 			t.Fatal(err)
 		}
@@ -96,10 +93,7 @@ func TestOpenFileAcrossNames(t *testing.T) {
 	d := startDaemon(t, nil)
 	ctx := testContext(t)
 	c := dial(t, d.addr)
-	f, err := c.Open(ctx, "open/a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openFile(t, ctx, c, "open/a")
 	defer f.Close()
 	if _, err := f.WriteAt([]byte("before "), 0); err != nil {
 		t.Fatal(err)

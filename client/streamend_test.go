@@ -91,10 +91,7 @@ func testStreamEndedCleanly(t *testing.T, end error) {
 	defer srv.Stop()
 	ctx := testContext(t)
 	c := dial(t, lis.Addr().String(), client.WithSharedStreams(0)) // the fake speaks one file per stream
-	f, err := c.Open(ctx, "idle/f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openFile(t, ctx, c, "idle/f")
 	// One after the other: each goes on a stream that the one before
 	// ended, or that is ending, or a new one.
 	for i := range 20 {
