@@ -433,14 +433,20 @@ func (s *fakeFiles) WriteStream(ss grpc.BidiStreamingServer[filewritev1.WriteStr
 		if err != nil {
 			return nil
 		}
-		resp := &filewritev1.WriteStreamResponse{}
-		for _, w := range req.GetWrites() {
-			resp.Acks = append(resp.Acks, &filewritev1.StreamAck{Id: w.GetId(), BytesWritten: int64(len(w.GetData()))})
-		}
-		if err := ss.Send(resp); err != nil {
+		if err := ss.Send(&filewritev1.WriteStreamResponse{Acks: ackedInFull(req)}); err != nil {
 			return err
 		}
 	}
+}
+
+// ackedInFull is what a fake daemon that writes everything answers to
+// req's writes: each acked with all its bytes written.
+func ackedInFull(req *filewritev1.WriteStreamRequest) []*filewritev1.StreamAck {
+	var acks []*filewritev1.StreamAck
+	for _, w := range req.GetWrites() {
+		acks = append(acks, &filewritev1.StreamAck{Id: w.GetId(), BytesWritten: int64(len(w.GetData()))})
+	}
+	return acks
 }
 
 // TestReadAtChecksCRC: ReadAt refuses data whose CRC-32C does not match

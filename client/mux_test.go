@@ -113,9 +113,7 @@ func (s *declaredFiles) WriteStream(ss grpc.BidiStreamingServer[filewritev1.Writ
 		held -= int64(len(req.GetClose()))
 		for cur := s.most.Load(); held > cur && !s.most.CompareAndSwap(cur, held); cur = s.most.Load() {
 		}
-		for _, w := range req.GetWrites() {
-			resp.Acks = append(resp.Acks, &filewritev1.StreamAck{Id: w.GetId(), BytesWritten: int64(len(w.GetData()))})
-		}
+		resp.Acks = ackedInFull(req)
 		if err := ss.Send(resp); err != nil {
 			return err
 		}

@@ -44,11 +44,7 @@ func (s *closingFiles) WriteStream(ss grpc.BidiStreamingServer[filewritev1.Write
 	if err != nil {
 		return nil
 	}
-	resp := &filewritev1.WriteStreamResponse{}
-	for _, w := range req.GetWrites() {
-		resp.Acks = append(resp.Acks, &filewritev1.StreamAck{Id: w.GetId(), BytesWritten: int64(len(w.GetData()))})
-	}
-	if err := ss.Send(resp); err != nil {
+	if err := ss.Send(&filewritev1.WriteStreamResponse{Acks: ackedInFull(req)}); err != nil {
 		return err
 	}
 	return s.end
