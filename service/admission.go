@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/tap"
 
 	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/auth"
@@ -76,9 +77,21 @@ func publicServerOptions(cfg Config, lis *auth.GuardedListener, tokens *auth.Tok
 // only the gateway reaches, over a pipe: no TLS (the bytes stay in the
 // process) and no per-connection limits (one connection carries every REST
 // request), but the same token check, on the Authorization header the
-// gateway forwards (tokens, nil without AuthTokenFile).
-func gatewayServerOptions(tokens *auth.Tokens) []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.InTapHandle(tokens.Tap), grpc.ChainUnaryInterceptor(tokens.UnaryAuthorize)}
+// gateway forwards (tokens, nil without AuthTokenFile), and the checks of
+// gatewayChecks.
+func gatewayServerOptions(tokens *auth.Tokens, requirePathHeader bool) []grpc.ServerOption {
+	tap, checks := gatewayChecks(tokens, requirePathHeader)
+	return []grpc.ServerOption{grpc.InTapHandle(tap), grpc.ChainUnaryInterceptor(checks...),
+		grpc.ChainStreamInterceptor(rpc.PathHeaderStream(requirePathHeader))}
+}
+
+// gatewayChecks are what a REST call meets on its way to a handler besides
+// the log line (newGRPCServer's logUnary): the tap's token check and the
+// unary interceptors, in order. The gateway's gRPC server runs them for
+// the JSON routes, and the direct road (service/internal/local) for the
+// routes that move bytes: one list, so that the two do not diverge.
+func gatewayChecks(tokens *auth.Tokens, requirePathHeader bool) (tap.ServerInHandle, []grpc.UnaryServerInterceptor) {
+	return tokens.Tap, []grpc.UnaryServerInterceptor{tokens.UnaryAuthorize, rpc.PathHeaderUnary(requirePathHeader)}
 }
 
 // publicStats is the public gRPC server's own stats handler. gRPC tells a

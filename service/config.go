@@ -10,6 +10,7 @@ import (
 
 	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/gateway"
+	"github.com/filewrite/filewrite/service/internal/nbd"
 	"github.com/filewrite/filewrite/service/internal/rpc"
 	"github.com/filewrite/filewrite/store"
 )
@@ -27,6 +28,11 @@ type Config struct {
 	// PprofAddr is where net/http/pprof is served, host:port; empty (the
 	// default) serves none. Loopback only, unless InsecureListen.
 	PprofAddr string
+	// NBDAddr is the NBD listen address (docs/nbd.md), host:port or
+	// unix:PATH (a socket of mode 0660); empty (the default) serves no
+	// NBD. With AuthTokenFile it needs TLSClientCA: a client certificate
+	// is NBD's only credential.
+	NBDAddr string
 	// Store configures the engine: policy, I/O mode, fsync mode and the
 	// limits. Its MaxRequestBytes bounds the data of one Write or Read on
 	// both listeners too: gRPC messages and HTTP bodies may be larger by
@@ -182,6 +188,10 @@ func (c Config) Validate() error {
 	}
 	if _, err := gateway.NewBrowserGuard(c.HTTPAddr, c.HTTPAllowedOrigins, c.HTTPAllowedHosts); err != nil {
 		return err
+	}
+	if c.NBDAddr != "" && st.MaxRequestBytes < nbd.MinPayload {
+		return &ConfigError{"Store.MaxRequestBytes", fmt.Sprintf("is %d: serving NBD needs at least %d (NBD's preferred block "+
+			"size, the least maximum payload it may advertise)", st.MaxRequestBytes, nbd.MinPayload)}
 	}
 	if least := admit.MinInflightBytes(st.MaxRequestBytes); c.MaxInflightBytes < least {
 		return &ConfigError{"MaxInflightBytes", fmt.Sprintf("is %d: want at least %d, what a gRPC message of the largest request "+

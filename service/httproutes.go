@@ -11,12 +11,13 @@ import (
 
 	"github.com/filewrite/filewrite/service/internal/auth"
 	"github.com/filewrite/filewrite/service/internal/gateway"
+	"github.com/filewrite/filewrite/service/internal/nbd"
 	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store"
 )
 
 // httpHandler serves the HTTP address: GET /metrics (Prometheus), GET
-// /debug/locks, and everything else to the REST gateway. It dispatches on
+// /debug/locks, GET /debug/nbd, and everything else to the REST gateway. It dispatches on
 // the exact path rather than through http.ServeMux, which would clean and
 // redirect the gateway's paths ("a//b", "..") before the store could
 // reject them.
@@ -27,8 +28,10 @@ import (
 // gateway's gRPC client span, whose context reaches the server in the
 // call's metadata. grpc-gateway itself forwards none of these headers.
 // browser, if not nil, checks every request but those for /metrics; tel
-// serves /metrics and traces, st is the store /debug/locks reports on.
-func httpHandler(gateway http.Handler, browser *gateway.BrowserGuard, tel *telemetry, st *store.Store) http.Handler {
+// serves /metrics and traces, st is the store /debug/locks reports on, and
+// nbdSrv the NBD server /debug/nbd reports on (nil: none), asked at each
+// request: it starts after the gateway.
+func httpHandler(gateway http.Handler, browser *gateway.BrowserGuard, tel *telemetry, st *store.Store, nbdSrv func() *nbd.Server) http.Handler {
 	locks := &debugLocks{store: st}
 	gateway = tel.httpServerHandler(gateway)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -45,6 +48,8 @@ func httpHandler(gateway http.Handler, browser *gateway.BrowserGuard, tel *telem
 			h = tel.metrics
 		case "/debug/locks":
 			h = locks
+		case "/debug/nbd":
+			h = &debugNBD{srv: nbdSrv()}
 		default:
 			gateway.ServeHTTP(w, r)
 			return

@@ -54,6 +54,7 @@ const (
 	BreakAckUnalignedDirectWriteBack = breakAckUnalignedDirectWriteBack
 	BreakRenameSyncsOldDirOnly       = breakRenameSyncsOldDirOnly
 	BreakDeleteSkipsDirSync          = breakDeleteSkipsDirSync
+	BreakDirectWriteWithoutDSync     = breakDirectWriteWithoutDSync
 	BreakAckAppendUnordered          = breakAckAppendUnordered
 )
 

@@ -21,6 +21,9 @@ type Hooks struct {
 	// MappedWrite runs after a write's bytes went through the file's
 	// memory mapping instead of pwrite(2) (mapped.go).
 	MappedWrite func(path string)
+	// DurableWrite runs after a synced write was made durable by itself,
+	// on the file's O_DIRECT|O_DSYNC descriptor (durable.go).
+	DurableWrite func(path string)
 
 	// mapEagerly maps a file at its first overwrite and counts every
 	// region hot, so that the store's own tests (export_test.go) reach
@@ -63,6 +66,10 @@ const (
 	// breakDeleteSkipsDirSync makes a Delete with sync return without its
 	// directory's sync.
 	breakDeleteSkipsDirSync
+	// breakDirectWriteWithoutDSync opens the descriptor of durable direct
+	// writes without O_DSYNC: such a write is acknowledged durable once
+	// it reached the device, whose volatile cache nothing flushes.
+	breakDirectWriteWithoutDSync
 	// breakAckAppendUnordered lets an append (under a reserving policy) go
 	// on to its sync once its own bytes are written, without waiting for
 	// the appends below it: a synced append is then acknowledged with a
@@ -85,6 +92,13 @@ func (h *Hooks) insideWrite(ctx context.Context, ino *inode, mode lockMode, reas
 func (h *Hooks) mappedWrite(ino *inode) {
 	if h != nil && h.MappedWrite != nil {
 		h.MappedWrite(ino.path())
+	}
+}
+
+// durableWrite calls DurableWrite, if set.
+func (h *Hooks) durableWrite(ino *inode) {
+	if h != nil && h.DurableWrite != nil {
+		h.DurableWrite(ino.path())
 	}
 }
 

@@ -25,6 +25,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"unknown policy", Options{Policy: 9}, "Policy"},
 		{"unknown io mode", Options{IO: 7}, "IO"},
 		{"unknown fsync mode", Options{Fsync: -1}, "Fsync"},
+		{"unknown synced-write mode", Options{SyncedWrites: 9}, "SyncedWrites"},
 		{"negative timer delay", Options{FsyncTimerDelay: -time.Millisecond}, "FsyncTimerDelay"},
 		{"negative file size", Options{MaxFileSize: -1}, "MaxFileSize"},
 		{"negative request size", Options{MaxRequestBytes: -1}, "MaxRequestBytes"},

@@ -262,6 +262,9 @@ type WriteResult struct {
 	BytesWritten int
 	// Size is the file size after the write.
 	Size int64
+	// Created says that this call created the file (Store.WriteOpen
+	// only).
+	Created bool
 }
 
 // FileStat describes a file.
@@ -286,6 +289,9 @@ type Options struct {
 	IO IOMode
 	// Fsync is how syncs are combined; default FsyncGroup.
 	Fsync FsyncMode
+	// SyncedWrites is how a write that asks for SyncData is made durable
+	// (durable.go); zero means DefaultSyncedWrites.
+	SyncedWrites SyncedWriteMode
 	// FsyncTimerDelay is the gathering delay of FsyncTimer; default
 	// DefaultFsyncTimerDelay.
 	FsyncTimerDelay time.Duration
@@ -442,6 +448,9 @@ func (o Options) WithDefaults() Options {
 	if o.Policy == 0 {
 		o.Policy = DefaultPolicy
 	}
+	if o.SyncedWrites == 0 {
+		o.SyncedWrites = DefaultSyncedWrites
+	}
 	if o.FsyncTimerDelay <= 0 {
 		o.FsyncTimerDelay = DefaultFsyncTimerDelay
 	}
@@ -491,6 +500,11 @@ func (o Options) Validate() error {
 	}
 	if _, err := ParseFsyncMode(o.Fsync.String()); err != nil {
 		return &OptionError{"Fsync", fmt.Sprintf("is %v: %v", o.Fsync, err)}
+	}
+	if o.SyncedWrites != 0 {
+		if _, err := ParseSyncedWriteMode(o.SyncedWrites.String()); err != nil {
+			return &OptionError{"SyncedWrites", fmt.Sprintf("is %v: %v", o.SyncedWrites, err)}
+		}
 	}
 	for _, f := range []struct {
 		name     string
