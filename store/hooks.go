@@ -42,7 +42,7 @@ type Hooks struct {
 // catches the break. A break exists only in builds with the invariants
 // tag (internal/invariants): in any other, broken is the constant false,
 // and the code it guards is compiled out. To add one, see
-// docs/development.md ("Deliberate breaks").
+// docs/development.md ("Invariants and deliberate breaks").
 type breakID uint8
 
 const (
