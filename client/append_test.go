@@ -248,9 +248,7 @@ func TestAppendCutsLandOnce(t *testing.T) {
 // holds it returns the context's error at once; the daemon carries out the
 // range it took, the append lands once, and the next append goes after it.
 func TestAppendCancelled(t *testing.T) {
-	d := startDaemon(t, nil)
-	ctx := testContext(t)
-	c := dial(t, d.addr)
+	d, ctx, c := startAndDial(t)
 	f := openFile(t, ctx, c, "log")
 	g := testutil.NewGate(t)
 	held := d.ffs.Inject(faultfs.Rule{Op: faultfs.OpWrite, Path: "log", Hold: g.Opened(), Times: 1})

@@ -37,6 +37,14 @@ func dial(t *testing.T, addr string, opts ...client.Option) *client.Client {
 	return c
 }
 
+// startAndDial starts a daemon and dials it, for a test that takes
+// testContext's context.
+func startAndDial(t *testing.T) (*daemon, context.Context, *client.Client) {
+	t.Helper()
+	d := startDaemon(t, nil)
+	return d, testContext(t), dial(t, d.addr)
+}
+
 // openFile opens path on c, failing the test if it cannot.
 func openFile(t *testing.T, ctx context.Context, c *client.Client, path string, opts ...client.FileOption) *client.File {
 	t.Helper()
@@ -58,9 +66,7 @@ func pattern(n int, seed byte) []byte {
 // TestFileCalls: every call of a File against a real daemon, each checked
 // by what the next one sees.
 func TestFileCalls(t *testing.T) {
-	d := startDaemon(t, nil)
-	ctx := testContext(t)
-	c := dial(t, d.addr)
+	d, ctx, c := startAndDial(t)
 	f := openFile(t, ctx, c, "calls/f", client.WithSync(client.SyncData))
 	data := pattern(3*4096, 1)
 	if n, err := f.WriteAt(data, 0); n != len(data) || err != nil {
@@ -316,9 +322,7 @@ func TestBrokenStream(t *testing.T) {
 // TestCloseReportsUnseenFailure: a write whose caller stopped waiting and
 // which then failed is reported by Close.
 func TestCloseReportsUnseenFailure(t *testing.T) {
-	d := startDaemon(t, nil)
-	ctx := testContext(t)
-	c := dial(t, d.addr)
+	d, ctx, c := startAndDial(t)
 	f := openFile(t, ctx, c, "unseen/f")
 	g := testutil.NewGate(t)
 	held := d.ffs.Inject(faultfs.Rule{Op: faultfs.OpWrite, Path: "unseen/f", Hold: g.Opened(), Err: syscall.ENOSPC, Times: 1})
@@ -342,9 +346,7 @@ func TestCloseReportsUnseenFailure(t *testing.T) {
 // TestSharedStream: two Files of one path share a stream; closing one
 // leaves the other working.
 func TestSharedStream(t *testing.T) {
-	d := startDaemon(t, nil)
-	ctx := testContext(t)
-	c := dial(t, d.addr)
+	d, ctx, c := startAndDial(t)
 	a := openFile(t, ctx, c, "shared/f")
 	b := openFile(t, ctx, c, "shared/f")
 	if _, err := a.WriteAt([]byte("aa"), 0); err != nil {

@@ -72,9 +72,7 @@ func TestWithTimeout(t *testing.T) {
 // fails with an error wrapping fs.ErrClosed; after the Client's Close,
 // every call of the Client does.
 func TestClosed(t *testing.T) {
-	d := startDaemon(t, nil)
-	ctx := testContext(t)
-	c := dial(t, d.addr)
+	_, ctx, c := startAndDial(t)
 	f := openFile(t, ctx, c, "closed/f")
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
@@ -173,9 +171,7 @@ func TestErrorsIs(t *testing.T) {
 // nothing; exclusive creates only a missing one; of Clients racing to
 // create one path exclusively, exactly one wins.
 func TestOpenModes(t *testing.T) {
-	d := startDaemon(t, nil)
-	ctx := testContext(t)
-	c := dial(t, d.addr)
+	d, ctx, c := startAndDial(t)
 	if _, err := c.Open(ctx, "modes/missing", client.WithOpenMode(client.OpenMustExist)); !errors.Is(err, fs.ErrNotExist) || status.Code(err) != codes.NotFound {
 		t.Errorf("must-exist Open of a missing file: got %v, want NOT_FOUND wrapping fs.ErrNotExist", err)
 	}
@@ -237,9 +233,7 @@ func TestOpenModes(t *testing.T) {
 // under an open File writes to the new file, while the old File keeps
 // failing with NOT_FOUND, before and after it is closed.
 func TestOpenAfterDelete(t *testing.T) {
-	d := startDaemon(t, nil)
-	ctx := testContext(t)
-	c := dial(t, d.addr)
+	d, ctx, c := startAndDial(t)
 	old := openFile(t, ctx, c, "again/f")
 	if _, err := old.WriteAt([]byte("old"), 0); err != nil {
 		t.Fatal(err)

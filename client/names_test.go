@@ -15,9 +15,7 @@ import (
 // temporary file, sync it, rename it over the target with its directory
 // synced, list), and the refusals of Delete, Rename and List.
 func TestNames(t *testing.T) {
-	d := startDaemon(t, nil)
-	ctx := testContext(t)
-	c := dial(t, d.addr)
+	d, ctx, c := startAndDial(t)
 	write := func(path, data string) {
 		t.Helper()
 		f := openFile(t, ctx, c, path)
@@ -90,9 +88,7 @@ func TestNames(t *testing.T) {
 // under the new name, and fails with NOT_FOUND once the file is deleted,
 // without making a new file.
 func TestOpenFileAcrossNames(t *testing.T) {
-	d := startDaemon(t, nil)
-	ctx := testContext(t)
-	c := dial(t, d.addr)
+	d, ctx, c := startAndDial(t)
 	f := openFile(t, ctx, c, "open/a")
 	defer f.Close()
 	if _, err := f.WriteAt([]byte("before "), 0); err != nil {
