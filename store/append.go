@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/filewrite/filewrite/internal/invariants"
 )
 
 // ReasonAppend is recorded with an append's lock decision: under every
@@ -115,6 +117,9 @@ type reservation struct {
 // Preconditions: q.mu is held, the inode lock is held (shared), and q is
 // not failed.
 func (q *appendQueue) reserveLocked(start, n int64) *reservation {
+	if k := len(q.pending); invariants.Enabled && k > 0 && start != q.pending[k-1].end {
+		panic(fmt.Sprintf("store: an append reserves from %d, but the reservations end at %d", start, q.pending[k-1].end))
+	}
 	r := &reservation{off: start, end: start + n, settled: make(chan struct{})}
 	q.pending = append(q.pending, r)
 	q.inFlight.Add(1)
@@ -164,6 +169,9 @@ func (ino *inode) completeAppend(r *reservation, err error) {
 				head.err = fmt.Errorf("%w: an append below it, at offset %d, failed, and nothing of this one was kept: %w", ErrAppendAborted, q.failedAt, q.failErr)
 			}
 		default:
+			if reserved := q.pending[len(q.pending)-1].end; invariants.Enabled && head.end > reserved {
+				panic(fmt.Sprintf("store: an append publishes the size %d past the reserved end %d", head.end, reserved))
+			}
 			ino.size.Store(head.end)
 		}
 		done = append(done, head)
@@ -501,7 +509,7 @@ func (s *Store) appendReserving(ctx context.Context, ino *inode, name string, da
 		_, err = s.writeData(ctx, ino, r.off, data, lockNone, ReasonAppend)
 		ino.completeAppend(r, err)
 		ino.inflight.end(token)
-		if err == nil && s.opts.Hooks.broken(func(b *breaks) bool { return b.ackAppendUnordered }) {
+		if err == nil && s.opts.Hooks.broken(breakAckAppendUnordered) {
 			// The deliberate break: on to the sync, not waiting for the
 			// appends below.
 			return AppendResult{Offset: r.off, Size: r.end}, nil

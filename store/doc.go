@@ -265,6 +265,7 @@
 // powerloss_test.go for data, powerloss_append_test.go for appends,
 // powerloss_names_test.go for Rename and
 // Delete (a cut before each FS call they make, and every image of each
-// cut). Seven deliberate breaks of them, unexported (Hooks.breaks) and
-// off in production, are what the tests must catch.
+// cut). Deliberate breaks of them (hooks.go, breakID), compiled in only
+// with the invariants build tag and set only by those tests, are what the
+// tests must catch; a production build has none.
 package store

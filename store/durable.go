@@ -186,7 +186,7 @@ func (ino *inode) durableFile() File {
 		return *f
 	}
 	flags := syscall.O_DIRECT | syscall.O_DSYNC
-	if ino.table.opts.Hooks.broken(func(b *breaks) bool { return b.directWriteWithoutDSync }) {
+	if ino.table.opts.Hooks.broken(breakDirectWriteWithoutDSync) {
 		flags = syscall.O_DIRECT // the deliberate break: durable in name only
 	}
 	f, err := ino.openDirect(ino.table.fsys, flags)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/filewrite/filewrite/internal/invariants"
 )
 
 // groupCommit merges concurrent syncs of one file (and, for dirSyncs, of
@@ -42,7 +44,8 @@ type groupCommit struct {
 	onBatch func(callers int)
 	// wait says where the callers' waits are reported.
 	wait waitTrace
-	// ackFromRunning is the deliberate break ackFromRunningSync (Hooks.breaks).
+	// ackFromRunning is the deliberate break breakAckFromRunningSync,
+	// read only under invariants.Enabled (compiled out without the tag).
 	ackFromRunning bool
 	// onWait is Hooks.WaitingForSync; nil in production.
 	onWait func()
@@ -113,7 +116,7 @@ func (g *groupCommit) waitDurable(ctx context.Context, mode SyncMode) error {
 	}
 	span := trace.SpanContextFromContext(ctx)
 	g.mu.Lock()
-	if g.ackFromRunning && g.runningBatch != nil {
+	if invariants.Enabled && g.ackFromRunning && g.runningBatch != nil {
 		// The deliberate break: released by a sync that started before
 		// this caller asked.
 		b := g.runningBatch

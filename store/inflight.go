@@ -4,12 +4,15 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/cpu"
+
+	"github.com/filewrite/filewrite/internal/invariants"
 )
 
 // inflightCounter counts writes running without the inode lock, so that
@@ -122,7 +125,9 @@ func (c *inflightCounter) begin() uint32 {
 // end unregisters a write begun on shard i. Like inode_dio_end(); it needs
 // no lock.
 func (c *inflightCounter) end(i uint32) {
-	c.shards[i].n.Add(-1)
+	if n := c.shards[i].n.Add(-1); invariants.Enabled && n < 0 {
+		panic(fmt.Sprintf("store: in-flight shard %d counts %d writes: an end without its begin", i, n))
+	}
 	if c.waiting.Load() {
 		select {
 		case c.wake <- struct{}{}:

@@ -246,7 +246,7 @@ func (ino *inode) open(t *inodeTable, create bool) (err error) {
 		onBatch: t.recordBatch,
 		wait:    ino.wait,
 
-		ackFromRunning: t.opts.Hooks.broken(func(b *breaks) bool { return b.ackFromRunningSync }),
+		ackFromRunning: t.opts.Hooks.broken(breakAckFromRunningSync),
 		durable:        &ino.durable,
 	}
 	if h := t.opts.Hooks; h != nil && h.WaitingForSync != nil {
@@ -320,7 +320,7 @@ func (ino *inode) syncFile(mode SyncMode) error {
 	if p == nil {
 		return cut
 	}
-	if t.opts.Hooks.broken(func(b *breaks) bool { return b.skipNewFileDirSync }) {
+	if t.opts.Hooks.broken(breakSkipNewFileDirSync) {
 		ino.pendingDirs.CompareAndSwap(p, nil) // the deliberate break
 		return nil
 	}

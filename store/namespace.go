@@ -48,7 +48,7 @@ func (s *Store) DeleteIf(ctx context.Context, name string, sync bool, pre Precon
 	err = s.deleteLocked(ctx, ino, name)
 	ino.lock.release(h)
 	s.table.put(ino)
-	if err != nil || !sync || s.opts.Hooks.broken(func(b *breaks) bool { return b.deleteSkipsDirSync }) {
+	if err != nil || !sync || s.opts.Hooks.broken(breakDeleteSkipsDirSync) {
 		return err
 	}
 	return s.syncDir(path.Dir(name))
@@ -158,7 +158,7 @@ func (s *Store) RenameIf(ctx context.Context, oldName, newName string, noReplace
 		// before that leaves the old name, so by then the directories
 		// above the new one must be durable already.
 		dirs := append([]string{path.Dir(oldName)}, s.table.dirs.notDurable(newName)...)
-		if s.opts.Hooks.broken(func(b *breaks) bool { return b.renameSyncsOldDirOnly }) {
+		if s.opts.Hooks.broken(breakRenameSyncsOldDirOnly) {
 			dirs = dirs[:1]
 		}
 		return res, s.syncDirs(dirs)

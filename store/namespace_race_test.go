@@ -42,18 +42,9 @@ func TestDeleteAndRenameWaitForWrites(t *testing.T) {
 				if p == PolicyExclusive {
 					writers = 1
 				}
-				g := newGate(t, writers)
-				s.opts.Hooks = g.hooks()
-				var wg sync.WaitGroup
-				for i := range writers {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						if _, err := s.Write(ctx, "f", int64(i)*bs, bytes.Repeat([]byte{byte('a' + i)}, bs), SyncNone); err != nil {
-							t.Error(err)
-						}
-					}()
-				}
+				g, wg := holdWriters(t, s, writers, func(i int) (int64, []byte) {
+					return int64(i) * bs, bytes.Repeat([]byte{byte('a' + i)}, bs)
+				})
 				for range writers {
 					<-g.arrived
 				}

@@ -31,11 +31,14 @@ type Store struct {
 
 // Open opens a store over fsys (see OpenOSFS). The store owns fsys and
 // closes it in Close.
+//
+// Fields of opts left zero take their defaults (WithDefaults); options
+// that Validate refuses are an *OptionError, and fsys is left open.
 func Open(fsys FS, opts Options) (*Store, error) {
-	opts = opts.withDefaults()
-	if _, err := ParsePolicy(opts.Policy.String()); err != nil {
+	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	opts = opts.WithDefaults()
 	tel := opts.Telemetry
 	if tel == nil {
 		tel = noopTelemetry

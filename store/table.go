@@ -153,20 +153,16 @@ func (t *inodeTable) getInode(ctx context.Context, name string, create bool, cre
 			return nil, ErrClosed
 		}
 		if ino := t.knownLocked(name); ino != nil {
-			t.refLocked(ino)
-			t.mu.Unlock()
-			if err := t.awaitOpen(ctx, ino); err != nil {
+			opened, err := t.awaitKnownLocked(ctx, ino)
+			switch {
+			case err != nil:
 				return nil, err
+			case opened:
+				return ino, nil
+			case errors.Is(ino.openErr, errAlias) || (create && errors.Is(ino.openErr, ErrNotFound)):
+				continue // the opener did not create it; this caller may
 			}
-			if ino.openErr != nil {
-				t.put(ino)
-				if errors.Is(ino.openErr, errAlias) || (create && errors.Is(ino.openErr, ErrNotFound)) {
-					// The opener did not create it; this caller may.
-					continue
-				}
-				return nil, ino.openErr
-			}
-			return ino, nil
+			return nil, ino.openErr
 		}
 		// One file is evicted at a time but at most: its slot lives in
 		// this frame, not the heap.
@@ -275,15 +271,13 @@ func (t *inodeTable) lookup(ctx context.Context, name string) (*inode, error) {
 			t.mu.Unlock()
 			return nil, nil
 		}
-		t.refLocked(ino)
-		t.mu.Unlock()
-		if err := t.awaitOpen(ctx, ino); err != nil {
+		opened, err := t.awaitKnownLocked(ctx, ino)
+		if err != nil {
 			return nil, err
 		}
-		if ino.openErr != nil {
+		if !opened {
 			// It failed to open or was a reservation: the name is out of
 			// the table now, or names another inode.
-			t.put(ino)
 			continue
 		}
 		return ino, nil
@@ -302,17 +296,26 @@ func (t *inodeTable) knownLocked(name string) *inode {
 	return t.byPath[name]
 }
 
-// awaitOpen waits until the open of ino, found in the table, has finished
-// (ino.ready; its outcome is ino.openErr). The caller holds a reference,
-// which awaitOpen puts back if ctx ends first.
-func (t *inodeTable) awaitOpen(ctx context.Context, ino *inode) error {
+// awaitKnownLocked takes a reference to ino, found in the table, drops
+// t.mu, and waits until ino's open has finished (ino.ready). It reports
+// whether the open succeeded; if not, or if ctx ends first (its error),
+// the reference is put back, and ino.openErr says why the open failed.
+//
+// Preconditions: t.mu is held; it is not on return.
+func (t *inodeTable) awaitKnownLocked(ctx context.Context, ino *inode) (opened bool, err error) {
+	t.refLocked(ino)
+	t.mu.Unlock()
 	select {
 	case <-ino.ready:
-		return nil
 	case <-ctx.Done():
 		t.put(ino)
-		return ctx.Err()
+		return false, ctx.Err()
 	}
+	if ino.openErr != nil {
+		t.put(ino)
+		return false, nil
+	}
+	return true, nil
 }
 
 // refLocked takes a reference.

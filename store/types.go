@@ -432,17 +432,17 @@ func NoFileLimit() uint64 {
 	return lim.Cur
 }
 
-// CheckMaxOpenFiles refuses a bound on open files (Options.MaxOpenFiles,
+// checkMaxOpenFiles refuses a bound on open files (Options.MaxOpenFiles,
 // given explicitly) whose descriptors, in io mode, would not fit in nofile
 // with MinSpareDescriptors to spare.
-func CheckMaxOpenFiles(maxOpenFiles int, io IOMode, nofile uint64) error {
+func checkMaxOpenFiles(maxOpenFiles int, io IOMode, nofile uint64) error {
 	need := uint64(maxOpenFiles) * uint64(DescriptorsPerFile(io))
 	if maxOpenFiles > 0 && need+MinSpareDescriptors <= nofile {
 		return nil
 	}
 	per := ""
 	if io == IODirect {
-		per = " (two per file with --io=direct)"
+		per = " (two per file with direct I/O)"
 	}
 	return fmt.Errorf("%d open files need %d descriptors%s and %d to spare, but RLIMIT_NOFILE is %d: raise the limit (ulimit -n, systemd's LimitNOFILE=) or lower the bound (%d is the default here)",
 		maxOpenFiles, need, per, MinSpareDescriptors, nofile, MaxOpenFilesFor(nofile, io))
@@ -459,7 +459,13 @@ const DefaultExtentCacheBytes = 32 << 20
 // the file closes.
 const DefaultMapFileBytes = 1 << 30
 
-func (o Options) withDefaults() Options {
+// DefaultOptions are the options a zero Options stands for, each default
+// filled in: Options{}.WithDefaults().
+func DefaultOptions() Options { return Options{}.WithDefaults() }
+
+// WithDefaults is o with each field left zero set to its default, as Open
+// sets it (a negative ExtentCacheBytes or MapFileBytes, off, becomes -1).
+func (o Options) WithDefaults() Options {
 	if o.Policy == 0 {
 		o.Policy = DefaultPolicy
 	}
@@ -498,3 +504,63 @@ func (o Options) withDefaults() Options {
 	}
 	return o
 }
+
+// Validate refuses options that Open cannot use, each with an
+// *OptionError: an enum out of its range, a negative bound or delay (0
+// means the default, and a negative ExtentCacheBytes or MapFileBytes turns
+// the feature off), or a MaxOpenFiles whose descriptors would not fit in
+// the process's RLIMIT_NOFILE with MinSpareDescriptors to spare.
+func (o Options) Validate() error {
+	if o.Policy != 0 {
+		if _, err := ParsePolicy(o.Policy.String()); err != nil {
+			return &OptionError{"Policy", fmt.Sprintf("is %v: %v", o.Policy, err)}
+		}
+	}
+	if _, err := ParseIOMode(o.IO.String()); err != nil {
+		return &OptionError{"IO", fmt.Sprintf("is %v: %v", o.IO, err)}
+	}
+	if _, err := ParseFsyncMode(o.Fsync.String()); err != nil {
+		return &OptionError{"Fsync", fmt.Sprintf("is %v: %v", o.Fsync, err)}
+	}
+	if o.SyncedWrites != 0 {
+		if _, err := ParseSyncedWriteMode(o.SyncedWrites.String()); err != nil {
+			return &OptionError{"SyncedWrites", fmt.Sprintf("is %v: %v", o.SyncedWrites, err)}
+		}
+	}
+	for _, f := range []struct {
+		name     string
+		negative bool
+		value    any
+	}{
+		{"FsyncTimerDelay", o.FsyncTimerDelay < 0, o.FsyncTimerDelay},
+		{"MaxFileSize", o.MaxFileSize < 0, o.MaxFileSize},
+		{"MaxRequestBytes", o.MaxRequestBytes < 0, o.MaxRequestBytes},
+		{"MaxOpenFiles", o.MaxOpenFiles < 0, o.MaxOpenFiles},
+		{"MaxWaitersPerFile", o.MaxWaitersPerFile < 0, o.MaxWaitersPerFile},
+		{"AppendIDs", o.AppendIDs < 0, o.AppendIDs},
+		{"AppendIDTTL", o.AppendIDTTL < 0, o.AppendIDTTL},
+	} {
+		if f.negative {
+			return &OptionError{f.name, fmt.Sprintf("is %v: want 0 (the default) or more", f.value)}
+		}
+	}
+	if o.MaxOpenFiles > 0 {
+		if err := checkMaxOpenFiles(o.MaxOpenFiles, o.IO, NoFileLimit()); err != nil {
+			return &OptionError{"MaxOpenFiles", fmt.Sprintf("is %d: %v", o.MaxOpenFiles, err)}
+		}
+	}
+	return nil
+}
+
+// OptionError is Validate's refusal of one field of Options. A caller that
+// sets the field from a setting of its own (the daemon's flags) names its
+// setting instead, with Problem.
+type OptionError struct {
+	// Option is the field, as Go spells it: "MaxFileSize".
+	Option string
+	// Problem says what its value is, what is wrong with it, and what
+	// would do: "is -1: want 0 (the default) or more".
+	Problem string
+}
+
+func (e *OptionError) Error() string { return "store option " + e.Option + " " + e.Problem }

@@ -243,7 +243,7 @@ func (s *Store) write(ctx context.Context, ino *inode, name string, held *holder
 		default:
 			res.BytesWritten, err = s.writeExclusive(ctx, ino, off, data, reason)
 			res.Generation = ino.genAfter(res.BytesWritten)
-			if ino.direct != nil && !ino.aligned(off, end) && s.opts.Hooks.broken(func(b *breaks) bool { return b.ackUnalignedDirectWriteBack }) {
+			if ino.direct != nil && !ino.aligned(off, end) && s.opts.Hooks.broken(breakAckUnalignedDirectWriteBack) {
 				sync = SyncNone // the deliberate break: written back, never synced
 			}
 			if err == nil && s.opts.Policy == PolicyExclusive {
