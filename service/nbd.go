@@ -3,12 +3,10 @@ package service
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -218,34 +216,6 @@ func (o *nbdObserver) Begin(ctx context.Context, cmd nbd.Command, offset int64, 
 		}
 		span.End()
 	}
-}
-
-// debugNBD is GET /debug/nbd: the NBD connections open now, oldest
-// first, with their export (the file's path), whether it is read-only,
-// TLS, structured replies, and the requests received and in flight. At
-// most debugNBDLimit, JSON.
-type debugNBD struct {
-	srv *nbd.Server
-}
-
-const debugNBDLimit = 1000
-
-func (d *debugNBD) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
-	rep := struct {
-		Time        time.Time      `json:"time"`
-		Open        int            `json:"open"`
-		Connections []nbd.ConnInfo `json:"connections"`
-	}{Time: time.Now(), Connections: []nbd.ConnInfo{}}
-	if d.srv != nil {
-		rep.Connections = d.srv.Conns()
-	}
-	rep.Open = len(rep.Connections)
-	rep.Connections = rep.Connections[:min(len(rep.Connections), debugNBDLimit)]
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.Encode(rep)
 }
 
 // NBDAddr is the address the NBD server listens on, nil when disabled.

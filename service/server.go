@@ -147,9 +147,12 @@ func Run(ctx context.Context, cfg Config) error {
 // Start opens the store and the listeners and serves in the background.
 // It logs the addresses it bound, which matter with port 0.
 func Start(cfg Config) (_ *Server, err error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// What the store would fill in at Open, filled in now: the listeners
+	// bound their messages by Store.MaxRequestBytes too.
+	cfg.Store = cfg.Store.WithDefaults()
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -211,13 +214,14 @@ func Start(cfg Config) (_ *Server, err error) {
 		Budget:            s.budget,
 		Auth:              s.auth,
 		Meter:             s.tel.meterProvider.Meter(serviceScope),
+		ValidatorDelay:    validatorDelay(cfg),
 	})
 	if err != nil {
 		lis.Close()
 		return nil, err
 	}
 	s.grpcLis = auth.NewGuardedListener(lis, cfg.ConnAuthTimeout)
-	s.grpcSrv = newGRPCServer(s.files, s.health, cfg.Store.MaxRequestBytes, log, s.tel, append(s.publicServerOptions(), rpc.PathHeaderOptions(cfg.RequirePathHeader)...)...)
+	s.grpcSrv = newGRPCServer(s.files, s.health, cfg.Store.MaxRequestBytes, log, s.tel, append(publicServerOptions(cfg, s.grpcLis, s.auth, s.tlsConf, s.budget), rpc.PathHeaderOptions(cfg.RequirePathHeader)...)...)
 	s.doors = append(s.doors, &grpcDoor{srv: s.grpcSrv, lis: s.grpcLis, log: log})
 	if cfg.HTTPAddr != "" {
 		if err := s.startGateway(); err != nil {
@@ -265,7 +269,7 @@ func Start(cfg Config) (_ *Server, err error) {
 
 // directRoad is the gateway's direct road to the FileService.
 func (s *Server) directRoad() *local.Files {
-	tap, checks := s.gatewayChecks()
+	tap, checks := gatewayChecks(s.auth, s.cfg.RequirePathHeader)
 	return local.New(local.Config{
 		Files:        s.files,
 		Store:        s.store,
@@ -284,7 +288,7 @@ func (s *Server) startGateway() (err error) {
 	rest := &restDoor{log: s.log}
 	s.doors = append(s.doors, rest)
 	rest.grpcLis = newPipeListener()
-	rest.grpcSrv = newGRPCServer(s.files, s.health, s.cfg.Store.MaxRequestBytes, s.log, s.tel, s.gatewayServerOptions()...)
+	rest.grpcSrv = newGRPCServer(s.files, s.health, s.cfg.Store.MaxRequestBytes, s.log, s.tel, gatewayServerOptions(s.auth, s.cfg.RequirePathHeader)...)
 	rest.grpcConn, err = grpc.NewClient("passthrough:///gateway",
 		grpc.WithContextDialer(rest.grpcLis.dial),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -325,7 +329,8 @@ func (s *Server) startGateway() (err error) {
 	s.httpLis = rest.httpLis
 	rest.httpSrv = &http.Server{
 		// Security wraps whatever the listener serves, gateway and all.
-		Handler:           s.probeRoutes(s.auth.HTTPMiddleware(s.httpHandler(handler, browser))),
+		Handler: probeRoutes(s.auth.HTTPMiddleware(httpHandler(handler, browser, s.tel, s.store, func() *nbd.Server { return s.nbdSrv })),
+			s.health, s.auth != nil),
 		ConnContext:       auth.WithGuardedConn,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,

@@ -169,14 +169,3 @@ func TestShutdownDelayServesOn(t *testing.T) {
 		}
 	}
 }
-
-// TestShutdownDelayRefusedNegative: a negative delay is a mistake, not
-// "none".
-func TestShutdownDelayRefusedNegative(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.Root = t.TempDir()
-	cfg.ShutdownDelay = -time.Second
-	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "--shutdown-delay") {
-		t.Errorf("validate with --shutdown-delay -1s: %v, want an error naming the flag", err)
-	}
-}
