@@ -88,16 +88,7 @@ const (
 // on a loop-mounted ext4, which needs root; without it the soak runs on
 // the test's directory and says so. It logs what it did.
 func TestFaultSoak(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the daemon")
-	}
-	length := 20 * time.Second
-	if v := os.Getenv(faultSoakEnv); v != "" {
-		var err error
-		if length, err = time.ParseDuration(v); err != nil {
-			t.Fatalf("%s=%q: %v", faultSoakEnv, v, err)
-		}
-	}
+	length := soakLength(t, faultSoakEnv, 20*time.Second)
 	dir := testutil.Dir(t)
 	disk, why := mountSmallExt4(t, dir, soakDisk)
 	if disk == "" {

@@ -69,6 +69,25 @@ func wantCode(t *testing.T, what string, err error, want codes.Code) {
 	}
 }
 
+// soakLength is how long a soak runs: def, or the Go duration in the
+// variable env. It skips the soak under -short, as it builds and runs the
+// daemon.
+func soakLength(t *testing.T, env string, def time.Duration) time.Duration {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the daemon")
+	}
+	v := os.Getenv(env)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", env, v, err)
+	}
+	return d
+}
+
 // allBytes is n bytes counting up from 0, wrapping: a pattern whose
 // misplaced bytes show.
 func allBytes(n int) []byte {
