@@ -71,7 +71,8 @@ func (s *Server) startNBD() error {
 }
 
 // serveNBD serves the NBD listener, and applies each reload of the token
-// file to the exports in use until stop is closed.
+// file to the exports in use, before the reload returns, until stop is
+// closed.
 func (s *Server) serveNBD(stop <-chan struct{}) {
 	go func() {
 		if err := s.nbdSrv.Serve(s.nbdLis); !errors.Is(err, nbd.ErrServerClosed) {
@@ -81,18 +82,15 @@ func (s *Server) serveNBD(stop <-chan struct{}) {
 	if s.auth == nil {
 		return
 	}
-	go func() {
-		for {
-			select {
-			case <-s.auth.Changed():
-				s.nbdSrv.Recheck(func(p *nbd.Peer, name string) (bool, error) {
-					return s.nbdAuthorize(context.Background(), p, name)
-				})
-			case <-stop:
-				return
-			}
+	s.auth.AfterReload(func() {
+		select {
+		case <-stop:
+		default:
+			s.nbdSrv.Recheck(func(p *nbd.Peer, name string) (bool, error) {
+				return s.nbdAuthorize(context.Background(), p, name)
+			})
 		}
-	}()
+	})
 }
 
 // nbdAuthorize is what the client p may do with the file name: its
