@@ -75,20 +75,21 @@ func TestHAProxyOneCanonicalPath(t *testing.T) {
 		type step struct {
 			method, url, ctype string
 			body               []byte
+			code               int
 		}
-		first := step{"PUT", u + "?offset=0", "application/octet-stream", want[:halfSize]}
+		first := step{"PUT", u + "?offset=0", "application/octet-stream", want[:halfSize], http.StatusCreated}
 		if endsInVerb(name) {
-			first = step{"POST", u + ":write", "application/json", fmt.Appendf(nil, `{"offset":"0","data":%q}`, base64.StdEncoding.EncodeToString(want[:halfSize]))}
+			first = step{"POST", u + ":write", "application/json", fmt.Appendf(nil, `{"offset":"0","data":%q}`, base64.StdEncoding.EncodeToString(want[:halfSize])), http.StatusOK}
 		}
 		steps := []step{
 			first,
-			{"POST", u + ":write", "application/json", fmt.Appendf(nil, `{"offset":"%d","data":%q}`, halfSize, base64.StdEncoding.EncodeToString(want[halfSize:]))},
-			{"GET", fmt.Sprintf("%s:read?offset=0&length=%d", u, 2*halfSize), "", nil},
+			{"POST", u + ":write", "application/json", fmt.Appendf(nil, `{"offset":"%d","data":%q}`, halfSize, base64.StdEncoding.EncodeToString(want[halfSize:])), http.StatusOK},
+			{"GET", fmt.Sprintf("%s:read?offset=0&length=%d", u, 2*halfSize), "", nil, http.StatusOK},
 		}
 		for _, s := range steps {
 			code, body, err := restCall(hc, s.method, s.url, s.ctype, s.body)
-			if err != nil || code != http.StatusOK {
-				t.Fatalf("%q: %s %s: %d %s %v", name, s.method, s.url, code, body, err)
+			if err != nil || code != s.code {
+				t.Fatalf("%q: %s %s: %d %s %v, want %d", name, s.method, s.url, code, body, err, s.code)
 			}
 		}
 		r, err := fc.Read(ctx, &filewritev1.ReadRequest{Path: name, Length: 2 * halfSize})

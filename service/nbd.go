@@ -76,7 +76,7 @@ func (s *Server) startNBD() error {
 	s.nbdSrv, s.nbdLis = srv, lis
 	d := &nbdDoor{srv: srv, lis: lis, log: s.log, stop: make(chan struct{})}
 	if s.auth != nil {
-		d.reloads = s.auth.Changed
+		d.afterReload = s.auth.AfterReload
 		d.recheck = func() {
 			srv.Recheck(func(p *nbd.Peer, name string) (bool, error) {
 				return s.nbdAuthorize(context.Background(), p, name)
@@ -87,18 +87,18 @@ func (s *Server) startNBD() error {
 	return nil
 }
 
-// nbdDoor is the NBD server on --nbd-addr. While it serves, it applies
-// each reload of the token file to the exports in use (recheck), until it
-// is drained or closed.
+// nbdDoor is the NBD server on --nbd-addr. While it serves, each reload
+// of the token file narrows the exports in use before the reload returns
+// (recheck), until the door is drained or closed.
 type nbdDoor struct {
 	srv *nbd.Server
 	lis net.Listener
 	log *slog.Logger
-	// reloads is the credentials' Changed, recheck what each change
-	// calls for; both nil without --auth-token-file.
-	reloads func() <-chan struct{}
-	recheck func()
-	// stop, closed once (stopOnce), ends the watch of reloads.
+	// afterReload is the credentials' AfterReload, recheck what each
+	// reload calls for; both nil without --auth-token-file.
+	afterReload func(func())
+	recheck     func()
+	// stop, closed once (stopOnce), ends the rechecks.
 	stop     chan struct{}
 	stopOnce sync.Once
 }
@@ -109,19 +109,16 @@ func (d *nbdDoor) serve(errc chan<- error) {
 			errc <- fmt.Errorf("NBD server: %w", err)
 		}
 	}()
-	if d.reloads == nil {
+	if d.afterReload == nil {
 		return
 	}
-	go func() {
-		for {
-			select {
-			case <-d.reloads():
-				d.recheck()
-			case <-d.stop:
-				return
-			}
+	d.afterReload(func() {
+		select {
+		case <-d.stop:
+		default:
+			d.recheck()
 		}
-	}()
+	})
 }
 
 // drain is NBD's own: requests in flight finish, new ones answer
