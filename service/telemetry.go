@@ -232,7 +232,11 @@ func (t *telemetry) startMetrics(ctx context.Context, res *resource.Resource) er
 	if err != nil {
 		return err
 	}
-	t.metrics = promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})
+	// OpenMetrics when the scraper asks for it (Prometheus does), which
+	// carries the histograms' exemplars: the trace id of a sampled
+	// measurement, per bucket. The classic text format has no place for
+	// them.
+	t.metrics = promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{EnableOpenMetrics: true})
 	return nil
 }
 
