@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -26,6 +28,11 @@ type Config struct {
 	// PprofAddr is where net/http/pprof is served, host:port; empty (the
 	// default) serves none. Loopback only, unless InsecureListen.
 	PprofAddr string
+	// TraceURLTemplate is where /debug/locks links a trace id to: an
+	// http or https URL with {trace_id} in it, and {span_id} if the
+	// viewer takes one (Jaeger's "http://jaeger:16686/trace/{trace_id}").
+	// Empty: trace ids are shown without links.
+	TraceURLTemplate string
 	// Store configures the engine: policy, I/O mode, fsync mode and the
 	// limits. Its MaxRequestBytes bounds the data of one Write or Read on
 	// both listeners too: gRPC messages and HTTP bodies may be larger by
@@ -175,9 +182,28 @@ func (c Config) validate() error {
 	if _, err := gateway.NewBrowserGuard(c.HTTPAddr, c.HTTPAllowedOrigins, c.HTTPAllowedHosts); err != nil {
 		return err
 	}
+	if err := checkTraceURLTemplate(c.TraceURLTemplate); err != nil {
+		return err
+	}
 	if least := admit.MinInflightBytes(c.Store.MaxRequestBytes); c.MaxInflightBytes < least {
 		return fmt.Errorf("--max-inflight-bytes %d: want at least %d, what a gRPC message at --max-request-bytes "+
 			"holds while it is received", c.MaxInflightBytes, least)
+	}
+	return nil
+}
+
+// checkTraceURLTemplate accepts "" or an absolute http or https URL that
+// names {trace_id}, once filled in.
+func checkTraceURLTemplate(t string) error {
+	if t == "" {
+		return nil
+	}
+	if !strings.Contains(t, "{trace_id}") {
+		return fmt.Errorf("--trace-url-template %q names no {trace_id}", t)
+	}
+	u, err := url.Parse(traceURL(t, "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("--trace-url-template %q: want an http or https URL, like http://jaeger:16686/trace/{trace_id}", t)
 	}
 	return nil
 }

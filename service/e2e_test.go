@@ -156,6 +156,7 @@ func TestStartRejectsBadConfig(t *testing.T) {
 		}},
 		{"negative waiters per file", func(c *Config) { c.Store.MaxWaitersPerFile = -1 }},
 		{"unusable gRPC address", func(c *Config) { c.GRPCAddr = "256.0.0.1:0" }},
+		{"trace URL template without {trace_id}", func(c *Config) { c.TraceURLTemplate = "http://jaeger:16686/search" }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := DefaultConfig()

@@ -25,7 +25,7 @@ import (
 // gateway's gRPC client span, whose context reaches the server in the
 // call's metadata. grpc-gateway itself forwards none of these headers.
 func (s *Server) httpHandler(gateway http.Handler, browser *gateway.BrowserGuard) http.Handler {
-	locks := &debugLocks{store: s.store}
+	locks := &debugLocks{store: s.store, traceURL: s.cfg.TraceURLTemplate}
 	gateway = s.tel.httpServerHandler(gateway)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/metrics" && browser != nil {
