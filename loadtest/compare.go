@@ -140,9 +140,10 @@ type comparisonResult struct {
 
 type columnSummary struct {
 	Name string `json:"name"`
-	// Transport is "unary" (one RPC per operation) or "stream" (through
-	// WriteStream and the client package); empty for a column that does
-	// not call the daemon.
+	// Transport is "unary" (one RPC per operation), "stream" (through
+	// WriteStream and the client package) or "nbd" (fio through the
+	// daemon's NBD export); empty for a column that does not call the
+	// daemon.
 	Transport   string         `json:"transport,omitempty"`
 	DaemonFlags []string       `json:"daemon_flags,omitempty"`
 	Rounds      []roundSummary `json:"rounds"`
@@ -156,7 +157,12 @@ type columnSummary struct {
 	SyncsPerOp float64 `json:"median_syncs_per_op,omitempty"`
 	// SpansPerOp is the median over rounds of the spans that reached the
 	// harness's OTLP sink per operation (the tracing scenario).
-	SpansPerOp  float64        `json:"median_spans_per_op,omitempty"`
+	SpansPerOp float64 `json:"median_spans_per_op,omitempty"`
+	// RSSAboveIdle is the most the daemon's resident memory rose above
+	// its idle level in any round, where measured.
+	RSSAboveIdle int64 `json:"max_rss_above_idle_bytes,omitempty"`
+	// Note is the last round's note on how it did its work, if any.
+	Note        string         `json:"note,omitempty"`
 	errorsByMsg map[string]int // summed over rounds
 	clatByPct   map[float64]float64
 }
@@ -616,6 +622,10 @@ func (e *env) summarize(res *comparisonResult, c *comparison, cols []column) {
 				cs.Errors += n
 			}
 			iops = append(iops, r.IOPS())
+			cs.RSSAboveIdle = max(cs.RSSAboveIdle, r.RSSAboveIdle)
+			if r.Note != "" {
+				cs.Note = r.Note
+			}
 			cs.Rounds = append(cs.Rounds, rs)
 		}
 		cs.IOPS = median(iops)

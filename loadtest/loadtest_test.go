@@ -152,6 +152,21 @@ func TestScenarios(t *testing.T) {
 			[]string{"filewrite-stream/nbdkit-fio", "filewrite-procs1-stream/nbdkit-fio"},
 			map[string][]string{"peer-durable": {"filewrite-stream/nbdkit-fio", "filewrite-procs1-stream/nbdkit-fio", "filewrite-stream/fio-fdatasync"}},
 			map[string][]string{"peer-durable": {"nbdkit-fio", "filewrite-stream", "filewrite-procs1-stream", "fio-fdatasync"}}},
+		{"nbd", "", []string{"nbd", "nbd-durable", "nbd-multiconn", "nbd-below-eof",
+			"nbd-prealloc-overwrite-4k", "nbd-prealloc-overwrite-16k", "nbd-prealloc-overwrite-64k"},
+			[]string{"nbdkit-fio", "filewrite-nbd-fio"}, []string{"filewrite-nbd-fio/nbdkit-fio"},
+			map[string][]string{
+				"nbd-below-eof":              {"unlocked-below-eof/exclusive"},
+				"nbd-prealloc-overwrite-4k":  {"shared-overwrite/shared-written"},
+				"nbd-prealloc-overwrite-16k": {"shared-overwrite/shared-written"},
+				"nbd-prealloc-overwrite-64k": {"shared-overwrite/shared-written"},
+			},
+			map[string][]string{
+				"nbd-below-eof":              {"exclusive", "unlocked-below-eof"},
+				"nbd-prealloc-overwrite-4k":  {"shared-written", "shared-overwrite"},
+				"nbd-prealloc-overwrite-16k": {"shared-written", "shared-overwrite"},
+				"nbd-prealloc-overwrite-64k": {"shared-written", "shared-overwrite"},
+			}},
 		{"throughput", "both", []string{"throughput"}, []string{"noop", "write", "write-stream", "raw-pwrite"},
 			[]string{"write/noop", "write-stream/noop", "write/raw-pwrite", "write-stream/raw-pwrite"}, nil, nil},
 		{"prealloc-overwrite", "", []string{"prealloc-overwrite-4k", "prealloc-overwrite-16k", "prealloc-overwrite-64k"},
@@ -166,7 +181,7 @@ func TestScenarios(t *testing.T) {
 			[]string{"reserving-stream/exclusive-stream", "reserving-stream/reserving-overwrites-stream"}, nil, nil},
 	} {
 		t.Run(tt.scenario+"/"+cmp.Or(tt.transport, "default"), func(t *testing.T) {
-			if tool := peerMissing(); tt.scenario == "peer" && tool != "" {
+			if tool := peerMissing(); (tt.scenario == "peer" || tt.scenario == "nbd") && tool != "" {
 				t.Skipf("%s is not installed", tool)
 			}
 			sum, out, table := shortRun(t, tt.scenario, func(o *options) { o.transport = tt.transport })
@@ -194,6 +209,8 @@ func TestScenarios(t *testing.T) {
 						want = ""
 					case strings.HasSuffix(col.Name, streamSuffix):
 						want = transportStream
+					case strings.HasPrefix(c.Name, "nbd"):
+						want = transportNBD
 					}
 					if col.Transport != want {
 						t.Errorf("%s/%s: transport %q, want %q", c.Name, col.Name, col.Transport, want)

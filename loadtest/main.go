@@ -12,6 +12,7 @@
 //	go -C loadtest run . -scenario cluster
 //	go -C loadtest run . -scenario cluster -targets 10.0.0.1:50051,10.0.0.2:50051
 //	go -C loadtest run . -scenario tracing -duration 5s -rounds 2 -profile
+//	go -C loadtest run . -scenario bulk -record ../docs/benchmarks
 //
 // By default it builds the daemon from this checkout and starts one daemon
 // per configuration on a loopback port the kernel picks, with its data
@@ -91,7 +92,7 @@ type options struct {
 }
 
 // scenarioNames in the order "all" runs them; soak is separate.
-var scenarioNames = []string{"below-eof", "prealloc-overwrite", "fsync", "throughput", "stream", "peer", "append"}
+var scenarioNames = []string{"below-eof", "prealloc-overwrite", "fsync", "throughput", "stream", "peer", "nbd", "append"}
 
 func main() {
 	opts, err := parseOptions(os.Args[1:], os.Stderr)
@@ -148,7 +149,7 @@ type rawFlags struct {
 func (o *options) flagSet(raw *rawFlags, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&o.scenario, "scenario", "", "what to run: "+strings.Join(scenarioNames, ", ")+", all (those, with both transports), soak, cluster, files or tracing")
+	fs.StringVar(&o.scenario, "scenario", "", "what to run: "+strings.Join(scenarioNames, ", ")+", all (those, with both transports), soak, cluster, files, tracing, or bulk (or one of its rows: "+strings.Join(bulkNames, ", ")+")")
 	fs.DurationVar(&o.duration, "duration", 0, "length of each timed run (default 15s; 2m for soak)")
 	fs.IntVar(&o.rounds, "rounds", o.rounds, "rounds per comparison; every configuration runs once per round, in alternation")
 	fs.IntVar(&o.concurrency, "concurrency", 0, "concurrent clients (default: the scenario's: 8 below-eof, 10 prealloc-overwrite, 32 fsync, throughput and stream, 64 soak)")
@@ -176,11 +177,17 @@ func (o *options) checkChoices(rawFlags) error {
 	switch o.scenario {
 	case "":
 		return errors.New("-scenario is required (" + strings.Join(scenarioNames, ", ") + ", all or soak)")
-	case "all", "soak", "cluster", "files", "tracing":
+	case "all", "soak", "cluster", "files", "tracing", "bulk":
 	default:
+		if slices.Contains(bulkNames, o.scenario) {
+			break
+		}
 		if !slices.Contains(scenarioNames, o.scenario) {
 			return fmt.Errorf("unknown -scenario %q (want %s, all or soak)", o.scenario, strings.Join(scenarioNames, ", "))
 		}
+	}
+	if (o.scenario == "bulk" || slices.Contains(bulkNames, o.scenario)) && o.target != "" {
+		return errors.New("-scenario bulk compares the daemon with tools on its own disk: it starts its daemons itself, without -target")
 	}
 	switch o.transport {
 	case "", transportUnary, transportStream, transportBoth:
@@ -459,12 +466,34 @@ func run(ctx context.Context, opts options, stdout, progressOut io.Writer) (*sum
 			comparisons = append(comparisons, e.cluster)
 		case "files":
 			comparisons = append(comparisons, e.files, e.filesCreate)
+		case "bulk", "bulk-put", "bulk-writer", "bulk-checkpoint", "bulk-get", "bulk-durable":
+			if tool := bulkMissing(); tool != "" {
+				fmt.Fprintf(e.log, "\n== %s: skipped: %s is not installed (apt-get install fio curl)\n", name, tool)
+				break
+			}
+			comparisons = append(comparisons, e.bulk(name)...)
 		case "peer":
 			if tool := peerMissing(); tool != "" {
 				fmt.Fprintf(e.log, "\n== peer: skipped: %s is not installed (apt-get install nbdkit fio)\n", tool)
 				break
 			}
 			comparisons = append(comparisons, func() *comparison { return e.peer(false) }, e.peerMany, func() *comparison { return e.peer(true) })
+		case "nbd":
+			if tool := peerMissing(); tool != "" {
+				fmt.Fprintf(e.log, "\n== nbd: skipped: %s is not installed (apt-get install nbdkit fio)\n", tool)
+				break
+			}
+			for _, shape := range nbdShapes {
+				comparisons = append(comparisons, func() *comparison { return e.nbdPeer(shape) })
+			}
+			comparisons = append(comparisons, e.nbdBelowEOF)
+			sizes := []int{4 << 10, 16 << 10, 64 << 10}
+			if opts.bs > 0 {
+				sizes = []int{opts.bs}
+			}
+			for _, bs := range sizes {
+				comparisons = append(comparisons, func() *comparison { return e.nbdPreallocOverwrite(bs) })
+			}
 		}
 	}
 	switch opts.scenario {

@@ -16,11 +16,13 @@ import (
 // each client goroutine with a *client.File of its own, so that every
 // client has a WriteStream of its own and the daemon's policies see the
 // same number of independent writers as under unary. "both" runs the two
-// side by side in one comparison, alternated.
+// side by side in one comparison, alternated. A column that reaches the
+// daemon by its NBD export is "nbd", whatever -transport says.
 const (
 	transportUnary  = "unary"
 	transportStream = "stream"
 	transportBoth   = "both"
+	transportNBD    = "nbd"
 )
 
 // streamSuffix names a column's stream twin: "exclusive" runs unary,

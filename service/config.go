@@ -12,6 +12,7 @@ import (
 
 	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/gateway"
+	"github.com/filewrite/filewrite/service/internal/nbd"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -33,6 +34,11 @@ type Config struct {
 	// viewer takes one (Jaeger's "http://jaeger:16686/trace/{trace_id}").
 	// Empty: trace ids are shown without links.
 	TraceURLTemplate string
+	// NBDAddr is the NBD listen address (docs/nbd.md), host:port or
+	// unix:PATH (a socket of mode 0660); empty (the default) serves no
+	// NBD. With AuthTokenFile it needs TLSClientCA: a client certificate
+	// is NBD's only credential.
+	NBDAddr string
 	// Store configures the engine: policy, I/O mode, fsync mode and the
 	// limits. Its MaxRequestBytes bounds the data of one Write or Read on
 	// both listeners too: gRPC messages and HTTP bodies may be larger by
@@ -120,6 +126,7 @@ func DefaultConfig() Config {
 			Policy:            store.DefaultPolicy,
 			IO:                store.IOBuffered,
 			Fsync:             store.FsyncGroup,
+			SyncedWrites:      store.DefaultSyncedWrites,
 			MaxFileSize:       store.DefaultMaxFileSize,
 			MaxRequestBytes:   store.DefaultMaxRequestBytes,
 			MaxOpenFiles:      store.MaxOpenFilesFor(store.NoFileLimit(), store.IOBuffered),
@@ -184,6 +191,10 @@ func (c Config) validate() error {
 	}
 	if err := checkTraceURLTemplate(c.TraceURLTemplate); err != nil {
 		return err
+	}
+	if c.NBDAddr != "" && c.Store.MaxRequestBytes < nbd.MinPayload {
+		return fmt.Errorf("--nbd-addr needs --max-request-bytes of at least %d (NBD's preferred block size, the least "+
+			"maximum payload it may advertise), not %d", nbd.MinPayload, c.Store.MaxRequestBytes)
 	}
 	if least := admit.MinInflightBytes(c.Store.MaxRequestBytes); c.MaxInflightBytes < least {
 		return fmt.Errorf("--max-inflight-bytes %d: want at least %d, what a gRPC message at --max-request-bytes "+

@@ -14,7 +14,7 @@ import (
 )
 
 // httpHandler serves the HTTP address: GET /metrics (Prometheus), GET
-// /debug/locks, and everything else to the REST gateway. It dispatches on
+// /debug/locks, GET /debug/nbd, and everything else to the REST gateway. It dispatches on
 // the exact path rather than through http.ServeMux, which would clean and
 // redirect the gateway's paths ("a//b", "..") before the store could
 // reject them.
@@ -41,6 +41,8 @@ func (s *Server) httpHandler(gateway http.Handler, browser *gateway.BrowserGuard
 			h = s.tel.metrics
 		case "/debug/locks":
 			h = locks
+		case "/debug/nbd":
+			h = &debugNBD{srv: s.nbdSrv}
 		default:
 			gateway.ServeHTTP(w, r)
 			return

@@ -31,6 +31,11 @@ func (s *Server) setupSecurity() error {
 	if cfg.TLSClientCA != "" && (cfg.TLSCert == "" || cfg.AuthTokenFile == "") {
 		return errors.New("--tls-client-ca needs --tls-cert and --tls-key (client certificates come with TLS) and --auth-token-file (its cert= lines map certificates to scopes)")
 	}
+	if cfg.NBDAddr != "" && cfg.AuthTokenFile != "" && cfg.TLSClientCA == "" {
+		return errors.New("--nbd-addr with --auth-token-file needs --tls-client-ca (with --tls-cert and --tls-key): NBD carries " +
+			"no bearer token, so a client certificate that a cert= line maps is its only credential; without tokens, serve " +
+			"NBD on loopback or a unix socket")
+	}
 	if cfg.TLSCert != "" {
 		if s.tlsConf, err = auth.ServerTLS(cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA); err != nil {
 			return err
@@ -55,7 +60,7 @@ func (s *Server) setupSecurity() error {
 // only, each with its protocol.
 func exposedAddrs(cfg Config) ([]string, error) {
 	var out []string
-	for _, l := range []struct{ proto, addr string }{{"gRPC", cfg.GRPCAddr}, {"HTTP", cfg.HTTPAddr}} {
+	for _, l := range []struct{ proto, addr string }{{"gRPC", cfg.GRPCAddr}, {"HTTP", cfg.HTTPAddr}, {"NBD", cfg.NBDAddr}} {
 		if l.addr == "" {
 			continue
 		}

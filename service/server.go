@@ -37,6 +37,8 @@ import (
 	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/auth"
 	"github.com/filewrite/filewrite/service/internal/gateway"
+	"github.com/filewrite/filewrite/service/internal/local"
+	"github.com/filewrite/filewrite/service/internal/nbd"
 	"github.com/filewrite/filewrite/service/internal/rpc"
 	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store"
@@ -78,6 +80,12 @@ type Server struct {
 	// pprofSrv serves Config.PprofAddr on pprofLis; nil when it is empty.
 	pprofSrv *http.Server
 	pprofLis net.Listener
+
+	// nbdSrv serves Config.NBDAddr on nbdLis (nbd.go); nil when it is
+	// empty. Closing nbdStop ends the watch of credential reloads.
+	nbdSrv  *nbd.Server
+	nbdLis  net.Listener
+	nbdStop chan struct{}
 
 	// serveErr receives an error when a listener fails while serving.
 	serveErr chan error
@@ -220,6 +228,11 @@ func Start(cfg Config) (_ *Server, err error) {
 			return nil, err
 		}
 	}
+	if cfg.NBDAddr != "" {
+		if err := s.startNBD(); err != nil {
+			return nil, err
+		}
+	}
 
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(filewritev1.FileService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
@@ -228,6 +241,10 @@ func Start(cfg Config) (_ *Server, err error) {
 			s.serveErr <- fmt.Errorf("gRPC server: %w", err)
 		}
 	}()
+	if s.nbdSrv != nil {
+		s.nbdStop = make(chan struct{})
+		s.serveNBD(s.nbdStop)
+	}
 	if s.httpSrv != nil {
 		go func() {
 			if err := s.gatewaySrv.Serve(s.gatewayLis); err != nil {
@@ -257,13 +274,28 @@ func Start(cfg Config) (_ *Server, err error) {
 	if s.pprofLis != nil {
 		log.Info("listening", "protocol", "pprof", "addr", s.pprofLis.Addr().String())
 	}
+	if s.nbdLis != nil {
+		log.Info("listening", "protocol", "nbd", "addr", s.nbdLis.Addr().String())
+	}
 	return s, nil
+}
+
+// directRoad is the gateway's direct road to the FileService.
+func (s *Server) directRoad() *local.Files {
+	tap, checks := s.gatewayChecks()
+	return local.New(local.Config{
+		Files:        s.files,
+		Store:        s.store,
+		Tap:          tap,
+		Interceptors: append([]grpc.UnaryServerInterceptor{logUnary(s.log)}, checks...),
+		Tracer:       s.tel.tracerProvider.Tracer(serviceScope),
+	})
 }
 
 func (s *Server) startGateway() (err error) {
 	limit := status.MaxMessageBytes(s.cfg.Store.MaxRequestBytes)
 	s.gatewayLis = newPipeListener()
-	s.gatewaySrv = newGRPCServer(s.files, s.health, s.cfg.Store.MaxRequestBytes, s.log, s.tel, append(s.gatewayServerOptions(), rpc.PathHeaderOptions(s.cfg.RequirePathHeader)...)...)
+	s.gatewaySrv = newGRPCServer(s.files, s.health, s.cfg.Store.MaxRequestBytes, s.log, s.tel, s.gatewayServerOptions()...)
 	s.gatewayConn, err = grpc.NewClient("passthrough:///gateway",
 		grpc.WithContextDialer(s.gatewayLis.dial),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -279,6 +311,10 @@ func (s *Server) startGateway() (err error) {
 		MaxFileSize:     s.cfg.Store.MaxFileSize,
 		BodyTimeout:     s.cfg.BodyTimeout,
 		Budget:          s.budget,
+		// The routes that move bytes take the direct road, through what
+		// the gateway's gRPC server runs, in its order: the log line
+		// (newGRPCServer) and gatewayChecks.
+		Local: s.directRoad(),
 	})
 	if err != nil {
 		return err
@@ -349,13 +385,17 @@ func (s *Server) HTTPAddr() net.Addr {
 //
 //  1. health turns NOT_SERVING (health Watch streams are told), and
 //     WriteStreams stop reading;
-//  2. both listeners stop taking new work at once: the public gRPC server
+//  2. the listeners stop taking new work at once: the public gRPC server
 //     stops accepting connections and tells every connection to start no
 //     new call (GOAWAY; calls already on their way are still served, as
 //     HTTP/2's graceful shutdown has it), the gateway stops accepting
-//     requests, and connections that never authenticated are closed;
+//     requests, connections that never authenticated are closed, and the
+//     NBD listener closes, with the NBD connections still in their
+//     handshake, answering requests that arrive from then on with
+//     NBD_ESHUTDOWN;
 //  3. requests in flight finish: REST ones still reach the gateway's own
-//     gRPC server, which stops once they are done;
+//     gRPC server, which stops once they are done; each NBD connection
+//     closes once it has none;
 //  4. the store syncs and closes every open file.
 //
 // Step 3 is bounded by Config.DrainTimeout; past it, what still runs is
@@ -379,6 +419,19 @@ func (s *Server) shutdown() error {
 		s.grpcSrv.GracefulStop()
 		close(public)
 	}()
+	nbdDrained := make(chan struct{})
+	go func() {
+		defer close(nbdDrained)
+		if s.nbdSrv == nil {
+			return
+		}
+		close(s.nbdStop)
+		// NBD's own drain: requests in flight finish, new ones answer
+		// NBD_ESHUTDOWN; past ctx, the rest is cancelled.
+		if err := s.nbdSrv.Shutdown(ctx); err != nil {
+			s.log.Warn("NBD drain cut short: cancelling requests in flight", "timeout", s.cfg.DrainTimeout)
+		}
+	}()
 	// GracefulStop sends its GOAWAYs once no connection is in its
 	// handshake: a stranger's would hold it up.
 	s.grpcLis.CloseUntrusted()
@@ -397,6 +450,7 @@ func (s *Server) shutdown() error {
 		s.grpcSrv.Stop()
 		<-public
 	}
+	<-nbdDrained
 	err := s.closeAll()
 	if err != nil {
 		s.log.Error("stopped with errors", "error", err)
@@ -446,6 +500,12 @@ func (s *Server) closeAll() error {
 	}
 	if s.pprofLis != nil {
 		s.pprofLis.Close()
+	}
+	if s.nbdSrv != nil {
+		s.nbdSrv.Close()
+	}
+	if s.nbdLis != nil {
+		s.nbdLis.Close()
 	}
 	if s.gatewayConn != nil {
 		s.gatewayConn.Close()

@@ -287,8 +287,9 @@ func (a *Tokens) Tap(ctx context.Context, info *tap.Info) (context.Context, erro
 // gateway reads the body or calls the gRPC server. A
 // Grpc-Metadata-Authorization header counts as a second credential: the
 // gateway would forward it as "authorization" metadata next to the real
-// one. GET /debug/locks names every open file, so it is for an
-// administrator's credential only (scope.admin); /metrics carries no path.
+// one. GET /debug/locks names every open file, and GET /debug/nbd every
+// export in use, so they are for an administrator's credential only
+// (scope.admin); /metrics carries no path.
 //
 // A request let through vouches for its connection (see GuardedListener);
 // without tokens, every request does.
@@ -308,11 +309,11 @@ func (a *Tokens) HTTPMiddleware(next http.Handler) http.Handler {
 				ctx = context.WithValue(ctx, certIdentityKey{}, cert)
 			}
 			r = r.WithContext(ctx)
-			if r.URL.Path == "/debug/locks" {
+			if r.URL.Path == "/debug/locks" || r.URL.Path == "/debug/nbd" {
 				if sc := a.scopeOf(id); !sc.admin() {
-					a.log.Info("refused: /debug/locks needs an unscoped credential", "credential", sc.label())
+					a.log.Info("refused: "+r.URL.Path+" needs an unscoped credential", "credential", sc.label())
 					status.WriteHTTP(w, http.StatusForbidden, status.NewRefusal(filewritev1.ErrorReason_PERMISSION_DENIED_SCOPE, nil,
-						"/debug/locks shows every tenant's paths: it needs a credential without prefix= or mode=ro"))
+						r.URL.Path+" shows every tenant's paths: it needs a credential without prefix= or mode=ro"))
 					return
 				}
 			}

@@ -174,9 +174,9 @@ func TestTokensExample(t *testing.T) {
 	}{
 		{"example-operator-token", "tenants/b/x", AccessWrite, true},
 		{"example-team-a-token", "tenants/a/x", AccessWrite, true},
-		{"example-team-a-token", "tenants/b/x", accessRead, false},
+		{"example-team-a-token", "tenants/b/x", AccessRead, false},
 		{"example-team-b-token", "tenants/b/x", AccessWrite, true},
-		{"example-audit-a-token", "tenants/a/x", accessRead, true},
+		{"example-audit-a-token", "tenants/a/x", AccessRead, true},
 		{"example-audit-a-token", "tenants/a/x", AccessWrite, false},
 	} {
 		id, err := a.check([]string{"Bearer " + tt.token})

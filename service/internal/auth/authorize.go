@@ -41,25 +41,50 @@ func (a *Tokens) Authorize(ctx context.Context, acc access, paths ...string) err
 	if err != nil {
 		return err
 	}
-	if sc.admin() || (len(sc.prefixes) == 0 && acc == accessRead) {
-		return nil
-	}
 	for _, p := range paths {
-		clean, err := cleanScopePath(p)
-		if err != nil {
-			continue // the store refuses it
-		}
-		if !sc.allows(clean, acc) {
-			return a.refuse(sc, p, acc, "")
-		}
-		if len(sc.prefixes) == 0 {
-			continue // mode=ro everywhere: where a link leads does not matter
-		}
-		if real, ok := a.resolve(clean); ok && real != clean && !sc.allows(real, acc) {
-			return a.refuse(sc, p, acc, real)
+		if resolved, ok := a.scopeAllows(sc, acc, p); !ok {
+			return a.refuse(sc, p, acc, resolved)
 		}
 	}
 	return nil
+}
+
+// Allows reports whether the credential in ctx may do acc on p, as
+// Authorize decides, without logging a refusal: for a listing that leaves
+// out what the credential may not reach (NBD_OPT_LIST), and for a door
+// that serves what it may only read read-only (NBD).
+func (a *Tokens) Allows(ctx context.Context, acc access, p string) bool {
+	if a == nil {
+		return true
+	}
+	sc, err := a.callScope(ctx)
+	if err != nil {
+		return false
+	}
+	_, ok := a.scopeAllows(sc, acc, p)
+	return ok
+}
+
+// scopeAllows reports whether sc allows acc on p, as written and as
+// resolved; when a symbolic link led out of the scope, resolved is where.
+func (a *Tokens) scopeAllows(sc *scope, acc access, p string) (resolved string, ok bool) {
+	if sc.admin() || (len(sc.prefixes) == 0 && acc == AccessRead) {
+		return "", true
+	}
+	clean, err := cleanScopePath(p)
+	if err != nil {
+		return "", true // the store refuses it
+	}
+	if !sc.allows(clean, acc) {
+		return "", false
+	}
+	if len(sc.prefixes) == 0 {
+		return "", true // mode=ro everywhere: where a link leads does not matter
+	}
+	if real, ok := a.resolve(clean); ok && real != clean && !sc.allows(real, acc) {
+		return real, false
+	}
+	return "", true
 }
 
 // callScope is the scope of the call's credential now.
@@ -142,7 +167,7 @@ func (a *Tokens) UnaryAuthorize(ctx context.Context, req any, info *grpc.UnarySe
 	var err error
 	switch r := req.(type) {
 	case *filewritev1.ReadRequest, *filewritev1.StatRequest, *filewritev1.ExtentsRequest:
-		err = a.Authorize(ctx, accessRead, r.(pathRequest).GetPath())
+		err = a.Authorize(ctx, AccessRead, r.(pathRequest).GetPath())
 	case *filewritev1.ListRequest:
 		return a.authorizeList(ctx, r, handler)
 	case *filewritev1.RenameRequest:
@@ -174,11 +199,11 @@ func (a *Tokens) authorizeList(ctx context.Context, r *filewritev1.ListRequest, 
 	}
 	ok, filtered := sc.listable(dir)
 	if !ok {
-		return nil, a.refuse(sc, r.GetPath(), accessRead, "")
+		return nil, a.refuse(sc, r.GetPath(), AccessRead, "")
 	}
 	if real, rok := a.resolve(dir); rok && real != dir {
 		if ok, _ := sc.listable(real); !ok {
-			return nil, a.refuse(sc, r.GetPath(), accessRead, real)
+			return nil, a.refuse(sc, r.GetPath(), AccessRead, real)
 		}
 	}
 	resp, err := handler(ctx, r)

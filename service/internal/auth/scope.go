@@ -32,10 +32,10 @@ type scope struct {
 type access int
 
 const (
-	// accessRead: Read, Stat, Extents, List, downloads.
-	accessRead access = iota
+	// AccessRead: Read, Stat, Extents, List, downloads; NBD's reads.
+	AccessRead access = iota
 	// AccessWrite: Write, WriteStream, Truncate, Fallocate, Fsync,
-	// Delete, both paths of a Rename.
+	// Delete, both paths of a Rename; NBD's writes, trims and zeroes.
 	AccessWrite
 )
 
