@@ -278,3 +278,42 @@ func TestExemplarsAfterContendedWrites(t *testing.T) {
 		t.Errorf("the classic text exposition carries exemplars")
 	}
 }
+
+// TestBudgetGauges: the in-flight budget's gauges say its size, and what
+// a call holds of it while the call runs; nothing once it is done.
+func TestBudgetGauges(t *testing.T) {
+	g := newHoldGate(t, "f")
+	d := startDaemon(t, func(c *Config) { c.Store.Hooks = g.hooks(); c.MaxInflightBytes = 512 << 20 })
+	ctx := testContext(t)
+	g.arm()
+	errs := make(chan error, 1)
+	go func() {
+		_, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "f", Data: make([]byte, 1<<20)})
+		errs <- err
+	}()
+	<-g.arrived
+	gauge := func(fams map[string]*dto.MetricFamily, name string) float64 {
+		m := series(fams, name, nil)
+		if m == nil {
+			t.Fatalf("no %s on /metrics", name)
+		}
+		return m.GetGauge().GetValue()
+	}
+	fams := d.scrape(t)
+	if got := gauge(fams, "filewrite_inflight_budget_capacity_bytes"); got != 512<<20 {
+		t.Errorf("capacity %v, want %d", got, 512<<20)
+	}
+	if got := gauge(fams, "filewrite_inflight_budget_held_bytes"); got < 1<<20 {
+		t.Errorf("held %v while a Write of 1 MiB runs, want at least %d", got, 1<<20)
+	}
+	g.open()
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the Write's hold to be given back", func() bool {
+		return gauge(d.scrape(t), "filewrite_inflight_budget_held_bytes") == 0
+	})
+	if got := gauge(d.scrape(t), "filewrite_inflight_budget_waiting"); got != 0 {
+		t.Errorf("waiting %v, want 0", got)
+	}
+}

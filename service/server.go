@@ -201,6 +201,9 @@ func Start(cfg Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("gRPC listener: %w", err)
 	}
 	s.budget = admit.NewBudget(cfg.MaxInflightBytes)
+	if err := registerBudgetGauges(s.tel.meterProvider.Meter(serviceScope), s.budget); err != nil {
+		return nil, fmt.Errorf("budget metrics: %w", err)
+	}
 	s.files, err = rpc.NewFileServer(rpc.Config{
 		Store:             s.store,
 		Log:               log,

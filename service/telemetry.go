@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/contrib/propagators/autoprop"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -28,6 +29,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc/stats"
 
+	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/rpc"
 	"github.com/filewrite/filewrite/store"
 )
@@ -237,6 +239,37 @@ func (t *telemetry) startMetrics(ctx context.Context, res *resource.Resource) er
 	// measurement, per bucket. The classic text format has no place for
 	// them.
 	t.metrics = promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{EnableOpenMetrics: true})
+	return nil
+}
+
+// Metric names of the in-flight budget (--max-inflight-bytes).
+const (
+	MetricBudgetHeld     = "filewrite.inflight.budget.held"
+	MetricBudgetCapacity = "filewrite.inflight.budget.capacity"
+	MetricBudgetWaiting  = "filewrite.inflight.budget.waiting"
+)
+
+// registerBudgetGauges makes the gauges of the daemon's in-flight budget
+// with m: what requests in flight hold of it, its size, and how many wait
+// for room. They are read at each collection (a scrape), never on a
+// request's path.
+func registerBudgetGauges(m metric.Meter, b *admit.Budget) error {
+	for _, g := range []struct {
+		name, unit, desc string
+		value            func() int64
+	}{
+		{MetricBudgetHeld, "By", "Bytes that requests in flight hold of --max-inflight-bytes: messages being received, REST bodies, Reads, the writes WriteStreams hold unacknowledged.", b.Held},
+		{MetricBudgetCapacity, "By", "--max-inflight-bytes: the most that requests in flight may hold; past it they wait.", b.Capacity},
+		{MetricBudgetWaiting, "{request}", "Requests (or WriteStream messages) waiting for room in --max-inflight-bytes.", b.Waiting},
+	} {
+		if _, err := m.Int64ObservableGauge(g.name, metric.WithUnit(g.unit), metric.WithDescription(g.desc),
+			metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+				o.Observe(g.value())
+				return nil
+			})); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
