@@ -18,8 +18,8 @@ import (
 )
 
 // Bounds of /debug/locks: how many open files it looks at, and how many it
-// lists (?limit=N may ask for fewer). The store lists at most 16 holders of
-// each file.
+// lists (?limit=N may ask for fewer). The store lists at most 16 holders
+// and the first 16 waiters of each file.
 const (
 	debugLocksScan  = 10000
 	debugLocksLimit = 1000
