@@ -25,6 +25,12 @@ func (s *Store) Delete(ctx context.Context, name string, sync bool) error {
 	if err := validatePath(name); err != nil {
 		return err
 	}
+	return s.delete(ctx, name, sync)
+}
+
+// delete is Delete of a validated name, or of a staged file's
+// (RemoveStaged).
+func (s *Store) delete(ctx context.Context, name string, sync bool) error {
 	ino, h, err := s.lockFile(ctx, name, false, lockExclusive, "delete", ReasonDelete)
 	if err != nil {
 		return err
@@ -93,6 +99,12 @@ func (s *Store) Rename(ctx context.Context, oldName, newName string, noReplace, 
 	if err := validatePathArg(newName, "new_path"); err != nil {
 		return err
 	}
+	return s.rename(ctx, oldName, newName, noReplace, sync)
+}
+
+// rename is Rename of validated names, or of a staged file's onto a
+// validated name (Publish).
+func (s *Store) rename(ctx context.Context, oldName, newName string, noReplace, sync bool) error {
 	if oldName == newName {
 		// rename(2) does nothing here (and RENAME_NOREPLACE would refuse
 		// the file its own name): report only whether there is a file.

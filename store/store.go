@@ -368,7 +368,7 @@ func (s *Store) Stat(ctx context.Context, path string) (FileStat, error) {
 				return ioError("stat", path, err, 0)
 			}
 			st = FileStat{Size: ino.size.Load(), AllocatedBytes: fi.Blocks512 * 512, BlockSize: int32(ino.blockSize),
-				Dev: fi.Dev, Ino: fi.Ino, ChangeTime: fi.Ctime}
+				Dev: fi.Dev, Ino: fi.Ino, ChangeTime: fi.Ctime, ContentType: ino.contentType()}
 			return nil
 		})
 		if !unlinked {

@@ -275,6 +275,9 @@ type FileStat struct {
 	// ChangeTime is st_ctime in nanoseconds since the epoch (see
 	// FileInfo.Ctime): 0 when the filesystem cannot say.
 	ChangeTime int64
+	// ContentType is the file's media type (AttrContentType), "" if it
+	// has none.
+	ContentType string
 }
 
 // Options configure a Store. The zero value is usable: defaults are filled

@@ -253,6 +253,8 @@ func reasonOf(err error) filewritev1.ErrorReason {
 		return filewritev1.ErrorReason_FILE_NOT_FOUND
 	case errors.Is(err, store.ErrExists):
 		return filewritev1.ErrorReason_ALREADY_EXISTS
+	case errors.Is(err, store.ErrNotEmpty):
+		return filewritev1.ErrorReason_PRECONDITION_FAILED
 	case errors.Is(err, store.ErrSyncFailed):
 		return filewritev1.ErrorReason_SYNC_FAILED
 	case errors.Is(err, store.ErrFileRemoved):
