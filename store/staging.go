@@ -118,6 +118,19 @@ func (s *Store) Staged() ([]StagedFile, error) { return s.listPrivate(stagedDir)
 // Records lists the records, in name order.
 func (s *Store) Records() ([]StagedFile, error) { return s.listPrivate(recordsDir) }
 
+// StatStaged describes the staged file name: ErrNotFound if there is
+// none.
+func (s *Store) StatStaged(name string) (StagedFile, error) {
+	if err := validateStagedName(name); err != nil {
+		return StagedFile{}, err
+	}
+	fi, err := s.fsys.Lstat(path.Join(stagedDir, name))
+	if err != nil {
+		return StagedFile{}, mapOpenErr(name, err)
+	}
+	return StagedFile{Name: name, Size: fi.Size, Ctime: fi.Ctime}, nil
+}
+
 func (s *Store) listPrivate(dir string) ([]StagedFile, error) {
 	d, err := s.fsys.OpenDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
