@@ -139,6 +139,8 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 		func(v string) error { cfg.HTTPAllowedOrigins = splitList(v); return nil })
 	fs.Func("http-allowed-hosts", "comma-separated host `names` (or *) the REST listener answers to when there is no --auth-token-file, besides IP addresses, localhost and --http-addr's host (against DNS rebinding)",
 		func(v string) error { cfg.HTTPAllowedHosts = splitList(v); return nil })
+	fs.DurationVar(&cfg.UploadExpiry, "upload-expiry", cfg.UploadExpiry,
+		"how long a tus upload under /v1/uploads/ may go without a PATCH before it is removed with its bytes, and how long a complete one is remembered")
 	fs.Var(sizeFlag(&cfg.MaxInflightBytes, 1), "max-inflight-bytes",
 		"bound on the memory held by requests in flight, daemon-wide (gRPC messages, REST bodies, Reads, and the writes WriteStreams hold unacknowledged); past it requests and streams wait (bytes, or with k, m, g or t)")
 	fs.Var(countFlag(&cfg.Procs, 0), "procs",

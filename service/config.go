@@ -11,6 +11,7 @@ import (
 	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/gateway"
 	"github.com/filewrite/filewrite/service/internal/nbd"
+	"github.com/filewrite/filewrite/service/internal/uploads"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -81,6 +82,10 @@ type Config struct {
 	// let through, and host names besides IP literals, localhost and
 	// HTTPAddr's own (see gateway.BrowserGuard). "*" lets any through.
 	HTTPAllowedOrigins, HTTPAllowedHosts []string
+	// UploadExpiry is how long a tus upload may go without a PATCH before
+	// it is removed with its bytes, and how long a complete one is
+	// remembered (docs/uploads.md).
+	UploadExpiry time.Duration
 	// MaxInflightBytes bounds the memory that requests in flight hold,
 	// daemon-wide (see admit.Budget); past it requests wait.
 	MaxInflightBytes int64
@@ -132,6 +137,7 @@ func DefaultConfig() Config {
 		DrainTimeout:      30 * time.Second,
 		ConnAuthTimeout:   DefaultConnAuthTimeout,
 		BodyTimeout:       DefaultBodyTimeout,
+		UploadExpiry:      uploads.DefaultExpiry,
 		MaxInflightBytes:  DefaultMaxInflightBytes,
 	}
 }
@@ -177,6 +183,9 @@ func (c Config) validate() error {
 	}
 	if c.BodyTimeout <= 0 {
 		return fmt.Errorf("--body-timeout %v: want more than 0", c.BodyTimeout)
+	}
+	if c.UploadExpiry <= 0 {
+		return fmt.Errorf("--upload-expiry %v: want more than 0", c.UploadExpiry)
 	}
 	if _, err := gateway.NewBrowserGuard(c.HTTPAddr, c.HTTPAllowedOrigins, c.HTTPAllowedHosts); err != nil {
 		return err

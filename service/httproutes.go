@@ -27,6 +27,9 @@ import (
 func (s *Server) httpHandler(gateway http.Handler, browser *gateway.BrowserGuard) http.Handler {
 	locks := &debugLocks{store: s.store}
 	gateway = s.tel.httpServerHandler(gateway)
+	doors := s.tel.httpServerHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.door(r.URL.Path).ServeHTTP(w, r)
+	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/metrics" && browser != nil {
 			// Scrapers name the daemon by pod IP or service name.
@@ -44,6 +47,10 @@ func (s *Server) httpHandler(gateway http.Handler, browser *gateway.BrowserGuard
 		case "/debug/nbd":
 			h = &debugNBD{srv: s.nbdSrv}
 		default:
+			if s.door(r.URL.Path) != nil {
+				doors.ServeHTTP(w, r)
+				return
+			}
 			gateway.ServeHTTP(w, r)
 			return
 		}

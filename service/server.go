@@ -40,6 +40,7 @@ import (
 	"github.com/filewrite/filewrite/service/internal/nbd"
 	"github.com/filewrite/filewrite/service/internal/rpc"
 	"github.com/filewrite/filewrite/service/internal/status"
+	"github.com/filewrite/filewrite/service/internal/uploads"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -85,6 +86,12 @@ type Server struct {
 	nbdSrv  *nbd.Server
 	nbdLis  net.Listener
 	nbdStop chan struct{}
+
+	// The doors beside the gateway on the HTTP listener (doors.go), nil
+	// when it is off; stopDoors ends their background work (the uploads'
+	// sweeper).
+	uploads   *uploads.Door
+	stopDoors context.CancelFunc
 
 	// serveErr receives an error when a listener fails while serving.
 	serveErr chan error
@@ -293,6 +300,9 @@ func (s *Server) startGateway() (err error) {
 	if err != nil {
 		return fmt.Errorf("gateway client: %w", err)
 	}
+	if err := s.startDoors(); err != nil {
+		return err
+	}
 	handler, err := gateway.New(context.Background(), s.gatewayConn, gateway.Config{
 		MaxRequestBytes: s.cfg.Store.MaxRequestBytes,
 		MaxFileSize:     s.cfg.Store.MaxFileSize,
@@ -498,6 +508,9 @@ func (s *Server) closeAll() error {
 	}
 	if s.gatewayLis != nil {
 		s.gatewayLis.Close()
+	}
+	if s.stopDoors != nil {
+		s.stopDoors()
 	}
 	if s.store != nil {
 		if err := s.store.Close(); err != nil {

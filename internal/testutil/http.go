@@ -15,6 +15,7 @@ type HTTPResult struct {
 	Status      int
 	ContentType string
 	Body        []byte
+	Header      http.Header
 }
 
 // DoHTTP sends a request with the given headers and reads the whole
@@ -37,7 +38,7 @@ func DoHTTP(t testing.TB, method, url string, body io.Reader, header map[string]
 	if err != nil {
 		t.Fatalf("%s %s: read body: %v", method, url, err)
 	}
-	return HTTPResult{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: b}
+	return HTTPResult{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: b, Header: resp.Header}
 }
 
 // ErrorBody is grpc-gateway's JSON error: a google.rpc.Status.
