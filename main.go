@@ -108,6 +108,8 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 		"I/O `mode`: buffered (page cache) or direct (O_DIRECT)")
 	fs.Var(enumFlag[store.FsyncMode]{&cfg.Store.Fsync, store.ParseFsyncMode}, "fsync",
 		"how concurrent syncs of a file combine (`mode`): group, per-call or timer")
+	fs.Var(enumFlag[store.SyncedWriteMode]{&cfg.Store.SyncedWrites, store.ParseSyncedWriteMode}, "synced-writes",
+		"how a write with sync=data is made durable (`mode`): direct (an aligned write below EOF to a file that owes no other sync is written O_DIRECT|O_DSYNC, durable by itself, many at once) or fsync (it waits for a sync of the file, as --fsync combines them)")
 	fs.Var(sizeFlag(&cfg.Store.MaxFileSize, 1), "max-file-size",
 		"largest `size` any request may give a file (bytes, or with k, m, g or t: 4k = 4KiB)")
 	fs.Var(sizeFlag(&cfg.Store.MaxRequestBytes, 1), "max-request-bytes",

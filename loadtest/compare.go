@@ -151,7 +151,12 @@ type columnSummary struct {
 	Errors      int            `json:"errors"`
 	// SyncsPerOp is the median over rounds of the syncs the daemon
 	// issued per operation, for the scenarios that count them.
-	SyncsPerOp  float64        `json:"median_syncs_per_op,omitempty"`
+	SyncsPerOp float64 `json:"median_syncs_per_op,omitempty"`
+	// RSSAboveIdle is the most the daemon's resident memory rose above
+	// its idle level in any round, where measured.
+	RSSAboveIdle int64 `json:"max_rss_above_idle_bytes,omitempty"`
+	// Note is the last round's note on how it did its work, if any.
+	Note        string         `json:"note,omitempty"`
 	errorsByMsg map[string]int // summed over rounds
 	clatByPct   map[float64]float64
 }
@@ -594,6 +599,10 @@ func (e *env) summarize(res *comparisonResult, c *comparison, cols []column) {
 				cs.Errors += n
 			}
 			iops = append(iops, r.IOPS())
+			cs.RSSAboveIdle = max(cs.RSSAboveIdle, r.RSSAboveIdle)
+			if r.Note != "" {
+				cs.Note = r.Note
+			}
 			cs.Rounds = append(cs.Rounds, rs)
 		}
 		cs.IOPS = median(iops)

@@ -11,6 +11,7 @@
 //	go -C loadtest run . -scenario stream
 //	go -C loadtest run . -scenario cluster
 //	go -C loadtest run . -scenario cluster -targets 10.0.0.1:50051,10.0.0.2:50051
+//	go -C loadtest run . -scenario bulk -record ../docs/benchmarks
 //
 // By default it builds the daemon from this checkout and starts one daemon
 // per configuration on a loopback port the kernel picks, with its data
@@ -144,7 +145,7 @@ type rawFlags struct {
 func (o *options) flagSet(raw *rawFlags, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&o.scenario, "scenario", "", "what to run: "+strings.Join(scenarioNames, ", ")+", all (those, with both transports), soak, cluster or files")
+	fs.StringVar(&o.scenario, "scenario", "", "what to run: "+strings.Join(scenarioNames, ", ")+", all (those, with both transports), soak, cluster, files, or bulk (or one of its rows: "+strings.Join(bulkNames, ", ")+")")
 	fs.DurationVar(&o.duration, "duration", 0, "length of each timed run (default 15s; 2m for soak)")
 	fs.IntVar(&o.rounds, "rounds", o.rounds, "rounds per comparison; every configuration runs once per round, in alternation")
 	fs.IntVar(&o.concurrency, "concurrency", 0, "concurrent clients (default: the scenario's: 8 below-eof, 10 prealloc-overwrite, 32 fsync, throughput and stream, 64 soak)")
@@ -171,11 +172,17 @@ func (o *options) checkChoices(rawFlags) error {
 	switch o.scenario {
 	case "":
 		return errors.New("-scenario is required (" + strings.Join(scenarioNames, ", ") + ", all or soak)")
-	case "all", "soak", "cluster", "files":
+	case "all", "soak", "cluster", "files", "bulk":
 	default:
+		if slices.Contains(bulkNames, o.scenario) {
+			break
+		}
 		if !slices.Contains(scenarioNames, o.scenario) {
 			return fmt.Errorf("unknown -scenario %q (want %s, all or soak)", o.scenario, strings.Join(scenarioNames, ", "))
 		}
+	}
+	if (o.scenario == "bulk" || slices.Contains(bulkNames, o.scenario)) && o.target != "" {
+		return errors.New("-scenario bulk compares the daemon with tools on its own disk: it starts its daemons itself, without -target")
 	}
 	switch o.transport {
 	case "", transportUnary, transportStream, transportBoth:
@@ -451,6 +458,12 @@ func run(ctx context.Context, opts options, stdout, progressOut io.Writer) (*sum
 			comparisons = append(comparisons, e.cluster)
 		case "files":
 			comparisons = append(comparisons, e.files, e.filesCreate)
+		case "bulk", "bulk-put", "bulk-writer", "bulk-checkpoint", "bulk-get", "bulk-durable":
+			if tool := bulkMissing(); tool != "" {
+				fmt.Fprintf(e.log, "\n== %s: skipped: %s is not installed (apt-get install fio curl)\n", name, tool)
+				break
+			}
+			comparisons = append(comparisons, e.bulk(name)...)
 		case "peer":
 			if tool := peerMissing(); tool != "" {
 				fmt.Fprintf(e.log, "\n== peer: skipped: %s is not installed (apt-get install nbdkit fio)\n", tool)

@@ -54,6 +54,13 @@ type runResult struct {
 	// (fio): the harness counts them with the daemon and with itself, not
 	// as other load.
 	toolServer, toolClient time.Duration
+	// RSSAboveIdle is the daemon's peak resident memory during the run
+	// above its idle level, for the runs that measure it (withPeakRSS);
+	// 0 otherwise.
+	RSSAboveIdle int64
+	// Note says how the run did its work where that varies (a PUT made
+	// in pieces); "" otherwise.
+	Note string
 }
 
 // syncsPerOp is the daemon's syncs per operation of the run, 0 when not

@@ -15,26 +15,7 @@ import (
 // of the per-round ratios, a latency ratio the ratio of the median
 // percentiles (below 1 means the numerator is faster).
 func printTable(w io.Writer, res *comparisonResult, columns []string) {
-	header := []string{""}
-	header = append(header, columns...)
-	for _, r := range res.Ratios {
-		header = append(header, r.Name)
-	}
-	rows := [][]string{header}
-	row := func(label string, perColumn func(c *columnSummary) string, perRatio func(r *ratioSummary) string) {
-		cells := []string{label}
-		for i := range res.Columns {
-			cells = append(cells, perColumn(&res.Columns[i]))
-		}
-		for i := range res.Ratios {
-			cell := ""
-			if perRatio != nil {
-				cell = perRatio(&res.Ratios[i])
-			}
-			cells = append(cells, cell)
-		}
-		rows = append(rows, cells)
-	}
+	rows, row := tableRows(res, columns)
 	row("iops", func(c *columnSummary) string { return strconv.FormatFloat(c.IOPS, 'f', 0, 64) },
 		func(r *ratioSummary) string { return fmt.Sprintf("%.2fx", r.IOPS) })
 	if res.BS > 0 {
@@ -47,13 +28,7 @@ func printTable(w io.Writer, res *comparisonResult, columns []string) {
 			s = append(s, strconv.FormatFloat(r.IOPS, 'f', 0, 64))
 		}
 		return strings.Join(s, " ")
-	}, func(r *ratioSummary) string {
-		var s []string
-		for _, x := range r.IOPSPerRound {
-			s = append(s, fmt.Sprintf("%.2f", x))
-		}
-		return strings.Join(s, " ")
-	})
+	}, roundRatios)
 	row("errors", func(c *columnSummary) string { return strconv.Itoa(c.Errors) }, nil)
 	usec := func(v float64) string {
 		if v == 0 {
@@ -106,8 +81,43 @@ func printTable(w io.Writer, res *comparisonResult, columns []string) {
 	}
 	fmt.Fprintf(w, "   %d clients (%s), %s per run, %d rounds alternating; medians over rounds\n",
 		res.Clients, conns, res.Duration, res.Rounds)
-	printRows(w, rows)
+	printRows(w, *rows)
 	printErrors(w, res)
+}
+
+// roundRatios is a ratio's value in each round.
+func roundRatios(r *ratioSummary) string {
+	var s []string
+	for _, x := range r.IOPSPerRound {
+		s = append(s, fmt.Sprintf("%.2f", x))
+	}
+	return strings.Join(s, " ")
+}
+
+// tableRows starts a comparison's table, a column per configuration
+// (named columns) and one per ratio, and returns its rows and the function
+// that adds one: a label, a cell per column, and a cell per ratio (empty
+// where perRatio is nil).
+func tableRows(res *comparisonResult, columns []string) (*[][]string, func(label string, perColumn func(c *columnSummary) string, perRatio func(r *ratioSummary) string)) {
+	header := append([]string{""}, columns...)
+	for _, r := range res.Ratios {
+		header = append(header, r.Name)
+	}
+	rows := [][]string{header}
+	return &rows, func(label string, perColumn func(c *columnSummary) string, perRatio func(r *ratioSummary) string) {
+		cells := []string{label}
+		for i := range res.Columns {
+			cells = append(cells, perColumn(&res.Columns[i]))
+		}
+		for i := range res.Ratios {
+			cell := ""
+			if perRatio != nil {
+				cell = perRatio(&res.Ratios[i])
+			}
+			cells = append(cells, cell)
+		}
+		rows = append(rows, cells)
+	}
 }
 
 // ratioOtherLoad is the other load of a ratio's two columns, numerator

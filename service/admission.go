@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/tap"
 
 	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/auth"
@@ -74,9 +75,20 @@ func (s *Server) publicServerOptions() []grpc.ServerOption {
 // only the gateway reaches, over a pipe: no TLS (the bytes stay in the
 // process) and no per-connection limits (one connection carries every REST
 // request), but the same token check, on the Authorization header the
-// gateway forwards.
+// gateway forwards, and the checks of gatewayChecks.
 func (s *Server) gatewayServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.InTapHandle(s.auth.Tap), grpc.ChainUnaryInterceptor(s.auth.UnaryAuthorize)}
+	tap, checks := s.gatewayChecks()
+	return []grpc.ServerOption{grpc.InTapHandle(tap), grpc.ChainUnaryInterceptor(checks...),
+		grpc.ChainStreamInterceptor(rpc.PathHeaderStream(s.cfg.RequirePathHeader))}
+}
+
+// gatewayChecks are what a REST call meets on its way to a handler besides
+// the log line (newGRPCServer's logUnary): the tap's token check and the
+// unary interceptors, in order. The gateway's gRPC server runs them for
+// the JSON routes, and the direct road (service/internal/local) for the
+// routes that move bytes: one list, so that the two do not diverge.
+func (s *Server) gatewayChecks() (tap.ServerInHandle, []grpc.UnaryServerInterceptor) {
+	return s.auth.Tap, []grpc.UnaryServerInterceptor{s.auth.UnaryAuthorize, rpc.PathHeaderUnary(s.cfg.RequirePathHeader)}
 }
 
 // publicStats is the public gRPC server's own stats handler. gRPC tells a

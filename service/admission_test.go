@@ -223,8 +223,8 @@ func TestGatewayServesManyAtOnce(t *testing.T) {
 	}
 	wg.Wait()
 	for i, got := range statuses {
-		if got != "200 OK" {
-			t.Errorf("PUT many/%d.bin: %s, want 200 OK (%d of %d requests reached the store together)", i, got, entered.Load(), n)
+		if got != "201 Created" {
+			t.Errorf("PUT many/%d.bin: %s, want 201 Created (%d of %d requests reached the store together)", i, got, entered.Load(), n)
 		}
 	}
 }

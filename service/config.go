@@ -124,6 +124,7 @@ func DefaultConfig() Config {
 			Policy:            store.DefaultPolicy,
 			IO:                store.IOBuffered,
 			Fsync:             store.FsyncGroup,
+			SyncedWrites:      store.DefaultSyncedWrites,
 			MaxFileSize:       store.DefaultMaxFileSize,
 			MaxRequestBytes:   store.DefaultMaxRequestBytes,
 			MaxOpenFiles:      store.MaxOpenFilesFor(store.NoFileLimit(), store.IOBuffered),

@@ -370,8 +370,8 @@ func TestRawRoundTrip(t *testing.T) {
 	data := testutil.AllBytes(256*64 + 5)
 	octet := map[string]string{"Content-Type": gateway.MIMEOctetStream}
 
-	if r := testutil.DoHTTP(t, "PUT", d.url+"/v1/files/raw/all.bin?sync=data", bytes.NewReader(data), octet); r.Status != 200 {
-		t.Fatalf("PUT: %d %s, want 200", r.Status, r.Body)
+	if r := testutil.DoHTTP(t, "PUT", d.url+"/v1/files/raw/all.bin?sync=data", bytes.NewReader(data), octet); r.Status != 201 {
+		t.Fatalf("PUT: %d %s, want 201 (it creates the file)", r.Status, r.Body)
 	}
 	// An overwrite in the middle, at an offset.
 	patch := testutil.AllBytes(256)

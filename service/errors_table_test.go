@@ -349,7 +349,10 @@ func errorScenarios() map[string]errorScenario {
 				_, err := env.d.client.Read(ctx, &filewritev1.ReadRequest{Path: "existing", Length: errorsMaxRequest + 1})
 				return err
 			},
-			rest: put("new", strings.Repeat("x", errorsMaxRequest+1)),
+			// A raw append is one Write (a PUT's body goes in pieces).
+			rest: func(t *testing.T, env *errorsEnv) restResult {
+				return env.d.rest(t, "POST", "/v1/files/big:append", strings.Repeat("x", errorsMaxRequest+1), octetHeader)
+			},
 		},
 		"CRC_MISMATCH": {
 			grpc: func(_ *testing.T, env *errorsEnv, ctx context.Context) error {

@@ -80,7 +80,7 @@ func TestBrowserRequestsRefused(t *testing.T) {
 		// What curl sends.
 		{"listing by localhost", "GET", "/v1/dirs", "", map[string]string{"Host": "localhost:" + port}, 200},
 		{"listing by IPv6 literal", "GET", "/v1/dirs", "", map[string]string{"Host": "[::1]:" + port}, 200},
-		{"curl -T (no type)", "PUT", "/v1/files/put.txt", "curl", nil, 200},
+		{"curl -T (no type)", "PUT", "/v1/files/put.txt", "curl", nil, 201},
 		{"JSON POST", "POST", "/v1/files/put.txt:fsync", "{}", map[string]string{"Content-Type": "application/json; charset=utf-8"}, 200},
 	}
 	for _, tt := range tests {

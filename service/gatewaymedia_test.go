@@ -491,11 +491,11 @@ func TestPutCreateOnly(t *testing.T) {
 		won := 0
 		for range racers {
 			switch c := <-codes; c {
-			case 200:
+			case 201:
 				won++
 			case 412:
 			default:
-				t.Errorf("round %d: a racer got %d, want 200 or 412", round, c)
+				t.Errorf("round %d: a racer got %d, want 201 (it created the file) or 412", round, c)
 			}
 		}
 		if won != 1 {
@@ -513,7 +513,7 @@ func TestPutCreateOnly(t *testing.T) {
 		{"If-None-Match: * on an existing file", "If-None-Match", "race/0", 412},
 		{"If-Match: * on a missing file", "If-Match", "nowhere/new", 412},
 		{"If-Match: * on an existing file", "If-Match", "race/1", 200},
-		{"If-None-Match: * on a new file, empty body", "If-None-Match", "empty", 200},
+		{"If-None-Match: * on a new file, empty body", "If-None-Match", "empty", 201},
 	} {
 		body := "overwritten"
 		if tt.path == "empty" {

@@ -53,13 +53,21 @@ func rawRequest(addr, head string, body []string, pause time.Duration) (*http.Re
 // that keeps coming, however slowly overall, goes through. A raw PUT that
 // breaks midway leaves the chunks it wrote (docs/guarantees.md, durability contract).
 func TestBodyTimeout(t *testing.T) {
-	d := startDaemon(t, func(c *Config) { c.BodyTimeout = time.Second })
+	// Pieces of 1 MiB (--max-request-bytes): a broken PUT's pieces are
+	// sent in well under a second, however loaded the machine.
+	const maxRequest = 1 << 20
+	d := startDaemon(t, func(c *Config) {
+		c.BodyTimeout = time.Second
+		c.Store.MaxRequestBytes = maxRequest
+	})
 	addr := strings.TrimPrefix(d.url, "http://")
 	put := func(path string, length int) string {
 		return fmt.Sprintf("PUT /v1/files/%s HTTP/1.1\r\nHost: localhost\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n",
 			path, gateway.MIMEOctetStream, length)
 	}
 	piece := strings.Repeat("p", gateway.BodyProgressBytes)
+	// What one Write of a raw PUT carries.
+	putPiece := int(gateway.PutPieceBytes(maxRequest))
 	var steady []string // 64 KiB every 100 ms: slow, but steady
 	for range 20 {
 		steady = append(steady, piece)
@@ -80,9 +88,9 @@ func TestBodyTimeout(t *testing.T) {
 		{"raw PUT, a byte every 100 ms", put("trickle.bin", 1000), strings.Split(strings.Repeat("t", 100), ""), 100 * time.Millisecond,
 			http.StatusRequestTimeout, "trickle.bin", -1},
 		{"raw PUT, 64 KiB every 100 ms", put("steady.bin", 20*gateway.BodyProgressBytes), steady, 100 * time.Millisecond,
-			http.StatusOK, "steady.bin", 20 * gateway.BodyProgressBytes},
-		{"raw PUT broken after three chunks", put("broken.bin", 4*gateway.RawPutChunkBytes),
-			[]string{strings.Repeat(piece, 3*gateway.RawPutChunkBytes/gateway.BodyProgressBytes)}, 0, http.StatusRequestTimeout, "broken.bin", 3 * gateway.RawPutChunkBytes},
+			http.StatusCreated, "steady.bin", 20 * gateway.BodyProgressBytes},
+		{"raw PUT broken after three pieces", put("broken.bin", 4*putPiece),
+			[]string{strings.Repeat(piece, 3*putPiece/gateway.BodyProgressBytes)}, 0, http.StatusRequestTimeout, "broken.bin", int64(3 * putPiece)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"encoding/base64"
 	"strings"
 	"testing"
 	"time"
@@ -190,20 +191,25 @@ func TestLimitsHTTP(t *testing.T) {
 		c.Store.MaxFileSize = 1 << 20
 	})
 	octet := map[string]string{"Content-Type": gateway.MIMEOctetStream}
+	jsonType := map[string]string{"Content-Type": "application/json"}
 	tests := []struct {
-		name, path string
-		body       string
-		code       codes.Code
-		reason     string
-		want       string
+		name, method, path string
+		body               string
+		header             map[string]string
+		code               codes.Code
+		reason             string
+		want               string
 	}{
-		{"raw body over --max-request-bytes", "/v1/files/a.bin", strings.Repeat("x", 4097), codes.InvalidArgument, "REQUEST_TOO_LARGE", "--max-request-bytes"},
-		{"write past --max-file-size", "/v1/files/a.bin?offset=1048575", "xy", codes.OutOfRange, "FILE_TOO_LARGE", "maximum file size is 1048576"},
+		// A raw PUT's body is no one Write: it may pass --max-request-bytes
+		// (TestRawPutOfAnySize), a JSON write's data may not.
+		{"JSON write over --max-request-bytes", "POST", "/v1/files/a.bin:write", `{"data":"` + base64.StdEncoding.EncodeToString(make([]byte, 4097)) + `"}`, jsonType,
+			codes.InvalidArgument, "REQUEST_TOO_LARGE", "--max-request-bytes"},
+		{"write past --max-file-size", "PUT", "/v1/files/a.bin?offset=1048575", "xy", octet, codes.OutOfRange, "FILE_TOO_LARGE", "maximum file size is 1048576"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := testutil.Snapshot(t, d.root)
-			r := testutil.DoHTTP(t, "PUT", d.url+tt.path, strings.NewReader(tt.body), octet)
+			r := testutil.DoHTTP(t, tt.method, d.url+tt.path, strings.NewReader(tt.body), tt.header)
 			if r.Status != 400 {
 				t.Fatalf("status %d (%s), want 400", r.Status, r.Body)
 			}

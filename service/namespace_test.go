@@ -178,10 +178,10 @@ func eqEntry(a, b *filewritev1.DirEntry) bool { return proto.Equal(a, b) }
 func TestNamespaceHTTP(t *testing.T) {
 	d := startDaemon(t, nil)
 	octet := map[string]string{"Content-Type": gateway.MIMEOctetStream}
-	if r := testutil.DoHTTP(t, "PUT", d.url+"/v1/files/pub/report.json", strings.NewReader("v1"), octet); r.Status != 200 {
+	if r := testutil.DoHTTP(t, "PUT", d.url+"/v1/files/pub/report.json", strings.NewReader("v1"), octet); r.Status != 201 {
 		t.Fatalf("PUT: %d %s", r.Status, r.Body)
 	}
-	if r := testutil.DoHTTP(t, "PUT", d.url+"/v1/files/pub/.report.json.tmp", strings.NewReader("version 2"), octet); r.Status != 200 {
+	if r := testutil.DoHTTP(t, "PUT", d.url+"/v1/files/pub/.report.json.tmp", strings.NewReader("version 2"), octet); r.Status != 201 {
 		t.Fatalf("PUT: %d %s", r.Status, r.Body)
 	}
 	if s := d.call(t, "POST", "/v1/files/pub/.report.json.tmp:fsync", `{}`, nil); s != 200 {
@@ -214,7 +214,7 @@ func TestNamespaceHTTP(t *testing.T) {
 		want               int
 	}{
 		{"POST", "/v1/files/pub/report.json:rename", `{"newPath":"pub/copy","noReplace":true}`, 200},
-		{"PUT", "/v1/files/pub/report.json", "again", 200},
+		{"PUT", "/v1/files/pub/report.json", "again", http.StatusCreated}, // made anew: the rename took it away
 		{"POST", "/v1/files/pub/report.json:rename", `{"newPath":"pub/copy","noReplace":true}`, http.StatusConflict},
 		{"POST", "/v1/files/pub/report.json:rename", `{"newPath":"pub"}`, http.StatusBadRequest},
 		{"POST", "/v1/files/pub/report.json:rename", `{"newPath":"x","bogus":1}`, http.StatusBadRequest},

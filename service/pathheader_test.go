@@ -130,7 +130,7 @@ func TestRequirePathHeader(t *testing.T) {
 		want         int
 	}{
 		{"none", "", http.StatusBadRequest},
-		{"the path", "g%3Ah", http.StatusOK},
+		{"the path", "g%3Ah", http.StatusCreated},
 		{"another path", "g", http.StatusBadRequest},
 	} {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPut, d.url+"/v1/files/g:h", strings.NewReader("x"))

@@ -23,7 +23,7 @@ func putRaw(ctx context.Context, url, body string) error {
 	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
 		return err
 	}
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
 		return errors.New(resp.Status)
 	}
 	return nil

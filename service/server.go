@@ -37,6 +37,7 @@ import (
 	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/auth"
 	"github.com/filewrite/filewrite/service/internal/gateway"
+	"github.com/filewrite/filewrite/service/internal/local"
 	"github.com/filewrite/filewrite/service/internal/nbd"
 	"github.com/filewrite/filewrite/service/internal/rpc"
 	"github.com/filewrite/filewrite/service/internal/status"
@@ -286,10 +287,22 @@ func Start(cfg Config) (_ *Server, err error) {
 	return s, nil
 }
 
+// directRoad is the gateway's direct road to the FileService.
+func (s *Server) directRoad() *local.Files {
+	tap, checks := s.gatewayChecks()
+	return local.New(local.Config{
+		Files:        s.files,
+		Store:        s.store,
+		Tap:          tap,
+		Interceptors: append([]grpc.UnaryServerInterceptor{logUnary(s.log)}, checks...),
+		Tracer:       s.tel.tracerProvider.Tracer(serviceScope),
+	})
+}
+
 func (s *Server) startGateway() (err error) {
 	limit := status.MaxMessageBytes(s.cfg.Store.MaxRequestBytes)
 	s.gatewayLis = newPipeListener()
-	s.gatewaySrv = newGRPCServer(s.files, s.health, s.cfg.Store.MaxRequestBytes, s.log, s.tel, append(s.gatewayServerOptions(), rpc.PathHeaderOptions(s.cfg.RequirePathHeader)...)...)
+	s.gatewaySrv = newGRPCServer(s.files, s.health, s.cfg.Store.MaxRequestBytes, s.log, s.tel, s.gatewayServerOptions()...)
 	s.gatewayConn, err = grpc.NewClient("passthrough:///gateway",
 		grpc.WithContextDialer(s.gatewayLis.dial),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -308,6 +321,10 @@ func (s *Server) startGateway() (err error) {
 		MaxFileSize:     s.cfg.Store.MaxFileSize,
 		BodyTimeout:     s.cfg.BodyTimeout,
 		Budget:          s.budget,
+		// The routes that move bytes take the direct road, through what
+		// the gateway's gRPC server runs, in its order: the log line
+		// (newGRPCServer) and gatewayChecks.
+		Local: s.directRoad(),
 	})
 	if err != nil {
 		return err

@@ -69,8 +69,8 @@ func TestShutdownRefusesNewCallsWhileRESTDrains(t *testing.T) {
 	}
 
 	put.Send()
-	if got := <-put.Done; got.Err != nil || got.Status != http.StatusOK {
-		t.Errorf("PUT in flight during the drain: %d %s %v, want 200 OK", got.Status, got.Body, got.Err)
+	if got := <-put.Done; got.Err != nil || got.Status != http.StatusCreated {
+		t.Errorf("PUT in flight during the drain: %d %s %v, want 201 Created", got.Status, got.Body, got.Err)
 	}
 	if err := <-shutdownDone; err != nil {
 		t.Errorf("Shutdown: %v", err)

@@ -1,7 +1,6 @@
 package service
 
 import (
-	"bytes"
 	"context"
 	"io/fs"
 	"log/slog"
@@ -18,7 +17,6 @@ import (
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/testutil"
-	"github.com/filewrite/filewrite/service/internal/gateway"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -459,14 +457,15 @@ func TestTracesFromEnvironment(t *testing.T) {
 	}
 }
 
-// TestRESTCallIsOneTrace: a raw PUT goes through the gateway's gRPC client
-// into the server; the server's Write span is a child of the client's, so
-// a REST call's lock wait sits in one trace with it.
+// TestRESTCallIsOneTrace: a JSON write goes through the gateway's gRPC
+// client into the server; the server's Write span is a child of the
+// client's, so a REST call's lock wait sits in one trace with it. (A raw
+// PUT takes the direct road: TestRESTRequestHasHTTPServerSpan.)
 func TestRESTCallIsOneTrace(t *testing.T) {
 	d := startTracedDaemon(t, nil)
-	r := testutil.DoHTTP(t, http.MethodPut, d.url+"/v1/files/f?offset=0", bytes.NewReader([]byte("hello")), map[string]string{"Content-Type": gateway.MIMEOctetStream})
+	r := testutil.DoHTTP(t, http.MethodPost, d.url+"/v1/files/f:write", strings.NewReader(`{"offset":"0","data":"aGVsbG8="}`), map[string]string{"Content-Type": "application/json"})
 	if r.Status != http.StatusOK {
-		t.Fatalf("PUT: %d %s", r.Status, r.Body)
+		t.Fatalf("POST :write: %d %s", r.Status, r.Body)
 	}
 	var server, client sdktrace.ReadOnlySpan
 	testutil.WaitFor(t, "the Write's client and server spans", func() bool {

@@ -1,18 +1,22 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/testutil"
+	"github.com/filewrite/filewrite/store"
 )
 
 // TestWriteStreamSyncedAcksAndEnds: the syncer sends the acks of its
@@ -78,4 +82,63 @@ func TestWriteStreamSyncedAcksAndEnds(t *testing.T) {
 	testutil.WaitFor(t, "every stream to give back what it held", func() bool {
 		return d.srv.files.StreamHeld() == 0
 	})
+}
+
+// TestWriteStreamDurableWritesRunTogether: with --synced-writes direct,
+// the synced writes of one stream message, each made durable by itself
+// and holding its worker for the device's round trip, are applied at once,
+// past the stream's usual two workers; every one is acked OK.
+func TestWriteStreamDurableWritesRunTogether(t *testing.T) {
+	const path, writes = "durable/f", 8
+	var armed atomic.Bool
+	var inside atomic.Int32
+	allIn := make(chan struct{})
+	hooks := &store.Hooks{InsideWrite: func(ctx context.Context, p, _, _ string) {
+		if p != path || !armed.Load() {
+			return
+		}
+		if inside.Add(1) == writes {
+			close(allIn)
+		}
+		select {
+		case <-allIn:
+		case <-time.After(30 * time.Second): // they did not run together: the test fails below
+		}
+	}}
+	d := startDaemon(t, func(c *Config) {
+		c.Store.SyncedWrites = store.SyncedWritesDirect
+		c.Store.Hooks = hooks
+	})
+	ctx := testContext(t)
+	if _, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: path, Data: make([]byte, writes*4096)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.client.Fsync(ctx, &filewritev1.FsyncRequest{Path: path, DataOnly: true}); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	stream := openStream(t, ctx, d.client, path)
+	ends := endOf(stream)
+	req := &filewritev1.WriteStreamRequest{}
+	for i := range writes {
+		req.Writes = append(req.Writes, streamWriteOf(uint64(i), int64(i)*4096, bytes.Repeat([]byte{byte(i + 1)}, 4096), filewritev1.SyncMode_SYNC_MODE_DATA))
+	}
+	if err := stream.Send(req); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-allIn:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%d of %d durable writes were applied at once, want all", inside.Load(), writes)
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	e := <-ends
+	acks := byID(t, e.acks)
+	for i := range uint64(writes) {
+		if a := acks[i]; a == nil || a.GetStatus() != nil {
+			t.Errorf("write %d: ack %v, want OK", i, a)
+		}
+	}
 }

@@ -396,3 +396,43 @@ func TestErrorsNameRelativePaths(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteSaysWhetherItCreated: WriteOpen's result says whether this
+// call created the file (what a raw PUT answers 201 for), also for a
+// write of no bytes, and only for the call that did, of many racing.
+func TestWriteSaysWhetherItCreated(t *testing.T) {
+	s, _ := newTestStore(t, Options{})
+	ctx := context.Background()
+	for _, tt := range []struct {
+		path string
+		data string
+		want bool
+	}{
+		{"a/new", "x", true},
+		{"a/new", "y", false},
+		{"a/empty", "", true},
+		{"a/empty", "", false},
+	} {
+		res, err := s.WriteOpen(ctx, tt.path, OpenCreate, 0, []byte(tt.data), SyncNone)
+		if err != nil || res.Created != tt.want {
+			t.Errorf("Write %q to %s: created %v, error %v; want %v, nil", tt.data, tt.path, res.Created, err, tt.want)
+		}
+	}
+	const racers = 8
+	created := make(chan bool, racers)
+	for range racers {
+		go func() {
+			res, err := s.WriteOpen(ctx, "b/raced", OpenCreate, 0, []byte("z"), SyncNone)
+			created <- err == nil && res.Created
+		}()
+	}
+	n := 0
+	for range racers {
+		if <-created {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d of %d racing writes say they created the file, want 1", n, racers)
+	}
+}

@@ -130,6 +130,10 @@
 //	                          flight; and unmapping them when the inode
 //	                          closes, held across munmap(2), also under
 //	                          inodeTable.mu; a leaf)
+//	  durableState.openMu    (opening a file's O_DIRECT|O_DSYNC descriptor,
+//	                          durable.go: held across that open(2) and
+//	                          fstat(2) by a writer holding inode.lock shared
+//	                          or counted in flight; a leaf)
 //	  appendQueue.mu         (an inode's reservations; a leaf, taken with
 //	                          inode.lock shared to reserve, and without any
 //	                          lock to publish; never across I/O)
@@ -193,7 +197,13 @@
 // the size (fdatasync); SyncFull and Fsync make all metadata durable too
 // (fsync). Synced writes and Fsync go through a group commit (FsyncGroup):
 // concurrent callers of one file share a sync that started after each of
-// them asked, and no caller ever sleeps to gather company. A failed sync
+// them asked, and no caller ever sleeps to gather company. With
+// SyncedWritesDirect an aligned write below EOF that asks for SyncData,
+// to a file that owes no sync (every change to it covered by a sync that
+// succeeded) and whose last sync did not fail, is instead written through
+// an O_DIRECT|O_DSYNC descriptor, durable when it returns, and leaves the
+// file owing nothing (durable.go): a synced write always makes durable
+// what was written before it too. A failed sync
 // makes the next one fail too (Linux reports a writeback error once per
 // descriptor), and so does a failed sync_file_range of a direct-mode
 // unaligned write, which consumes the error on the descriptor fsync uses.
@@ -229,6 +239,6 @@
 // powerloss_test.go for data, powerloss_append_test.go for appends,
 // powerloss_names_test.go for Rename and
 // Delete (a cut before each FS call they make, and every image of each
-// cut). Six deliberate breaks of them, unexported (Hooks.breaks) and
+// cut). Seven deliberate breaks of them, unexported (Hooks.breaks) and
 // off in production, are what the tests must catch.
 package store

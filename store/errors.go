@@ -104,6 +104,10 @@ var (
 	ErrAppendAborted = errors.New("append aborted")
 	// ErrClosed is returned once Close has begun.
 	ErrClosed = errors.New("store closed")
+	// ErrNoReader is returned by Handle.OpenReader when the file layer
+	// gives no descriptor of its own to read (a wrapping FS, as the
+	// tests' are): the caller reads through Read instead.
+	ErrNoReader = errors.New("the file layer gives no reader of its own")
 )
 
 // A Refusal is the error of a request that the store refused before it

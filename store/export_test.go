@@ -53,6 +53,7 @@ type Breaks struct {
 	RenameSyncsOldDirOnly       bool
 	DeleteSkipsDirSync          bool
 	AckAppendUnordered          bool
+	DirectWriteWithoutDSync     bool
 }
 
 // BrokenHooks are Hooks with the breaks b on and nothing else.
@@ -64,6 +65,7 @@ func BrokenHooks(b Breaks) *Hooks {
 		renameSyncsOldDirOnly:       b.RenameSyncsOldDirOnly,
 		deleteSkipsDirSync:          b.DeleteSkipsDirSync,
 		ackAppendUnordered:          b.AckAppendUnordered,
+		directWriteWithoutDSync:     b.DirectWriteWithoutDSync,
 	}}
 }
 

@@ -46,6 +46,10 @@ type groupCommit struct {
 	ackFromRunning bool
 	// onWait is Hooks.WaitingForSync; nil in production.
 	onWait func()
+	// durable learns of each batch that succeeded what it covered, so
+	// that a synced write knows when the file owes no sync (durable.go);
+	// nil for none.
+	durable *durableState
 
 	// syncs counts issued syncs, for tests and benchmarks.
 	syncs atomic.Int64
@@ -186,6 +190,10 @@ func (g *groupCommit) startLocked(b *syncBatch) {
 func (g *groupCommit) issue(b *syncBatch) {
 	g.syncs.Add(1)
 	g.onBatch(b.callers)
+	var covered uint64
+	if g.durable != nil {
+		covered = g.durable.syncStarting()
+	}
 	err := g.sync.syncFile(b.mode)
 	g.mu.Lock()
 	overlapped := g.failures != b.failuresBefore
@@ -201,6 +209,8 @@ func (g *groupCommit) issue(b *syncBatch) {
 		b.err = fmt.Errorf("%w: an earlier sync of this file failed, so data written before it may be lost although this sync succeeded", ErrSyncFailed)
 	case overlapped:
 		b.err = fmt.Errorf("%w: another sync or a writeback of this file failed while this one ran, so data written before it may be lost although this sync succeeded", ErrSyncFailed)
+	case g.durable != nil:
+		g.durable.syncedFrom(covered)
 	}
 	close(b.done)
 }
@@ -258,6 +268,14 @@ func (g *groupCommit) writebackFailed() {
 	g.failures++
 	g.poisoned = true
 	g.mu.Unlock()
+}
+
+// failurePending reports whether a failed sync or writeback of the file
+// has yet to be reported to a later batch.
+func (g *groupCommit) failurePending() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.poisoned
 }
 
 // poison makes the next batch fail, as if the sync before it had failed:

@@ -17,6 +17,9 @@ type Hooks struct {
 	// MappedWrite runs after a write's bytes went through the file's
 	// memory mapping instead of pwrite(2) (mapped.go).
 	MappedWrite func(path string)
+	// DurableWrite runs after a synced write was made durable by itself,
+	// on the file's O_DIRECT|O_DSYNC descriptor (durable.go).
+	DurableWrite func(path string)
 
 	// mapEagerly maps a file at its first overwrite and counts every
 	// region hot, so that the store's own tests (export_test.go) reach
@@ -52,6 +55,10 @@ type breaks struct {
 	// deleteSkipsDirSync makes a Delete with sync return without its
 	// directory's sync.
 	deleteSkipsDirSync bool
+	// directWriteWithoutDSync opens the descriptor of durable direct
+	// writes without O_DSYNC: such a write is acknowledged durable once
+	// it reached the device, whose volatile cache nothing flushes.
+	directWriteWithoutDSync bool
 	// ackAppendUnordered lets an append (under a reserving policy) go on
 	// to its sync once its own bytes are written, without waiting for the
 	// appends below it: a synced append is then acknowledged with a range
@@ -70,6 +77,13 @@ func (h *Hooks) insideWrite(ctx context.Context, ino *inode, mode lockMode, reas
 func (h *Hooks) mappedWrite(ino *inode) {
 	if h != nil && h.MappedWrite != nil {
 		h.MappedWrite(ino.path())
+	}
+}
+
+// durableWrite calls DurableWrite, if set.
+func (h *Hooks) durableWrite(ino *inode) {
+	if h != nil && h.DurableWrite != nil {
+		h.DurableWrite(ino.path())
 	}
 }
 

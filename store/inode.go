@@ -77,6 +77,8 @@ type inode struct {
 
 	// commit merges syncs of this file.
 	commit groupCommit
+	// durable is what durable direct writes need of the file (durable.go).
+	durable durableState
 	// unlinked is set when an fstat(2) of the descriptor, made by a sync or
 	// a Stat, found that the file has no name left (st_nlink 0): it was
 	// removed, or replaced by another, from outside the store; and when a
@@ -151,6 +153,7 @@ func (ino *inode) aligned(off, end int64) bool {
 // caller is the last of a failure's appends, still counted in flight
 // (completeAppend), which keeps those out.
 func (ino *inode) truncate(size int64) error {
+	defer ino.durable.changed()
 	if err := ino.file.Truncate(size); err != nil {
 		ino.extentsInDoubt.Store(true)
 		return err
@@ -205,7 +208,7 @@ func (ino *inode) open(t *inodeTable, create bool) (err error) {
 		ino.blockSize = 4096
 	}
 	if t.opts.IO == IODirect {
-		df, err := ino.openDirect(t.fsys)
+		df, err := ino.openDirect(t.fsys, syscall.O_DIRECT)
 		if err != nil {
 			f.Close()
 			return err
@@ -234,6 +237,7 @@ func (ino *inode) open(t *inodeTable, create bool) (err error) {
 		wait:    ino.wait,
 
 		ackFromRunning: t.opts.Hooks.broken(func(b *breaks) bool { return b.ackFromRunningSync }),
+		durable:        &ino.durable,
 	}
 	if h := t.opts.Hooks; h != nil && h.WaitingForSync != nil {
 		ino.commit.onWait = func() { h.WaitingForSync(ino.path()) }
@@ -241,10 +245,11 @@ func (ino *inode) open(t *inodeTable, create bool) (err error) {
 	return nil
 }
 
-// openDirect opens ino's O_DIRECT descriptor, by name again, and checks
-// that it reached the file the buffered one did.
-func (ino *inode) openDirect(fsys FS) (File, error) {
-	df, err := fsys.OpenFile(ino.path(), openFlags|syscall.O_DIRECT, 0)
+// openDirect opens another descriptor of ino with the open(2) flags
+// flags besides openFlags (O_DIRECT, and O_DSYNC for durable.go's), by
+// name again, and checks that it reached the file the buffered one did.
+func (ino *inode) openDirect(fsys FS, flags int) (File, error) {
+	df, err := fsys.OpenFile(ino.path(), openFlags|flags, 0)
 	if err != nil {
 		return nil, mapOpenErr(ino.path(), err)
 	}
@@ -279,7 +284,8 @@ func fileKind(t fs.FileMode) string {
 // it, so that the name is as durable as the data (fsync(2) of a file does
 // not promise its directory entry).
 //
-// It then checks, with one fstat(2) for the whole batch, that the file
+// It then checks, with one statx(2) of the link count for the whole batch
+// (links), that the file
 // still has a name (inode.unlinked): a sync of a file removed from outside
 // makes its data durable in a file that nobody can reach.
 func (ino *inode) syncFile(mode SyncMode) error {
@@ -289,7 +295,7 @@ func (ino *inode) syncFile(mode SyncMode) error {
 	if err := ino.file.Sync(mode); err != nil {
 		return err
 	}
-	if fi, err := ino.file.Stat(); err == nil && fi.Nlink == 0 {
+	if n, err := links(ino.file); err == nil && n == 0 {
 		ino.unlinked.Store(true)
 	}
 	p := ino.pendingDirs.Load()
@@ -349,6 +355,7 @@ func removedError(ctx context.Context, ino *inode, held bool) error {
 
 func (ino *inode) closeFiles() {
 	ino.unmapAll()
+	ino.durable.close()
 	if ino.direct != nil {
 		ino.direct.Close()
 	}

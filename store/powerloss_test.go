@@ -196,10 +196,13 @@ type plRun struct {
 	// checked counts, over the images, the durable writes held to the
 	// contract in a file that was there to hold them.
 	checked int
+	// durableWrites counts the synced writes made durable by themselves
+	// (durable.go).
+	durableWrites atomic.Int64
 }
 
 func (r *plRun) String() string {
-	return fmt.Sprintf("seed %d, %v/%v, fsync=%v", r.seed, r.opts.Policy, r.opts.IO, r.opts.Fsync)
+	return fmt.Sprintf("seed %d, %v/%v, fsync=%v, synced-writes=%v", r.seed, r.opts.Policy, r.opts.IO, r.opts.Fsync, r.opts.SyncedWrites)
 }
 
 // run drives the store until the crash and returns the crashed state.
@@ -216,7 +219,14 @@ func (r *plRun) run(t *testing.T, dir string) {
 	if r.stage != nil {
 		open, script = r.stage(t, r, fsys)
 	}
-	s, err := store.Open(open, r.opts)
+	var hooks store.Hooks
+	if r.opts.Hooks != nil {
+		hooks = *r.opts.Hooks
+	}
+	hooks.DurableWrite = func(string) { r.durableWrites.Add(1) }
+	opts := r.opts
+	opts.Hooks = &hooks
+	s, err := store.Open(open, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -571,7 +581,9 @@ func powerLoss(t *testing.T, r *plRun, images func(*crashfs.State, *rand.Rand) [
 
 // TestPowerLoss cuts the power at a random moment of a random concurrent
 // history, under every policy and both I/O modes, and checks five crashed
-// images of each cut against the durability contract. Each subtest runs
+// images of each cut against the durability contract. The runs take the
+// fsync modes in turn, and synced writes made durable by themselves or by
+// a sync of the file in turn (Options.SyncedWrites). Each subtest runs
 // -powerloss.runs cuts (3 by default); -powerloss.seed replays the
 // operation choices of a logged seed (the interleaving is the scheduler's).
 func TestPowerLoss(t *testing.T) {
@@ -581,7 +593,9 @@ func TestPowerLoss(t *testing.T) {
 	}
 	t.Logf("seed %d (-powerloss.seed=%d replays the operation choices)", seed, seed)
 	fsyncs := []store.FsyncMode{store.FsyncGroup, store.FsyncPerCall, store.FsyncTimer}
+	synced := []store.SyncedWriteMode{store.SyncedWritesDirect, store.SyncedWritesFsync}
 	var n, ops, acked, checked int
+	var durable int64
 	for _, io := range []store.IOMode{store.IOBuffered, store.IODirect} {
 		for _, p := range store.Policies() {
 			t.Run(io.String()+"/"+p.String(), func(t *testing.T) {
@@ -591,7 +605,7 @@ func TestPowerLoss(t *testing.T) {
 				for i := range *powerLossRuns {
 					n++
 					r := &plRun{
-						opts: store.Options{Policy: p, IO: io, Fsync: fsyncs[i%len(fsyncs)], MaxOpenFiles: 3},
+						opts: store.Options{Policy: p, IO: io, Fsync: fsyncs[i%len(fsyncs)], SyncedWrites: synced[n%len(synced)], MaxOpenFiles: 3},
 						mix:  plDefaultMix, seed: seed + uint64(n), workers: 4, ops: 40,
 					}
 					r.crashAt = 1 + int64(rand.New(rand.NewPCG(r.seed, 0)).IntN(r.workers*r.ops))
@@ -605,11 +619,59 @@ func TestPowerLoss(t *testing.T) {
 						}
 					}
 					checked += r.checked
+					durable += r.durableWrites.Load()
 				}
 			})
 		}
 	}
-	t.Logf("%d power cuts, %d images: %d operations, %d acknowledged before the cut; %d durable writes checked over the images", n, 5*n, ops, acked, checked)
+	t.Logf("%d power cuts, %d images: %d operations, %d acknowledged before the cut; %d durable writes checked over the images; %d synced writes made durable by themselves", n, 5*n, ops, acked, checked, durable)
+}
+
+// plDurableMix is mostly aligned writes that ask for SyncData, with a few
+// unsynced ones, Fsyncs and truncates, so that files go from owing a sync
+// to owing none and back, and many synced writes are made durable by
+// themselves (durable.go).
+var plDurableMix = plMix{
+	write: 80, fsync: 12, truncate: 4, fallocate: 4,
+	syncs:     []store.SyncMode{store.SyncData, store.SyncData, store.SyncData, store.SyncData, store.SyncNone, store.SyncFull},
+	unaligned: 10, files: 2,
+}
+
+// TestPowerLossDurableWrites is TestPowerLoss with plDurableMix, synced
+// writes made durable by themselves where they can, under the policies
+// that allow it, both I/O modes: the checker holds those writes, and the
+// syncs and unsynced writes around them, to the contract.
+func TestPowerLossDurableWrites(t *testing.T) {
+	seed := *powerLossSeed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	t.Logf("seed %d (-powerloss.seed=%d replays the operation choices)", seed, seed)
+	var n int
+	var durable int64
+	for _, io := range []store.IOMode{store.IOBuffered, store.IODirect} {
+		for _, p := range []store.Policy{store.PolicyUnlockedBelowEOF, store.PolicySharedOverwrite} {
+			t.Run(io.String()+"/"+p.String(), func(t *testing.T) {
+				skipWithoutODirect(t)
+				for range *powerLossRuns {
+					n++
+					r := &plRun{
+						opts: store.Options{Policy: p, IO: io, SyncedWrites: store.SyncedWritesDirect, MaxOpenFiles: 3},
+						mix:  plDurableMix, seed: seed + uint64(n), workers: 4, ops: 40,
+					}
+					r.crashAt = 1 + int64(rand.New(rand.NewPCG(r.seed, 0)).IntN(r.workers*r.ops))
+					if v := powerLoss(t, r, plImages); len(v) > 0 {
+						t.Errorf("%v, crash after %d operations: %d violations:\n%s", r, r.crashAt, len(v), strings.Join(v[:min(len(v), 10)], "\n"))
+					}
+					durable += r.durableWrites.Load()
+				}
+			})
+		}
+	}
+	t.Logf("%d power cuts: %d synced writes made durable by themselves", n, durable)
+	if durable == 0 {
+		t.Error("no synced write was made durable by itself: the test did not reach the path it is for")
+	}
 }
 
 // skipWithoutODirect skips where the test directory's filesystem refuses
@@ -624,12 +686,13 @@ func skipWithoutODirect(t *testing.T) {
 	f.Close()
 }
 
-// TestPowerLossCatchesBrokenDurability turns on, one at a time, three
+// TestPowerLossCatchesBrokenDurability turns on, one at a time, four
 // deliberate breaks of the durability contract (store.BrokenHooks) and expects
 // the power-loss checker to report each, on the image that keeps nothing
 // unsynced. Each break's run uses the operations that give it a chance:
-// new files for the directory sync, unaligned synced writes in direct mode
-// for the writeback, each caught within a few random cuts. The group
+// new files for the directory sync, aligned synced writes for the writes
+// made durable by themselves, unaligned synced writes in direct mode for
+// the writeback, each caught within a few random cuts. The group
 // commit's break needs an interleaving that random cuts under load did
 // not always give, so its run is staged (ackFromRunningStage): the checker
 // must report it with the break and never without.
@@ -667,6 +730,13 @@ func TestPowerLossCatchesBrokenDurability(t *testing.T) {
 			opts:  store.Options{Policy: store.PolicySharedOverwrite},
 			mix:   plMix{write: 1, newFile: 1, syncs: []store.SyncMode{store.SyncData, store.SyncFull}, files: 1},
 			want:  "so the name was durable, but the file is missing",
+		},
+		{
+			name:  "a synced write made durable by itself is acknowledged without its flush",
+			hooks: store.BrokenHooks(store.Breaks{DirectWriteWithoutDSync: true}),
+			opts:  store.Options{Policy: store.PolicyUnlockedBelowEOF, SyncedWrites: store.SyncedWritesDirect},
+			mix:   plMix{write: 1, syncs: []store.SyncMode{store.SyncData}, files: 2},
+			want:  "was acknowledged durable",
 		},
 		{
 			name:  "an unaligned direct write is acknowledged after its writeback, unsynced",

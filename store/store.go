@@ -145,6 +145,7 @@ func (s *Store) WriteOpen(ctx context.Context, path string, open OpenMode, off i
 			return WriteResult{}, err
 		}
 		w, err := s.applyWrite(ctx, ino, path, created, off, data, sync)
+		w.Created = created != nil
 		if errors.Is(err, ErrDeleted) || errors.Is(err, errNameMoved) {
 			// Deleted, replaced or renamed while this write waited: it
 			// comes after that, into whatever file path names now.
@@ -302,7 +303,9 @@ func (s *Store) Fallocate(ctx context.Context, path string, mode FallocateMode, 
 			return 0, err
 		}
 	}
-	if err := ino.file.Fallocate(fallocateFlags(mode), off, length); err != nil {
+	err = ino.file.Fallocate(fallocateFlags(mode), off, length)
+	ino.durable.changed()
+	if err != nil {
 		// A failed fallocate may have allocated part of the range; the
 		// map is rebuilt from the file rather than guessed.
 		ino.extentsInDoubt.Store(true)

@@ -262,6 +262,9 @@ type WriteResult struct {
 	BytesWritten int
 	// Size is the file size after the write.
 	Size int64
+	// Created says that this call created the file (Store.WriteOpen
+	// only).
+	Created bool
 }
 
 // FileStat describes a file.
@@ -289,6 +292,9 @@ type Options struct {
 	IO IOMode
 	// Fsync is how syncs are combined; default FsyncGroup.
 	Fsync FsyncMode
+	// SyncedWrites is how a write that asks for SyncData is made durable
+	// (durable.go); zero means DefaultSyncedWrites.
+	SyncedWrites SyncedWriteMode
 	// FsyncTimerDelay is the gathering delay of FsyncTimer; default
 	// DefaultFsyncTimerDelay.
 	FsyncTimerDelay time.Duration
@@ -438,6 +444,9 @@ const DefaultMapFileBytes = 1 << 30
 func (o Options) withDefaults() Options {
 	if o.Policy == 0 {
 		o.Policy = DefaultPolicy
+	}
+	if o.SyncedWrites == 0 {
+		o.SyncedWrites = DefaultSyncedWrites
 	}
 	if o.FsyncTimerDelay <= 0 {
 		o.FsyncTimerDelay = DefaultFsyncTimerDelay

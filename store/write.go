@@ -225,15 +225,16 @@ func (s *Store) write(ctx context.Context, ino *inode, name string, held *holder
 		// (a size no order of the operations gives).
 		var n int
 		var size int64
+		asked := sync
 		switch mode {
 		case lockNone:
 			// Like btrfs: register in flight, drop the lock, write.
 			u := beginUnlocked(ino, h)
-			n, err = s.writeData(ctx, ino, off, data, mode, reason)
+			n, sync, err = s.writeBelowEOF(ctx, ino, off, data, mode, reason, sync)
 			size = ino.size.Load()
 			u.end(ino)
 		case lockShared:
-			n, err = s.writeData(ctx, ino, off, data, mode, reason)
+			n, sync, err = s.writeBelowEOF(ctx, ino, off, data, mode, reason, sync)
 			size = ino.size.Load()
 			ino.lock.release(h)
 		default:
@@ -249,8 +250,26 @@ func (s *Store) write(ctx context.Context, ino *inode, name string, held *holder
 			ino.lock.release(h)
 		}
 		putHolder(h)
+		if err == nil && mode != lockExclusive && sync != asked {
+			// Made durable by itself: checked for a name as a sync is.
+			err = removedError(ctx, ino, false)
+		}
 		return n, size, sync, err
 	}
+}
+
+// writeBelowEOF is writeData for a write that holds its lock mode below
+// exclusive (or none, counted in flight), and so ends at or below EOF: a
+// synced write that can be made durable by itself is (durable.go), and
+// owes no sync. It returns the bytes written and the sync still owed.
+func (s *Store) writeBelowEOF(ctx context.Context, ino *inode, off int64, data []byte, mode lockMode, reason string, sync SyncMode) (int, SyncMode, error) {
+	if s.syncsItself(ino, off, off+int64(len(data)), sync) {
+		if n, ok, err := s.writeDurable(ctx, ino, off, data, mode, reason); ok {
+			return n, SyncNone, err
+		}
+	}
+	n, err := s.writeData(ctx, ino, off, data, mode, reason)
+	return n, sync, err
 }
 
 // tryWrite is Handle.TryWrite's write: write's steps where none waits,
@@ -295,6 +314,7 @@ func (s *Store) tryWrite(ctx context.Context, ino *inode, off int64, data []byte
 	if !ok {
 		return w, false
 	}
+	ino.durable.changed()
 	s.opts.Hooks.mappedWrite(ino)
 	w.BytesWritten = len(data)
 	s.recordWrite(ctx, w.start, SyncNone)
@@ -483,6 +503,7 @@ func (s *Store) writeExclusive(ctx context.Context, ino *inode, off int64, data 
 // writeData moves the bytes and marks their blocks written.
 func (s *Store) writeData(ctx context.Context, ino *inode, off int64, data []byte, mode lockMode, reason string) (int, error) {
 	s.opts.Hooks.insideWrite(ctx, ino, mode, reason)
+	defer ino.durable.changed() // a sync owes it, written or failed
 	end := off + int64(len(data))
 	var n int
 	var err error
@@ -506,6 +527,13 @@ func (s *Store) writeData(ctx context.Context, ino *inode, off int64, data []byt
 			}
 		}
 	}
+	return n, ino.wroteBlocks(off, n, err)
+}
+
+// wroteBlocks marks the n bytes a write put at off as written in the
+// extent map and, if the write failed (err), the map as in doubt; it
+// returns err as a write's error.
+func (ino *inode) wroteBlocks(off int64, n int, err error) error {
 	if n > 0 {
 		ino.extentMu.Lock()
 		ino.extents.markWritten(off, off+int64(n))
@@ -513,9 +541,9 @@ func (s *Store) writeData(ctx context.Context, ino *inode, off int64, data []byt
 	}
 	if err != nil {
 		ino.extentsInDoubt.Store(true)
-		return n, ioError("write", ino.path(), err, n)
+		return ioError("write", ino.path(), err, n)
 	}
-	return n, nil
+	return nil
 }
 
 // recordWrite records a write's latency by sync mode.

@@ -18,7 +18,10 @@
 // operation on the file (or in the directory) that had completed by then
 // is covered, one that completes while the sync runs is not, although the
 // kernel may well have written it. A sync that fails covers nothing.
-// WriteBack (sync_file_range) makes nothing durable.
+// WriteBack (sync_file_range) makes nothing durable. A write through a
+// descriptor opened with O_DSYNC (or O_SYNC) that returns OK is durable by
+// itself, and makes nothing else durable: as the kernel's, its sync covers
+// its own range.
 //
 // Crash freezes the FS: every later call fails with EIO, and nothing
 // completes, becomes durable or is recorded after it. The State it returns
@@ -254,6 +257,9 @@ type fileOp struct {
 	data []byte // write: the bytes that reached the file
 	size int64  // truncate: the new size; fallocate: the length
 	mode uint32 // fallocate: FALLOC_FL_* flags
+	// synced: a write through an O_DSYNC descriptor, durable once it
+	// completed, whatever syncs come or do not.
+	synced bool
 }
 
 // errFrozen is what every call gets after Crash: a dead disk's EIO.
@@ -406,7 +412,7 @@ func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (store.File, erro
 			return nil, err
 		}
 	}
-	fl := &file{fsys: f, base: bf, node: n.file, name: name}
+	fl := &file{fsys: f, base: bf, node: n.file, name: name, dsync: flag&syscall.O_DSYNC != 0}
 	if flag&os.O_TRUNC != 0 && !created {
 		if err := fl.recordOp(fileOp{kind: opTruncate}); err != nil {
 			bf.Close()
@@ -595,6 +601,9 @@ type file struct {
 	base store.File
 	node *fileNode
 	name string
+	// dsync: opened with O_DSYNC (or O_SYNC), so that each write is
+	// durable when it returns, as a write and an fdatasync of its range.
+	dsync bool
 }
 
 var _ store.File = (*file)(nil)
@@ -630,14 +639,17 @@ func (fl *file) ReadAt(p []byte, off int64) (int, error) {
 }
 
 // WriteAt records the bytes that reached the file, also when an error cut
-// the write short.
+// the write short. Through an O_DSYNC descriptor a write that succeeded is
+// durable; one that failed is not (its data, or the flush after it, may
+// not have reached the disk).
 func (fl *file) WriteAt(p []byte, off int64) (int, error) {
 	if fl.fsys.isFrozen() {
 		return 0, errFrozen("write", fl.name)
 	}
 	n, err := fl.base.WriteAt(p, off)
 	if n > 0 {
-		if rerr := fl.recordOp(fileOp{kind: opWrite, off: off, data: append([]byte(nil), p[:n]...)}); rerr != nil {
+		op := fileOp{kind: opWrite, off: off, data: append([]byte(nil), p[:n]...), synced: fl.dsync && err == nil}
+		if rerr := fl.recordOp(op); rerr != nil {
 			return n, rerr
 		}
 	}

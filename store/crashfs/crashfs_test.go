@@ -518,6 +518,43 @@ func TestDirectDescriptorIsTheSameFile(t *testing.T) {
 	}
 }
 
+// TestDSyncWriteIsDurableByItself: a write through an O_DSYNC descriptor
+// that returned OK survives every cut, and makes no other write durable;
+// one that failed (here after a byte of it landed) is not durable.
+func TestDSyncWriteIsDurableByItself(t *testing.T) {
+	base, _ := newBase(t)
+	faults := faultfs.New(base)
+	fsys := crashfs.New(faults)
+	defer fsys.Close()
+	f := create(t, fsys, "f")
+	write(t, f, 0, "aaaa")
+	must(t, f.Sync(store.SyncData))
+	must(t, fsys.SyncDir("."))
+	write(t, f, 4, "bbbb") // buffered, never synced
+	d, err := fsys.OpenFile("f", os.O_RDWR|syscall.O_DSYNC, 0)
+	must(t, err)
+	defer d.Close()
+	write(t, d, 0, "AA")
+	// A short write: "C" lands, then EIO.
+	faults.Inject(faultfs.Rule{Op: faultfs.OpWrite, Err: syscall.EIO, After: 1, Times: 1})
+	if n, err := d.WriteAt([]byte("CD"), 2); n != 1 || err == nil {
+		t.Fatalf("the injected short write wrote %d bytes, error %v; want 1 and EIO", n, err)
+	}
+	st := fsys.Crash()
+	for _, tt := range []struct {
+		name string
+		keep crashfs.Keep
+		want string
+	}{
+		{"none", crashfs.KeepNone, "AAaa"},
+		{"all", crashfs.KeepAll, "AACabbbb"},
+	} {
+		if got := image(t, st, tt.keep); got["f"] != tt.want {
+			t.Errorf("Keep %s: f is %q, want %q", tt.name, got["f"], tt.want)
+		}
+	}
+}
+
 // alignedBlock is n bytes aligned to n, for O_DIRECT.
 func alignedBlock(n int) []byte {
 	raw := make([]byte, 2*n)

@@ -174,6 +174,9 @@ func (s *State) walk(fn func(p Piece, above []Piece)) {
 		}
 		seenFile[f] = true
 		for _, op := range f.ops[f.durable:] {
+			if op.synced {
+				continue
+			}
 			for _, p := range f.pieces(op) {
 				fn(p, nil)
 			}
@@ -312,7 +315,7 @@ func (w *imageWriter) writeFile(f *fileNode, osPath string) (err error) {
 	fd := int(out.Fd())
 	var size int64
 	for i, op := range f.ops {
-		durable := i < f.durable
+		durable := i < f.durable || op.synced
 		keep := func(p Piece) bool { return durable || w.kept[p] }
 		switch op.kind {
 		case opTruncate:

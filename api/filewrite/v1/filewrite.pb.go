@@ -357,7 +357,10 @@ type WriteResponse struct {
 	// Always len(data).
 	BytesWritten int64 `protobuf:"varint,1,opt,name=bytes_written,json=bytesWritten,proto3" json:"bytes_written,omitempty"`
 	// The file size after the write.
-	Size          int64 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Size int64 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	// Whether this write created the file (a raw PUT that did answers 201
+	// Created).
+	Created       bool `protobuf:"varint,3,opt,name=created,proto3" json:"created,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -404,6 +407,13 @@ func (x *WriteResponse) GetSize() int64 {
 		return x.Size
 	}
 	return 0
+}
+
+func (x *WriteResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
 }
 
 // AppendRequest is one append.
@@ -2208,10 +2218,11 @@ const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12*\n" +
 	"\x04sync\x18\x04 \x01(\x0e2\x16.filewrite.v1.SyncModeR\x04sync\x123\n" +
-	"\topen_mode\x18\x05 \x01(\x0e2\x16.filewrite.v1.OpenModeR\bopenMode\"H\n" +
+	"\topen_mode\x18\x05 \x01(\x0e2\x16.filewrite.v1.OpenModeR\bopenMode\"b\n" +
 	"\rWriteResponse\x12#\n" +
 	"\rbytes_written\x18\x01 \x01(\x03R\fbytesWritten\x12\x12\n" +
-	"\x04size\x18\x02 \x01(\x03R\x04size\"\xea\x01\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x18\n" +
+	"\acreated\x18\x03 \x01(\bR\acreated\"\xea\x01\n" +
 	"\rAppendRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12*\n" +

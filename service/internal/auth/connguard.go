@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"sync"
@@ -94,6 +95,17 @@ type guardedConn struct {
 	trusted atomic.Bool
 	timer   *time.Timer // closes the connection unless trusted first
 	closed  sync.Once
+}
+
+// ReadFrom hands what is written from r to the connection's own ReadFrom,
+// which net/http takes for a response's body: a *net.TCPConn sends an
+// *os.File with sendfile(2), so that a download is not copied through the
+// daemon's memory on its way past the guard.
+func (g *guardedConn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := g.Conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(g.Conn, r)
 }
 
 func (g *guardedConn) RemoteAddr() net.Addr {

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
@@ -76,20 +75,17 @@ func (g *gateway) appendRaw(w http.ResponseWriter, r *http.Request, pathParams m
 		fail(g.bodyError(b, err))
 		return
 	}
-	ctx, err = runtime.AnnotateContext(ctx, g.mux, r, filewritev1.FileService_Append_FullMethodName,
-		runtime.WithHTTPPathPattern(appendPattern))
+	ctx, err = g.callContext(r, filewritev1.FileService_Append_FullMethodName, appendPattern)
 	if err != nil {
 		fail(err)
 		return
 	}
-	var md runtime.ServerMetadata
-	resp, err := g.client.Append(ctx, req, grpc.Header(&md.HeaderMD), grpc.Trailer(&md.TrailerMD))
-	ctx = runtime.NewServerMetadataContext(ctx, md)
+	resp, err := g.files.Append(ctx, req)
 	if err != nil {
-		runtime.HTTPError(ctx, g.mux, out, w, r, err)
+		fail(err)
 		return
 	}
-	runtime.ForwardResponseMessage(ctx, g.mux, out, w, r, resp, g.mux.GetForwardResponseOptions()...)
+	runtime.ForwardResponseMessage(r.Context(), g.mux, out, w, r, resp, g.mux.GetForwardResponseOptions()...)
 }
 
 // rawAppendQuery parses the query of a raw append: sync, expected_offset

@@ -22,6 +22,7 @@ import (
 	"github.com/filewrite/filewrite/internal/shard"
 	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/auth"
+	"github.com/filewrite/filewrite/service/internal/local"
 	"github.com/filewrite/filewrite/service/internal/status"
 )
 
@@ -45,6 +46,11 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, cfg Config) (http.H
 		Config: cfg,
 		// A JSON body carries data as base64: 4 bytes for every 3.
 		maxBodyBytes: 4*((cfg.MaxRequestBytes+2)/3) + status.MessageOverhead,
+		pieceBytes:   min(cfg.MaxRequestBytes, putPieceBytes),
+	}
+	g.files = clientFiles{g.client}
+	if cfg.Local != nil {
+		g.files = cfg.Local
 	}
 	muxOpts := []runtime.ServeMuxOption{
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, strictJSON{jsonMarshaler}),
@@ -108,15 +114,21 @@ type Config struct {
 	// Budget is --max-inflight-bytes, shared with the gRPC server; nil:
 	// unbounded.
 	Budget *admit.Budget
+	// Local is the direct road to the FileService, which the routes that
+	// move bytes take; nil: they too call the gRPC server.
+	Local *local.Files
 }
 
 type gateway struct {
 	Config
-	mux          *runtime.ServeMux
-	media        *runtime.ServeMux // the requests with alt (newMediaMux)
-	rawAppend    *runtime.ServeMux // appends of raw bytes (appendRaw)
-	routes       *routeTable       // which methods a path takes, for 405's Allow
-	client       filewritev1.FileServiceClient
+	mux       *runtime.ServeMux
+	media     *runtime.ServeMux // the requests with alt (newMediaMux)
+	rawAppend *runtime.ServeMux // appends of raw bytes (appendRaw)
+	routes    *routeTable       // which methods a path takes, for 405's Allow
+	client    filewritev1.FileServiceClient
+	files     Files // Local, or client
+	// pieceBytes is the most one Write of a raw PUT carries (putPieceBytes).
+	pieceBytes   int64
 	maxBodyBytes int64 // the HTTP body that can carry maxRequestBytes of data
 }
 
@@ -152,7 +164,14 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, &runtime.HTTPStatusError{HTTPStatus: http.StatusUnsupportedMediaType, Err: err})
 		return
 	}
-	if r.ContentLength > g.maxBodyBytes {
+	// A raw PUT's body is the bytes themselves, of any length: it is
+	// written in pieces as it arrives (putRaw). Every other body is read
+	// whole.
+	bodyLimit := g.maxBodyBytes
+	if r.Method == http.MethodPut {
+		bodyLimit = math.MaxInt64
+	}
+	if r.ContentLength > bodyLimit {
 		_, out := runtime.MarshalerForRequest(g.mux, r)
 		runtime.HTTPError(r.Context(), g.mux, out, w, r, g.bodyTooLarge())
 		return
@@ -170,7 +189,7 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	defer g.Budget.Release(hold)
 	if r.Body != nil && r.Body != http.NoBody {
 		// A chunked body has no length to check up front.
-		body := newRequestBody(w, r.Body, g.maxBodyBytes, g.BodyTimeout)
+		body := newRequestBody(w, r.Body, bodyLimit, g.BodyTimeout)
 		r.Body = body
 		if hold == 0 {
 			bh := &bodyHold{budget: g.Budget, body: body}
@@ -228,24 +247,35 @@ func (bh *bodyHold) release() {
 // body is held many times over: read whole, copied out as the one JSON
 // value, decoded from base64, encoded as a gRPC message, then received and
 // decoded by the gRPC server in the same process. The streaming routes
-// hold one chunk on each of those steps, whatever they move.
+// take the direct road (local.Files) and hold what they read: a raw PUT
+// one piece, :read a chunk and its reply, a download a chunk where it
+// cannot send from the file's descriptor; over gRPC (no direct road),
+// one chunk on each of the steps above.
 const (
 	jsonBodyCopies = 6
 	chunkCopies    = 6
+	localCopies    = 2
 )
 
 // holds is what r takes before its body is read: the streaming routes'
 // fixed share; 0 for the JSON routes and the raw append, whose body is
 // read whole before its one call (bodyHold).
 func (g *gateway) holds(r *http.Request) int64 {
+	copies := int64(chunkCopies)
+	if g.Local != nil {
+		copies = localCopies
+	}
 	switch {
 	case r.Method == http.MethodPut:
-		return chunkCopies * RawPutChunkBytes
+		if g.Local != nil {
+			return g.pieceBytes
+		}
+		return copies * g.pieceBytes
 	case r.Method == http.MethodGet && (strings.HasSuffix(r.URL.Path, ":read") || hasAlt(r)):
 		if isHead(r.Context()) && hasAlt(r) {
 			return 0 // a download's HEAD reads no byte
 		}
-		return chunkCopies * ReadChunkBytes
+		return copies * ReadChunkBytes
 	}
 	return 0
 }
@@ -359,7 +389,7 @@ func (b *requestBody) Read(p []byte) (int, error) {
 	}
 	// Ask for one byte more than allowed to tell "exactly at the limit"
 	// from "over it".
-	if int64(len(p)) > b.remaining+1 {
+	if int64(len(p))-1 > b.remaining { // a limit of MaxInt64 is no limit
 		p = p[:b.remaining+1]
 	}
 	n, err := b.ReadCloser.Read(p)

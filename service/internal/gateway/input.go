@@ -140,22 +140,30 @@ func rawQueryValues(rawQuery, takes string, keys ...string) (map[string]string, 
 	return values, nil
 }
 
-// rawWriteQuery parses the query of the raw PUT: offset (default 0) and
-// sync (default none).
-func rawWriteQuery(rawQuery string) (offset int64, sync filewritev1.SyncMode, err error) {
+// putQuery is the query of the raw PUT.
+type putQuery struct {
+	offset      int64 // default 0
+	offsetGiven bool
+	sync        filewritev1.SyncMode // default none
+}
+
+// rawWriteQuery parses the query of the raw PUT: offset and sync.
+func rawWriteQuery(rawQuery string) (putQuery, error) {
+	var pq putQuery
 	q, err := rawQueryValues(rawQuery, "PUT takes offset and sync", "offset", "sync")
 	if err != nil {
-		return 0, 0, err
+		return pq, err
 	}
 	if s, ok := q["offset"]; ok {
-		if offset, err = strconv.ParseInt(s, 10, 64); err != nil {
-			return 0, 0, status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "offset"}, "offset %q is not an int64", s)
+		pq.offsetGiven = true
+		if pq.offset, err = strconv.ParseInt(s, 10, 64); err != nil {
+			return pq, status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "offset"}, "offset %q is not an int64", s)
 		}
 	}
 	if s, ok := q["sync"]; ok {
-		if sync, err = parseRawSync(s); err != nil {
-			return 0, 0, err
+		if pq.sync, err = parseRawSync(s); err != nil {
+			return pq, err
 		}
 	}
-	return offset, sync, nil
+	return pq, nil
 }

@@ -14,9 +14,9 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
@@ -24,37 +24,48 @@ import (
 	"github.com/filewrite/filewrite/store"
 )
 
-// The gateway's streaming routes: the raw PUT and :read move their data in
-// chunks, each one gRPC call, so that a request holds a chunk or two at a
-// time however much it moves.
+// The gateway's streaming routes: the raw PUT writes its body in pieces
+// as it arrives, and :read reads in chunks, so that a request holds a
+// piece or a chunk at a time however much it moves.
 const (
-	// RawPutChunkBytes is the data of each Write a raw PUT makes.
-	RawPutChunkBytes = 1 << 20
+	// putPieceBytes bounds what one Write of a raw PUT carries: a piece
+	// is at most this and --max-request-bytes (docs/http.md). Large
+	// enough that a piece's call costs little next to its bytes, small
+	// enough that a PUT holds little of --max-inflight-bytes.
+	putPieceBytes = 8 << 20
 	// ReadChunkBytes is the length of each Read a REST :read makes: a
 	// multiple of 3, so that the base64 of the chunks, joined, is the
 	// base64 of the whole.
 	ReadChunkBytes = 3 << 18
 )
 
-// rawPutChunks recycles the chunk buffers of raw PUTs.
-var rawPutChunks = sync.Pool{New: func() any { return new([RawPutChunkBytes]byte) }}
+// PutPieceBytes is the most one Write of a raw PUT carries under a
+// --max-request-bytes of maxRequestBytes.
+func PutPieceBytes(maxRequestBytes int64) int64 { return min(maxRequestBytes, putPieceBytes) }
+
+// putPieces recycles the piece buffers of raw PUTs.
+var putPieces = sync.Pool{New: func() any { b := make([]byte, putPieceBytes); return &b }}
 
 // putRaw is PUT /v1/files/{path}?offset=N&sync=none|data|full: a Write of
 // the application/octet-stream body, for clients (curl) that should not
-// have to base64 their data. It answers like POST :write.
+// have to base64 their data, of any size up to --max-file-size. A
+// Content-Range header (RFC 9110, section 14.4) places the body instead
+// of offset (contentrange.go). It answers like POST :write, with 201
+// Created and a Location when the PUT created the file.
 //
-// The body goes into the file as it arrives, in Writes of RawPutChunkBytes
-// at successive offsets. Only the last carries the sync asked for, which
-// makes durable every chunk before it too (a sync covers everything
-// written to the file before it). A body that breaks midway (the client
-// goes, --body-timeout passes, a Write fails) leaves the chunks already
-// written, as a Write that fails while writing may leave part of its data.
-// Limits that the body's declared length is known to pass are refused
-// before anything is written.
+// The body goes into the file as it arrives, in Writes of at most
+// pieceBytes at successive offsets, each read straight into the buffer it
+// is written from; with a sync asked for, each piece's writeback starts
+// as soon as it is written. Only the last carries the sync asked for, which makes
+// durable every piece before it too (a synced write makes durable what
+// was written to the file before it). A body that breaks midway (the
+// client goes, --body-timeout passes, a Write fails) leaves the pieces
+// already written, as a Write that fails while writing may leave part of
+// its data. Limits that the body's declared length is known to pass are
+// refused before anything is written.
 func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[string]string) {
-	ctx := r.Context()
 	_, out := runtime.MarshalerForRequest(g.mux, r)
-	fail := func(err error) { runtime.HTTPError(ctx, g.mux, out, w, r, err) }
+	fail := func(err error) { runtime.HTTPError(r.Context(), g.mux, out, w, r, err) }
 
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != MIMEOctetStream {
@@ -67,21 +78,28 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 		}
 	}
 	path := pathParams["path"]
-	offset, sync, err := rawWriteQuery(r.URL.RawQuery)
+	q, err := rawWriteQuery(r.URL.RawQuery)
 	if err != nil {
 		fail(err)
 		return
 	}
-	if n := r.ContentLength; n > g.MaxRequestBytes {
-		fail(g.dataTooLarge(n))
+	offset := q.offset
+	if cr, ok, err := parseContentRange(r.Header.Values("Content-Range")); err != nil {
+		fail(err)
 		return
-	} else if n > 0 && offset >= 0 && offset <= math.MaxInt64-n && offset+n > g.MaxFileSize {
+	} else if ok {
+		if err := cr.fits(q, r.ContentLength); err != nil {
+			fail(err)
+			return
+		}
+		offset = cr.first
+	}
+	if n := r.ContentLength; n > 0 && offset >= 0 && offset <= math.MaxInt64-n && offset+n > g.MaxFileSize {
 		fail(status.Of(&store.Refusal{Err: store.ErrFileTooLarge, Arg: "offset", Limit: g.MaxFileSize,
 			Detail: fmt.Sprintf("a PUT of %d bytes at offset %d ends at %d, the maximum file size is %d bytes", n, offset, offset+n, g.MaxFileSize)}))
 		return
 	}
-	ctx, err = runtime.AnnotateContext(ctx, g.mux, r, filewritev1.FileService_Write_FullMethodName,
-		runtime.WithHTTPPathPattern("/v1/files/{path=**}"))
+	ctx, err := g.callContext(r, filewritev1.FileService_Write_FullMethodName, "/v1/files/{path=**}")
 	if err != nil {
 		fail(err)
 		return
@@ -92,14 +110,15 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 		return
 	}
 
-	chunk := rawPutChunks.Get().(*[RawPutChunkBytes]byte)
-	defer rawPutChunks.Put(chunk)
+	buf := putPieces.Get().(*[]byte)
+	defer putPieces.Put(buf)
+	piece := (*buf)[:g.pieceBytes]
 	body := &lookahead{r: r.Body, left: r.ContentLength}
-	var md runtime.ServerMetadata
 	var written int64
 	var resp *filewritev1.WriteResponse
+	created := false
 	for last := false; !last; {
-		n, err := body.fill(chunk[:])
+		n, err := body.fill(piece)
 		if err != nil {
 			b, _ := r.Body.(*requestBody)
 			if b == nil {
@@ -109,20 +128,16 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 			return
 		}
 		last = body.done
-		if written+int64(n) > g.MaxRequestBytes {
-			fail(g.dataTooLarge(-1))
-			return
-		}
-		req := &filewritev1.WriteRequest{Path: path, Offset: offset + written, Data: chunk[:n]}
+		req := &filewritev1.WriteRequest{Path: path, Offset: offset + written, Data: piece[:n]}
 		if last {
-			req.Sync = sync
+			req.Sync = q.sync
 		}
 		if written == 0 {
 			// The first Write opens the file as the preconditions ask;
 			// the file it made or found is the one the others extend.
 			req.OpenMode = openMode
 		}
-		resp, err = g.client.Write(ctx, req, grpc.Header(&md.HeaderMD), grpc.Trailer(&md.TrailerMD))
+		resp, err = g.files.Write(ctx, req)
 		if err != nil && written == 0 && openMode != filewritev1.OpenMode_OPEN_MODE_UNSPECIFIED {
 			switch grpcstatus.Code(err) {
 			case codes.AlreadyExists:
@@ -134,13 +149,43 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 			}
 		}
 		if err != nil {
-			runtime.HTTPError(runtime.NewServerMetadataContext(ctx, md), g.mux, out, w, r, err)
+			fail(err)
 			return
+		}
+		if written == 0 {
+			created = resp.GetCreated()
+		}
+		if !last && q.sync != filewritev1.SyncMode_SYNC_MODE_UNSPECIFIED && g.Local != nil {
+			// The disk takes this piece while the next arrives, so
+			// that the sync at the end has little left to write. A
+			// failure to start shows in that sync.
+			g.Local.StartWriteBack(ctx, path, offset+written, resp.GetBytesWritten())
 		}
 		written += resp.GetBytesWritten()
 	}
-	ctx = runtime.NewServerMetadataContext(ctx, md)
-	runtime.ForwardResponseMessage(ctx, g.mux, out, w, r, &filewritev1.WriteResponse{BytesWritten: written, Size: resp.GetSize()})
+	reply := &filewritev1.WriteResponse{BytesWritten: written, Size: resp.GetSize(), Created: created}
+	code := http.StatusOK
+	if created {
+		// RFC 9110, section 9.3.4: a PUT that creates its resource says
+		// so, and where it is.
+		code = http.StatusCreated
+		w.Header().Set("Location", "/v1/files/"+path)
+	}
+	forwardWithStatus(w, out, reply, code)
+}
+
+// forwardWithStatus answers msg, encoded by out, with code: grpc-gateway's
+// ForwardResponseMessage answers 200 only.
+func forwardWithStatus(w http.ResponseWriter, out runtime.Marshaler, msg proto.Message, code int) {
+	b, err := out.Marshal(msg)
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	h := w.Header()
+	h.Set("Content-Type", out.ContentType(msg))
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(code)
+	w.Write(b)
 }
 
 // checkPutPreconditions decides a raw PUT's If-Match, If-None-Match and
@@ -180,7 +225,7 @@ func (g *gateway) checkPutPreconditions(ctx context.Context, r *http.Request, pa
 		return mode, nil
 	}
 	var v validators
-	st, err := g.client.Stat(ctx, &filewritev1.StatRequest{Path: path})
+	st, err := g.files.Stat(ctx, &filewritev1.StatRequest{Path: path})
 	switch {
 	case grpcstatus.Code(err) == codes.NotFound:
 	case err != nil:
@@ -288,8 +333,7 @@ func (g *gateway) readStreamed(w http.ResponseWriter, r *http.Request, pathParam
 		fail(status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "%v", err))
 		return
 	}
-	ctx, err := runtime.AnnotateContext(ctx, g.mux, r, filewritev1.FileService_Read_FullMethodName,
-		runtime.WithHTTPPathPattern(readPattern))
+	ctx, err := g.callContext(r, filewritev1.FileService_Read_FullMethodName, readPattern)
 	if err != nil {
 		fail(err)
 		return
@@ -298,7 +342,7 @@ func (g *gateway) readStreamed(w http.ResponseWriter, r *http.Request, pathParam
 		// To the end of the file as one Stat sees it, and within the
 		// limit of one Read: a client that wants more downloads it
 		// (alt=media), in as many chunks as it takes.
-		st, err := g.client.Stat(ctx, &filewritev1.StatRequest{Path: req.GetPath()})
+		st, err := g.files.Stat(ctx, &filewritev1.StatRequest{Path: req.GetPath()})
 		if err != nil {
 			fail(err)
 			return
@@ -322,7 +366,7 @@ func (g *gateway) readStreamed(w http.ResponseWriter, r *http.Request, pathParam
 			// The server refuses this length as it refuses one Read.
 			n = left
 		}
-		resp, err := g.client.Read(ctx, &filewritev1.ReadRequest{Path: req.GetPath(), Offset: off, Length: n})
+		resp, err := g.files.Read(ctx, &filewritev1.ReadRequest{Path: req.GetPath(), Offset: off, Length: n})
 		if err != nil {
 			if first {
 				fail(err)

@@ -14,11 +14,15 @@ import (
 )
 
 // TestGatewayPutStreamsInChunks: a raw PUT reaches the server as Writes
-// of at most RawPutChunkBytes at successive offsets, whatever its size and
-// whether its length is declared, so that it holds one chunk at a time;
-// only the last Write carries the sync asked for.
+// of at most a piece (PutPieceBytes: --max-request-bytes, 1 MiB here, or
+// 8 MiB) at successive offsets, whatever its size, past
+// --max-request-bytes too, and whether its length is declared, so that it
+// holds one piece at a time; only the last Write carries the sync asked
+// for.
 func TestGatewayPutStreamsInChunks(t *testing.T) {
-	fake, base := startFakeGateway(t, 64<<20)
+	const maxRequestBytes = 1 << 20
+	fake, base := startFakeGateway(t, maxRequestBytes)
+	piece := int(PutPieceBytes(maxRequestBytes))
 	tests := []struct {
 		name     string
 		size     int
@@ -27,11 +31,11 @@ func TestGatewayPutStreamsInChunks(t *testing.T) {
 	}{
 		{"empty", 0, true, 1},
 		{"one byte", 1, true, 1},
-		{"exactly one chunk", RawPutChunkBytes, true, 1},
-		{"exactly two chunks", 2 * RawPutChunkBytes, true, 2},
-		{"five chunks and a bit", 5*RawPutChunkBytes + 3, true, 6},
-		{"five chunks and a bit, length not declared", 5*RawPutChunkBytes + 3, false, 6},
-		{"exactly two chunks, length not declared", 2 * RawPutChunkBytes, false, 2},
+		{"exactly one chunk", piece, true, 1},
+		{"exactly two chunks", 2 * piece, true, 2},
+		{"five chunks and a bit", 5*piece + 3, true, 6},
+		{"five chunks and a bit, length not declared", 5*piece + 3, false, 6},
+		{"exactly two chunks, length not declared", 2 * piece, false, 2},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -56,8 +60,8 @@ func TestGatewayPutStreamsInChunks(t *testing.T) {
 			var got []byte
 			for j, req := range reqs {
 				w := req.(*filewritev1.WriteRequest)
-				if len(w.Data) > RawPutChunkBytes {
-					t.Errorf("Write %d carries %d bytes, want at most %d", j, len(w.Data), RawPutChunkBytes)
+				if len(w.Data) > piece {
+					t.Errorf("Write %d carries %d bytes, want at most %d", j, len(w.Data), piece)
 				}
 				if want := int64(7 + len(got)); w.Offset != want {
 					t.Errorf("Write %d at offset %d, want %d", j, w.Offset, want)

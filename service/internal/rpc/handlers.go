@@ -143,7 +143,7 @@ func (s *FileServer) Write(ctx context.Context, req *filewritev1.WriteRequest) (
 	if err != nil {
 		return nil, status.Of(err)
 	}
-	return &filewritev1.WriteResponse{BytesWritten: int64(res.BytesWritten), Size: res.Size}, nil
+	return &filewritev1.WriteResponse{BytesWritten: int64(res.BytesWritten), Size: res.Size, Created: res.Created}, nil
 }
 
 // Append checks the request's CRC-32C, if any, before the store sees it:

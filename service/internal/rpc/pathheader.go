@@ -55,6 +55,19 @@ func noPathHeader() error {
 	return status.Build(filewritev1.ErrorReason_PATH_HEADER_MISMATCH, nil, errNoPathHeader.Error(), "--require-path-header").Err()
 }
 
+// PathHeaderUnary is the unary interceptor of PathHeaderOptions, which the
+// direct road (service/internal/local) runs as the gRPC server does.
+func PathHeaderUnary(require bool) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if p, ok := req.(interface{ GetPath() string }); ok && routedByPath(info.FullMethod) {
+			if err := checkPathHeader(ctx, p.GetPath(), require); err != nil {
+				return nil, err
+			}
+		}
+		return handler(ctx, req)
+	}
+}
+
 // PathHeaderOptions are the interceptors that check the routing header of
 // every call on a file (see above). WriteStream's header is checked by the
 // stream itself (writeStream.check) against its first file: its first
@@ -64,19 +77,17 @@ func noPathHeader() error {
 // files that the daemon the header routes to owns.
 func PathHeaderOptions(require bool) []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-			if p, ok := req.(interface{ GetPath() string }); ok && routedByPath(info.FullMethod) {
-				if err := checkPathHeader(ctx, p.GetPath(), require); err != nil {
-					return nil, err
-				}
-			}
-			return handler(ctx, req)
-		}),
-		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-			if require && routedByPath(info.FullMethod) && len(metadata.ValueFromIncomingContext(ss.Context(), shard.Header)) == 0 {
-				return noPathHeader()
-			}
-			return handler(srv, ss)
-		}),
+		grpc.ChainUnaryInterceptor(PathHeaderUnary(require)),
+		grpc.ChainStreamInterceptor(PathHeaderStream(require)),
+	}
+}
+
+// PathHeaderStream is the stream interceptor of PathHeaderOptions.
+func PathHeaderStream(require bool) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if require && routedByPath(info.FullMethod) && len(metadata.ValueFromIncomingContext(ss.Context(), shard.Header)) == 0 {
+			return noPathHeader()
+		}
+		return handler(srv, ss)
 	}
 }

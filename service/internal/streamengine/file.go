@@ -43,6 +43,10 @@ type File struct {
 	closing bool
 }
 
+// syncsItself reports whether the file's synced writes are made durable
+// by themselves, each holding its worker for the device's round trip.
+func (f *File) syncsItself() bool { return f.h != nil && f.h.SyncsWritesItself() }
+
 // Path is the file's path as the stream named it.
 func (f *File) Path() string { return f.path }
 

@@ -110,7 +110,11 @@ func (s *Stream) applyInline() {
 func (s *Stream) readyLocked(w *Write) {
 	w.file.ready.push(w)
 	s.runnableLocked(w.file)
-	if s.idle == 0 && s.workers < streamWorkers {
+	limit := streamWorkers
+	if w.Sync == store.SyncData && w.file.syncsItself() {
+		limit = max(limit, durableWorkers)
+	}
+	if s.idle == 0 && s.workers < limit {
 		s.workers++
 		s.helpers.Add(1)
 		go s.work()
@@ -132,6 +136,9 @@ func (s *Stream) runnableLocked(f *File) {
 	perFile := streamWorkers
 	if s.declared != nil {
 		perFile = max(1, streamWorkers-1)
+	}
+	if f.syncsItself() {
+		perFile = max(perFile, durableWorkers)
 	}
 	if f.running >= perFile {
 		return

@@ -15,6 +15,13 @@ const maxAcksPerResponse = 8192
 // more than the CPUs only helps writes that wait for a lock.
 var streamWorkers = max(2, runtime.GOMAXPROCS(0))
 
+// durableWorkers is how many workers a stream may run while its writes
+// are made durable by themselves (store.Handle.SyncsWritesItself): each
+// such write holds its worker for the device's round trip, and a durable
+// writer keeps this many in flight (the bulk scenario's 32, fio's queue
+// depth).
+const durableWorkers = 32
+
 // Sender sends one response that reports files (the declarations not yet
 // reported) and acks (writes done with, each with its outcome). It is
 // called by one goroutine at a time, the one whose turn it is to send,
