@@ -316,7 +316,9 @@ func (u *upload) WriteChunk(ctx context.Context, offset int64, src io.Reader) (i
 				_, werr = h.Write(ctx, offset+written, buf[:n], store.SyncNone)
 				if werr == nil {
 					written += int64(n)
-					d.startWriteBack(h, offset+written-int64(n), int64(n))
+					// The disk works while the next piece arrives: the
+					// sync at the PATCH's end finds little left.
+					werr = h.StartWriteBack(offset+written-int64(n), int64(n))
 				}
 			}
 			if rerr != nil {
@@ -355,10 +357,6 @@ func (u *upload) WriteChunk(ctx context.Context, offset int64, src io.Reader) (i
 	return written, nil
 }
 
-// startWriteBack starts writing the piece just written to the disk, so
-// that the sync at the PATCH's end finds most of it there already. A
-// no-op until the store has StartWriteBack.
-func (d *Door) startWriteBack(h *store.Handle, off, n int64) {}
 
 // FinishUpload publishes a complete upload at its target: a partial one
 // waits for its final upload.
