@@ -357,7 +357,6 @@ func (u *upload) WriteChunk(ctx context.Context, offset int64, src io.Reader) (i
 	return written, nil
 }
 
-
 // FinishUpload publishes a complete upload at its target: a partial one
 // waits for its final upload.
 func (u *upload) FinishUpload(ctx context.Context) error {
