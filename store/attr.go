@@ -6,8 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"mime"
 	"os"
 	"runtime"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -108,6 +110,42 @@ func (s *Store) Attr(ctx context.Context, path, name string) ([]byte, error) {
 		return nil, nil
 	}
 	return v, attrError(path, name, err)
+}
+
+// ErrInvalidContentType is returned for a media type that is not one
+// (CheckContentType).
+var ErrInvalidContentType = errors.New("invalid content type")
+
+// CheckContentType checks a media type as a file keeps it
+// (AttrContentType) and returns it normalized (type, subtype and
+// parameter names in lower case): type/subtype with parameters, printable
+// ASCII, at most MaxContentTypeLen bytes.
+func CheckContentType(ct string) (string, error) {
+	if len(ct) > MaxContentTypeLen {
+		return "", refuseLimit(ErrInvalidContentType, "content_type", MaxContentTypeLen, "media type of %d bytes, the limit is %d", len(ct), MaxContentTypeLen)
+	}
+	for i := 0; i < len(ct); i++ {
+		if ct[i] < 0x20 || ct[i] > 0x7e {
+			return "", refuse(ErrInvalidContentType, "content_type", "media type %q: want printable ASCII", ct)
+		}
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil || !strings.Contains(mt, "/") || strings.HasPrefix(mt, "/") || strings.HasSuffix(mt, "/") {
+		return "", refuse(ErrInvalidContentType, "content_type", "%q is not a media type (type/subtype, such as image/png)", ct)
+	}
+	return mime.FormatMediaType(mt, params), nil
+}
+
+// SetContentType gives the file path the media type ct (CheckContentType
+// first: a type refused changes nothing). ErrUnsupported where the
+// filesystem keeps no attributes. Durable when it returns: nothing, until
+// the file's next full sync.
+func (s *Store) SetContentType(ctx context.Context, path, ct string) error {
+	ct, err := CheckContentType(ct)
+	if err != nil {
+		return err
+	}
+	return s.SetAttr(ctx, path, AttrContentType, []byte(ct))
 }
 
 // SetAttr sets an attribute of the Handle's file, as Store.SetAttr does.

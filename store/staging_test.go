@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -282,5 +283,29 @@ func TestAttrs(t *testing.T) {
 	}
 	if st, err := s.Stat(ctx, "f"); err != nil || st.ContentType != "image/png" {
 		t.Errorf("Stat: got %q, %v, want image/png", st.ContentType, err)
+	}
+}
+
+func TestCheckContentType(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+		ok       bool
+	}{
+		{"image/png", "image/png", true},
+		{"Text/Plain; Charset=UTF-8", "text/plain; charset=UTF-8", true},
+		{"text", "", false},
+		{"", "", false},
+		{"/png", "", false},
+		{"text/plain; x=\"\x01\"", "", false},
+		{"image/" + strings.Repeat("x", 300), "", false},
+		{"text/plain; name=\u00e9", "", false},
+	} {
+		got, err := CheckContentType(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("CheckContentType(%q): got %q, %v; want %q, ok %v", tc.in, got, err, tc.want, tc.ok)
+		}
+		if err != nil && !errors.Is(err, ErrInvalidContentType) {
+			t.Errorf("CheckContentType(%q): %v is no ErrInvalidContentType", tc.in, err)
+		}
 	}
 }

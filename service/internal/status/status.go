@@ -237,7 +237,7 @@ func reasonOf(err error) filewritev1.ErrorReason {
 		return filewritev1.ErrorReason_NOT_A_REGULAR_FILE
 	case errors.Is(err, store.ErrInvalidOffset):
 		return filewritev1.ErrorReason_RANGE_INVALID
-	case errors.Is(err, store.ErrArgumentTooLong):
+	case errors.Is(err, store.ErrArgumentTooLong), errors.Is(err, store.ErrInvalidContentType):
 		return filewritev1.ErrorReason_REQUEST_MALFORMED
 	case errors.Is(err, store.ErrInvalidMode):
 		return filewritev1.ErrorReason_MODE_INVALID

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"path"
 	"strings"
 	"time"
@@ -131,9 +130,9 @@ func (ds dataStore) NewUpload(ctx context.Context, info tusd.FileInfo) (tusd.Upl
 		Partial: info.IsPartial, Final: info.IsFinal, Parts: info.PartialUploads,
 		Owner: ownerDigest(d.cfg.Owner(ctx)), Created: time.Now().UTC(),
 	}
-	if ct, ok := rec.Meta["filetype"]; ok && ct != "" {
-		if _, _, err := mime.ParseMediaType(ct); err != nil || len(ct) > store.MaxContentTypeLen {
-			return nil, malformed("Upload-Metadata", "filetype %q is not a media type of at most %d bytes", ct, store.MaxContentTypeLen)
+	if ct := rec.Meta["filetype"]; ct != "" {
+		if _, err := store.CheckContentType(ct); err != nil {
+			return nil, malformed("Upload-Metadata", "filetype: %v", err)
 		}
 	}
 	home, err := d.cfg.Home(ctx)
@@ -408,6 +407,7 @@ func (d *Door) publishStaged(ctx context.Context, rec *record) error {
 		return fmt.Errorf("upload %s: %d bytes staged for a length of %d", rec.ID, h.Size(), rec.Size)
 	}
 	if ct := rec.Meta["filetype"]; ct != "" {
+		ct, _ = store.CheckContentType(ct)
 		if err := h.SetAttr(store.AttrContentType, []byte(ct)); err != nil && !errors.Is(err, store.ErrUnsupported) {
 			return err
 		}
