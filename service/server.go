@@ -42,6 +42,7 @@ import (
 	"github.com/filewrite/filewrite/service/internal/rpc"
 	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/service/internal/uploads"
+	"github.com/filewrite/filewrite/service/internal/webdav"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -92,6 +93,7 @@ type Server struct {
 	// when it is off; stopDoors ends their background work (the uploads'
 	// sweeper).
 	uploads   *uploads.Door
+	dav       *webdav.Door
 	stopDoors context.CancelFunc
 
 	// serveErr receives an error when a listener fails while serving.
@@ -348,7 +350,7 @@ func (s *Server) startGateway() (err error) {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	// Security wraps whatever the listener serves, gateway and all.
-	s.httpSrv.Handler = s.probeRoutes(s.auth.HTTPMiddleware(s.httpSrv.Handler))
+	s.httpSrv.Handler = s.probeRoutes(davCredentials(s.auth.HTTPMiddleware(s.httpSrv.Handler)))
 	if s.tlsConf != nil {
 		s.httpLis = auth.HTTPTLSListener(s.httpLis, s.tlsConf)
 	}
