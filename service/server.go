@@ -350,7 +350,13 @@ func (s *Server) startGateway() (err error) {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	// Security wraps whatever the listener serves, gateway and all.
-	s.httpSrv.Handler = s.probeRoutes(davCredentials(s.auth.HTTPMiddleware(s.httpSrv.Handler)))
+	cors, err := gateway.NewCORS(s.cfg.HTTPAllowedOrigins)
+	if err != nil {
+		return err
+	}
+	// CORS answers a preflight before the token check: a browser sends
+	// none with it.
+	s.httpSrv.Handler = s.probeRoutes(cors.Wrap(davCredentials(s.auth.HTTPMiddleware(s.httpSrv.Handler))))
 	if s.tlsConf != nil {
 		s.httpLis = auth.HTTPTLSListener(s.httpLis, s.tlsConf)
 	}
