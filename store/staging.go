@@ -86,6 +86,15 @@ func (s *Store) Publish(ctx context.Context, name, p string, noReplace bool) err
 		return err
 	}
 	staged := path.Join(stagedDir, name)
+	ino, err := s.table.get(ctx, staged, false)
+	if err != nil {
+		return err
+	}
+	// The staged name goes now: the directories above it need no sync
+	// for it (a file created and published at once, a WebDAV PUT, would
+	// sync three), as the rename with sync makes the new name durable.
+	ino.pendingDirs.Store(nil)
+	s.table.put(ino)
 	if err := s.fsyncFile(ctx, staged, SyncFull); err != nil {
 		return err
 	}

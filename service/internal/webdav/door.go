@@ -180,8 +180,7 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// refused before the multistatus begins.
 			if fi, err := d.stat(r.Context(), p); err == nil && fi.IsDir() {
 				if _, err := d.list(r.Context(), p); err != nil {
-					code, err := failure(err)
-					writeStatus(w, r, code, err)
+					answerError(w, r, err)
 					return
 				}
 			}
@@ -210,8 +209,7 @@ func (d *Door) serveGet(w http.ResponseWriter, r *http.Request, p string) {
 	ctx := r.Context()
 	fi, err := d.stat(ctx, p)
 	if err != nil {
-		code, err := failure(err)
-		writeStatus(w, r, code, err)
+		answerError(w, r, err)
 		return
 	}
 	if fi.IsDir() {
@@ -295,6 +293,21 @@ func writeStatus(w http.ResponseWriter, r *http.Request, code int, err error) {
 	w.WriteHeader(code)
 	if r.Method != http.MethodHead {
 		w.Write(status.JSON(st))
+	}
+}
+
+// answerError answers err, which an operation of davFS returned (through
+// fsError), with the refusal behind it.
+func answerError(w http.ResponseWriter, r *http.Request, err error) {
+	st := stateOf(r.Context())
+	switch {
+	case st.failure != nil:
+		writeStatus(w, r, st.failCode, st.failure)
+	case os.IsNotExist(err):
+		writeStatus(w, r, http.StatusNotFound, status.Refusal(filewritev1.ErrorReason_FILE_NOT_FOUND, nil, "%s: no such file or collection", r.URL.Path))
+	default:
+		code, err := failure(err)
+		writeStatus(w, r, code, err)
 	}
 }
 
