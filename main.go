@@ -4,8 +4,10 @@
 // (env.go; docs/operations.md); everything else happens in package service.
 //
 // To add a flag, register it in registerFlags against a field of
-// service.Config and give that field its default in service.DefaultConfig:
-// its environment variable follows from its name.
+// service.Config and give that field its default in service.DefaultConfig
+// (a store option's comes from store.DefaultOptions): its environment
+// variable follows from its name. If Config.Validate checks the field,
+// name the flag in flagOf, so that a refusal names the flag.
 //
 // Besides the daemon, the binary answers --version and runs one
 // subcommand, "filewrite probe" (probe.go), a health check for containers
@@ -85,11 +87,50 @@ func parseFlags(args []string, out io.Writer) (service.Config, error) {
 		return cfg, err
 	}
 	deriveDefaults(fs, &cfg)
+	if err := validate(cfg); err != nil {
+		return cfg, err
+	}
 	var err error
 	if cfg.Logger, err = logs.logger(out); err != nil {
 		return cfg, err
 	}
 	return cfg, nil
+}
+
+// validate is cfg.Validate, whose refusals name the flag that sets the
+// refused setting rather than its field.
+func validate(cfg service.Config) error {
+	err := cfg.Validate()
+	if ce, ok := errors.AsType[*service.ConfigError](err); ok {
+		if name, ok := flagOf[ce.Field]; ok {
+			return fmt.Errorf("--%s %s", name, ce.Problem)
+		}
+	}
+	return err
+}
+
+// flagOf is the flag that sets each field of service.Config that
+// Config.Validate may refuse (service.ConfigError.Field); a field that no
+// flag sets keeps its own name in the error.
+var flagOf = map[string]string{
+	"Root":                    "root",
+	"GRPCAddr":                "grpc-addr",
+	"Store.Policy":            "policy",
+	"Store.IO":                "io",
+	"Store.Fsync":             "fsync",
+	"Store.SyncedWrites":      "synced-writes",
+	"Store.MaxFileSize":       "max-file-size",
+	"Store.MaxRequestBytes":   "max-request-bytes",
+	"Store.MaxOpenFiles":      "max-open-files",
+	"Store.MaxWaitersPerFile": "max-waiters-per-file",
+	"MaxStreamBytes":          "max-stream-bytes",
+	"StreamIdleTimeout":       "stream-idle-timeout",
+	"MaxFilesPerStream":       "max-files-per-stream",
+	"DrainTimeout":            "drain-timeout",
+	"ConnAuthTimeout":         "conn-auth-timeout",
+	"BodyTimeout":             "body-timeout",
+	"UploadExpiry":            "upload-expiry",
+	"MaxInflightBytes":        "max-inflight-bytes",
 }
 
 // registerFlags binds every flag to its field of cfg, whose current values

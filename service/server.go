@@ -156,9 +156,12 @@ func Run(ctx context.Context, cfg Config) error {
 // Start opens the store and both listeners and serves in the background.
 // It logs the addresses it bound, which matter with port 0.
 func Start(cfg Config) (_ *Server, err error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// What the store would fill in at Open, filled in now: the listeners
+	// bound their messages by Store.MaxRequestBytes too.
+	cfg.Store = cfg.Store.WithDefaults()
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -220,13 +223,14 @@ func Start(cfg Config) (_ *Server, err error) {
 		Budget:            s.budget,
 		Auth:              s.auth,
 		Meter:             s.tel.meterProvider.Meter(serviceScope),
+		ValidatorDelay:    validatorDelay(cfg),
 	})
 	if err != nil {
 		lis.Close()
 		return nil, err
 	}
 	s.grpcLis = auth.NewGuardedListener(lis, cfg.ConnAuthTimeout)
-	s.grpcSrv = newGRPCServer(s.files, s.health, cfg.Store.MaxRequestBytes, log, s.tel, append(s.publicServerOptions(), rpc.PathHeaderOptions(cfg.RequirePathHeader)...)...)
+	s.grpcSrv = newGRPCServer(s.files, s.health, cfg.Store.MaxRequestBytes, log, s.tel, append(publicServerOptions(cfg, s.grpcLis, s.auth, s.tlsConf, s.budget), rpc.PathHeaderOptions(cfg.RequirePathHeader)...)...)
 	if cfg.HTTPAddr != "" {
 		if err := s.startGateway(); err != nil {
 			return nil, err
@@ -291,7 +295,7 @@ func Start(cfg Config) (_ *Server, err error) {
 
 // directRoad is the gateway's direct road to the FileService.
 func (s *Server) directRoad() *local.Files {
-	tap, checks := s.gatewayChecks()
+	tap, checks := gatewayChecks(s.auth, s.cfg.RequirePathHeader)
 	return local.New(local.Config{
 		Files:        s.files,
 		Store:        s.store,
@@ -304,7 +308,7 @@ func (s *Server) directRoad() *local.Files {
 func (s *Server) startGateway() (err error) {
 	limit := status.MaxMessageBytes(s.cfg.Store.MaxRequestBytes)
 	s.gatewayLis = newPipeListener()
-	s.gatewaySrv = newGRPCServer(s.files, s.health, s.cfg.Store.MaxRequestBytes, s.log, s.tel, s.gatewayServerOptions()...)
+	s.gatewaySrv = newGRPCServer(s.files, s.health, s.cfg.Store.MaxRequestBytes, s.log, s.tel, gatewayServerOptions(s.auth, s.cfg.RequirePathHeader)...)
 	s.gatewayConn, err = grpc.NewClient("passthrough:///gateway",
 		grpc.WithContextDialer(s.gatewayLis.dial),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -343,7 +347,7 @@ func (s *Server) startGateway() (err error) {
 	s.httpGuard = auth.NewGuardedListener(lis, s.cfg.ConnAuthTimeout)
 	s.httpLis = s.httpGuard
 	s.httpSrv = &http.Server{
-		Handler:           s.httpHandler(handler, browser),
+		Handler:           httpHandler(handler, browser, s.tel, s.store, func() *nbd.Server { return s.nbdSrv }, s.door),
 		ConnContext:       auth.WithGuardedConn,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
@@ -356,7 +360,7 @@ func (s *Server) startGateway() (err error) {
 	}
 	// CORS answers a preflight before the token check: a browser sends
 	// none with it.
-	s.httpSrv.Handler = s.probeRoutes(cors.Wrap(davCredentials(s.auth.HTTPMiddleware(s.httpSrv.Handler))))
+	s.httpSrv.Handler = probeRoutes(cors.Wrap(davCredentials(s.auth.HTTPMiddleware(s.httpSrv.Handler))), s.health, s.auth != nil)
 	if s.tlsConf != nil {
 		s.httpLis = auth.HTTPTLSListener(s.httpLis, s.tlsConf)
 	}

@@ -40,6 +40,25 @@ func (g *gate) hooks() *Hooks {
 	}}
 }
 
+// holdWriters starts n writers of file "f" of s, the i-th writing what
+// write(i) says (data at off, without sync), each held inside its write
+// by the gate it returns: g.arrived takes each one's lock mode as it gets
+// inside, and g.open lets them all go on. A write that fails fails t.
+func holdWriters(t *testing.T, s *Store, n int, write func(i int) (off int64, data []byte)) (*gate, *sync.WaitGroup) {
+	g := newGate(t, n)
+	s.opts.Hooks = g.hooks()
+	var wg sync.WaitGroup
+	for i := range n {
+		off, data := write(i)
+		wg.Go(func() {
+			if _, err := s.Write(context.Background(), "f", off, data, SyncNone); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	return g, &wg
+}
+
 func fileLocks(s *Store, path string) FileLocks {
 	for _, fl := range s.Locks(100) {
 		if fl.Path == path {
@@ -70,18 +89,9 @@ func TestParallelWritersBelowEOF(t *testing.T) {
 			if _, err := s.Write(ctx, "f", 0, make([]byte, n*bs), SyncNone); err != nil {
 				t.Fatal(err)
 			}
-			g := newGate(t, n)
-			s.opts.Hooks = g.hooks()
-			var wg sync.WaitGroup
-			for i := range n {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					if _, err := s.Write(ctx, "f", int64(i)*bs, bytes.Repeat([]byte{byte(i + 1)}, bs), SyncNone); err != nil {
-						t.Error(err)
-					}
-				}()
-			}
+			g, wg := holdWriters(t, s, n, func(i int) (int64, []byte) {
+				return int64(i) * bs, bytes.Repeat([]byte{byte(i + 1)}, bs)
+			})
 			if tc.parallel {
 				for range n {
 					<-g.arrived // all n are inside at the same time
@@ -119,19 +129,8 @@ func TestTruncateWaitsForInflight(t *testing.T) {
 	if _, err := s.Write(ctx, "f", 0, make([]byte, 8*bs), SyncNone); err != nil {
 		t.Fatal(err)
 	}
-	g := newGate(t, n)
-	s.opts.Hooks = g.hooks()
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// Past the truncate point: landing after it would regrow the file.
-			if _, err := s.Write(ctx, "f", int64(4+i)*bs, make([]byte, bs), SyncNone); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
+	// Past the truncate point: landing after it would regrow the file.
+	g, wg := holdWriters(t, s, n, func(i int) (int64, []byte) { return int64(4+i) * bs, make([]byte, bs) })
 	for range n {
 		<-g.arrived
 	}

@@ -98,7 +98,8 @@ func (s *Store) Publish(ctx context.Context, name, p string, noReplace bool) err
 	if err := s.fsyncFile(ctx, staged, SyncFull); err != nil {
 		return err
 	}
-	return s.rename(ctx, staged, p, noReplace, true)
+	_, err = s.renameIf(ctx, staged, p, noReplace, true, Precondition{}, Precondition{})
+	return err
 }
 
 // RemoveStaged removes the staged file name (ErrNotFound if there is
@@ -108,7 +109,7 @@ func (s *Store) RemoveStaged(ctx context.Context, name string) error {
 	if err := validateStagedName(name); err != nil {
 		return err
 	}
-	return s.delete(ctx, path.Join(stagedDir, name), false)
+	return s.deleteIf(ctx, path.Join(stagedDir, name), false, Precondition{})
 }
 
 // StagedFile describes a staged file or a record.
@@ -222,7 +223,7 @@ func (s *Store) Record(name string) ([]byte, error) {
 	if err := validateStagedName(name); err != nil {
 		return nil, err
 	}
-	b, err := readJournalFile(s.fsys, path.Join(recordsDir, name))
+	b, err := readStateFile(s.fsys, path.Join(recordsDir, name))
 	if err != nil {
 		return nil, mapOpenErr(name, err)
 	}

@@ -36,7 +36,7 @@ type FileServer struct {
 	// entriesPerReply bounds a List page likewise (EntriesPerReply).
 	entriesPerReply int
 	// validatorDelay is how long a changed file goes without an ETag
-	// (DefaultValidatorDelay); set once, before serving (setValidatorDelay).
+	// (Config.ValidatorDelay).
 	validatorDelay time.Duration
 
 	// The WriteStream side (writestream.go).
@@ -90,6 +90,10 @@ type Config struct {
 	Auth *auth.Tokens
 	// Meter takes the streams' metrics (nil: none).
 	Meter metric.Meter
+	// ValidatorDelay is how long a changed file goes without an ETag:
+	// DefaultValidatorDelay for the daemon, 0 (none) for tests that need
+	// validators at once.
+	ValidatorDelay time.Duration
 }
 
 // NewFileServer is the FileService of cfg.
@@ -104,7 +108,7 @@ func NewFileServer(cfg Config) (*FileServer, error) {
 		extentsPerReply:   extentsPerReply(status.MaxMessageBytes(cfg.MaxRequestBytes)),
 		entriesPerReply:   EntriesPerReply(status.MaxMessageBytes(cfg.MaxRequestBytes)),
 		draining:          make(chan struct{}),
-		validatorDelay:    DefaultValidatorDelay,
+		validatorDelay:    cfg.ValidatorDelay,
 		auth:              cfg.Auth,
 		streamIdleTimeout: cfg.StreamIdleTimeout,
 	}
@@ -114,10 +118,6 @@ func NewFileServer(cfg Config) (*FileServer, error) {
 	}
 	return s, nil
 }
-
-// SetValidatorDelay sets how long a changed file goes without an ETag,
-// before serving: tests that need validators at once set 0.
-func (s *FileServer) SetValidatorDelay(d time.Duration) { s.validatorDelay = d }
 
 // streamHeldBytes is what all streams hold now.
 func (s *FileServer) StreamHeld() int64 { return s.streamHeld.Load() }

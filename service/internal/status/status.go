@@ -76,6 +76,7 @@ var Rules = map[filewritev1.ErrorReason]reasonRule{
 
 	filewritev1.ErrorReason_SYNC_FAILED:          {Code: codes.DataLoss},
 	filewritev1.ErrorReason_FILE_REMOVED_OUTSIDE: {Code: codes.DataLoss},
+	filewritev1.ErrorReason_FILE_CHANGED_OUTSIDE: {Code: codes.DataLoss},
 	filewritev1.ErrorReason_IO_ERROR:             {Code: codes.Internal},
 
 	filewritev1.ErrorReason_TOKEN_MISSING: {Code: codes.Unauthenticated},
@@ -259,6 +260,8 @@ func reasonOf(err error) filewritev1.ErrorReason {
 		return filewritev1.ErrorReason_SYNC_FAILED
 	case errors.Is(err, store.ErrFileRemoved):
 		return filewritev1.ErrorReason_FILE_REMOVED_OUTSIDE
+	case errors.Is(err, store.ErrChangedOutside):
+		return filewritev1.ErrorReason_FILE_CHANGED_OUTSIDE
 	case errors.Is(err, store.ErrFileTooLarge):
 		return filewritev1.ErrorReason_FILE_TOO_LARGE
 	case errors.Is(err, store.ErrRequestTooLarge):
