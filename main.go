@@ -131,6 +131,7 @@ var flagOf = map[string]string{
 	"BodyTimeout":             "body-timeout",
 	"UploadExpiry":            "upload-expiry",
 	"MaxInflightBytes":        "max-inflight-bytes",
+	"TraceURLTemplate":        "trace-url-template",
 }
 
 // registerFlags binds every flag to its field of cfg, whose current values
@@ -141,6 +142,8 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "REST gateway listen address; empty disables the gateway")
 	fs.StringVar(&cfg.PprofAddr, "pprof-addr", cfg.PprofAddr,
 		"serve net/http/pprof on this host:port (loopback only, unless --insecure-listen); empty serves none")
+	fs.StringVar(&cfg.TraceURLTemplate, "trace-url-template", cfg.TraceURLTemplate,
+		"link each trace id on /debug/locks to this `URL`, with {trace_id} (and {span_id}) filled in: http://jaeger:16686/trace/{trace_id}")
 	fs.StringVar(&cfg.NBDAddr, "nbd-addr", cfg.NBDAddr,
 		"serve the files as NBD exports (docs/nbd.md) on host:port or unix:PATH (a socket of mode 0660); empty serves none")
 	fs.Var(enumFlag[store.Policy]{&cfg.Store.Policy, store.ParsePolicy}, "policy",

@@ -213,6 +213,9 @@ func Start(cfg Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("gRPC listener: %w", err)
 	}
 	s.budget = admit.NewBudget(cfg.MaxInflightBytes)
+	if err := registerBudgetGauges(s.tel.meterProvider.Meter(serviceScope), s.budget); err != nil {
+		return nil, fmt.Errorf("budget metrics: %w", err)
+	}
 	s.files, err = rpc.NewFileServer(rpc.Config{
 		Store:             s.store,
 		Log:               log,
@@ -347,7 +350,7 @@ func (s *Server) startGateway() (err error) {
 	s.httpGuard = auth.NewGuardedListener(lis, s.cfg.ConnAuthTimeout)
 	s.httpLis = s.httpGuard
 	s.httpSrv = &http.Server{
-		Handler:           httpHandler(handler, browser, s.tel, s.store, func() *nbd.Server { return s.nbdSrv }, s.door),
+		Handler:           httpHandler(handler, browser, s.tel, s.store, s.cfg.TraceURLTemplate, func() *nbd.Server { return s.nbdSrv }, s.door),
 		ConnContext:       auth.WithGuardedConn,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
