@@ -129,6 +129,7 @@ var flagOf = map[string]string{
 	"DrainTimeout":            "drain-timeout",
 	"ConnAuthTimeout":         "conn-auth-timeout",
 	"BodyTimeout":             "body-timeout",
+	"UploadExpiry":            "upload-expiry",
 	"MaxInflightBytes":        "max-inflight-bytes",
 	"TraceURLTemplate":        "trace-url-template",
 }
@@ -180,10 +181,12 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 		"how long a new connection may go without an authenticated request (without tokens: any request) before it is closed")
 	fs.DurationVar(&cfg.BodyTimeout, "body-timeout", cfg.BodyTimeout,
 		"a REST request body must deliver 64 KiB (or its end) within each such period, or the request fails with 408")
-	fs.Func("http-allowed-origins", "comma-separated `origins` (scheme://host[:port], or *) whose web pages may call the REST listener when there is no --auth-token-file (default none)",
+	fs.Func("http-allowed-origins", "comma-separated `origins` (scheme://host[:port], or *) whose web pages may call the REST listener: CORS on /v1/files, /v1/dirs, /v1/uploads and /dav (credentials for the origins named), and past the cross-site guard when there is no --auth-token-file (default none)",
 		func(v string) error { cfg.HTTPAllowedOrigins = splitList(v); return nil })
 	fs.Func("http-allowed-hosts", "comma-separated host `names` (or *) the REST listener answers to when there is no --auth-token-file, besides IP addresses, localhost and --http-addr's host (against DNS rebinding)",
 		func(v string) error { cfg.HTTPAllowedHosts = splitList(v); return nil })
+	fs.DurationVar(&cfg.UploadExpiry, "upload-expiry", cfg.UploadExpiry,
+		"how long a tus upload under /v1/uploads/ may go without a PATCH before it is removed with its bytes, and how long a complete one is remembered")
 	fs.Var(sizeFlag(&cfg.MaxInflightBytes, 1), "max-inflight-bytes",
 		"bound on the memory held by requests in flight, daemon-wide (gRPC messages, REST bodies, Reads, and the writes WriteStreams hold unacknowledged); past it requests and streams wait (bytes, or with k, m, g or t)")
 	fs.Var(countFlag(&cfg.Procs, 0), "procs",

@@ -14,6 +14,7 @@ import (
 	"github.com/filewrite/filewrite/service/internal/gateway"
 	"github.com/filewrite/filewrite/service/internal/nbd"
 	"github.com/filewrite/filewrite/service/internal/rpc"
+	"github.com/filewrite/filewrite/service/internal/uploads"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -89,6 +90,10 @@ type Config struct {
 	// let through, and host names besides IP literals, localhost and
 	// HTTPAddr's own (see gateway.BrowserGuard). "*" lets any through.
 	HTTPAllowedOrigins, HTTPAllowedHosts []string
+	// UploadExpiry is how long a tus upload may go without a PATCH before
+	// it is removed with its bytes, and how long a complete one is
+	// remembered (docs/uploads.md).
+	UploadExpiry time.Duration
 	// MaxInflightBytes bounds the memory that requests in flight hold,
 	// daemon-wide (see admit.Budget); past it requests wait.
 	MaxInflightBytes int64
@@ -150,6 +155,7 @@ func DefaultConfig() Config {
 		DrainTimeout:      30 * time.Second,
 		ConnAuthTimeout:   DefaultConnAuthTimeout,
 		BodyTimeout:       DefaultBodyTimeout,
+		UploadExpiry:      uploads.DefaultExpiry,
 		MaxInflightBytes:  DefaultMaxInflightBytes,
 	}
 }
@@ -188,6 +194,7 @@ func (c Config) Validate() error {
 		{"DrainTimeout", c.DrainTimeout < 0, "0 or more", c.DrainTimeout},
 		{"ConnAuthTimeout", c.ConnAuthTimeout <= 0, "more than 0", c.ConnAuthTimeout},
 		{"BodyTimeout", c.BodyTimeout <= 0, "more than 0", c.BodyTimeout},
+		{"UploadExpiry", c.UploadExpiry <= 0, "more than 0", c.UploadExpiry},
 	} {
 		if f.bad {
 			return &ConfigError{f.name, fmt.Sprintf("is %v: want %s", f.v, f.min)}

@@ -450,7 +450,7 @@ func (s *Store) Stat(ctx context.Context, path string) (FileStat, error) {
 				return err
 			}
 			st = FileStat{Size: ino.size.Load(), AllocatedBytes: fi.Blocks512 * 512, BlockSize: int32(ino.blockSize),
-				Dev: fi.Dev, Ino: fi.Ino, ChangeTime: fi.Ctime, Generation: gen}
+				Dev: fi.Dev, Ino: fi.Ino, ChangeTime: fi.Ctime, Generation: gen, ContentType: ino.contentType()}
 			return nil
 		})
 		if short {
