@@ -174,6 +174,7 @@ func TestStartRejectsBadConfig(t *testing.T) {
 		{"negative shutdown delay", func(c *Config) { c.ShutdownDelay = -time.Second }, "ShutdownDelay"},
 		{"budget below one message", func(c *Config) { c.MaxInflightBytes = 1 }, "MaxInflightBytes"},
 		{"unusable gRPC address", func(c *Config) { c.GRPCAddr = "256.0.0.1:0" }, ""},
+		{"trace URL template without {trace_id}", func(c *Config) { c.TraceURLTemplate = "http://jaeger:16686/search" }, "TraceURLTemplate"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := DefaultConfig()

@@ -42,6 +42,8 @@ import (
 	"github.com/filewrite/filewrite/service/internal/nbd"
 	"github.com/filewrite/filewrite/service/internal/rpc"
 	"github.com/filewrite/filewrite/service/internal/status"
+	"github.com/filewrite/filewrite/service/internal/uploads"
+	"github.com/filewrite/filewrite/service/internal/webdav"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -77,6 +79,13 @@ type Server struct {
 	// it is empty.
 	nbdSrv *nbd.Server
 	nbdLis net.Listener
+
+	// The doors on the HTTP listener beside the gateway (doors.go), nil
+	// when it is off; stopDoors ends their background work (the uploads'
+	// sweeper).
+	uploads   *uploads.Door
+	dav       *webdav.Door
+	stopDoors context.CancelFunc
 
 	// doors are the ways in, each listener with what serves it, in the
 	// order Start opened them: Shutdown drains them and closeAll closes
@@ -204,6 +213,9 @@ func Start(cfg Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("gRPC listener: %w", err)
 	}
 	s.budget = admit.NewBudget(cfg.MaxInflightBytes)
+	if err := registerBudgetGauges(s.tel.meterProvider.Meter(serviceScope), s.budget); err != nil {
+		return nil, fmt.Errorf("budget metrics: %w", err)
+	}
 	s.files, err = rpc.NewFileServer(rpc.Config{
 		Store:             s.store,
 		Log:               log,
@@ -299,6 +311,9 @@ func (s *Server) startGateway() (err error) {
 	if err != nil {
 		return fmt.Errorf("gateway client: %w", err)
 	}
+	if err := s.startDoors(); err != nil {
+		return err
+	}
 	handler, err := gateway.New(context.Background(), rest.grpcConn, gateway.Config{
 		MaxRequestBytes: s.cfg.Store.MaxRequestBytes,
 		MaxFileSize:     s.cfg.Store.MaxFileSize,
@@ -327,9 +342,16 @@ func (s *Server) startGateway() (err error) {
 		rest.httpLis = auth.HTTPTLSListener(rest.httpLis, s.tlsConf)
 	}
 	s.httpLis = rest.httpLis
+	// Security wraps whatever the listener serves, gateway and all.
+	cors, err := gateway.NewCORS(s.cfg.HTTPAllowedOrigins)
+	if err != nil {
+		return err
+	}
 	rest.httpSrv = &http.Server{
-		// Security wraps whatever the listener serves, gateway and all.
-		Handler: probeRoutes(s.auth.HTTPMiddleware(httpHandler(handler, browser, s.tel, s.store, func() *nbd.Server { return s.nbdSrv })),
+		// CORS answers a preflight before the token check: a browser
+		// sends none with it.
+		Handler: probeRoutes(cors.Wrap(davCredentials(s.auth.HTTPMiddleware(
+			httpHandler(handler, browser, s.tel, s.store, s.cfg.TraceURLTemplate, func() *nbd.Server { return s.nbdSrv }, s.httpDoor)))),
 			s.health, s.auth != nil),
 		ConnContext:       auth.WithGuardedConn,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -451,6 +473,9 @@ func (s *Server) closeAll() error {
 	// before that, so each closes its own too (twice is harmless).
 	for _, d := range slices.Backward(s.doors) {
 		d.close()
+	}
+	if s.stopDoors != nil {
+		s.stopDoors()
 	}
 	if s.store != nil {
 		if err := s.store.Close(); err != nil {

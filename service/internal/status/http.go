@@ -12,10 +12,7 @@ import (
 // WriteHTTP answers st as the gateway answers a status, with code: a
 // JSON google.rpc.Status.
 func WriteHTTP(w http.ResponseWriter, code int, st *grpcstatus.Status) {
-	body, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(st.Proto())
-	if err != nil {
-		body = []byte(`{"code":2,"message":"unknown","details":[]}`)
-	}
+	body := JSON(st)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	// Every caller refuses a request before reading its body: without
@@ -38,4 +35,14 @@ func MethodNotAllowed(method, allow string) error {
 func RouteNotFound(method, path string) error {
 	return Refusal(filewritev1.ErrorReason_ROUTE_NOT_FOUND, nil,
 		"no route serves %s %s: files are under /v1/files/, directories under /v1/dirs (docs/http.md)", method, path)
+}
+
+// JSON is st as the gateway writes it in an error's body: a JSON
+// google.rpc.Status, its ErrorInfo among the details.
+func JSON(st *grpcstatus.Status) []byte {
+	body, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(st.Proto())
+	if err != nil {
+		return []byte(`{"code":2,"message":"unknown","details":[]}`)
+	}
+	return body
 }
