@@ -194,8 +194,8 @@ const (
 	// only). Metadata: allow.
 	ErrorReason_METHOD_NOT_ALLOWED ErrorReason = 113
 	// NOT_FOUND (HTTP 404): REST only, no route serves the path (not under
-	// /v1/files/ or /v1/dirs, say). A file that does not exist is
-	// FILE_NOT_FOUND.
+	// /v1/files/, /v1/dirs, /v1/uploads/ or /dav/, say). A file that does
+	// not exist is FILE_NOT_FOUND.
 	ErrorReason_ROUTE_NOT_FOUND ErrorReason = 114
 )
 

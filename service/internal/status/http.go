@@ -34,7 +34,7 @@ func MethodNotAllowed(method, allow string) error {
 // RouteNotFound is the refusal of a request whose path no route serves.
 func RouteNotFound(method, path string) error {
 	return Refusal(filewritev1.ErrorReason_ROUTE_NOT_FOUND, nil,
-		"no route serves %s %s: files are under /v1/files/, directories under /v1/dirs (docs/http.md)", method, path)
+		"no route serves %s %s: files are under /v1/files/, directories under /v1/dirs, tus uploads under /v1/uploads/, WebDAV under /dav/ (docs/http.md)", method, path)
 }
 
 // JSON is st as the gateway writes it in an error's body: a JSON
