@@ -417,6 +417,41 @@ func TestVerbRoutesServeTheirMethods(t *testing.T) {
 	}
 }
 
+// TestDoorsBesideVerbRoutes: the verb routes' 405 and the unknown route's
+// 404 are the gateway's; the doors on the HTTP listener beside it serve
+// their own paths whatever their last segment, and their own methods.
+func TestDoorsBesideVerbRoutes(t *testing.T) {
+	d := startDaemon(t, nil)
+	tus := map[string]string{"Tus-Resumable": "1.0.0"}
+	for _, c := range []struct {
+		method, path string
+		header       map[string]string
+		body         string
+		want         int
+	}{
+		{"PUT", "/dav/v:truncate", nil, "dav", 201},
+		{"GET", "/dav/v:truncate", nil, "", 200},
+		{"PROPFIND", "/dav/v:read", map[string]string{"Depth": "0"}, "", 404},
+		{"PROPFIND", "/dav/", map[string]string{"Depth": "1"}, "", 207},
+		{"MKCOL", "/dav/d:write", nil, "", 201},
+		{"OPTIONS", "/v1/uploads/", tus, "", 200},
+		{"POST", "/v1/uploads/", map[string]string{"Tus-Resumable": "1.0.0", "Upload-Length": "3",
+			"Upload-Metadata": "filename dS5iaW4="}, "", 201},
+		{"PATCH", "/v1/uploads/x:truncate", map[string]string{"Tus-Resumable": "1.0.0", "Upload-Offset": "0",
+			"Content-Type": "application/offset+octet-stream"}, "abc", 404},
+	} {
+		resp, body := send(t, c.method, d.url+c.path, strings.NewReader(c.body), c.header)
+		if resp.StatusCode != c.want {
+			t.Errorf("%s %s: %d %s, want %d", c.method, c.path, resp.StatusCode, body, c.want)
+		}
+		for _, r := range []string{"METHOD_NOT_ALLOWED", "ROUTE_NOT_FOUND"} {
+			if strings.Contains(string(body), r) {
+				t.Errorf("%s %s: the gateway's %s (%s), want the door's answer", c.method, c.path, r, body)
+			}
+		}
+	}
+}
+
 // TestNoGRPCMetadataHeaders: what the gateway's gRPC server sets is not
 // the HTTP client's business.
 func TestNoGRPCMetadataHeaders(t *testing.T) {
