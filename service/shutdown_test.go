@@ -94,8 +94,8 @@ func beginShutdown(t *testing.T, ctx context.Context, d *daemon) <-chan error {
 
 // TestShutdownDelayServesOn: during --shutdown-delay health says
 // NOT_SERVING and /readyz 503, while every listener still serves: a Write
-// on an open connection and on a new one, a REST PUT, a write on a new
-// NBD connection, and a WriteStream opened before, which reads on. Once
+// on an open connection and on a new one, a REST PUT, a WebDAV PUT and a
+// tus creation, a write on a new NBD connection, and a WriteStream opened before, which reads on. Once
 // the delay ends the drain runs as without one: the stream acks what it
 // read and ends with UNAVAILABLE, and Shutdown returns.
 func TestShutdownDelayServesOn(t *testing.T) {
@@ -140,6 +140,14 @@ func TestShutdownDelayServesOn(t *testing.T) {
 	if got := testutil.DoHTTP(t, http.MethodPut, d.url+"/v1/files/put.bin", strings.NewReader("put"), nil); got.Status != http.StatusCreated {
 		t.Errorf("PUT during the delay: %d %s, want 201", got.Status, got.Body)
 	}
+	// The doors beside the gateway share its listener, and serve on too.
+	if got := testutil.DoHTTP(t, http.MethodPut, d.url+"/dav/dav.bin", strings.NewReader("dav"), nil); got.Status != http.StatusCreated {
+		t.Errorf("WebDAV PUT during the delay: %d %s, want 201", got.Status, got.Body)
+	}
+	if got := testutil.DoHTTP(t, http.MethodPost, d.url+"/v1/uploads/", nil, map[string]string{
+		"Tus-Resumable": "1.0.0", "Upload-Length": "3", "Upload-Metadata": "filename dHVzLmJpbg=="}); got.Status != http.StatusCreated {
+		t.Errorf("tus creation during the delay: %d %s, want 201", got.Status, got.Body)
+	}
 	nc := dialNBD(t, sock, "nbd.bin")
 	nc.send(t, nbdWrite, 7, 0, 4, []byte("nbdw"))
 	if cookie, errno := nc.reply(t); cookie != 7 || errno != 0 {
@@ -163,7 +171,7 @@ func TestShutdownDelayServesOn(t *testing.T) {
 	if got := d.onDisk(t, "nbd.bin"); string(got[:4]) != "nbdw" {
 		t.Errorf("nbd.bin after the shutdown starts %q, want \"nbdw\"", got[:4])
 	}
-	for name, want := range map[string]string{"stream.bin": "aaaabbbb", "open.bin": "open", "fresh.bin": "fresh", "put.bin": "put"} {
+	for name, want := range map[string]string{"stream.bin": "aaaabbbb", "open.bin": "open", "fresh.bin": "fresh", "put.bin": "put", "dav.bin": "dav"} {
 		if got := d.onDisk(t, name); string(got) != want {
 			t.Errorf("%s after the shutdown: %q, want %q", name, got, want)
 		}
