@@ -30,6 +30,10 @@ var backgroundGoroutines = []goleak.Option{
 	// door keeps) after the request's own: one goroutine per request
 	// waits that long after the request is done, and then ends.
 	goleak.IgnoreTopFunction("github.com/tus/tusd/v2/pkg/handler.newDelayedContext.func1"),
+	// ghz's runner.Run (the load harness's) waits for a SIGINT in a
+	// goroutine that nothing ends, one per run: the harness is a process
+	// of a few runs, and each such goroutine costs a few KiB.
+	goleak.IgnoreTopFunction("github.com/bojand/ghz/runner.Run.func1"),
 }
 
 // LeakOptions are goleak's options for this module: the known background
