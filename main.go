@@ -129,7 +129,9 @@ var flagOf = map[string]string{
 	"DrainTimeout":            "drain-timeout",
 	"ConnAuthTimeout":         "conn-auth-timeout",
 	"BodyTimeout":             "body-timeout",
+	"UploadExpiry":            "upload-expiry",
 	"MaxInflightBytes":        "max-inflight-bytes",
+	"TraceURLTemplate":        "trace-url-template",
 }
 
 // registerFlags binds every flag to its field of cfg, whose current values
@@ -140,6 +142,8 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "REST gateway listen address; empty disables the gateway")
 	fs.StringVar(&cfg.PprofAddr, "pprof-addr", cfg.PprofAddr,
 		"serve net/http/pprof on this host:port (loopback only, unless --insecure-listen); empty serves none")
+	fs.StringVar(&cfg.TraceURLTemplate, "trace-url-template", cfg.TraceURLTemplate,
+		"link each trace id on /debug/locks to this `URL`, with {trace_id} (and {span_id}) filled in: http://jaeger:16686/trace/{trace_id}")
 	fs.StringVar(&cfg.NBDAddr, "nbd-addr", cfg.NBDAddr,
 		"serve the files as NBD exports (docs/nbd.md) on host:port or unix:PATH (a socket of mode 0660); empty serves none")
 	fs.Var(enumFlag[store.Policy]{&cfg.Store.Policy, store.ParsePolicy}, "policy",
@@ -177,10 +181,12 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 		"how long a new connection may go without an authenticated request (without tokens: any request) before it is closed")
 	fs.DurationVar(&cfg.BodyTimeout, "body-timeout", cfg.BodyTimeout,
 		"a REST request body must deliver 64 KiB (or its end) within each such period, or the request fails with 408")
-	fs.Func("http-allowed-origins", "comma-separated `origins` (scheme://host[:port], or *) whose web pages may call the REST listener when there is no --auth-token-file (default none)",
+	fs.Func("http-allowed-origins", "comma-separated `origins` (scheme://host[:port], or *) whose web pages may call the REST listener: CORS on /v1/files, /v1/dirs, /v1/uploads and /dav (credentials for the origins named), and past the cross-site guard when there is no --auth-token-file (default none)",
 		func(v string) error { cfg.HTTPAllowedOrigins = splitList(v); return nil })
 	fs.Func("http-allowed-hosts", "comma-separated host `names` (or *) the REST listener answers to when there is no --auth-token-file, besides IP addresses, localhost and --http-addr's host (against DNS rebinding)",
 		func(v string) error { cfg.HTTPAllowedHosts = splitList(v); return nil })
+	fs.DurationVar(&cfg.UploadExpiry, "upload-expiry", cfg.UploadExpiry,
+		"how long a tus upload under /v1/uploads/ may go without a PATCH before it is removed with its bytes, and how long a complete one is remembered")
 	fs.Var(sizeFlag(&cfg.MaxInflightBytes, 1), "max-inflight-bytes",
 		"bound on the memory held by requests in flight, daemon-wide (gRPC messages, REST bodies, Reads, and the writes WriteStreams hold unacknowledged); past it requests and streams wait (bytes, or with k, m, g or t)")
 	fs.Var(countFlag(&cfg.Procs, 0), "procs",

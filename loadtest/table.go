@@ -31,6 +31,9 @@ func printTable(w io.Writer, res *comparisonResult, columns []string) {
 			break
 		}
 	}
+	if slices.ContainsFunc(res.Columns, func(c columnSummary) bool { return c.SpansPerOp > 0 }) {
+		row("spans/op exported (sink's count)", func(c *columnSummary) string { return strconv.FormatFloat(c.SpansPerOp, 'f', 3, 64) }, nil)
+	}
 	row("cpu/op daemon (usec)", func(c *columnSummary) string { return usec(c.CPU.ServerUS) }, nil)
 	if slices.ContainsFunc(res.Columns, func(c columnSummary) bool { return c.CPU.ServerAllocs > 0 }) {
 		row("allocs/op daemon", func(c *columnSummary) string { return usec(c.CPU.ServerAllocs) }, nil)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -11,6 +13,7 @@ import (
 	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/gateway"
 	"github.com/filewrite/filewrite/service/internal/nbd"
+	"github.com/filewrite/filewrite/service/internal/uploads"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -27,6 +30,11 @@ type Config struct {
 	// PprofAddr is where net/http/pprof is served, host:port; empty (the
 	// default) serves none. Loopback only, unless InsecureListen.
 	PprofAddr string
+	// TraceURLTemplate is where /debug/locks links a trace id to: an
+	// http or https URL with {trace_id} in it, and {span_id} if the
+	// viewer takes one (Jaeger's "http://jaeger:16686/trace/{trace_id}").
+	// Empty: trace ids are shown without links.
+	TraceURLTemplate string
 	// NBDAddr is the NBD listen address (docs/nbd.md), host:port or
 	// unix:PATH (a socket of mode 0660); empty (the default) serves no
 	// NBD. With AuthTokenFile it needs TLSClientCA: a client certificate
@@ -81,6 +89,10 @@ type Config struct {
 	// let through, and host names besides IP literals, localhost and
 	// HTTPAddr's own (see gateway.BrowserGuard). "*" lets any through.
 	HTTPAllowedOrigins, HTTPAllowedHosts []string
+	// UploadExpiry is how long a tus upload may go without a PATCH before
+	// it is removed with its bytes, and how long a complete one is
+	// remembered (docs/uploads.md).
+	UploadExpiry time.Duration
 	// MaxInflightBytes bounds the memory that requests in flight hold,
 	// daemon-wide (see admit.Budget); past it requests wait.
 	MaxInflightBytes int64
@@ -143,6 +155,7 @@ func DefaultConfig() Config {
 		DrainTimeout:      30 * time.Second,
 		ConnAuthTimeout:   DefaultConnAuthTimeout,
 		BodyTimeout:       DefaultBodyTimeout,
+		UploadExpiry:      uploads.DefaultExpiry,
 		MaxInflightBytes:  DefaultMaxInflightBytes,
 	}
 }
@@ -181,12 +194,16 @@ func (c Config) Validate() error {
 		{"DrainTimeout", c.DrainTimeout < 0, "0 or more", c.DrainTimeout},
 		{"ConnAuthTimeout", c.ConnAuthTimeout <= 0, "more than 0", c.ConnAuthTimeout},
 		{"BodyTimeout", c.BodyTimeout <= 0, "more than 0", c.BodyTimeout},
+		{"UploadExpiry", c.UploadExpiry <= 0, "more than 0", c.UploadExpiry},
 	} {
 		if f.bad {
 			return &ConfigError{f.name, fmt.Sprintf("is %v: want %s", f.v, f.min)}
 		}
 	}
 	if _, err := gateway.NewBrowserGuard(c.HTTPAddr, c.HTTPAllowedOrigins, c.HTTPAllowedHosts); err != nil {
+		return err
+	}
+	if err := checkTraceURLTemplate(c.TraceURLTemplate); err != nil {
 		return err
 	}
 	if c.NBDAddr != "" && st.MaxRequestBytes < nbd.MinPayload {
@@ -196,6 +213,22 @@ func (c Config) Validate() error {
 	if least := admit.MinInflightBytes(st.MaxRequestBytes); c.MaxInflightBytes < least {
 		return &ConfigError{"MaxInflightBytes", fmt.Sprintf("is %d: want at least %d, what a gRPC message of the largest request "+
 			"(%d bytes of data) holds while it is received", c.MaxInflightBytes, least, st.MaxRequestBytes)}
+	}
+	return nil
+}
+
+// checkTraceURLTemplate accepts "" or an absolute http or https URL that
+// names {trace_id}, once filled in.
+func checkTraceURLTemplate(t string) error {
+	if t == "" {
+		return nil
+	}
+	if !strings.Contains(t, "{trace_id}") {
+		return &ConfigError{"TraceURLTemplate", fmt.Sprintf("%q names no {trace_id}", t)}
+	}
+	u, err := url.Parse(traceURL(t, "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return &ConfigError{"TraceURLTemplate", fmt.Sprintf("%q: want an http or https URL, like http://jaeger:16686/trace/{trace_id}", t)}
 	}
 	return nil
 }

@@ -162,6 +162,7 @@ func TestStartRejectsBadConfig(t *testing.T) {
 		{"zero stream bytes", func(c *Config) { c.MaxStreamBytes = 0 }, "MaxStreamBytes"},
 		{"budget below one message", func(c *Config) { c.MaxInflightBytes = 1 }, "MaxInflightBytes"},
 		{"unusable gRPC address", func(c *Config) { c.GRPCAddr = "256.0.0.1:0" }, ""},
+		{"trace URL template without {trace_id}", func(c *Config) { c.TraceURLTemplate = "http://jaeger:16686/search" }, "TraceURLTemplate"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := DefaultConfig()

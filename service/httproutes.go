@@ -28,12 +28,18 @@ import (
 // gateway's gRPC client span, whose context reaches the server in the
 // call's metadata. grpc-gateway itself forwards none of these headers.
 // browser, if not nil, checks every request but those for /metrics; tel
-// serves /metrics and traces, st is the store /debug/locks reports on, and
-// nbdSrv the NBD server /debug/nbd reports on (nil: none), asked at each
-// request: it starts after the gateway.
-func httpHandler(gateway http.Handler, browser *gateway.BrowserGuard, tel *telemetry, st *store.Store, nbdSrv func() *nbd.Server) http.Handler {
-	locks := &debugLocks{store: st}
+// serves /metrics and traces, st is the store /debug/locks reports on and
+// traceURL where it links trace ids (--trace-url-template, "" for no
+// links), and nbdSrv the NBD server /debug/nbd reports on (nil: none),
+// asked at each request: it starts after the gateway. door is the door
+// that serves a path beside the gateway (tus, WebDAV: doors.go), nil for
+// the gateway's.
+func httpHandler(gateway http.Handler, browser *gateway.BrowserGuard, tel *telemetry, st *store.Store, traceURL string, nbdSrv func() *nbd.Server, door func(path string) http.Handler) http.Handler {
+	locks := &debugLocks{store: st, traceURL: traceURL}
 	gateway = tel.httpServerHandler(gateway)
+	doors := tel.httpServerHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		door(r.URL.Path).ServeHTTP(w, r)
+	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/metrics" && browser != nil {
 			// Scrapers name the daemon by pod IP or service name.
@@ -51,6 +57,10 @@ func httpHandler(gateway http.Handler, browser *gateway.BrowserGuard, tel *telem
 		case "/debug/nbd":
 			h = &debugNBD{srv: nbdSrv()}
 		default:
+			if door(r.URL.Path) != nil {
+				doors.ServeHTTP(w, r)
+				return
+			}
 			gateway.ServeHTTP(w, r)
 			return
 		}

@@ -41,6 +41,8 @@ import (
 	"github.com/filewrite/filewrite/service/internal/nbd"
 	"github.com/filewrite/filewrite/service/internal/rpc"
 	"github.com/filewrite/filewrite/service/internal/status"
+	"github.com/filewrite/filewrite/service/internal/uploads"
+	"github.com/filewrite/filewrite/service/internal/webdav"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -86,6 +88,13 @@ type Server struct {
 	nbdSrv  *nbd.Server
 	nbdLis  net.Listener
 	nbdStop chan struct{}
+
+	// The doors beside the gateway on the HTTP listener (doors.go), nil
+	// when it is off; stopDoors ends their background work (the uploads'
+	// sweeper).
+	uploads   *uploads.Door
+	dav       *webdav.Door
+	stopDoors context.CancelFunc
 
 	// serveErr receives an error when a listener fails while serving.
 	serveErr chan error
@@ -204,6 +213,9 @@ func Start(cfg Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("gRPC listener: %w", err)
 	}
 	s.budget = admit.NewBudget(cfg.MaxInflightBytes)
+	if err := registerBudgetGauges(s.tel.meterProvider.Meter(serviceScope), s.budget); err != nil {
+		return nil, fmt.Errorf("budget metrics: %w", err)
+	}
 	s.files, err = rpc.NewFileServer(rpc.Config{
 		Store:             s.store,
 		Log:               log,
@@ -309,6 +321,9 @@ func (s *Server) startGateway() (err error) {
 	if err != nil {
 		return fmt.Errorf("gateway client: %w", err)
 	}
+	if err := s.startDoors(); err != nil {
+		return err
+	}
 	handler, err := gateway.New(context.Background(), s.gatewayConn, gateway.Config{
 		MaxRequestBytes: s.cfg.Store.MaxRequestBytes,
 		MaxFileSize:     s.cfg.Store.MaxFileSize,
@@ -337,14 +352,20 @@ func (s *Server) startGateway() (err error) {
 	s.httpGuard = auth.NewGuardedListener(lis, s.cfg.ConnAuthTimeout)
 	s.httpLis = s.httpGuard
 	s.httpSrv = &http.Server{
-		Handler:           httpHandler(handler, browser, s.tel, s.store, func() *nbd.Server { return s.nbdSrv }),
+		Handler:           httpHandler(handler, browser, s.tel, s.store, s.cfg.TraceURLTemplate, func() *nbd.Server { return s.nbdSrv }, s.door),
 		ConnContext:       auth.WithGuardedConn,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	// Security wraps whatever the listener serves, gateway and all.
-	s.httpSrv.Handler = probeRoutes(s.auth.HTTPMiddleware(s.httpSrv.Handler), s.health, s.auth != nil)
+	cors, err := gateway.NewCORS(s.cfg.HTTPAllowedOrigins)
+	if err != nil {
+		return err
+	}
+	// CORS answers a preflight before the token check: a browser sends
+	// none with it.
+	s.httpSrv.Handler = probeRoutes(cors.Wrap(davCredentials(s.auth.HTTPMiddleware(s.httpSrv.Handler))), s.health, s.auth != nil)
 	if s.tlsConf != nil {
 		s.httpLis = auth.HTTPTLSListener(s.httpLis, s.tlsConf)
 	}
@@ -521,6 +542,9 @@ func (s *Server) closeAll() error {
 	}
 	if s.gatewayLis != nil {
 		s.gatewayLis.Close()
+	}
+	if s.stopDoors != nil {
+		s.stopDoors()
 	}
 	if s.store != nil {
 		if err := s.store.Close(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -551,4 +552,50 @@ func TestGroupCommit(t *testing.T) {
 		}
 	}
 	t.Logf("%d callers, %d syncs", callers, len(syncs))
+}
+
+// TestLocksListsWaiters: Locks describes each caller queued for a file's
+// lock in queue order, with what it wants, why, and since when it waits.
+func TestLocksListsWaiters(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newTestStore(t, Options{Policy: PolicyExclusive})
+	if _, err := s.Write(ctx, "f", 0, make([]byte, 4096), SyncNone); err != nil {
+		t.Fatal(err)
+	}
+	g := newGate(t, 4)
+	s.opts.Hooks = g.hooks()
+	errs := make(chan error, 3)
+	go func() { _, err := s.Write(ctx, "f", 0, []byte("held"), SyncNone); errs <- err }()
+	<-g.arrived
+	start := time.Now()
+	go func() { _, err := s.Write(ctx, "f", 4096, []byte("extends"), SyncNone); errs <- err }()
+	testutil.WaitFor(t, "the extending write to queue", func() bool { return fileLocks(s, "f").Waiting == 1 })
+	go func() { errs <- s.Truncate(ctx, "f", 100) }()
+	testutil.WaitFor(t, "the truncate to queue", func() bool { return fileLocks(s, "f").Waiting == 2 })
+
+	fl := fileLocks(s, "f")
+	type waiter struct{ mode, op, reason string }
+	var got []waiter
+	for _, w := range fl.Waiters {
+		got = append(got, waiter{w.Mode, w.Op, w.Reason})
+	}
+	want := []waiter{{"exclusive", "write", ReasonExtending}, {"exclusive", "truncate", ReasonTruncate}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("waiters %+v, want %+v", got, want)
+	}
+	if w := fl.Waiters; w[0].Since.Before(start) || w[1].Since.Before(w[0].Since) {
+		t.Errorf("waiters since %v and %v, want from %v on, in queue order", w[0].Since, w[1].Since, start)
+	}
+	if len(fl.Holders) != 1 || !fl.Holders[0].Since.Before(start) {
+		t.Errorf("holders %+v, want the held write, since before the waiters came", fl.Holders)
+	}
+	g.open()
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fl := fileLocks(s, "f"); len(fl.Waiters) != 0 || fl.Waiting != 0 || len(fl.Holders) != 0 {
+		t.Errorf("after all three: %+v, want no holder or waiter", fl)
+	}
 }

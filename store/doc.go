@@ -134,8 +134,10 @@
 //
 //	inode.lock               (the rwsem: inodeLock, FIFO, abandonable; held
 //	                          across the write it protects)
-//	  inode.lock             (of a second file: Rename only, both exclusive,
-//	                          the lower file ID (dev, ino) first)
+//	  inode.lock             (of a second file: Rename, both exclusive, and
+//	                          Handle.CopyFrom, the destination exclusive and
+//	                          the source shared; the lower file ID (dev, ino)
+//	                          first)
 //	    inodeTable.mu        (Delete and Rename, to forget or re-key inodes)
 //	  inode.extentMu         (the extent map, like ext4's i_data_sem)
 //	  inodeMap.mu            (an inode's mappings, mapped.go: making one,
@@ -199,7 +201,7 @@
 // Rename waits for nothing but the syscall meanwhile. So no one reaches
 // the renamed file by its new name before the table has re-keyed it,
 // which also takes its old name away.
-// Rename's two inode locks are taken in file ID order: the IDs of open
+// Rename's two inode locks, and CopyFrom's, are taken in file ID order: the IDs of open
 // inodes are distinct (the kernel does not reuse an inode number while a
 // descriptor holds the file) and never change. A file's creator takes its
 // inode lock before the inode is ready (getOrCreate), when no one else can

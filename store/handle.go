@@ -46,6 +46,12 @@ func (s *Store) OpenHandle(ctx context.Context, path string, open OpenMode) (*Ha
 	if err := validateOpenMode(open); err != nil {
 		return nil, err
 	}
+	return s.openHandle(ctx, path, open)
+}
+
+// openHandle is OpenHandle of a validated path, or of a staged file's
+// (OpenStaged).
+func (s *Store) openHandle(ctx context.Context, path string, open OpenMode) (*Handle, error) {
 	var ino *inode
 	var err error
 	switch open {

@@ -34,6 +34,12 @@ func (s *Store) DeleteIf(ctx context.Context, name string, sync bool, pre Precon
 	if err := pre.validate(); err != nil {
 		return err
 	}
+	return s.deleteIf(ctx, name, sync, pre)
+}
+
+// deleteIf is DeleteIf of a validated name and condition, or of a staged
+// file's (RemoveStaged).
+func (s *Store) deleteIf(ctx context.Context, name string, sync bool, pre Precondition) error {
 	var ino *inode
 	var h *holder
 	var err error
@@ -128,6 +134,12 @@ func (s *Store) RenameIf(ctx context.Context, oldName, newName string, noReplace
 			return ChangeResult{}, err
 		}
 	}
+	return s.renameIf(ctx, oldName, newName, noReplace, sync, src, dst)
+}
+
+// renameIf is RenameIf of validated names and conditions, or of a staged
+// file's onto a validated name (Publish).
+func (s *Store) renameIf(ctx context.Context, oldName, newName string, noReplace, sync bool, src, dst Precondition) (ChangeResult, error) {
 	if oldName == newName {
 		return s.renameOntoItself(ctx, oldName, src, dst)
 	}

@@ -453,7 +453,7 @@ func (s *Store) Stat(ctx context.Context, path string) (FileStat, error) {
 				return err
 			}
 			st = FileStat{Size: ino.size.Load(), AllocatedBytes: fi.Blocks512 * 512, BlockSize: int32(ino.blockSize),
-				Dev: fi.Dev, Ino: fi.Ino, ChangeTime: fi.Ctime, Generation: gen}
+				Dev: fi.Dev, Ino: fi.Ino, ChangeTime: fi.Ctime, Generation: gen, ContentType: ino.contentType()}
 			return nil
 		})
 		if short {
@@ -525,9 +525,12 @@ func (s *Store) ExtentsPage(ctx context.Context, path string, off, length int64,
 
 // FileLocks is one open file's lock state, for /debug/locks.
 type FileLocks struct {
-	Path     string       `json:"path"`
-	Size     int64        `json:"size"`
-	Holders  []HolderInfo `json:"holders"`
+	Path    string       `json:"path"`
+	Size    int64        `json:"size"`
+	Holders []HolderInfo `json:"holders"`
+	// Waiters are the first callers queued for the lock, the longest
+	// waiting first; Waiting is how many there are in all.
+	Waiters  []HolderInfo `json:"waiters"`
 	Waiting  int          `json:"waiting"`
 	Inflight int64        `json:"inflight"`
 	// Appending is how many appends have a range reserved that readers
@@ -535,7 +538,8 @@ type FileLocks struct {
 	Appending int64 `json:"appending"`
 }
 
-// Locks describes up to limit open files and up to 16 holders of each.
+// Locks describes up to limit open files, and up to 16 holders and the
+// first 16 waiters of each.
 func (s *Store) Locks(limit int) []FileLocks {
 	var out []FileLocks
 	s.table.each(limit, func(ino *inode) {
@@ -544,6 +548,7 @@ func (s *Store) Locks(limit int) []FileLocks {
 			Path:      ino.path(),
 			Size:      ino.size.Load(),
 			Holders:   snap.Holders,
+			Waiters:   snap.Waiters,
 			Waiting:   snap.Waiting,
 			Inflight:  ino.inflight.count(),
 			Appending: ino.appends.inFlight.Load(),

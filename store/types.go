@@ -299,6 +299,9 @@ type FileStat struct {
 	// may cover a write they missed, one read before covers no write they
 	// hold that it does not.
 	Generation int64
+	// ContentType is the file's media type (AttrContentType), "" if it
+	// has none.
+	ContentType string
 }
 
 // Options configure a Store. The zero value is usable: defaults are filled

@@ -282,6 +282,15 @@ type WriteRequest struct {
 	// Whether the write may create the file, or must; a write refused for
 	// it (NOT_FOUND, ALREADY_EXISTS) changes nothing.
 	OpenMode OpenMode `protobuf:"varint,5,opt,name=open_mode,json=openMode,proto3,enum=filewrite.v1.OpenMode" json:"open_mode,omitempty"`
+	// When not empty, the file's media type from now on (as HTTP's
+	// Content-Type: type/subtype with parameters, printable ASCII, at most
+	// 255 bytes; anything else is INVALID_ARGUMENT, REQUEST_MALFORMED, and
+	// nothing is written), answered by Stat and served with downloads. It
+	// is kept in an extended attribute of the file, durable with the
+	// file's next full sync (SYNC_MODE_FULL, or Fsync without data_only);
+	// on a filesystem without user extended attributes it is not kept.
+	// Empty leaves the type as it was.
+	ContentType string `protobuf:"bytes,6,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	// When set, the call is made only if the file's generation
 	// (StatResponse.generation) is this one; 0 means only if no file exists.
 	// Checked with the file's lock held exclusively, after the writes in
@@ -361,6 +370,13 @@ func (x *WriteRequest) GetOpenMode() OpenMode {
 		return x.OpenMode
 	}
 	return OpenMode_OPEN_MODE_UNSPECIFIED
+}
+
+func (x *WriteRequest) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
 }
 
 func (x *WriteRequest) GetIfGenerationMatch() int64 {
@@ -1181,6 +1197,10 @@ type StatResponse struct {
 	// make a later Read a snapshot: a write that lands during the Read
 	// changes what it returns.
 	Etag string `protobuf:"bytes,5,opt,name=etag,proto3" json:"etag,omitempty"`
+	// The file's media type, as a Write's content_type (a REST PUT's
+	// Content-Type, a tus upload's filetype, a WebDAV PUT's) set it; empty
+	// when it has none.
+	ContentType string `protobuf:"bytes,6,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	// The file's generation: a number that moves with every mutation the
 	// daemon acknowledges (every write, through any face, append, Truncate,
 	// Fallocate, a Rename onto the path, a re-creation) and never repeats for
@@ -1255,6 +1275,13 @@ func (x *StatResponse) GetChangeTime() *timestamppb.Timestamp {
 func (x *StatResponse) GetEtag() string {
 	if x != nil {
 		return x.Etag
+	}
+	return ""
+}
+
+func (x *StatResponse) GetContentType() string {
+	if x != nil {
+		return x.ContentType
 	}
 	return ""
 }
@@ -2635,13 +2662,14 @@ var File_filewrite_v1_filewrite_proto protoreflect.FileDescriptor
 
 const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\n" +
-	"\x1cfilewrite/v1/filewrite.proto\x12\ffilewrite.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xd4\x02\n" +
+	"\x1cfilewrite/v1/filewrite.proto\x12\ffilewrite.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xf7\x02\n" +
 	"\fWriteRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12*\n" +
 	"\x04sync\x18\x04 \x01(\x0e2\x16.filewrite.v1.SyncModeR\x04sync\x123\n" +
-	"\topen_mode\x18\x05 \x01(\x0e2\x16.filewrite.v1.OpenModeR\bopenMode\x123\n" +
+	"\topen_mode\x18\x05 \x01(\x0e2\x16.filewrite.v1.OpenModeR\bopenMode\x12!\n" +
+	"\fcontent_type\x18\x06 \x01(\tR\vcontentType\x123\n" +
 	"\x13if_generation_match\x18\a \x01(\x03H\x00R\x11ifGenerationMatch\x88\x01\x01\x12:\n" +
 	"\x17if_generation_not_match\x18\b \x01(\x03H\x01R\x14ifGenerationNotMatch\x88\x01\x01B\x16\n" +
 	"\x14_if_generation_matchB\x1a\n" +
@@ -2710,7 +2738,7 @@ const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\x06crc32c\x18\x02 \x01(\aH\x00R\x06crc32c\x88\x01\x01B\t\n" +
 	"\a_crc32c\"!\n" +
 	"\vStatRequest\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\"\xdb\x01\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\"\xfe\x01\n" +
 	"\fStatResponse\x12\x12\n" +
 	"\x04size\x18\x01 \x01(\x03R\x04size\x12'\n" +
 	"\x0fallocated_bytes\x18\x02 \x01(\x03R\x0eallocatedBytes\x12\x1d\n" +
@@ -2718,7 +2746,8 @@ const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"block_size\x18\x03 \x01(\x05R\tblockSize\x12;\n" +
 	"\vchange_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"changeTime\x12\x12\n" +
-	"\x04etag\x18\x05 \x01(\tR\x04etag\x12\x1e\n" +
+	"\x04etag\x18\x05 \x01(\tR\x04etag\x12!\n" +
+	"\fcontent_type\x18\x06 \x01(\tR\vcontentType\x12\x1e\n" +
 	"\n" +
 	"generation\x18\a \x01(\x03R\n" +
 	"generation\"\x90\x01\n" +

@@ -7,7 +7,6 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
-	"mime"
 	"net/http"
 	"strconv"
 	"sync"
@@ -74,16 +73,11 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 	_, out := runtime.MarshalerForRequest(g.mux, r)
 	fail := func(err error) { runtime.HTTPError(r.Context(), g.mux, out, w, r, err) }
 
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != MIMEOctetStream {
-			fail(&runtime.HTTPStatusError{
-				HTTPStatus: http.StatusUnsupportedMediaType,
-				Err: status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil,
-					"PUT takes an %s body, not %q; JSON writes go to POST /v1/files/{path}:write", MIMEOctetStream, ct),
-			})
-			return
-		}
-	}
+	// Any type: it is the file's from now on, served with its downloads
+	// (the first Write sets it, and refuses one that is no media type
+	// before it writes). A browser sends no PUT cross-site without asking
+	// first.
+	contentType := r.Header.Get("Content-Type")
 	path := pathParams["path"]
 	q, err := rawWriteQuery(r.URL.RawQuery)
 	if err != nil {
@@ -117,7 +111,7 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 		fail(err)
 		return
 	}
-	put := &rawPut{g: g, r: r, path: path, offset: offset, sync: q.sync, digests: digests, conditional: hasConditions(r.Header)}
+	put := &rawPut{g: g, r: r, path: path, offset: offset, sync: q.sync, digests: digests, contentType: contentType, conditional: hasConditions(r.Header)}
 	if put.conditional {
 		// Decided before the body is read: a refused PUT reads none of
 		// it (and the client that waits for 100 Continue sends none).
@@ -150,6 +144,8 @@ type rawPut struct {
 	offset  int64
 	sync    filewritev1.SyncMode
 	digests uploadDigests
+	// contentType is the body's Content-Type, the file's type from now on.
+	contentType string
 	// conditional: the request has preconditions, decided on the file of
 	// generation gen (0: none), which each piece's Write is made
 	// conditional on in turn.
@@ -187,6 +183,10 @@ func (p *rawPut) run(ctx context.Context) (*filewritev1.WriteResponse, error) {
 		req := &filewritev1.WriteRequest{Path: p.path, Offset: p.offset + written, Data: piece[:n]}
 		if last {
 			req.Sync = p.sync
+		}
+		if written == 0 {
+			// The first Write gives the file its type.
+			req.ContentType = p.contentType
 		}
 		var resp *filewritev1.WriteResponse
 		switch {

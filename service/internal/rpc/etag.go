@@ -15,7 +15,7 @@ import (
 // once after any change.
 func statResponse(st store.FileStat) *filewritev1.StatResponse {
 	resp := &filewritev1.StatResponse{Size: st.Size, AllocatedBytes: st.AllocatedBytes, BlockSize: st.BlockSize,
-		Etag: status.ETag(st.Generation), Generation: st.Generation}
+		ContentType: st.ContentType, Etag: status.ETag(st.Generation), Generation: st.Generation}
 	if st.ChangeTime != 0 {
 		resp.ChangeTime = timestamppb.New(time.Unix(0, st.ChangeTime))
 	}

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"log/slog"
@@ -61,6 +62,8 @@ type FileServer struct {
 	// streamIdleTimeout is --stream-idle-timeout (0: streams are never
 	// closed for idleness).
 	streamIdleTimeout time.Duration
+	// typesDropped logs, once, that the filesystem keeps no media types.
+	typesDropped sync.Once
 }
 
 // Config is what the FileService needs of the daemon's
@@ -131,12 +134,38 @@ func (s *FileServer) Write(ctx context.Context, req *filewritev1.WriteRequest) (
 	if err != nil {
 		return nil, status.Of(err)
 	}
+	ct := req.GetContentType()
+	if ct != "" {
+		// Refused before anything is written.
+		if ct, err = store.CheckContentType(ct); err != nil {
+			return nil, status.Of(err)
+		}
+	}
 	res, err := s.store.WriteIf(ctx, req.GetPath(), open, req.GetOffset(), req.GetData(), sync,
 		status.Precondition(req.IfGenerationMatch, req.IfGenerationNotMatch))
 	if err != nil {
 		return nil, status.Of(err)
 	}
+	if ct != "" {
+		if err := s.setContentType(ctx, req.GetPath(), ct); err != nil {
+			return nil, status.Of(err)
+		}
+	}
 	return &filewritev1.WriteResponse{BytesWritten: int64(res.BytesWritten), Size: res.Size, Created: res.Created, Generation: res.Generation}, nil
+}
+
+// setContentType keeps a Write's media type with its file. A filesystem
+// that keeps no extended attributes keeps none: the Write stands, its
+// type is dropped, and the first such drop is logged.
+func (s *FileServer) setContentType(ctx context.Context, path, ct string) error {
+	err := s.store.SetContentType(ctx, path, ct)
+	if errors.Is(err, store.ErrUnsupported) {
+		s.typesDropped.Do(func() {
+			s.log.Warn("the filesystem under --root keeps no extended attributes: media types given to files are not kept, and their downloads are served as application/octet-stream", "path", path, "error", err)
+		})
+		return nil
+	}
+	return err
 }
 
 // Append checks the request's CRC-32C, if any, before the store sees it:

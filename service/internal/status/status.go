@@ -252,7 +252,7 @@ func reasonOf(err error) filewritev1.ErrorReason {
 		return filewritev1.ErrorReason_NOT_A_REGULAR_FILE
 	case errors.Is(err, store.ErrInvalidOffset):
 		return filewritev1.ErrorReason_RANGE_INVALID
-	case errors.Is(err, store.ErrArgumentTooLong):
+	case errors.Is(err, store.ErrArgumentTooLong), errors.Is(err, store.ErrInvalidContentType):
 		return filewritev1.ErrorReason_REQUEST_MALFORMED
 	case errors.Is(err, store.ErrInvalidMode):
 		return filewritev1.ErrorReason_MODE_INVALID
@@ -268,6 +268,8 @@ func reasonOf(err error) filewritev1.ErrorReason {
 		return filewritev1.ErrorReason_FILE_NOT_FOUND
 	case errors.Is(err, store.ErrExists):
 		return filewritev1.ErrorReason_ALREADY_EXISTS
+	case errors.Is(err, store.ErrNotEmpty):
+		return filewritev1.ErrorReason_PRECONDITION_FAILED
 	case errors.Is(err, store.ErrSyncFailed):
 		return filewritev1.ErrorReason_SYNC_FAILED
 	case errors.Is(err, store.ErrFileRemoved):
