@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	"crypto/md5"
 	"crypto/sha256"
 	"encoding/base64"
@@ -726,3 +727,97 @@ func TestDigest(t *testing.T) {
 }
 
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+// TestGenerationThroughDoors: the doors call what the gRPC handlers
+// call, so what they write moves the generation too: an NBD write, a
+// WebDAV PUT and a finished tus upload each give the file a new ETag,
+// the one REST and Stat answer, and WebDAV's getetag is REST's ETag.
+func TestGenerationThroughDoors(t *testing.T) {
+	sock := nbdSocket(t)
+	d := startDaemon(t, func(c *Config) { c.NBDAddr = "unix:" + sock })
+	ctx := testContext(t)
+	restETag := func(path string) string {
+		t.Helper()
+		r := testutil.DoHTTP(t, "HEAD", d.url+"/v1/files/"+path+"?alt=media", nil, nil)
+		if r.Status != 200 {
+			t.Fatalf("HEAD %s: %d", path, r.Status)
+		}
+		if want := fmt.Sprintf(`"%d"`, d.generation(t, path)); r.Header.Get("ETag") != want {
+			t.Errorf("HEAD %s: ETag %s, Stat's generation says %s", path, r.Header.Get("ETag"), want)
+		}
+		return r.Header.Get("ETag")
+	}
+	if _, err := d.client.Truncate(ctx, &filewritev1.TruncateRequest{Path: "disk.img", Size: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("NBD write", func(t *testing.T) {
+		before := restETag("disk.img")
+		c := dialNBD(t, sock, "disk.img")
+		c.send(t, nbdWrite, 1, 4096, 4096, bytes4k(0xab))
+		if _, errno := c.reply(t); errno != 0 {
+			t.Fatalf("NBD_CMD_WRITE: errno %d", errno)
+		}
+		after := restETag("disk.img")
+		if after == before {
+			t.Errorf("ETag %s before and after an NBD write", after)
+		}
+		// A conditional Write on the tag REST gave before the NBD write
+		// is refused: the tag is the generation every face moves.
+		gen, _ := strconv.ParseInt(strings.Trim(before, `"`), 10, 64)
+		_, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "disk.img", Data: []byte("x"), IfGenerationMatch: &gen})
+		wantRefusal(t, "a Write on the tag from before the NBD write", err, filewritev1.ErrorReason_ETAG_MISMATCH, d.generation(t, "disk.img"))
+	})
+
+	t.Run("WebDAV PUT", func(t *testing.T) {
+		if _, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "dav.txt", Data: []byte("one")}); err != nil {
+			t.Fatal(err)
+		}
+		before := restETag("dav.txt")
+		r := testutil.DoHTTP(t, "PUT", d.url+"/dav/dav.txt", strings.NewReader("two"), nil)
+		if r.Status/100 != 2 {
+			t.Fatalf("WebDAV PUT: %d %s", r.Status, r.Body)
+		}
+		after := restETag("dav.txt")
+		if after == before {
+			t.Errorf("ETag %s before and after a WebDAV PUT", after)
+		}
+		if got := r.Header.Get("ETag"); got != "" && got != after {
+			t.Errorf("the WebDAV PUT answered ETag %s, REST says %s", got, after)
+		}
+		if got := testutil.DoHTTP(t, "GET", d.url+"/dav/dav.txt", nil, nil).Header.Get("ETag"); got != after {
+			t.Errorf("WebDAV GET's ETag %s, REST's %s", got, after)
+		}
+		pf := testutil.DoHTTP(t, "PROPFIND", d.url+"/dav/dav.txt", strings.NewReader(
+			`<?xml version="1.0"?><D:propfind xmlns:D="DAV:"><D:prop><D:getetag/></D:prop></D:propfind>`),
+			map[string]string{"Depth": "0", "Content-Type": "application/xml"})
+		if pf.Status != 207 || !strings.Contains(string(pf.Body), "<D:getetag>"+after+"</D:getetag>") {
+			t.Errorf("PROPFIND getetag: %d %s, want REST's ETag %s", pf.Status, pf.Body, after)
+		}
+	})
+
+	t.Run("tus upload", func(t *testing.T) {
+		if _, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "up.bin", Data: []byte("old")}); err != nil {
+			t.Fatal(err)
+		}
+		before := restETag("up.bin")
+		hdr := map[string]string{"Tus-Resumable": "1.0.0", "Upload-Length": "5", "Upload-Metadata": tusMeta("path", "up.bin")}
+		r := testutil.DoHTTP(t, "POST", d.url+"/v1/uploads/", nil, hdr)
+		if r.Status != 201 {
+			t.Fatalf("tus POST: %d %s", r.Status, r.Body)
+		}
+		r = testutil.DoHTTP(t, "PATCH", r.Header.Get("Location"), strings.NewReader("hello"),
+			map[string]string{"Tus-Resumable": "1.0.0", "Upload-Offset": "0", "Content-Type": "application/offset+octet-stream"})
+		if r.Status != 204 {
+			t.Fatalf("tus PATCH: %d %s", r.Status, r.Body)
+		}
+		if string(d.onDisk(t, "up.bin")) != "hello" {
+			t.Fatal("the upload did not land at its path")
+		}
+		if after := restETag("up.bin"); after == before {
+			t.Errorf("ETag %s before and after a tus upload", after)
+		}
+	})
+}
+
+func bytes4k(b byte) []byte { return bytes.Repeat([]byte{b}, 4096) }
