@@ -303,12 +303,17 @@ func (g *gateway) redecided(ctx context.Context, r *http.Request, stat statFunc,
 // statOf is the statFunc of path through files.
 func statOf(files Files, path string) statFunc {
 	return func(ctx context.Context) (*filewritev1.StatResponse, error) {
-		st, err := files.Stat(ctx, &filewritev1.StatRequest{Path: path})
-		if grpcstatus.Code(err) == codes.NotFound {
-			return nil, nil
-		}
-		return st, err
+		return noneIfMissing(files.Stat(ctx, &filewritev1.StatRequest{Path: path}))
 	}
+}
+
+// noneIfMissing is a Stat's answer as a statFunc gives it: nil, nil for
+// NOT_FOUND.
+func noneIfMissing(st *filewritev1.StatResponse, err error) (*filewritev1.StatResponse, error) {
+	if grpcstatus.Code(err) == codes.NotFound {
+		return nil, nil
+	}
+	return st, err
 }
 
 // byteRange is the inclusive range [first, last] of a file.
@@ -428,11 +433,7 @@ func Preconditions(ctx context.Context, method string, req, reply any, cc *grpc.
 	path := req.(interface{ GetPath() string }).GetPath()
 	stat := func(ctx context.Context) (*filewritev1.StatResponse, error) {
 		st := new(filewritev1.StatResponse)
-		err := cc.Invoke(ctx, filewritev1.FileService_Stat_FullMethodName, &filewritev1.StatRequest{Path: path}, st, opts...)
-		if grpcstatus.Code(err) == codes.NotFound {
-			return nil, nil
-		}
-		return st, err
+		return noneIfMissing(st, cc.Invoke(ctx, filewritev1.FileService_Stat_FullMethodName, &filewritev1.StatRequest{Path: path}, st, opts...))
 	}
 	return c.g.conditional(ctx, c.r, stat, func(gen int64) error {
 		*match = &gen
