@@ -206,14 +206,14 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		g.media.ServeHTTP(w, r)
 		return
 	}
-	if (r.Method == http.MethodPost || r.Method == http.MethodDelete) && hasConditions(r.Header) {
-		// For Preconditions, on the JSON routes' calls; the raw append
-		// reads them itself.
-		r = r.WithContext(context.WithValue(r.Context(), conditionsKey{}, &conditionedRequest{g: g, r: r}))
-	}
 	if isRawAppend(r) {
+		// It decides its preconditions itself, whichever road it takes.
 		g.rawAppend.ServeHTTP(w, r)
 		return
+	}
+	if (r.Method == http.MethodPost || r.Method == http.MethodDelete) && hasConditions(r.Header) {
+		// For Preconditions, on the JSON routes' calls.
+		r = r.WithContext(context.WithValue(r.Context(), conditionsKey{}, &conditionedRequest{g: g, r: r}))
 	}
 	g.mux.ServeHTTP(w, r)
 }
