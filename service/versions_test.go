@@ -476,7 +476,16 @@ func TestPutChainsGenerations(t *testing.T) {
 	var read atomic.Int64
 	var other *filewritev1.WriteResponse
 	body := &bodyProbe{r: io.LimitReader(zeroReader{}, size), n: &read, atOff: piece + piece/2, at: func() {
-		// The first piece is written: it was read whole before this.
+		// The client has sent more than the first piece (the transport
+		// reads ahead of the daemon into the socket): wait until the
+		// daemon has written it, then come between it and the next.
+		for {
+			st, serr := d.client.Stat(ctx, &filewritev1.StatRequest{Path: "big"})
+			if serr != nil || st.GetSize() >= piece {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
 		other, err = d.client.Write(ctx, &filewritev1.WriteRequest{Path: "big", Offset: size + 10, Data: []byte("!")})
 	}}
 	req, _ := http.NewRequestWithContext(ctx, "PUT", d.url+"/v1/files/big", body)
