@@ -164,7 +164,8 @@ func ackOf(w *streamengine.Write, failed [][]byte, i int) streamwire.Ack {
 	a := streamwire.Ack{ID: w.ID, Written: int64(w.Res.BytesWritten), Size: w.Res.Size, Offset: w.Landed}
 	if failed != nil {
 		a.Status = failed[i]
-	} else if w.Err == nil && w.Sync != store.SyncNone {
+	}
+	if w.Err == nil && w.Sync != store.SyncNone {
 		a.Generation = w.Res.Generation
 	}
 	return a
