@@ -17,15 +17,16 @@ import (
 // a reason docs/webdav.md gives; x/net/webdav over a plain directory fails
 // them too.
 var litmusKnownFailures = map[string]string{
-	"props/propfind_invalid2": "x/net/webdav's XML parser takes a namespace prefix bound to the empty name",
-	"locks/lock_shared":       "x/net/webdav has exclusive locks only",
+	"props/propfind_invalid2":     "x/net/webdav's XML parser takes a namespace prefix bound to the empty name",
+	"locks/lock_shared":           "x/net/webdav has exclusive locks only",
+	"locks/fail_complex_cond_put": "x/net/webdav does not check an entity tag in an If header's condition",
 }
 
 // litmusMinPassed is, for each suite, the passes below which the test
 // fails: 100% of basic, copymove and http, and at least what x/net/webdav
 // over a plain directory (webdav.Dir) passes of props and locks (10 and
 // 30, measured with litmus 0.13 of Debian 12).
-var litmusMinPassed = map[string]int{"basic": 16, "copymove": 13, "props": 10, "locks": 29, "http": 4}
+var litmusMinPassed = map[string]int{"basic": 16, "copymove": 13, "props": 10, "locks": 32, "http": 4}
 
 // TestLitmus runs the WebDAV server test suite, litmus, against /dav/.
 func TestLitmus(t *testing.T) {

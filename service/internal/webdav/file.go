@@ -50,8 +50,8 @@ func (fi *fileInfo) Mode() os.FileMode {
 	return 0o644
 }
 
-// ETag is the file's ETag as a download answers it: "" while the file
-// changed too recently for one (docs/http.md).
+// ETag is the file's ETag as a download answers it (its generation,
+// status.ETag): a PUT through another door moves it at once.
 func (fi *fileInfo) ETag(ctx context.Context) (string, error) {
 	if fi.etagOf != nil {
 		return fi.etagOf(ctx)
@@ -368,7 +368,9 @@ func (u *upload) ReadFrom(src io.Reader) (int64, error) {
 	if r, ok := src.(*resource); ok && !r.info.dir {
 		return u.copyFrom(r)
 	}
-	buf := make([]byte, u.d.pieceBytes)
+	bp := u.d.pieces.Get().(*[]byte)
+	defer u.d.pieces.Put(bp)
+	buf := *bp
 	var n int64
 	for {
 		m, rerr := io.ReadFull(src, buf)
