@@ -26,6 +26,7 @@ var routedNames = []string{
 	"ünïcode/ファイル",
 	"q:write",
 	"p5:read",
+	"d7:digest",
 	"tilde~/dot.",
 	"semi;colon,comma",
 	"hash#tag",
@@ -35,7 +36,7 @@ var routedNames = []string{
 // endsInVerb reports whether name's last segment ends in one of the
 // gateway's verbs, which REST then reads as that verb's route.
 func endsInVerb(name string) bool {
-	for _, v := range []string{"write", "append", "fsync", "truncate", "fallocate", "rename", "read", "extents"} {
+	for _, v := range []string{"write", "append", "fsync", "truncate", "fallocate", "rename", "read", "extents", "digest"} {
 		if strings.HasSuffix(name, ":"+v) {
 			return true
 		}
@@ -85,6 +86,7 @@ func TestHAProxyOneCanonicalPath(t *testing.T) {
 			first,
 			{"POST", u + ":write", "application/json", fmt.Appendf(nil, `{"offset":"%d","data":%q}`, halfSize, base64.StdEncoding.EncodeToString(want[halfSize:])), http.StatusOK},
 			{"GET", fmt.Sprintf("%s:read?offset=0&length=%d", u, 2*halfSize), "", nil, http.StatusOK},
+			{"GET", u + ":digest", "", nil, http.StatusOK},
 		}
 		for _, s := range steps {
 			code, body, err := restCall(hc, s.method, s.url, s.ctype, s.body)

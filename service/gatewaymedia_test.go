@@ -361,6 +361,7 @@ func TestMethodNotAllowed(t *testing.T) {
 		{"PUT", "/v1/files/x:rename", nil, "POST"},
 		{"DELETE", "/v1/files/x:read", nil, "GET, HEAD"},
 		{"DELETE", "/v1/files/x:fallocate", nil, "POST"},
+		{"PUT", "/v1/files/x:digest", octet, "GET, HEAD"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
