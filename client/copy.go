@@ -208,13 +208,15 @@ type Reader struct {
 	eof  bool           // a short piece came: ask for no more
 	ask  []*readPending // asked for, in offset order
 	cur  []byte         // the current piece's bytes not yet handed out
+	buf  *[]byte        // the pooled buffer cur lies in
 	err  error          // the first failure, or io.EOF: every later call returns it
 }
 
-// readPending is one piece asked for; done is closed once data or err is
-// set.
+// readPending is one piece asked for, read into buf, a buffer of the
+// pool; done is closed once data or err is set.
 type readPending struct {
 	off  int64
+	buf  *[]byte
 	data []byte
 	err  error
 	done chan struct{}
@@ -270,16 +272,22 @@ func (r *Reader) fill() error {
 	if err := r.f.check(); err != nil {
 		return err
 	}
+	if r.buf != nil {
+		// Handed out: Read copied it, WriteTo's writer may not keep it.
+		bufpool.Shared.Put(r.buf)
+		r.buf, r.cur = nil, nil
+	}
 	piece := r.f.c.opts.piece
 	for !r.eof && len(r.ask) < readAhead {
-		p := &readPending{off: r.next, done: make(chan struct{})}
+		p := &readPending{off: r.next, buf: bufpool.Shared.Get(piece), done: make(chan struct{})}
 		r.next += int64(piece)
 		r.ask = append(r.ask, p)
 		go func() {
 			defer close(p.done)
 			ctx, cancel := r.f.callContext()
 			defer cancel()
-			p.data, p.err = r.f.readPiece(r.f.c.outgoing(ctx, r.f.path), p.off, piece)
+			n, err := r.f.readPiece(r.f.c.outgoing(ctx, r.f.path), p.off, *p.buf)
+			p.data, p.err = (*p.buf)[:n], err
 		}()
 	}
 	if len(r.ask) == 0 {
@@ -298,12 +306,13 @@ func (r *Reader) fill() error {
 		// nothing, or what was written since, which a reader that saw
 		// the end here must not return after it.
 		r.eof = true
-		r.ask = nil
+		r.ask = nil // still being read into: theirs, not the pool's
 	}
 	if len(p.data) == 0 {
+		bufpool.Shared.Put(p.buf)
 		r.err = io.EOF
 		return r.err
 	}
-	r.cur = p.data
+	r.cur, r.buf = p.data, p.buf
 	return nil
 }

@@ -29,7 +29,10 @@ type streamCodec struct{ encoding.CodecV2 }
 func newStreamCodec() streamCodec { return streamCodec{encoding.GetCodecV2(protocodec.Name)} }
 
 func (c streamCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	if r, ok := v.(*ackResponse); ok {
+	switch r := v.(type) {
+	case *ackResponse:
+		return r.decode(data)
+	case *readReply:
 		return r.decode(data)
 	}
 	return c.CodecV2.Unmarshal(data, v)
