@@ -155,10 +155,11 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 		if written == 0 {
 			created = resp.GetCreated()
 		}
-		if !last && q.sync != filewritev1.SyncMode_SYNC_MODE_UNSPECIFIED && g.Local != nil {
+		if !last && q.sync != filewritev1.SyncMode_SYNC_MODE_UNSPECIFIED && g.Local != nil && resp.GetBytesWritten() < store.WriteBackAfter {
 			// The disk takes this piece while the next arrives, so
-			// that the sync at the end has little left to write. A
-			// failure to start shows in that sync.
+			// that the sync at the end has little left to write (a
+			// piece of store.WriteBackAfter or more started its own).
+			// A failure to start shows in that sync.
 			g.Local.StartWriteBack(ctx, path, offset+written, resp.GetBytesWritten())
 		}
 		written += resp.GetBytesWritten()
