@@ -4,8 +4,10 @@
 // (env.go; docs/operations.md); everything else happens in package service.
 //
 // To add a flag, register it in registerFlags against a field of
-// service.Config and give that field its default in service.DefaultConfig:
-// its environment variable follows from its name.
+// service.Config and give that field its default in service.DefaultConfig
+// (a store option's comes from store.DefaultOptions): its environment
+// variable follows from its name. If Config.Validate checks the field,
+// name the flag in flagOf, so that a refusal names the flag.
 //
 // Besides the daemon, the binary answers --version and runs one
 // subcommand, "filewrite probe" (probe.go), a health check for containers
@@ -85,11 +87,51 @@ func parseFlags(args []string, out io.Writer) (service.Config, error) {
 		return cfg, err
 	}
 	deriveDefaults(fs, &cfg)
+	if err := validate(cfg); err != nil {
+		return cfg, err
+	}
 	var err error
 	if cfg.Logger, err = logs.logger(out); err != nil {
 		return cfg, err
 	}
 	return cfg, nil
+}
+
+// validate is cfg.Validate, whose refusals name the flag that sets the
+// refused setting rather than its field.
+func validate(cfg service.Config) error {
+	err := cfg.Validate()
+	if ce, ok := errors.AsType[*service.ConfigError](err); ok {
+		if name, ok := flagOf[ce.Field]; ok {
+			return fmt.Errorf("--%s %s", name, ce.Problem)
+		}
+	}
+	return err
+}
+
+// flagOf is the flag that sets each field of service.Config that
+// Config.Validate may refuse (service.ConfigError.Field); a field that no
+// flag sets keeps its own name in the error.
+var flagOf = map[string]string{
+	"Root":                    "root",
+	"GRPCAddr":                "grpc-addr",
+	"Store.Policy":            "policy",
+	"Store.IO":                "io",
+	"Store.Fsync":             "fsync",
+	"Store.SyncedWrites":      "synced-writes",
+	"Store.MaxFileSize":       "max-file-size",
+	"Store.MaxRequestBytes":   "max-request-bytes",
+	"Store.MaxOpenFiles":      "max-open-files",
+	"Store.MaxWaitersPerFile": "max-waiters-per-file",
+	"MaxStreamBytes":          "max-stream-bytes",
+	"StreamIdleTimeout":       "stream-idle-timeout",
+	"MaxFilesPerStream":       "max-files-per-stream",
+	"DrainTimeout":            "drain-timeout",
+	"ConnAuthTimeout":         "conn-auth-timeout",
+	"BodyTimeout":             "body-timeout",
+	"UploadExpiry":            "upload-expiry",
+	"MaxInflightBytes":        "max-inflight-bytes",
+	"TraceURLTemplate":        "trace-url-template",
 }
 
 // registerFlags binds every flag to its field of cfg, whose current values
@@ -100,6 +142,8 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "REST gateway listen address; empty disables the gateway")
 	fs.StringVar(&cfg.PprofAddr, "pprof-addr", cfg.PprofAddr,
 		"serve net/http/pprof on this host:port (loopback only, unless --insecure-listen); empty serves none")
+	fs.StringVar(&cfg.TraceURLTemplate, "trace-url-template", cfg.TraceURLTemplate,
+		"link each trace id on /debug/locks to this `URL`, with {trace_id} (and {span_id}) filled in: http://jaeger:16686/trace/{trace_id}")
 	fs.StringVar(&cfg.NBDAddr, "nbd-addr", cfg.NBDAddr,
 		"serve the files as NBD exports (docs/nbd.md) on host:port or unix:PATH (a socket of mode 0660); empty serves none")
 	fs.Var(enumFlag[store.Policy]{&cfg.Store.Policy, store.ParsePolicy}, "policy",
@@ -137,10 +181,12 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 		"how long a new connection may go without an authenticated request (without tokens: any request) before it is closed")
 	fs.DurationVar(&cfg.BodyTimeout, "body-timeout", cfg.BodyTimeout,
 		"a REST request body must deliver 64 KiB (or its end) within each such period, or the request fails with 408")
-	fs.Func("http-allowed-origins", "comma-separated `origins` (scheme://host[:port], or *) whose web pages may call the REST listener when there is no --auth-token-file (default none)",
+	fs.Func("http-allowed-origins", "comma-separated `origins` (scheme://host[:port], or *) whose web pages may call the REST listener: CORS on /v1/files, /v1/dirs, /v1/uploads and /dav (credentials for the origins named), and past the cross-site guard when there is no --auth-token-file (default none)",
 		func(v string) error { cfg.HTTPAllowedOrigins = splitList(v); return nil })
 	fs.Func("http-allowed-hosts", "comma-separated host `names` (or *) the REST listener answers to when there is no --auth-token-file, besides IP addresses, localhost and --http-addr's host (against DNS rebinding)",
 		func(v string) error { cfg.HTTPAllowedHosts = splitList(v); return nil })
+	fs.DurationVar(&cfg.UploadExpiry, "upload-expiry", cfg.UploadExpiry,
+		"how long a tus upload under /v1/uploads/ may go without a PATCH before it is removed with its bytes, and how long a complete one is remembered")
 	fs.Var(sizeFlag(&cfg.MaxInflightBytes, 1), "max-inflight-bytes",
 		"bound on the memory held by requests in flight, daemon-wide (gRPC messages, REST bodies, Reads, and the writes WriteStreams hold unacknowledged); past it requests and streams wait (bytes, or with k, m, g or t)")
 	fs.Var(countFlag(&cfg.Procs, 0), "procs",

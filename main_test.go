@@ -5,7 +5,9 @@ import (
 	"flag"
 	"io"
 	"path/filepath"
+	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -182,9 +184,9 @@ func TestParseFlagsSizeSpellings(t *testing.T) {
 		in   string
 		want int64
 	}{{"64m", 64 << 20}, {"64M", 64 << 20}, {"64MiB", 64 << 20}, {"4k", 4096}, {"4KiB", 4096}, {"1t", 1 << 40}} {
-		cfg, err := parseFlags([]string{"--max-request-bytes", tt.in}, io.Discard)
-		if err != nil || cfg.Store.MaxRequestBytes != tt.want {
-			t.Errorf("--max-request-bytes %s: %d, %v; want %d", tt.in, cfg.Store.MaxRequestBytes, err, tt.want)
+		cfg, err := parseFlags([]string{"--max-file-size", tt.in}, io.Discard)
+		if err != nil || cfg.Store.MaxFileSize != tt.want {
+			t.Errorf("--max-file-size %s: %d, %v; want %d", tt.in, cfg.Store.MaxFileSize, err, tt.want)
 		}
 	}
 	if _, err := parseFlags([]string{"--max-file-size", "1TB"}, io.Discard); err == nil {
@@ -219,6 +221,47 @@ func TestLimitFlagsRefuseZero(t *testing.T) {
 	}
 	if got := []any{cfg.Store.MaxWaitersPerFile, cfg.Store.MaxFileSize, cfg.Store.MaxOpenFiles}; got[0] != 0 || got[1] != int64(1) || got[2] != 1 {
 		t.Errorf("smallest limits parsed as %v, want [0 1 1]", got)
+	}
+}
+
+// TestConfigErrorsNameFlags: a setting that service.Config.Validate
+// refuses is named by its flag, whose value the message repeats.
+func TestConfigErrorsNameFlags(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--stream-idle-timeout", "0s"}, "--stream-idle-timeout is 0s: want more than 0"},
+		{[]string{"--drain-timeout", "-1s"}, "--drain-timeout is -1s: want 0 or more"},
+		{[]string{"--max-request-bytes", "2g"}, "--max-request-bytes is 2147483648: want at most 1073741824"},
+		{[]string{"--max-inflight-bytes", "1k"}, "--max-inflight-bytes is 1024: want at least"},
+		{[]string{"--max-open-files", strconv.FormatUint(store.NoFileLimit(), 10)}, "RLIMIT_NOFILE"},
+		{[]string{"--root", ""}, "--root is empty"},
+	} {
+		_, err := parseFlags(tt.args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("parseFlags(%q) = %v, want an error with %q", tt.args, err, tt.want)
+		}
+	}
+}
+
+// TestFlagOfNamesFlags: each field flagOf names is a field of
+// service.Config, and its flag is one registerFlags registers.
+func TestFlagOfNamesFlags(t *testing.T) {
+	var cfg service.Config
+	fs := flag.NewFlagSet("filewrite", flag.ContinueOnError)
+	registerFlags(fs, &cfg)
+	for field, name := range flagOf {
+		typ, fieldName := reflect.TypeFor[service.Config](), field
+		if f, ok := strings.CutPrefix(field, "Store."); ok {
+			typ, fieldName = reflect.TypeFor[store.Options](), f
+		}
+		if _, ok := typ.FieldByName(fieldName); !ok {
+			t.Errorf("flagOf names %s, not a field of %v", field, typ)
+		}
+		if fs.Lookup(name) == nil {
+			t.Errorf("flagOf gives %s the flag --%s, which is not registered", field, name)
+		}
 	}
 }
 

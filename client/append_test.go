@@ -207,24 +207,8 @@ func TestAppendCutsLandOnce(t *testing.T) {
 			d, p, f := openBehindProxy(t, "log", opts...)
 			const writers, each, size, cuts = 8, 60, 24, 4
 			record := func(w, i int) []byte { return fmt.Appendf(nil, "%-*s\n", size-1, fmt.Sprintf("w%d r%d", w, i)) }
-			offsets := make([][]int64, writers)
-			errs := make([][]error, writers)
-			var done atomic.Int64
-			var wg sync.WaitGroup
-			for w := range writers {
-				offsets[w], errs[w] = make([]int64, each), make([]error, each)
-				wg.Go(func() {
-					for i := range each {
-						offsets[w][i], errs[w][i] = f.Append(ctx, record(w, i))
-						done.Add(1)
-					}
-				})
-			}
-			for k := 1; k <= cuts; k++ {
-				testutil.WaitFor(t, "appends before the next cut", func() bool { return done.Load() >= int64(k*writers*each/(cuts+1)) })
-				p.cut()
-			}
-			wg.Wait()
+			offsets, errs := testutil.ConcurrentAppends(t, writers, each, cuts,
+				func(w, i int) (int64, error) { return f.Append(ctx, record(w, i)) }, p.cut)
 			got := d.onDisk(t, "log")
 			if len(got)%size != 0 {
 				t.Fatalf("the file is %d bytes, not a whole number of %d-byte records", len(got), size)
@@ -264,13 +248,8 @@ func TestAppendCutsLandOnce(t *testing.T) {
 // holds it returns the context's error at once; the daemon carries out the
 // range it took, the append lands once, and the next append goes after it.
 func TestAppendCancelled(t *testing.T) {
-	d := startDaemon(t, nil)
-	ctx := testContext(t)
-	c := dial(t, d.addr)
-	f, err := c.Open(ctx, "log")
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, ctx, c := startAndDial(t)
+	f := openFile(t, ctx, c, "log")
 	g := testutil.NewGate(t)
 	held := d.ffs.Inject(faultfs.Rule{Op: faultfs.OpWrite, Path: "log", Hold: g.Opened(), Times: 1})
 	actx, cancel := context.WithCancel(ctx)

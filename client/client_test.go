@@ -37,6 +37,24 @@ func dial(t *testing.T, addr string, opts ...client.Option) *client.Client {
 	return c
 }
 
+// startAndDial starts a daemon and dials it, for a test that takes
+// testContext's context.
+func startAndDial(t *testing.T) (*daemon, context.Context, *client.Client) {
+	t.Helper()
+	d := startDaemon(t, nil)
+	return d, testContext(t), dial(t, d.addr)
+}
+
+// openFile opens path on c, failing the test if it cannot.
+func openFile(t *testing.T, ctx context.Context, c *client.Client, path string, opts ...client.FileOption) *client.File {
+	t.Helper()
+	f, err := c.Open(ctx, path, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 func pattern(n int, seed byte) []byte {
 	b := make([]byte, n)
 	for i := range b {
@@ -48,13 +66,8 @@ func pattern(n int, seed byte) []byte {
 // TestFileCalls: every call of a File against a real daemon, each checked
 // by what the next one sees.
 func TestFileCalls(t *testing.T) {
-	d := startDaemon(t, nil)
-	ctx := testContext(t)
-	c := dial(t, d.addr)
-	f, err := c.Open(ctx, "calls/f", client.WithSync(client.SyncData))
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, ctx, c := startAndDial(t)
+	f := openFile(t, ctx, c, "calls/f", client.WithSync(client.SyncData))
 	data := pattern(3*4096, 1)
 	if n, err := f.WriteAt(data, 0); n != len(data) || err != nil {
 		t.Fatalf("WriteAt: %d, %v", n, err)
@@ -142,10 +155,7 @@ func TestSplitWrites(t *testing.T) {
 	d := startDaemon(t, nil)
 	ctx := testContext(t)
 	c := dial(t, d.addr, client.WithMaxMessageBytes(4096))
-	f, err := c.Open(ctx, "split/f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openFile(t, ctx, c, "split/f")
 	defer f.Close()
 	data := pattern(50000, 7)
 	if n, err := f.WriteAt(data, 3); n != len(data) || err != nil {
@@ -207,10 +217,7 @@ func TestCoalescing(t *testing.T) {
 	defer conn.Close()
 	c := client.New(conn)
 	defer c.Close()
-	f, err := c.Open(ctx, "coalesce/f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openFile(t, ctx, c, "coalesce/f")
 	const callers = 16
 	type result struct {
 		n   int
@@ -315,13 +322,8 @@ func TestBrokenStream(t *testing.T) {
 // TestCloseReportsUnseenFailure: a write whose caller stopped waiting and
 // which then failed is reported by Close.
 func TestCloseReportsUnseenFailure(t *testing.T) {
-	d := startDaemon(t, nil)
-	ctx := testContext(t)
-	c := dial(t, d.addr)
-	f, err := c.Open(ctx, "unseen/f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, ctx, c := startAndDial(t)
+	f := openFile(t, ctx, c, "unseen/f")
 	g := testutil.NewGate(t)
 	held := d.ffs.Inject(faultfs.Rule{Op: faultfs.OpWrite, Path: "unseen/f", Hold: g.Opened(), Err: syscall.ENOSPC, Times: 1})
 	wctx, cancel := context.WithCancel(ctx)
@@ -344,17 +346,9 @@ func TestCloseReportsUnseenFailure(t *testing.T) {
 // TestSharedStream: two Files of one path share a stream; closing one
 // leaves the other working.
 func TestSharedStream(t *testing.T) {
-	d := startDaemon(t, nil)
-	ctx := testContext(t)
-	c := dial(t, d.addr)
-	a, err := c.Open(ctx, "shared/f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := c.Open(ctx, "shared/f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, ctx, c := startAndDial(t)
+	a := openFile(t, ctx, c, "shared/f")
+	b := openFile(t, ctx, c, "shared/f")
 	if _, err := a.WriteAt([]byte("aa"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -441,14 +435,20 @@ func (s *fakeFiles) WriteStream(ss grpc.BidiStreamingServer[filewritev1.WriteStr
 		if err != nil {
 			return nil
 		}
-		resp := &filewritev1.WriteStreamResponse{}
-		for _, w := range req.GetWrites() {
-			resp.Acks = append(resp.Acks, &filewritev1.StreamAck{Id: w.GetId(), BytesWritten: int64(len(w.GetData()))})
-		}
-		if err := ss.Send(resp); err != nil {
+		if err := ss.Send(&filewritev1.WriteStreamResponse{Acks: ackedInFull(req)}); err != nil {
 			return err
 		}
 	}
+}
+
+// ackedInFull is what a fake daemon that writes everything answers to
+// req's writes: each acked with all its bytes written.
+func ackedInFull(req *filewritev1.WriteStreamRequest) []*filewritev1.StreamAck {
+	var acks []*filewritev1.StreamAck
+	for _, w := range req.GetWrites() {
+		acks = append(acks, &filewritev1.StreamAck{Id: w.GetId(), BytesWritten: int64(len(w.GetData()))})
+	}
+	return acks
 }
 
 // TestReadAtChecksCRC: ReadAt refuses data whose CRC-32C does not match
@@ -465,10 +465,7 @@ func TestReadAtChecksCRC(t *testing.T) {
 	defer srv.Stop()
 	ctx := testContext(t)
 	c := dial(t, lis.Addr().String(), client.WithSharedStreams(0)) // the fake speaks one file per stream
-	f, err := c.Open(ctx, "crc/f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openFile(t, ctx, c, "crc/f")
 	buf := make([]byte, 100)
 	if n, err := f.ReadAt(buf, 0); n != 100 || err != nil {
 		t.Errorf("ReadAt with a good CRC: %d, %v", n, err)

@@ -42,10 +42,7 @@ func TestCopy(t *testing.T) {
 			func(r *client.Reader, dst *bytes.Buffer) (int64, error) { return io.Copy(dst, r) }, 777},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			f, err := c.Open(ctx, "copy/"+tt.name)
-			if err != nil {
-				t.Fatal(err)
-			}
+			f := openFile(t, ctx, c, "copy/"+tt.name)
 			defer f.Close()
 			w := f.NewWriter(tt.writeOff)
 			if n, err := tt.into(w); n != int64(len(data)) || err != nil {
@@ -74,14 +71,11 @@ func TestWriterReportsFailure(t *testing.T) {
 	d := startDaemon(t, func(c *service.Config) { c.Store.MaxFileSize = 100 << 10 })
 	ctx := testContext(t)
 	c := dial(t, d.addr, client.WithMaxMessageBytes(64<<10))
-	f, err := c.Open(ctx, "copy/limit")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openFile(t, ctx, c, "copy/limit")
 	defer f.Close()
 	// ReadFrom waits for every ack: io.Copy reports the failure.
 	w := f.NewWriter(0)
-	_, err = io.Copy(w, struct{ io.Reader }{bytes.NewReader(pattern(200<<10, 1))})
+	_, err := io.Copy(w, struct{ io.Reader }{bytes.NewReader(pattern(200<<10, 1))})
 	if status.Code(err) != codes.OutOfRange {
 		t.Errorf("io.Copy past the file size limit: %v, want %v", err, codes.OutOfRange)
 	}

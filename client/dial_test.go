@@ -40,10 +40,7 @@ func TestDialOptions(t *testing.T) {
 		grpc.WithChainUnaryInterceptor(count),
 	))
 	ctx := testContext(t)
-	f, err := c.Open(ctx, "dial/f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openFile(t, ctx, c, "dial/f")
 	defer f.Close()
 	data := pattern(8<<20, 9)
 	if _, err := f.WriteAt(data, 0); err != nil {

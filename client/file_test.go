@@ -72,13 +72,8 @@ func TestWithTimeout(t *testing.T) {
 // fails with an error wrapping fs.ErrClosed; after the Client's Close,
 // every call of the Client does.
 func TestClosed(t *testing.T) {
-	d := startDaemon(t, nil)
-	ctx := testContext(t)
-	c := dial(t, d.addr)
-	f, err := c.Open(ctx, "closed/f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, ctx, c := startAndDial(t)
+	f := openFile(t, ctx, c, "closed/f")
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -140,10 +135,7 @@ func TestErrorsIs(t *testing.T) {
 	d := startDaemon(t, func(c *service.Config) { c.AuthTokenFile = tokens })
 	ctx := testContext(t)
 	c := dial(t, d.addr, client.WithToken("t0ken"))
-	f, err := c.Open(ctx, "is/f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openFile(t, ctx, c, "is/f")
 	defer f.Close()
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
@@ -179,9 +171,7 @@ func TestErrorsIs(t *testing.T) {
 // nothing; exclusive creates only a missing one; of Clients racing to
 // create one path exclusively, exactly one wins.
 func TestOpenModes(t *testing.T) {
-	d := startDaemon(t, nil)
-	ctx := testContext(t)
-	c := dial(t, d.addr)
+	d, ctx, c := startAndDial(t)
 	if _, err := c.Open(ctx, "modes/missing", client.WithOpenMode(client.OpenMustExist)); !errors.Is(err, fs.ErrNotExist) || status.Code(err) != codes.NotFound {
 		t.Errorf("must-exist Open of a missing file: got %v, want NOT_FOUND wrapping fs.ErrNotExist", err)
 	}
@@ -243,13 +233,8 @@ func TestOpenModes(t *testing.T) {
 // under an open File writes to the new file, while the old File keeps
 // failing with NOT_FOUND, before and after it is closed.
 func TestOpenAfterDelete(t *testing.T) {
-	d := startDaemon(t, nil)
-	ctx := testContext(t)
-	c := dial(t, d.addr)
-	old, err := c.Open(ctx, "again/f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, ctx, c := startAndDial(t)
+	old := openFile(t, ctx, c, "again/f")
 	if _, err := old.WriteAt([]byte("old"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -260,10 +245,7 @@ func TestOpenAfterDelete(t *testing.T) {
 		_, err := old.WriteAt([]byte("x"), 0)
 		return errors.Is(err, fs.ErrNotExist)
 	})
-	f, err := c.Open(ctx, "again/f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openFile(t, ctx, c, "again/f")
 	if _, err := f.WriteAt([]byte("new"), 0); err != nil {
 		t.Errorf("write through the new File: %v", err)
 	}

@@ -41,10 +41,7 @@ func TestSharedStreamsManyFiles(t *testing.T) {
 	const files = 100
 	fs_ := make([]*client.File, files)
 	for i := range fs_ {
-		f, err := c.Open(ctx, fmt.Sprintf("many/%03d", i))
-		if err != nil {
-			t.Fatal(err)
-		}
+		f := openFile(t, ctx, c, fmt.Sprintf("many/%03d", i))
 		fs_[i] = f
 	}
 	if got, most := counter.n.Load(), int64((files+15)/16); got > most {
@@ -116,9 +113,7 @@ func (s *declaredFiles) WriteStream(ss grpc.BidiStreamingServer[filewritev1.Writ
 		held -= int64(len(req.GetClose()))
 		for cur := s.most.Load(); held > cur && !s.most.CompareAndSwap(cur, held); cur = s.most.Load() {
 		}
-		for _, w := range req.GetWrites() {
-			resp.Acks = append(resp.Acks, &filewritev1.StreamAck{Id: w.GetId(), BytesWritten: int64(len(w.GetData()))})
-		}
+		resp.Acks = ackedInFull(req)
 		if err := ss.Send(resp); err != nil {
 			return err
 		}

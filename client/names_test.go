@@ -15,15 +15,10 @@ import (
 // temporary file, sync it, rename it over the target with its directory
 // synced, list), and the refusals of Delete, Rename and List.
 func TestNames(t *testing.T) {
-	d := startDaemon(t, nil)
-	ctx := testContext(t)
-	c := dial(t, d.addr)
+	d, ctx, c := startAndDial(t)
 	write := func(path, data string) {
 		t.Helper()
-		f, err := c.Open(ctx, path)
-		if err != nil {
-			t.Fatal(err)
-		}
+		f := openFile(t, ctx, c, path)
 		if _, err := f.WriteAt([]byte(data), 0); err != nil {
 			t.Fatal(err)
 		}
@@ -93,13 +88,8 @@ func TestNames(t *testing.T) {
 // under the new name, and fails with NOT_FOUND once the file is deleted,
 // without making a new file.
 func TestOpenFileAcrossNames(t *testing.T) {
-	d := startDaemon(t, nil)
-	ctx := testContext(t)
-	c := dial(t, d.addr)
-	f, err := c.Open(ctx, "open/a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, ctx, c := startAndDial(t)
+	f := openFile(t, ctx, c, "open/a")
 	defer f.Close()
 	if _, err := f.WriteAt([]byte("before "), 0); err != nil {
 		t.Fatal(err)

@@ -20,10 +20,7 @@ func TestReason(t *testing.T) {
 	d := startDaemon(t, func(c *service.Config) { c.Store.MaxFileSize = 1 << 20 })
 	ctx := testContext(t)
 	c := dial(t, d.addr)
-	f, err := c.Open(ctx, "reason/f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openFile(t, ctx, c, "reason/f")
 	defer f.Close()
 	_, streamErr := f.WriteAt([]byte("x"), 1<<40)
 	unaryErr := f.Truncate(ctx, -1)

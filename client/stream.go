@@ -383,8 +383,9 @@ func (s *fileStream) sendOne() bool {
 			// No stream to send on: the queued writes that may try
 			// again stay queued; the others fail with why.
 			s.queue = s.retryOrFailLocked(s.queue, err, false)
+			more := len(s.queue) > 0
 			s.mu.Unlock()
-			return len(s.queue) > 0
+			return more
 		}
 		if len(s.queue) == 0 {
 			// Given up on, or failed by close, while mu was let go: no

@@ -44,11 +44,7 @@ func (s *closingFiles) WriteStream(ss grpc.BidiStreamingServer[filewritev1.Write
 	if err != nil {
 		return nil
 	}
-	resp := &filewritev1.WriteStreamResponse{}
-	for _, w := range req.GetWrites() {
-		resp.Acks = append(resp.Acks, &filewritev1.StreamAck{Id: w.GetId(), BytesWritten: int64(len(w.GetData()))})
-	}
-	if err := ss.Send(resp); err != nil {
+	if err := ss.Send(&filewritev1.WriteStreamResponse{Acks: ackedInFull(req)}); err != nil {
 		return err
 	}
 	return s.end
@@ -91,10 +87,7 @@ func testStreamEndedCleanly(t *testing.T, end error) {
 	defer srv.Stop()
 	ctx := testContext(t)
 	c := dial(t, lis.Addr().String(), client.WithSharedStreams(0)) // the fake speaks one file per stream
-	f, err := c.Open(ctx, "idle/f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openFile(t, ctx, c, "idle/f")
 	// One after the other: each goes on a stream that the one before
 	// ended, or that is ending, or a new one.
 	for i := range 20 {

@@ -62,15 +62,16 @@ func TestHAProxyOneCanonicalPath(t *testing.T) {
 		steps := []struct {
 			method, url, ctype string
 			body               []byte
+			code               int
 		}{
-			{"PUT", u + "?offset=0", "application/octet-stream", want[:halfSize]},
-			{"POST", u + ":write", "application/json", fmt.Appendf(nil, `{"offset":"%d","data":%q}`, halfSize, base64.StdEncoding.EncodeToString(want[halfSize:]))},
-			{"GET", fmt.Sprintf("%s:read?offset=0&length=%d", u, 2*halfSize), "", nil},
+			{"PUT", u + "?offset=0", "application/octet-stream", want[:halfSize], http.StatusCreated},
+			{"POST", u + ":write", "application/json", fmt.Appendf(nil, `{"offset":"%d","data":%q}`, halfSize, base64.StdEncoding.EncodeToString(want[halfSize:])), http.StatusOK},
+			{"GET", fmt.Sprintf("%s:read?offset=0&length=%d", u, 2*halfSize), "", nil, http.StatusOK},
 		}
 		for _, s := range steps {
 			code, body, err := restCall(hc, s.method, s.url, s.ctype, s.body)
-			if err != nil || code != http.StatusOK {
-				t.Fatalf("%q: %s %s: %d %s %v", name, s.method, s.url, code, body, err)
+			if err != nil || code != s.code {
+				t.Fatalf("%q: %s %s: %d %s %v, want %d", name, s.method, s.url, code, body, err, s.code)
 			}
 		}
 		r, err := fc.Read(ctx, &filewritev1.ReadRequest{Path: name, Length: 2 * halfSize})

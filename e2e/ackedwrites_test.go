@@ -109,7 +109,8 @@ func httpLoadWriter(ctx context.Context, client *http.Client, base string, log *
 			return err
 		}
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
+		// 201 when the PUT created its file.
+		if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
 			return fmt.Errorf("HTTP %d", resp.StatusCode)
 		}
 		log.add(s, q == "data")

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -79,29 +78,14 @@ func TestRESTAppendRetryAcrossRestart(t *testing.T) {
 	record := func(w, i int) []byte {
 		return []byte(fmt.Sprintf("%-*s\n", size-1, fmt.Sprintf("rest appender %d record %d", w, i)))
 	}
-	offsets := make([][]int64, appenders)
-	errs := make([][]error, appenders)
-	var acked atomic.Int64
-	var wg sync.WaitGroup
-	for w := range appenders {
-		offsets[w], errs[w] = make([]int64, each), make([]error, each)
-		wg.Go(func() {
-			for i := range each {
-				offsets[w][i], errs[w][i] = post(fmt.Sprintf("w%d-%d", w, i), record(w, i))
-				if errs[w][i] == nil {
-					acked.Add(1)
-				}
-			}
+	offsets, errs := testutil.ConcurrentAppends(t, appenders, each, kills,
+		func(w, i int) (int64, error) { return post(fmt.Sprintf("w%d-%d", w, i), record(w, i)) },
+		func() {
+			proc.Kill()
+			proc.Wait()
+			time.Sleep(300 * time.Millisecond) // an outage, not a check
+			start()
 		})
-	}
-	for k := 1; k <= kills; k++ {
-		testutil.WaitFor(t, "appends to be acknowledged before the kill", func() bool { return acked.Load() >= int64(k*appenders*each/(kills+1)) })
-		proc.Kill()
-		proc.Wait()
-		time.Sleep(300 * time.Millisecond) // an outage, not a check
-		start()
-	}
-	wg.Wait()
 
 	checkAppendedOnce(t, filepath.Join(root, "rest/log"), size, record, offsets, errs, kills*appenders)
 }

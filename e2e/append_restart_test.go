@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,28 +52,13 @@ func appendAcrossRestarts(t *testing.T, bin string, mode client.SyncMode) {
 	record := func(w, i int) []byte {
 		return []byte(fmt.Sprintf("%-*s\n", size-1, fmt.Sprintf("appender %d record %d", w, i)))
 	}
-	offsets := make([][]int64, appenders)
-	errs := make([][]error, appenders)
-	var acked atomic.Int64
-	var wg sync.WaitGroup
-	for w := range appenders {
-		offsets[w], errs[w] = make([]int64, each), make([]error, each)
-		wg.Go(func() {
-			for i := range each {
-				offsets[w][i], errs[w][i] = f.Append(ctx, record(w, i))
-				if errs[w][i] == nil {
-					acked.Add(1)
-				}
-			}
+	offsets, errs := testutil.ConcurrentAppends(t, appenders, each, kills,
+		func(w, i int) (int64, error) { return f.Append(ctx, record(w, i)) },
+		func() {
+			d.kill()
+			time.Sleep(300 * time.Millisecond) // an outage, not a check
+			d.start()
 		})
-	}
-	for k := 1; k <= kills; k++ {
-		testutil.WaitFor(t, "appends to be acknowledged before the kill", func() bool { return acked.Load() >= int64(k*appenders*each/(kills+1)) })
-		d.kill()
-		time.Sleep(300 * time.Millisecond) // an outage, not a check
-		d.start()
-	}
-	wg.Wait()
 	f.Close()
 
 	checkAppendedOnce(t, filepath.Join(d.root, "restart/log"), size, record, offsets, errs, kills*appenders)

@@ -115,8 +115,8 @@ func TestDaemonDrainsOnSIGTERM(t *testing.T) {
 	stopWatch()
 	put.Send()
 
-	if got := <-put.Done; got.Err != nil || got.Status != http.StatusOK {
-		t.Errorf("PUT during the drain: %d %s %v, want 200\n%s", got.Status, got.Body, got.Err, logs)
+	if got := <-put.Done; got.Err != nil || got.Status != http.StatusCreated {
+		t.Errorf("PUT during the drain: %d %s %v, want 201 (it creates put.bin)\n%s", got.Status, got.Body, got.Err, logs)
 	} else {
 		var wr struct{ BytesWritten string }
 		if err := json.Unmarshal([]byte(got.Body), &wr); err != nil || wr.BytesWritten != "1048579" {

@@ -80,7 +80,7 @@ func allBytes(n int) []byte {
 // startFresh starts the daemon binary on a fresh root, with args after
 // --root, and returns a context that ends after timeout (or with the
 // test), the root, and the running daemon with its log.
-func startFresh(t *testing.T, timeout time.Duration, args ...string) (context.Context, string, *daemonproc.Process, *testutil.LockedBuffer) {
+func startFresh(t testing.TB, timeout time.Duration, args ...string) (context.Context, string, *daemonproc.Process, *testutil.LockedBuffer) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	t.Cleanup(cancel)

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -685,27 +684,11 @@ func printBulkTable(goals []bulkGoal, memory bool) func(io.Writer, *comparisonRe
 		rows, row := tableRows(res, columnNames(res))
 		mbps := func(iops float64) string { return strconv.FormatFloat(iops*bulkUnit/1e6, 'f', 0, 64) }
 		row("MB/s", func(c *columnSummary) string { return mbps(c.IOPS) }, func(r *ratioSummary) string { return fmt.Sprintf("%.2fx", r.IOPS) })
-		row("MB/s by round", func(c *columnSummary) string {
-			var s []string
-			for _, r := range c.Rounds {
-				s = append(s, mbps(r.IOPS))
-			}
-			return strings.Join(s, " ")
-		}, roundRatios)
-		row("errors", func(c *columnSummary) string { return strconv.Itoa(c.Errors) }, nil)
-		usec := func(v float64) string {
-			if v == 0 {
-				return "-"
-			}
-			return strconv.FormatFloat(v, 'f', 0, 64)
-		}
-		row("cpu/MiB daemon (usec)", func(c *columnSummary) string { return usec(c.CPU.ServerUS) }, nil)
-		row("cpu/MiB harness, tools (usec)", func(c *columnSummary) string { return usec(c.CPU.ClientUS) }, nil)
-		row("other load (cpus)", func(c *columnSummary) string { return strconv.FormatFloat(c.CPU.OtherCores, 'f', 2, 64) },
-			func(r *ratioSummary) string { return ratioOtherLoad(res, r) })
-		row(fmt.Sprintf("busy, all (cpus of %d)", runtime.NumCPU()), func(c *columnSummary) string {
-			return strconv.FormatFloat(c.CPU.BusyCores, 'f', 2, 64)
-		}, nil)
+		row("MB/s by round", roundCells(mbps), roundRatios)
+		row("errors", errorCells, nil)
+		row("cpu/MiB daemon (usec)", func(c *columnSummary) string { return dashIfZero(c.CPU.ServerUS, 0) }, nil)
+		row("cpu/MiB harness, tools (usec)", func(c *columnSummary) string { return dashIfZero(c.CPU.ClientUS, 0) }, nil)
+		loadRows(res, row)
 		if memory {
 			row("daemon RSS above idle, peak (MiB)", func(c *columnSummary) string {
 				if c.RSSAboveIdle == 0 {

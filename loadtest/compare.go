@@ -73,6 +73,9 @@ type column struct {
 	// with one key share a daemon, and columns with different keys do
 	// not, whatever their flags.
 	daemonKey string
+	// env is added to the daemon's environment ("NAME=value"): columns
+	// share a daemon only if their env is the same too.
+	env []string
 	// setup prepares the column's server or directory once; before and
 	// after run around each timed run, untimed. Any may be nil.
 	setup  func(ctx context.Context, s *session) error
@@ -152,6 +155,9 @@ type columnSummary struct {
 	// SyncsPerOp is the median over rounds of the syncs the daemon
 	// issued per operation, for the scenarios that count them.
 	SyncsPerOp float64 `json:"median_syncs_per_op,omitempty"`
+	// SpansPerOp is the median over rounds of the spans that reached the
+	// harness's OTLP sink per operation (the tracing scenario).
+	SpansPerOp float64 `json:"median_spans_per_op,omitempty"`
 	// RSSAboveIdle is the most the daemon's resident memory rose above
 	// its idle level in any round, where measured.
 	RSSAboveIdle int64 `json:"max_rss_above_idle_bytes,omitempty"`
@@ -176,6 +182,8 @@ type roundSummary struct {
 	// operation; absent where not counted.
 	Syncs      float64 `json:"syncs,omitempty"`
 	SyncsPerOp float64 `json:"syncs_per_op,omitempty"`
+	// Spans is the spans that reached the OTLP sink during the round.
+	Spans int64 `json:"spans,omitempty"`
 	// Daemon is what the run cost the daemon beyond CPU (daemonStats).
 	Daemon *daemonStats `json:"daemon,omitempty"`
 }
@@ -335,7 +343,7 @@ func (r *comparisonRun) setUp(ctx context.Context) error {
 // earlier column has the same flags (or daemonKey).
 func (r *comparisonRun) daemonFor(ctx context.Context, col column) (*daemon, error) {
 	e, c := r.e, r.c
-	key := strings.Join(col.daemon, " ")
+	key := strings.Join(append(slices.Clone(col.daemon), col.env...), " ")
 	if col.daemonKey != "" {
 		key = "key " + col.daemonKey
 	}
@@ -346,17 +354,24 @@ func (r *comparisonRun) daemonFor(ctx context.Context, col column) (*daemon, err
 	if c.daemonStats {
 		args = append([]string{"--http-addr", "127.0.0.1:0"}, args...)
 	}
+	if e.opts.profile {
+		addr, err := freeLoopbackAddr()
+		if err != nil {
+			return nil, err
+		}
+		args = append(slices.Clone(args), "--pprof-addr", addr)
+	}
 	name := col.name
 	if col.daemonKey != "" {
 		name = col.daemonKey
 	}
-	d, err := startDaemon(ctx, c.name+"/"+col.name, e.bin, filepath.Join(e.work, c.name, name, "data"),
-		filepath.Join(e.work, c.name, name, "daemon.log"), args)
+	d, err := startDaemonEnv(ctx, c.name+"/"+col.name, e.bin, filepath.Join(e.work, c.name, name, "data"),
+		filepath.Join(e.work, c.name, name, "daemon.log"), args, col.env)
 	if err != nil {
 		return nil, err
 	}
 	r.daemons[key] = d
-	flags := strings.Join(col.daemon, " ")
+	flags := strings.Join(append(slices.Clone(col.env), col.daemon...), " ")
 	if flags == "" {
 		flags = "(default flags)"
 	}
@@ -436,7 +451,11 @@ func (r *comparisonRun) runRound(ctx context.Context, round int, pairs map[strin
 		for _, p := range pairs[col.name] {
 			j := p.den
 			r.sessions[j].round = round
-			run, err := e.runColumn(ctx, c, r.cols[j], r.sessions[j])
+			// Named apart, so that its reports and profiles do not
+			// overwrite those of the denominator's own run.
+			den := r.cols[j]
+			den.name += "-before-" + col.name
+			run, err := e.runColumn(ctx, c, den, r.sessions[j])
 			if err != nil {
 				return fmt.Errorf("%s/%s round %d, before %s: %w", c.name, r.cols[j].name, round, col.name, err)
 			}
@@ -498,13 +517,15 @@ func (e *env) runColumn(ctx context.Context, c *comparison, col column, s *sessi
 		}
 	}
 	allocs0, aerr := s.daemon.mallocs(ctx)
+	profiled := e.profile(ctx, c, col, s)
 	cpu0, start := sampleCPU(s.pid), time.Now()
 	r, err := col.run(ctx, s)
 	cpu, wall := sampleCPU(s.pid).since(cpu0), time.Since(start)
 	allocs1, aerr1 := s.daemon.mallocs(ctx)
 	end()
+	perr := profiled()
 	if err == nil {
-		err = cmp.Or(aerr, aerr1)
+		err = cmp.Or(aerr, aerr1, perr)
 	}
 	if err == nil {
 		// An interrupted run stops early and counts its cancelled calls as
@@ -575,7 +596,7 @@ func (e *env) summarize(res *comparisonResult, c *comparison, cols []column) {
 			cs.DaemonFlags = nil
 		}
 		var iops, allocs, switches, server, client, others, busy []float64
-		var syncs []float64
+		var syncs, spans []float64
 		pcts := map[float64][]float64{}
 		for _, r := range res.runs[col.name] {
 			jp, hp := reportPaths(c.name, r)
@@ -583,6 +604,8 @@ func (e *env) summarize(res *comparisonResult, c *comparison, cols []column) {
 				IOPS: r.IOPS(), CPU: perOp(r), Daemon: r.Daemon, ReportJSON: jp, ReportHTML: hp}
 			rs.Syncs, rs.SyncsPerOp = r.Syncs, r.syncsPerOp()
 			syncs = append(syncs, rs.SyncsPerOp)
+			rs.Spans = r.Spans
+			spans = append(spans, r.spansPerOp())
 			allocs = append(allocs, rs.CPU.ServerAllocs)
 			switches = append(switches, rs.CPU.ServerSwitches)
 			server = append(server, rs.CPU.ServerUS)
@@ -607,6 +630,7 @@ func (e *env) summarize(res *comparisonResult, c *comparison, cols []column) {
 		}
 		cs.IOPS = median(iops)
 		cs.SyncsPerOp = median(syncs)
+		cs.SpansPerOp = median(spans)
 		cs.CPU = cpuPerOp{ServerAllocs: median(allocs), ServerSwitches: median(switches), ServerUS: median(server), ClientUS: median(client), OtherCores: median(others), BusyCores: median(busy)}
 		cs.Bandwidth = cs.IOPS * float64(c.bs)
 		for _, p := range fioPercentiles {

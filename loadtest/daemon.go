@@ -22,8 +22,10 @@ type daemon struct {
 	// httpAddr is the HTTP address it logged, "" unless its flags ask for
 	// one (--http-addr): its /metrics gives the daemon's allocations.
 	httpAddr string
-	proc     *daemonproc.Process
-	logf     *os.File
+	// pprofAddr is its --pprof-addr, "" for none (-profile gives one).
+	pprofAddr string
+	proc      *daemonproc.Process
+	logf      *os.File
 	// procs is how many threads run the daemon's Go code, from its start
 	// record; 0 if it does not say.
 	procs int
@@ -33,6 +35,13 @@ type daemon struct {
 // returns once the daemon has logged its addresses. Its log goes to
 // logPath, in JSON.
 func startDaemon(ctx context.Context, name, bin, dataDir, logPath string, args []string) (*daemon, error) {
+	return startDaemonEnv(ctx, name, bin, dataDir, logPath, args, nil)
+}
+
+// startDaemonEnv is startDaemon with env ("NAME=value", such as the
+// OTEL_* variables that turn tracing on) added to the daemon's
+// environment.
+func startDaemonEnv(ctx context.Context, name, bin, dataDir, logPath string, args, env []string) (*daemon, error) {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -48,12 +57,25 @@ func startDaemon(ctx context.Context, name, bin, dataDir, logPath string, args [
 	}, args...)
 	wait, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	p, err := daemonproc.Start(wait, bin, full, logf)
+	p, err := daemonproc.StartEnv(wait, bin, full, env, logf)
 	if err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("daemon %s: %w; its log is %s", name, err, logPath)
 	}
-	return &daemon{name: name, args: args, root: dataDir, addr: p.GRPCAddr, httpAddr: p.HTTPAddr, proc: p, logf: logf, procs: startedProcs(logPath)}, nil
+	return &daemon{name: name, args: args, root: dataDir, addr: p.GRPCAddr, httpAddr: p.HTTPAddr, pprofAddr: flagValue(args, "--pprof-addr"),
+		proc: p, logf: logf, procs: startedProcs(logPath)}, nil
+}
+
+// flagValue is the value args give flag (as "--flag value"; the last
+// wins), "" if none.
+func flagValue(args []string, flag string) string {
+	v := ""
+	for i, a := range args {
+		if a == flag && i+1 < len(args) {
+			v = args[i+1]
+		}
+	}
+	return v
 }
 
 // startedProcs is the procs attribute of the "filewrite started" record in

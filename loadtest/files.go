@@ -258,18 +258,12 @@ func (e *env) filesCreate() *comparison {
 // that each round makes new directories, each file by one Write of bs
 // bytes with SYNC_MODE_DATA. The run ends when all are made.
 func createFiles(n int) func(context.Context, *session) (*runResult, error) {
-	return func(ctx context.Context, s *session) (*runResult, error) {
-		clients, closeAll, err := dialClients(s.addr, s.token, s.clients, s.connections)
-		if err != nil {
-			return nil, err
-		}
-		defer closeAll()
-		data := patternBytes(s.bs)
+	return unaryRun(func(ctx context.Context, s *session, clients []filewritev1.FileServiceClient, data []byte) *runResult {
 		prefix := fmt.Sprintf("create-%s/r%d", s.column, s.round)
 		return loopN(ctx, s, "Write(create, sync=data)", int64(n), func(ctx context.Context, client int, i int64) error {
 			path := fmt.Sprintf("%s/d%05d/f%07d", prefix, i/createPerDir, i)
 			_, err := clients[client].Write(ctx, &filewritev1.WriteRequest{Path: path, Data: data, Sync: filewritev1.SyncMode_SYNC_MODE_DATA})
 			return err
-		}), nil
-	}
+		})
+	})
 }

@@ -6,6 +6,7 @@ require (
 	github.com/bojand/ghz v0.121.0
 	github.com/filewrite/filewrite v0.0.0
 	github.com/jhump/protoreflect v1.15.1
+	go.opentelemetry.io/proto/otlp v1.11.1
 	golang.org/x/sys v0.50.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12

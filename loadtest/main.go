@@ -11,6 +11,7 @@
 //	go -C loadtest run . -scenario stream
 //	go -C loadtest run . -scenario cluster
 //	go -C loadtest run . -scenario cluster -targets 10.0.0.1:50051,10.0.0.2:50051
+//	go -C loadtest run . -scenario tracing -duration 5s -rounds 2 -profile
 //	go -C loadtest run . -scenario bulk -record ../docs/benchmarks
 //
 // By default it builds the daemon from this checkout and starts one daemon
@@ -30,7 +31,8 @@
 // pwrite+fdatasync on the file system below -out.
 //
 // In -out it writes ghz's JSON and HTML report of every run, one SVG chart
-// per comparison and summary.json with every figure.
+// per comparison and summary.json with every figure; with -profile, also
+// the daemon's CPU and allocation profiles of every run.
 package main
 
 import (
@@ -85,6 +87,8 @@ type options struct {
 	maxOpenFiles int
 	streams      int
 	createFiles  int
+	// profile captures the daemon's Go profiles over every run.
+	profile bool
 }
 
 // scenarioNames in the order "all" runs them; soak is separate.
@@ -145,7 +149,7 @@ type rawFlags struct {
 func (o *options) flagSet(raw *rawFlags, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&o.scenario, "scenario", "", "what to run: "+strings.Join(scenarioNames, ", ")+", all (those, with both transports), soak, cluster, files, or bulk (or one of its rows: "+strings.Join(bulkNames, ", ")+")")
+	fs.StringVar(&o.scenario, "scenario", "", "what to run: "+strings.Join(scenarioNames, ", ")+", all (those, with both transports), soak, cluster, files, tracing, or bulk (or one of its rows: "+strings.Join(bulkNames, ", ")+")")
 	fs.DurationVar(&o.duration, "duration", 0, "length of each timed run (default 15s; 2m for soak)")
 	fs.IntVar(&o.rounds, "rounds", o.rounds, "rounds per comparison; every configuration runs once per round, in alternation")
 	fs.IntVar(&o.concurrency, "concurrency", 0, "concurrent clients (default: the scenario's: 8 below-eof, 10 prealloc-overwrite, 32 fsync, throughput and stream, 64 soak)")
@@ -157,13 +161,14 @@ func (o *options) flagSet(raw *rawFlags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&raw.targets, "targets", "", "with -scenario cluster: comma-separated gRPC addresses of running daemons, routed by ring hash of the path")
 	fs.StringVar(&raw.tokenFile, "token-file", "", "with -target: a `file` whose first token (one per line, # comments) is sent as the bearer token")
 	fs.StringVar(&o.daemon, "daemon", "", "a filewrite binary to start instead of building one from this checkout")
-	fs.StringVar(&o.transport, "transport", "", "how the clients reach the daemon: unary (one RPC per write), stream (WriteStream through the client package, a File per client; files: multi-file WriteStreams) or both, alternated (default: both for all and files, unary otherwise)")
+	fs.StringVar(&o.transport, "transport", "", "how the clients reach the daemon: unary (one RPC per write), stream (WriteStream through the client package, a File per client; files: multi-file WriteStreams) or both, alternated (default: both for all, files and tracing, unary otherwise)")
 	fs.BoolVar(&o.keepData, "keep-data", false, "keep the daemons' data directories and logs after each scenario")
 	fs.StringVar(&o.record, "record", "", "also write the run as a dated record, DATE-COMMIT-SCENARIO.md, into this `dir` (docs/benchmarks keeps them)")
 	fs.StringVar(&raw.files, "files", raw.files, "files: the file counts of the many-file rows, comma-separated")
 	fs.IntVar(&o.maxOpenFiles, "max-open-files", o.maxOpenFiles, "files: the daemon's --max-open-files in the second run of each many-file row")
 	fs.IntVar(&o.streams, "streams", o.streams, "files: most files the stream transport keeps declared (open on the daemon) on its multi-file WriteStreams, 4096 to a stream; rows with -max-open-files keep fewer")
 	fs.IntVar(&o.createFiles, "create", o.createFiles, "files: how many files files-create makes, ten to a new directory")
+	fs.BoolVar(&o.profile, "profile", false, "write the CPU and allocation profiles (Go pprof) of the daemon over every run to -out, as COMPARISON/rROUND-COLUMN.{cpu,allocs}.pprof; not with -target")
 	return fs
 }
 
@@ -172,7 +177,7 @@ func (o *options) checkChoices(rawFlags) error {
 	switch o.scenario {
 	case "":
 		return errors.New("-scenario is required (" + strings.Join(scenarioNames, ", ") + ", all or soak)")
-	case "all", "soak", "cluster", "files", "bulk":
+	case "all", "soak", "cluster", "files", "tracing", "bulk":
 	default:
 		if slices.Contains(bulkNames, o.scenario) {
 			break
@@ -199,6 +204,9 @@ func (o *options) checkCounts(rawFlags) error {
 	}
 	if o.maxOpenFiles < 1 || o.streams < 1 || o.createFiles < 1 {
 		return errors.New("-max-open-files, -streams and -create must be at least 1")
+	}
+	if o.profile && (o.target != "" || o.scenario == "soak") {
+		return errors.New("-profile needs daemons the harness starts for a comparison: not -target, not soak")
 	}
 	return nil
 }
@@ -494,6 +502,15 @@ func run(ctx context.Context, opts options, stdout, progressOut io.Writer) (*sum
 			add(n)
 		}
 	case "soak":
+	case "tracing":
+		// The traced daemons' spans go to a sink of the harness's own,
+		// up for the whole comparison.
+		sink, err := startOTLPSink()
+		if err != nil {
+			return nil, err
+		}
+		defer sink.close()
+		comparisons = append(comparisons, func() *comparison { return e.tracing(sink) })
 	default:
 		add(opts.scenario)
 	}

@@ -46,6 +46,9 @@ type runResult struct {
 	// the run, SyncCallers how many callers they covered, as the daemon's
 	// filewrite_fsync_batch_size counts them; 0 when not counted.
 	Syncs, SyncCallers float64
+	// Spans is how many spans reached the harness's OTLP sink during the
+	// run (the tracing scenario); 0 when not counted.
+	Spans int64
 	// pcts are the run's latency percentiles when another tool (fio)
 	// measured them and the latencies themselves are not at hand.
 	pcts map[float64]time.Duration
@@ -70,6 +73,14 @@ func (r *runResult) syncsPerOp() float64 {
 		return 0
 	}
 	return r.Syncs / float64(r.Count)
+}
+
+// spansPerOp is the spans the sink received per operation of the run.
+func (r *runResult) spansPerOp() float64 {
+	if r.Count == 0 {
+		return 0
+	}
+	return float64(r.Spans) / float64(r.Count)
 }
 
 // IOPS is completed operations per second, as fio counts them.

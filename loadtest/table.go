@@ -22,25 +22,17 @@ func printTable(w io.Writer, res *comparisonResult, columns []string) {
 		row("bw (KiB/s)", func(c *columnSummary) string { return strconv.FormatFloat(c.Bandwidth/1024, 'f', 0, 64) },
 			func(r *ratioSummary) string { return fmt.Sprintf("%.2fx", r.IOPS) })
 	}
-	row("iops by round", func(c *columnSummary) string {
-		var s []string
-		for _, r := range c.Rounds {
-			s = append(s, strconv.FormatFloat(r.IOPS, 'f', 0, 64))
-		}
-		return strings.Join(s, " ")
-	}, roundRatios)
-	row("errors", func(c *columnSummary) string { return strconv.Itoa(c.Errors) }, nil)
-	usec := func(v float64) string {
-		if v == 0 {
-			return "-"
-		}
-		return strconv.FormatFloat(v, 'f', 1, 64)
-	}
+	row("iops by round", roundCells(func(iops float64) string { return strconv.FormatFloat(iops, 'f', 0, 64) }), roundRatios)
+	row("errors", errorCells, nil)
+	usec := func(v float64) string { return dashIfZero(v, 1) }
 	for _, c := range res.Columns {
 		if c.SyncsPerOp > 0 {
 			row("syncs/op (daemon's count)", func(c *columnSummary) string { return strconv.FormatFloat(c.SyncsPerOp, 'f', 3, 64) }, nil)
 			break
 		}
+	}
+	if slices.ContainsFunc(res.Columns, func(c columnSummary) bool { return c.SpansPerOp > 0 }) {
+		row("spans/op exported (sink's count)", func(c *columnSummary) string { return strconv.FormatFloat(c.SpansPerOp, 'f', 3, 64) }, nil)
 	}
 	row("cpu/op daemon (usec)", func(c *columnSummary) string { return usec(c.CPU.ServerUS) }, nil)
 	if slices.ContainsFunc(res.Columns, func(c columnSummary) bool { return c.CPU.ServerAllocs > 0 }) {
@@ -55,11 +47,7 @@ func printTable(w io.Writer, res *comparisonResult, columns []string) {
 		}, nil)
 	}
 	row("cpu/op harness (usec)", func(c *columnSummary) string { return usec(c.CPU.ClientUS) }, nil)
-	row("other load (cpus)", func(c *columnSummary) string { return strconv.FormatFloat(c.CPU.OtherCores, 'f', 2, 64) },
-		func(r *ratioSummary) string { return ratioOtherLoad(res, r) })
-	row(fmt.Sprintf("busy, all (cpus of %d)", runtime.NumCPU()), func(c *columnSummary) string {
-		return strconv.FormatFloat(c.CPU.BusyCores, 'f', 2, 64)
-	}, nil)
+	loadRows(res, row)
 	row("clat percentiles (usec):", func(*columnSummary) string { return "" }, nil)
 	for i, p := range fioPercentiles {
 		row(fmt.Sprintf(" | %5.2fth=", p),
@@ -98,7 +86,7 @@ func roundRatios(r *ratioSummary) string {
 // (named columns) and one per ratio, and returns its rows and the function
 // that adds one: a label, a cell per column, and a cell per ratio (empty
 // where perRatio is nil).
-func tableRows(res *comparisonResult, columns []string) (*[][]string, func(label string, perColumn func(c *columnSummary) string, perRatio func(r *ratioSummary) string)) {
+func tableRows(res *comparisonResult, columns []string) (*[][]string, tableRow) {
 	header := append([]string{""}, columns...)
 	for _, r := range res.Ratios {
 		header = append(header, r.Name)
@@ -118,6 +106,42 @@ func tableRows(res *comparisonResult, columns []string) (*[][]string, func(label
 		}
 		rows = append(rows, cells)
 	}
+}
+
+// tableRow adds a row to a table (tableRows).
+type tableRow = func(label string, perColumn func(c *columnSummary) string, perRatio func(r *ratioSummary) string)
+
+// roundCells is a column's cell of each round's figure, format(the
+// round's IOPS), for a row "… by round".
+func roundCells(format func(iops float64) string) func(*columnSummary) string {
+	return func(c *columnSummary) string {
+		var s []string
+		for _, r := range c.Rounds {
+			s = append(s, format(r.IOPS))
+		}
+		return strings.Join(s, " ")
+	}
+}
+
+// errorCells is a column's cell of the row "errors".
+func errorCells(c *columnSummary) string { return strconv.Itoa(c.Errors) }
+
+// dashIfZero is v with prec decimals, or "-" where nothing was measured.
+func dashIfZero(v float64, prec int) string {
+	if v == 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(v, 'f', prec, 64)
+}
+
+// loadRows adds the rows of what else the machine did during the runs:
+// the other load beside each ratio, and how busy all of it was.
+func loadRows(res *comparisonResult, row tableRow) {
+	row("other load (cpus)", func(c *columnSummary) string { return strconv.FormatFloat(c.CPU.OtherCores, 'f', 2, 64) },
+		func(r *ratioSummary) string { return ratioOtherLoad(res, r) })
+	row(fmt.Sprintf("busy, all (cpus of %d)", runtime.NumCPU()), func(c *columnSummary) string {
+		return strconv.FormatFloat(c.CPU.BusyCores, 'f', 2, 64)
+	}, nil)
 }
 
 // ratioOtherLoad is the other load of a ratio's two columns, numerator

@@ -35,7 +35,7 @@ func (e *env) transports(c *comparison) *comparison {
 	t := e.opts.transport
 	if t == "" {
 		t = transportUnary
-		if e.opts.scenario == "all" || e.opts.scenario == "files" {
+		if e.opts.scenario == "all" || e.opts.scenario == "files" || e.opts.scenario == "tracing" {
 			t = transportBoth
 		}
 	}

@@ -207,13 +207,7 @@ func dialClients(addr, token string, n, conns int) ([]filewritev1.FileServiceCli
 // bytes at a random block below fileSize, then Fsyncs the file (data
 // only), and one operation is the pair, timed together.
 func writeThenFsync(path string, fileSize int64) func(context.Context, *session) (*runResult, error) {
-	return func(ctx context.Context, s *session) (*runResult, error) {
-		clients, closeAll, err := dialClients(s.addr, s.token, s.clients, s.connections)
-		if err != nil {
-			return nil, err
-		}
-		defer closeAll()
-		data := patternBytes(s.bs)
+	return unaryRun(func(ctx context.Context, s *session, clients []filewritev1.FileServiceClient, data []byte) *runResult {
 		blocks, bs, seed := fileSize/int64(s.bs), int64(s.bs), uint64(s.round)
 		return loop(ctx, s, "Write+Fsync", func(ctx context.Context, client int, n int64) error {
 			c := clients[client]
@@ -225,7 +219,21 @@ func writeThenFsync(path string, fileSize int64) func(context.Context, *session)
 				return fmt.Errorf("Fsync: %w", err)
 			}
 			return nil
-		}), nil
+		})
+	})
+}
+
+// unaryRun is a run of the harness's own loop over s.clients unary
+// clients, dialled for it (dialClients) and closed after it: run gets
+// them, and data, a pattern of s.bs bytes for their writes.
+func unaryRun(run func(ctx context.Context, s *session, clients []filewritev1.FileServiceClient, data []byte) *runResult) func(context.Context, *session) (*runResult, error) {
+	return func(ctx context.Context, s *session) (*runResult, error) {
+		clients, closeAll, err := dialClients(s.addr, s.token, s.clients, s.connections)
+		if err != nil {
+			return nil, err
+		}
+		defer closeAll()
+		return run(ctx, s, clients, patternBytes(s.bs)), nil
 	}
 }
 

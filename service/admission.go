@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"crypto/tls"
 	"time"
 
 	"google.golang.org/grpc"
@@ -46,27 +47,28 @@ const (
 	keepaliveTimeout = 20 * time.Second
 )
 
-// publicServerOptions are those of the gRPC server on --grpc-addr: TLS, the
-// tap that admits calls, and the per-connection limits.
-func (s *Server) publicServerOptions() []grpc.ServerOption {
-	maxRequest := s.cfg.Store.MaxRequestBytes
-	calls := admit.NewGRPCBudget(s.budget, maxRequest)
+// publicServerOptions are those of the gRPC server on cfg.GRPCAddr, whose
+// listener is lis: TLS (with tlsConf, if not nil), the tap that admits
+// calls (tokens, nil without AuthTokenFile), their share of budget, and
+// the per-connection limits.
+func publicServerOptions(cfg Config, lis *auth.GuardedListener, tokens *auth.Tokens, tlsConf *tls.Config, budget *admit.Budget) []grpc.ServerOption {
+	calls := admit.NewGRPCBudget(budget, cfg.Store.MaxRequestBytes)
 	opts := []grpc.ServerOption{
-		grpc.InTapHandle(s.auth.AdmitCall),
-		grpc.StatsHandler(publicStats{guard: s.grpcLis, calls: calls}),
+		grpc.InTapHandle(tokens.AdmitCall),
+		grpc.StatsHandler(publicStats{guard: lis, calls: calls}),
 		// Replaces newGRPCServer's requestCodec with one that extends it.
 		grpc.ForceServerCodecV2(admit.NewReplyCodec(rpc.NewRequestCodec(), calls)),
-		grpc.ChainUnaryInterceptor(calls.Unary, s.auth.UnaryAuthorize),
-		grpc.ChainStreamInterceptor(admit.BudgetStream(s.budget)),
+		grpc.ChainUnaryInterceptor(calls.Unary, tokens.UnaryAuthorize),
+		grpc.ChainStreamInterceptor(admit.BudgetStream(budget)),
 		// The handshake (TLS, HTTP/2 preface and settings) too must end
 		// within the time a connection has to authenticate.
-		grpc.ConnectionTimeout(s.cfg.ConnAuthTimeout),
+		grpc.ConnectionTimeout(cfg.ConnAuthTimeout),
 		grpc.MaxConcurrentStreams(maxConcurrentStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
 	}
-	if s.tlsConf != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(s.tlsConf)))
+	if tlsConf != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConf)))
 	}
 	return opts
 }
@@ -75,11 +77,12 @@ func (s *Server) publicServerOptions() []grpc.ServerOption {
 // only the gateway reaches, over a pipe: no TLS (the bytes stay in the
 // process) and no per-connection limits (one connection carries every REST
 // request), but the same token check, on the Authorization header the
-// gateway forwards, and the checks of gatewayChecks.
-func (s *Server) gatewayServerOptions() []grpc.ServerOption {
-	tap, checks := s.gatewayChecks()
+// gateway forwards (tokens, nil without AuthTokenFile), and the checks of
+// gatewayChecks.
+func gatewayServerOptions(tokens *auth.Tokens, requirePathHeader bool) []grpc.ServerOption {
+	tap, checks := gatewayChecks(tokens, requirePathHeader)
 	return []grpc.ServerOption{grpc.InTapHandle(tap), grpc.ChainUnaryInterceptor(checks...),
-		grpc.ChainStreamInterceptor(rpc.PathHeaderStream(s.cfg.RequirePathHeader))}
+		grpc.ChainStreamInterceptor(rpc.PathHeaderStream(requirePathHeader))}
 }
 
 // gatewayChecks are what a REST call meets on its way to a handler besides
@@ -87,8 +90,8 @@ func (s *Server) gatewayServerOptions() []grpc.ServerOption {
 // unary interceptors, in order. The gateway's gRPC server runs them for
 // the JSON routes, and the direct road (service/internal/local) for the
 // routes that move bytes: one list, so that the two do not diverge.
-func (s *Server) gatewayChecks() (tap.ServerInHandle, []grpc.UnaryServerInterceptor) {
-	return s.auth.Tap, []grpc.UnaryServerInterceptor{s.auth.UnaryAuthorize, rpc.PathHeaderUnary(s.cfg.RequirePathHeader)}
+func gatewayChecks(tokens *auth.Tokens, requirePathHeader bool) (tap.ServerInHandle, []grpc.UnaryServerInterceptor) {
+	return tokens.Tap, []grpc.UnaryServerInterceptor{tokens.UnaryAuthorize, rpc.PathHeaderUnary(requirePathHeader)}
 }
 
 // publicStats is the public gRPC server's own stats handler. gRPC tells a

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -11,6 +13,8 @@ import (
 	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/gateway"
 	"github.com/filewrite/filewrite/service/internal/nbd"
+	"github.com/filewrite/filewrite/service/internal/rpc"
+	"github.com/filewrite/filewrite/service/internal/uploads"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -27,6 +31,11 @@ type Config struct {
 	// PprofAddr is where net/http/pprof is served, host:port; empty (the
 	// default) serves none. Loopback only, unless InsecureListen.
 	PprofAddr string
+	// TraceURLTemplate is where /debug/locks links a trace id to: an
+	// http or https URL with {trace_id} in it, and {span_id} if the
+	// viewer takes one (Jaeger's "http://jaeger:16686/trace/{trace_id}").
+	// Empty: trace ids are shown without links.
+	TraceURLTemplate string
 	// NBDAddr is the NBD listen address (docs/nbd.md), host:port or
 	// unix:PATH (a socket of mode 0660); empty (the default) serves no
 	// NBD. With AuthTokenFile it needs TLSClientCA: a client certificate
@@ -81,6 +90,10 @@ type Config struct {
 	// let through, and host names besides IP literals, localhost and
 	// HTTPAddr's own (see gateway.BrowserGuard). "*" lets any through.
 	HTTPAllowedOrigins, HTTPAllowedHosts []string
+	// UploadExpiry is how long a tus upload may go without a PATCH before
+	// it is removed with its bytes, and how long a complete one is
+	// remembered (docs/uploads.md).
+	UploadExpiry time.Duration
 	// MaxInflightBytes bounds the memory that requests in flight hold,
 	// daemon-wide (see admit.Budget); past it requests wait.
 	MaxInflightBytes int64
@@ -102,6 +115,18 @@ type Config struct {
 	// OTEL_TRACES_EXPORTER or an OTLP endpoint is set. The daemon does not
 	// shut down a provider given here.
 	TracerProvider trace.TracerProvider
+	// freshValidators gives a file its validators (ETag, Last-Modified) at
+	// once, however recently it changed, rather than after
+	// rpc.DefaultValidatorDelay: set by tests only.
+	freshValidators bool
+}
+
+// validatorDelay is how long a changed file goes without validators.
+func validatorDelay(c Config) time.Duration {
+	if c.freshValidators {
+		return 0
+	}
+	return rpc.DefaultValidatorDelay
 }
 
 // MaxRequestBytesLimit is the largest Store.MaxRequestBytes accepted: a request is
@@ -109,86 +134,114 @@ type Config struct {
 // gRPC frames a message with a 32-bit length.
 const MaxRequestBytesLimit = 1 << 30
 
-// DefaultConfig is the daemon's configuration when no flag is given.
+// DefaultConfig is the daemon's configuration when no flag is given: the
+// store's defaults (store.DefaultOptions) but for two that a daemon sets
+// otherwise, and the service's own.
 func DefaultConfig() Config {
+	st := store.DefaultOptions()
+	// The bound on open files comes from the descriptor limit (a library
+	// user has no such limit to share), and a file's lock queue is bounded
+	// (see DefaultMaxWaitersPerFile).
+	st.MaxOpenFiles = store.MaxOpenFilesFor(store.NoFileLimit(), st.IO)
+	st.MaxWaitersPerFile = DefaultMaxWaitersPerFile
 	return Config{
-		Root:     "./data",
-		GRPCAddr: "127.0.0.1:50051",
-		HTTPAddr: "127.0.0.1:8080",
-		Store: store.Options{
-			Policy:            store.DefaultPolicy,
-			IO:                store.IOBuffered,
-			Fsync:             store.FsyncGroup,
-			SyncedWrites:      store.DefaultSyncedWrites,
-			MaxFileSize:       store.DefaultMaxFileSize,
-			MaxRequestBytes:   store.DefaultMaxRequestBytes,
-			MaxOpenFiles:      store.MaxOpenFilesFor(store.NoFileLimit(), store.IOBuffered),
-			MaxWaitersPerFile: DefaultMaxWaitersPerFile,
-			ExtentCacheBytes:  store.DefaultExtentCacheBytes,
-			MapFileBytes:      store.DefaultMapFileBytes,
-		},
+		Root:              "./data",
+		GRPCAddr:          "127.0.0.1:50051",
+		HTTPAddr:          "127.0.0.1:8080",
+		Store:             st,
 		MaxStreamBytes:    DefaultMaxStreamBytes,
 		StreamIdleTimeout: DefaultStreamIdleTimeout,
 		MaxFilesPerStream: DefaultMaxFilesPerStream,
 		DrainTimeout:      30 * time.Second,
 		ConnAuthTimeout:   DefaultConnAuthTimeout,
 		BodyTimeout:       DefaultBodyTimeout,
+		UploadExpiry:      uploads.DefaultExpiry,
 		MaxInflightBytes:  DefaultMaxInflightBytes,
 	}
 }
 
-func (c Config) validate() error {
+// Validate refuses a configuration Start cannot use, with a *ConfigError
+// that names the setting. The store's options are the store's to check
+// (store.Options.Validate): 0 there means the store's default. Start
+// validates too; main validates first, to name its flags instead.
+func (c Config) Validate() error {
 	if c.Root == "" {
-		return errors.New("root directory is empty")
+		return &ConfigError{"Root", "is empty"}
 	}
 	if c.GRPCAddr == "" {
-		return errors.New("gRPC address is empty")
+		return &ConfigError{"GRPCAddr", "is empty"}
 	}
-	// A limit of 0 is refused, not taken as the store's default: the
-	// operator who wrote it meant something else.
-	if c.Store.MaxRequestBytes <= 0 || c.Store.MaxRequestBytes > MaxRequestBytesLimit {
-		return fmt.Errorf("--max-request-bytes %d: want 1 to %d", c.Store.MaxRequestBytes, MaxRequestBytesLimit)
+	if err := c.Store.Validate(); err != nil {
+		if oe, ok := errors.AsType[*store.OptionError](err); ok {
+			return &ConfigError{"Store." + oe.Option, oe.Problem}
+		}
+		return err
 	}
-	if c.Store.MaxFileSize <= 0 {
-		return fmt.Errorf("--max-file-size %d: want at least 1", c.Store.MaxFileSize)
+	st := c.Store.WithDefaults()
+	if st.MaxRequestBytes > MaxRequestBytesLimit {
+		return &ConfigError{"Store.MaxRequestBytes", fmt.Sprintf("is %d: want at most %d (1 GiB): a request is held in memory more than once, "+
+			"and gRPC frames a message with a 32-bit length", st.MaxRequestBytes, MaxRequestBytesLimit)}
 	}
-	if c.Store.MaxOpenFiles <= 0 {
-		return fmt.Errorf("--max-open-files %d: want at least 1", c.Store.MaxOpenFiles)
-	}
-	if err := store.CheckMaxOpenFiles(c.Store.MaxOpenFiles, c.Store.IO, store.NoFileLimit()); err != nil {
-		return fmt.Errorf("--max-open-files: %w", err)
-	}
-	if c.Store.MaxWaitersPerFile < 0 {
-		return fmt.Errorf("--max-waiters-per-file %d is negative (0 means unbounded)", c.Store.MaxWaitersPerFile)
-	}
-	if c.MaxStreamBytes <= 0 {
-		return fmt.Errorf("--max-stream-bytes %d: want at least 1", c.MaxStreamBytes)
-	}
-	if c.StreamIdleTimeout <= 0 {
-		return fmt.Errorf("--stream-idle-timeout %v: want more than 0", c.StreamIdleTimeout)
-	}
-	if c.MaxFilesPerStream <= 0 {
-		return fmt.Errorf("--max-files-per-stream %d: want at least 1", c.MaxFilesPerStream)
-	}
-	if c.DrainTimeout < 0 {
-		return fmt.Errorf("drain timeout %v is negative", c.DrainTimeout)
-	}
-	if c.ConnAuthTimeout <= 0 {
-		return fmt.Errorf("--conn-auth-timeout %v: want more than 0", c.ConnAuthTimeout)
-	}
-	if c.BodyTimeout <= 0 {
-		return fmt.Errorf("--body-timeout %v: want more than 0", c.BodyTimeout)
+	for _, f := range []struct {
+		name string
+		bad  bool
+		min  string
+		v    any
+	}{
+		{"MaxStreamBytes", c.MaxStreamBytes <= 0, "at least 1", c.MaxStreamBytes},
+		{"StreamIdleTimeout", c.StreamIdleTimeout <= 0, "more than 0", c.StreamIdleTimeout},
+		{"MaxFilesPerStream", c.MaxFilesPerStream <= 0, "at least 1", c.MaxFilesPerStream},
+		{"DrainTimeout", c.DrainTimeout < 0, "0 or more", c.DrainTimeout},
+		{"ConnAuthTimeout", c.ConnAuthTimeout <= 0, "more than 0", c.ConnAuthTimeout},
+		{"BodyTimeout", c.BodyTimeout <= 0, "more than 0", c.BodyTimeout},
+		{"UploadExpiry", c.UploadExpiry <= 0, "more than 0", c.UploadExpiry},
+	} {
+		if f.bad {
+			return &ConfigError{f.name, fmt.Sprintf("is %v: want %s", f.v, f.min)}
+		}
 	}
 	if _, err := gateway.NewBrowserGuard(c.HTTPAddr, c.HTTPAllowedOrigins, c.HTTPAllowedHosts); err != nil {
 		return err
 	}
-	if c.NBDAddr != "" && c.Store.MaxRequestBytes < nbd.MinPayload {
-		return fmt.Errorf("--nbd-addr needs --max-request-bytes of at least %d (NBD's preferred block size, the least "+
-			"maximum payload it may advertise), not %d", nbd.MinPayload, c.Store.MaxRequestBytes)
+	if err := checkTraceURLTemplate(c.TraceURLTemplate); err != nil {
+		return err
 	}
-	if least := admit.MinInflightBytes(c.Store.MaxRequestBytes); c.MaxInflightBytes < least {
-		return fmt.Errorf("--max-inflight-bytes %d: want at least %d, what a gRPC message at --max-request-bytes "+
-			"holds while it is received", c.MaxInflightBytes, least)
+	if c.NBDAddr != "" && st.MaxRequestBytes < nbd.MinPayload {
+		return &ConfigError{"Store.MaxRequestBytes", fmt.Sprintf("is %d: serving NBD needs at least %d (NBD's preferred block "+
+			"size, the least maximum payload it may advertise)", st.MaxRequestBytes, nbd.MinPayload)}
+	}
+	if least := admit.MinInflightBytes(st.MaxRequestBytes); c.MaxInflightBytes < least {
+		return &ConfigError{"MaxInflightBytes", fmt.Sprintf("is %d: want at least %d, what a gRPC message of the largest request "+
+			"(%d bytes of data) holds while it is received", c.MaxInflightBytes, least, st.MaxRequestBytes)}
 	}
 	return nil
 }
+
+// checkTraceURLTemplate accepts "" or an absolute http or https URL that
+// names {trace_id}, once filled in.
+func checkTraceURLTemplate(t string) error {
+	if t == "" {
+		return nil
+	}
+	if !strings.Contains(t, "{trace_id}") {
+		return &ConfigError{"TraceURLTemplate", fmt.Sprintf("%q names no {trace_id}", t)}
+	}
+	u, err := url.Parse(traceURL(t, "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return &ConfigError{"TraceURLTemplate", fmt.Sprintf("%q: want an http or https URL, like http://jaeger:16686/trace/{trace_id}", t)}
+	}
+	return nil
+}
+
+// ConfigError is Validate's refusal of one setting. main names the flag
+// that sets it instead of Field.
+type ConfigError struct {
+	// Field is the setting as Go spells it in Config: "MaxStreamBytes",
+	// or "Store.MaxFileSize" for one of the store's options.
+	Field string
+	// Problem says what its value is, what is wrong with it, and what
+	// would do: "is 0: want at least 1".
+	Problem string
+}
+
+func (e *ConfigError) Error() string { return e.Field + " " + e.Problem }

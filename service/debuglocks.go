@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
-	"html/template"
 	"mime"
 	"net/http"
 	"slices"
@@ -19,26 +18,30 @@ import (
 )
 
 // Bounds of /debug/locks: how many open files it looks at, and how many it
-// lists (?limit=N may ask for fewer). The store lists at most 16 holders of
-// each file.
+// lists (?limit=N may ask for fewer). The store lists at most 16 holders
+// and the first 16 waiters of each file.
 const (
 	debugLocksScan  = 10000
 	debugLocksLimit = 1000
 )
 
 // debugLocks is GET /debug/locks: each open file with its size, the
-// holders of its inode lock (mode, operation, reason, since when, trace
-// and span id), how many wait for the lock, and how many writes run in
-// flight. Files with holders, waiters or writes in flight come first, then
-// by path. JSON unless the client prefers text/html (a browser), then a
-// table; ?format=json or ?format=html overrides the Accept header, and
-// ?limit=N lists at most N files.
+// holders of its inode lock and the first callers waiting for it (mode,
+// operation, reason, since when, trace and span id), how many wait in all,
+// and how many writes run in flight. Files with holders, waiters or writes
+// in flight come first, then by path. JSON unless the client prefers
+// text/html (a browser), then a page that refreshes itself; ?format=json
+// or ?format=html overrides the Accept header, and ?limit=N lists at most
+// N files.
 //
 // It is off the hot path: the store copies each file's lock state under
 // that lock's own short mutex, so a request in flight waits at most for a
 // copy, never for this handler's encoding.
 type debugLocks struct {
 	store *store.Store
+	// traceURL is --trace-url-template: where the page links a trace id
+	// to, "" for no links.
+	traceURL string
 }
 
 // locksReport is the JSON body of /debug/locks.
@@ -80,7 +83,10 @@ func (d *debugLocks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if asHTML {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		if err := locksPage.Execute(w, rep); err != nil {
+		// The page runs its own script and style and nothing else; it
+		// names files and operations that callers chose.
+		w.Header().Set("Content-Security-Policy", locksPagePolicy)
+		if err := locksPage.Execute(w, locksPageData{locksReport: rep, traceURL: d.traceURL}); err != nil {
 			// The status is sent; all that is left is to stop.
 			return
 		}
@@ -95,8 +101,12 @@ func (d *debugLocks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // buildLocksReport orders files busy first, then by path, and keeps limit.
 func buildLocksReport(files []store.FileLocks, limit int, now time.Time) locksReport {
 	for i := range files {
+		// [] rather than null in JSON
 		if files[i].Holders == nil {
-			files[i].Holders = []store.HolderInfo{} // [] rather than null in JSON
+			files[i].Holders = []store.HolderInfo{}
+		}
+		if files[i].Waiters == nil {
+			files[i].Waiters = []store.HolderInfo{}
 		}
 	}
 	busy := func(f store.FileLocks) bool {
@@ -166,29 +176,3 @@ func acceptQuality(accept, mediaType string) float64 {
 	}
 	return q
 }
-
-var locksPage = template.Must(template.New("locks").Funcs(template.FuncMap{
-	"age": func(now, since time.Time) string { return now.Sub(since).Round(time.Microsecond).String() },
-}).Parse(`<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>filewrite locks</title>
-<style>
-body { font-family: sans-serif; margin: 1em; }
-table { border-collapse: collapse; }
-th, td { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; vertical-align: top; }
-td.n { text-align: right; }
-code { font-size: 90%; }
-</style></head>
-<body>
-<h1>filewrite: inode locks</h1>
-<p>{{.Time.Format "2006-01-02 15:04:05.000 MST"}}: {{.OpenFiles}} open files, {{.Shown}} listed{{if .Note}} ({{.Note}}){{end}}. Busy files first. Reload to refresh. <a href="?format=json">As JSON</a>.</p>
-<table>
-<tr><th>path</th><th>size</th><th>in flight</th><th>appending</th><th>waiting</th><th>holders: mode, op, reason, held for, trace id / span id</th></tr>
-{{- $now := .Time}}
-{{- range .Files}}
-<tr><td><code>{{.Path}}</code></td><td class="n">{{.Size}}</td><td class="n">{{.Inflight}}</td><td class="n">{{.Appending}}</td><td class="n">{{.Waiting}}</td><td>
-{{- range .Holders}}{{.Mode}} {{.Op}} ({{.Reason}}) for {{age $now .Since}}{{if .TraceID}} <code>{{.TraceID}}</code> / <code>{{.SpanID}}</code>{{end}}<br>{{end -}}
-</td></tr>
-{{- end}}
-</table>
-</body></html>
-`))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -140,33 +141,63 @@ func TestStartWithoutGateway(t *testing.T) {
 	}
 }
 
+// TestStartRejectsBadConfig: Start refuses what it cannot use, a setting
+// that Validate refuses with a *ConfigError that names it.
 func TestStartRejectsBadConfig(t *testing.T) {
 	for _, tt := range []struct {
 		name      string
 		configure func(*Config)
+		field     string // the ConfigError's, "" where the error is not Validate's
 	}{
-		{"no root", func(c *Config) { c.Root = "" }},
-		{"zero request limit", func(c *Config) { c.Store.MaxRequestBytes = 0 }},
-		{"request limit over 1 GiB", func(c *Config) { c.Store.MaxRequestBytes = MaxRequestBytesLimit + 1 }},
-		{"zero file size limit", func(c *Config) { c.Store.MaxFileSize = 0 }},
-		{"zero open files", func(c *Config) { c.Store.MaxOpenFiles = 0 }},
-		{"more open files than descriptors", func(c *Config) { c.Store.MaxOpenFiles = int(store.NoFileLimit()) }},
+		{"no root", func(c *Config) { c.Root = "" }, "Root"},
+		{"negative request limit", func(c *Config) { c.Store.MaxRequestBytes = -1 }, "Store.MaxRequestBytes"},
+		{"request limit over 1 GiB", func(c *Config) { c.Store.MaxRequestBytes = MaxRequestBytesLimit + 1 }, "Store.MaxRequestBytes"},
+		{"negative file size limit", func(c *Config) { c.Store.MaxFileSize = -1 }, "Store.MaxFileSize"},
+		{"negative open files", func(c *Config) { c.Store.MaxOpenFiles = -1 }, "Store.MaxOpenFiles"},
+		{"more open files than descriptors", func(c *Config) { c.Store.MaxOpenFiles = int(store.NoFileLimit()) }, "Store.MaxOpenFiles"},
 		{"direct open files past the descriptors", func(c *Config) {
 			c.Store.IO, c.Store.MaxOpenFiles = store.IODirect, int(store.NoFileLimit())/2
-		}},
-		{"negative waiters per file", func(c *Config) { c.Store.MaxWaitersPerFile = -1 }},
-		{"unusable gRPC address", func(c *Config) { c.GRPCAddr = "256.0.0.1:0" }},
+		}, "Store.MaxOpenFiles"},
+		{"negative waiters per file", func(c *Config) { c.Store.MaxWaitersPerFile = -1 }, "Store.MaxWaitersPerFile"},
+		{"zero stream bytes", func(c *Config) { c.MaxStreamBytes = 0 }, "MaxStreamBytes"},
+		{"budget below one message", func(c *Config) { c.MaxInflightBytes = 1 }, "MaxInflightBytes"},
+		{"unusable gRPC address", func(c *Config) { c.GRPCAddr = "256.0.0.1:0" }, ""},
+		{"trace URL template without {trace_id}", func(c *Config) { c.TraceURLTemplate = "http://jaeger:16686/search" }, "TraceURLTemplate"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.Root = filepath.Join(testutil.Dir(t), "root")
 			cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 			tt.configure(&cfg)
-			if srv, err := Start(cfg); err == nil {
+			srv, err := Start(cfg)
+			if err == nil {
 				srv.Shutdown()
-				t.Errorf("Start succeeded, want an error")
+				t.Fatalf("Start succeeded, want an error")
+			}
+			if tt.field == "" {
+				return
+			}
+			if ce, ok := errors.AsType[*ConfigError](err); !ok || ce.Field != tt.field {
+				t.Errorf("Start = %v, want a *ConfigError of %s", err, tt.field)
 			}
 		})
+	}
+}
+
+// TestStartTakesStoreDefaults: a store option left 0 in Config is the
+// store's default, as for any user of store.Options (the daemon refuses a
+// flag of 0 before it gets here).
+func TestStartTakesStoreDefaults(t *testing.T) {
+	d := startDaemon(t, func(c *Config) {
+		c.Store.MaxRequestBytes, c.Store.MaxFileSize, c.Store.MaxOpenFiles = 0, 0, 0
+	})
+	got := d.srv.store.Options()
+	if want := store.DefaultOptions(); got.MaxRequestBytes != want.MaxRequestBytes || got.MaxFileSize != want.MaxFileSize || got.MaxOpenFiles != want.MaxOpenFiles {
+		t.Errorf("limits in force %d, %d, %d; want the store's defaults %d, %d, %d",
+			got.MaxRequestBytes, got.MaxFileSize, got.MaxOpenFiles, want.MaxRequestBytes, want.MaxFileSize, want.MaxOpenFiles)
+	}
+	if got, want := d.srv.cfg.Store.MaxRequestBytes, store.DefaultMaxRequestBytes; got != int64(want) {
+		t.Errorf("the listeners' request limit is %d, want the store's default %d", got, want)
 	}
 }
 

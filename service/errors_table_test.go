@@ -499,6 +499,17 @@ func errorScenarios() map[string]errorScenario {
 				return env.d.rest(t, "PUT", "/v1/files/removed?sync=data", "lost", octetHeader)
 			},
 		},
+		"FILE_CHANGED_OUTSIDE": {
+			grpc: func(t *testing.T, env *errorsEnv, ctx context.Context) error {
+				env.cutOutside(t, ctx, "cut-grpc")
+				_, err := env.d.client.Stat(ctx, &filewritev1.StatRequest{Path: "cut-grpc"})
+				return err
+			},
+			rest: func(t *testing.T, env *errorsEnv) restResult {
+				env.cutOutside(t, testContext(t), "cut-rest")
+				return env.d.rest(t, "POST", "/v1/files/cut-rest:fsync", `{}`, nil)
+			},
+		},
 		"IO_ERROR":      {grpc: write("eio", 0, "x"), rest: put("eio", "x")},
 		"TOKEN_MISSING": {grpc: authCall(""), rest: authREST("")},
 		"TOKEN_INVALID": {grpc: authCall("Bearer wrong"), rest: authREST("Bearer wrong")},
@@ -585,6 +596,17 @@ func (env *errorsEnv) removeOutside(t *testing.T, ctx context.Context, name stri
 		t.Fatal(err)
 	}
 	if err := os.Remove(filepath.Join(env.d.root, name)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// cutOutside writes name and truncates it from outside the daemon.
+func (env *errorsEnv) cutOutside(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	if _, err := env.d.client.Write(ctx, &filewritev1.WriteRequest{Path: name, Data: make([]byte, 4000)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(env.d.root, name), 10); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -202,8 +202,8 @@ func TestBrowserGuardConfig(t *testing.T) {
 	} {
 		cfg := DefaultConfig()
 		cfg.HTTPAllowedOrigins, cfg.HTTPAllowedHosts = c.origins, c.hosts
-		if err := cfg.validate(); (err == nil) != c.ok {
-			t.Errorf("origins %q, hosts %q: validate() = %v, want ok %v", c.origins, c.hosts, err, c.ok)
+		if err := cfg.Validate(); (err == nil) != c.ok {
+			t.Errorf("origins %q, hosts %q: Validate() = %v, want ok %v", c.origins, c.hosts, err, c.ok)
 		}
 	}
 }

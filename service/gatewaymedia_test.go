@@ -26,16 +26,13 @@ func send(t *testing.T, method, url string, body io.Reader, header map[string]st
 	return sendWithHost(t, method, url, "", body, header)
 }
 
-// withFreshValidators makes every file carry validators at once, however
-// recently it changed, so that tests need not wait DefaultValidatorDelay.
-// Set before the first request.
-func withFreshValidators(d *daemon) *daemon {
-	d.srv.files.SetValidatorDelay(0)
-	return d
-}
+// withFreshValidators, given to startDaemon, makes every file carry
+// validators at once, however recently it changed, so that tests need not
+// wait rpc.DefaultValidatorDelay.
+func withFreshValidators(c *Config) { c.freshValidators = true }
 
 func TestDownloadRanges(t *testing.T) {
-	d := withFreshValidators(startDaemon(t, nil))
+	d := startDaemon(t, withFreshValidators)
 	// Longer than one Read of the gateway, so that ranges cross chunks.
 	content := testutil.AllBytes(2*gateway.ReadChunkBytes + 77)
 	if err := os.WriteFile(filepath.Join(d.root, "r.bin"), content, 0o644); err != nil {
@@ -150,7 +147,7 @@ func TestDownloadRefusals(t *testing.T) {
 }
 
 func TestDownloadPreconditions(t *testing.T) {
-	d := withFreshValidators(startDaemon(t, nil))
+	d := startDaemon(t, withFreshValidators)
 	os.WriteFile(filepath.Join(d.root, "v"), []byte("version one"), 0o644)
 	url := d.url + "/v1/files/v?alt=media"
 	resp, _ := send(t, "GET", url, nil, nil)
@@ -235,7 +232,7 @@ func TestValidatorsWaitForTheClock(t *testing.T) {
 }
 
 func TestPutPreconditions(t *testing.T) {
-	d := withFreshValidators(startDaemon(t, nil))
+	d := startDaemon(t, withFreshValidators)
 	os.WriteFile(filepath.Join(d.root, "p"), []byte("original"), 0o644)
 	resp, _ := send(t, "GET", d.url+"/v1/files/p?alt=media", nil, nil)
 	etag := resp.Header.Get("ETag")

@@ -5,12 +5,15 @@ import (
 	"net/http"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/filewrite/filewrite/service/internal/auth"
 	"github.com/filewrite/filewrite/service/internal/gateway"
+	"github.com/filewrite/filewrite/service/internal/nbd"
 	"github.com/filewrite/filewrite/service/internal/status"
+	"github.com/filewrite/filewrite/store"
 )
 
 // httpHandler serves the HTTP address: GET /metrics (Prometheus), GET
@@ -24,9 +27,19 @@ import (
 // baggage, or what OTEL_PROPAGATORS names) and is the parent of the
 // gateway's gRPC client span, whose context reaches the server in the
 // call's metadata. grpc-gateway itself forwards none of these headers.
-func (s *Server) httpHandler(gateway http.Handler, browser *gateway.BrowserGuard) http.Handler {
-	locks := &debugLocks{store: s.store}
-	gateway = s.tel.httpServerHandler(gateway)
+// browser, if not nil, checks every request but those for /metrics; tel
+// serves /metrics and traces, st is the store /debug/locks reports on and
+// traceURL where it links trace ids (--trace-url-template, "" for no
+// links), and nbdSrv the NBD server /debug/nbd reports on (nil: none),
+// asked at each request: it starts after the gateway. door is the door
+// that serves a path beside the gateway (tus, WebDAV: doors.go), nil for
+// the gateway's.
+func httpHandler(gateway http.Handler, browser *gateway.BrowserGuard, tel *telemetry, st *store.Store, traceURL string, nbdSrv func() *nbd.Server, door func(path string) http.Handler) http.Handler {
+	locks := &debugLocks{store: st, traceURL: traceURL}
+	gateway = tel.httpServerHandler(gateway)
+	doors := tel.httpServerHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		door(r.URL.Path).ServeHTTP(w, r)
+	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/metrics" && browser != nil {
 			// Scrapers name the daemon by pod IP or service name.
@@ -38,12 +51,16 @@ func (s *Server) httpHandler(gateway http.Handler, browser *gateway.BrowserGuard
 		var h http.Handler
 		switch r.URL.Path {
 		case "/metrics":
-			h = s.tel.metrics
+			h = tel.metrics
 		case "/debug/locks":
 			h = locks
 		case "/debug/nbd":
-			h = &debugNBD{srv: s.nbdSrv}
+			h = &debugNBD{srv: nbdSrv()}
 		default:
+			if door(r.URL.Path) != nil {
+				doors.ServeHTTP(w, r)
+				return
+			}
 			gateway.ServeHTTP(w, r)
 			return
 		}
@@ -66,14 +83,15 @@ func (s *Server) httpHandler(gateway http.Handler, browser *gateway.BrowserGuard
 //
 // They tell what gRPC's health service tells, which stays open too.
 // grpc-gateway's WithHealthzEndpoint would serve them through the gateway,
-// behind the token check, the budget and a gRPC call.
-func (s *Server) probeRoutes(next http.Handler) http.Handler {
+// behind the token check, the budget and a gRPC call. tokens says whether
+// the daemon checks tokens (AuthTokenFile).
+func probeRoutes(next http.Handler, hs *health.Server, tokens bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if s.auth == nil {
+		if !tokens {
 			auth.TrustConn(r.Context()) // without tokens every request vouches, as in auth.HTTPMiddleware
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -83,7 +101,7 @@ func (s *Server) probeRoutes(next http.Handler) http.Handler {
 		}
 		state := healthpb.HealthCheckResponse_SERVING
 		if r.URL.Path == "/readyz" {
-			resp, err := s.health.Check(r.Context(), &healthpb.HealthCheckRequest{})
+			resp, err := hs.Check(r.Context(), &healthpb.HealthCheckRequest{})
 			state = resp.GetStatus()
 			if err != nil {
 				state = healthpb.HealthCheckResponse_NOT_SERVING

@@ -1,16 +1,24 @@
 package service
 
 import (
+	"bytes"
+	"fmt"
+	"io"
+	"maps"
 	"math"
 	"net/http"
+	"slices"
+	"strings"
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"go.opentelemetry.io/otel/trace"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/testutil"
+	"github.com/filewrite/filewrite/store"
 )
 
 // scrape fetches /metrics over HTTP and parses it.
@@ -149,5 +157,163 @@ func TestMetricsAfterContendedRun(t *testing.T) {
 		if m := series(fams, gauge, nil); m == nil || m.GetGauge().GetValue() != 0 {
 			t.Errorf("%s = %v, want 0", gauge, m)
 		}
+	}
+}
+
+// scrapeAs fetches /metrics asking for the given exposition format (an
+// Accept header) and returns the response's content type and body.
+func (d *daemon) scrapeAs(t *testing.T, accept string) (string, []byte) {
+	t.Helper()
+	r := testutil.DoHTTP(t, http.MethodGet, d.url+"/metrics", nil, map[string]string{"Accept": accept})
+	if r.Status != http.StatusOK {
+		t.Fatalf("GET /metrics (Accept: %s): %d", accept, r.Status)
+	}
+	return r.ContentType, r.Body
+}
+
+// exemplarsOf returns the exemplars of the buckets of the histogram
+// series m, as label maps.
+func exemplarsOf(m *dto.Metric) []map[string]string {
+	var out []map[string]string
+	for _, b := range m.GetHistogram().GetBucket() {
+		if e := b.GetExemplar(); e != nil {
+			labels := map[string]string{}
+			for _, l := range e.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			out = append(out, labels)
+		}
+	}
+	return out
+}
+
+// TestExemplarsAfterContendedWrites: with tracing on (the real SDK, spans
+// to memory), a write that waited for the lock leaves an exemplar on the
+// lock-wait histogram naming its wait span, and the Writes leave
+// exemplars on the RPC duration histogram naming their server spans. A
+// scraper that asks for OpenMetrics (as Prometheus does) gets them; the
+// classic text format, which has no place for them, stays as it was.
+func TestExemplarsAfterContendedWrites(t *testing.T) {
+	g := newHoldGate(t, "f")
+	d := startTracedDaemon(t, func(c *Config) { c.Store.Hooks = g.hooks() })
+	ctx := testContext(t)
+	errs := make(chan error, 2)
+	write := func(off int64) {
+		_, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "f", Offset: off, Data: make([]byte, 4096)})
+		errs <- err
+	}
+	g.arm()
+	go write(0) // extending: exclusive, held inside the store
+	<-g.arrived
+	go write(4096) // waits for the lock
+	d.starts.AwaitStart(t, store.SpanLockWait)
+	g.open()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	waits := d.ended(named(store.SpanLockWait))
+	if len(waits) != 1 {
+		t.Fatalf("%d lock wait spans, want 1", len(waits))
+	}
+	wait := waits[0].SpanContext()
+	var writes []trace.SpanContext
+	testutil.WaitFor(t, "both Writes' server spans to end", func() bool {
+		writes = writes[:0]
+		for _, s := range d.ended(named("filewrite.v1.FileService/Write")) {
+			writes = append(writes, s.SpanContext())
+		}
+		return len(writes) == 2
+	})
+
+	// Decoded from the protobuf exposition, which carries the same
+	// exemplars as OpenMetrics, so that they can be checked field by field.
+	ct, body := d.scrapeAs(t, `application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited`)
+	dec := expfmt.NewDecoder(bytes.NewReader(body), expfmt.Format(ct))
+	fams := map[string]*dto.MetricFamily{}
+	for {
+		var f dto.MetricFamily
+		if err := dec.Decode(&f); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("decode /metrics as %s: %v", ct, err)
+		}
+		fams[f.GetName()] = &f
+	}
+	lockWaits := series(fams, "filewrite_lock_wait_duration_seconds", map[string]string{
+		"filewrite_wait": "lock", "filewrite_lock_mode": "exclusive", "filewrite_lock_reason": "extending"})
+	want := map[string]string{"trace_id": wait.TraceID().String(), "span_id": wait.SpanID().String()}
+	if got := exemplarsOf(lockWaits); len(got) != 1 || !maps.Equal(got[0], want) {
+		t.Errorf("lock wait exemplars %v, want one: %v (the wait span)", got, want)
+	}
+	rpcs := series(fams, "rpc_server_call_duration_seconds", map[string]string{"rpc_method": "filewrite.v1.FileService/Write"})
+	got := exemplarsOf(rpcs)
+	if len(got) == 0 {
+		t.Errorf("no exemplar on the Write RPCs' duration histogram, want one per bucket they fell in")
+	}
+	for _, e := range got {
+		if !slices.ContainsFunc(writes, func(sc trace.SpanContext) bool {
+			return e["trace_id"] == sc.TraceID().String() && e["span_id"] == sc.SpanID().String()
+		}) {
+			t.Errorf("RPC duration exemplar %v names none of the Writes' server spans %v", e, writes)
+		}
+	}
+
+	// OpenMetrics, as Prometheus asks for it: the exemplar follows the
+	// bucket's count after a '#'.
+	ct, body = d.scrapeAs(t, "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")
+	if !strings.HasPrefix(ct, "application/openmetrics-text") || !bytes.HasSuffix(body, []byte("# EOF\n")) {
+		t.Fatalf("GET /metrics as OpenMetrics: %s, body ending %q", ct, body[max(0, len(body)-20):])
+	}
+	if !slices.ContainsFunc(strings.Split(string(body), "\n"), func(line string) bool {
+		_, ex, ok := strings.Cut(line, " # {")
+		return ok && strings.HasPrefix(line, "filewrite_lock_wait_duration_seconds_bucket{") &&
+			strings.Contains(ex, fmt.Sprintf(`trace_id="%s"`, wait.TraceID())) && strings.Contains(ex, fmt.Sprintf(`span_id="%s"`, wait.SpanID()))
+	}) {
+		t.Errorf("OpenMetrics exposition lacks the lock wait's exemplar (trace %s, span %s):\n%s", wait.TraceID(), wait.SpanID(), body)
+	}
+	// The classic text format (curl, promtool) carries none.
+	if _, body := d.scrapeAs(t, "*/*"); bytes.Contains(body, []byte("trace_id")) {
+		t.Errorf("the classic text exposition carries exemplars")
+	}
+}
+
+// TestBudgetGauges: the in-flight budget's gauges say its size, and what
+// a call holds of it while the call runs; nothing once it is done.
+func TestBudgetGauges(t *testing.T) {
+	g := newHoldGate(t, "f")
+	d := startDaemon(t, func(c *Config) { c.Store.Hooks = g.hooks(); c.MaxInflightBytes = 512 << 20 })
+	ctx := testContext(t)
+	g.arm()
+	errs := make(chan error, 1)
+	go func() {
+		_, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "f", Data: make([]byte, 1<<20)})
+		errs <- err
+	}()
+	<-g.arrived
+	gauge := func(fams map[string]*dto.MetricFamily, name string) float64 {
+		m := series(fams, name, nil)
+		if m == nil {
+			t.Fatalf("no %s on /metrics", name)
+		}
+		return m.GetGauge().GetValue()
+	}
+	fams := d.scrape(t)
+	if got := gauge(fams, "filewrite_inflight_budget_capacity_bytes"); got != 512<<20 {
+		t.Errorf("capacity %v, want %d", got, 512<<20)
+	}
+	if got := gauge(fams, "filewrite_inflight_budget_held_bytes"); got < 1<<20 {
+		t.Errorf("held %v while a Write of 1 MiB runs, want at least %d", got, 1<<20)
+	}
+	g.open()
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the Write's hold to be given back", func() bool {
+		return gauge(d.scrape(t), "filewrite_inflight_budget_held_bytes") == 0
+	})
+	if got := gauge(d.scrape(t), "filewrite_inflight_budget_waiting"); got != 0 {
+		t.Errorf("waiting %v, want 0", got)
 	}
 }

@@ -3,11 +3,9 @@ package service
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -73,7 +71,8 @@ func (s *Server) startNBD() error {
 }
 
 // serveNBD serves the NBD listener, and applies each reload of the token
-// file to the exports in use until stop is closed.
+// file to the exports in use, before the reload returns, until stop is
+// closed.
 func (s *Server) serveNBD(stop <-chan struct{}) {
 	go func() {
 		if err := s.nbdSrv.Serve(s.nbdLis); !errors.Is(err, nbd.ErrServerClosed) {
@@ -83,18 +82,15 @@ func (s *Server) serveNBD(stop <-chan struct{}) {
 	if s.auth == nil {
 		return
 	}
-	go func() {
-		for {
-			select {
-			case <-s.auth.Changed():
-				s.nbdSrv.Recheck(func(p *nbd.Peer, name string) (bool, error) {
-					return s.nbdAuthorize(context.Background(), p, name)
-				})
-			case <-stop:
-				return
-			}
+	s.auth.AfterReload(func() {
+		select {
+		case <-stop:
+		default:
+			s.nbdSrv.Recheck(func(p *nbd.Peer, name string) (bool, error) {
+				return s.nbdAuthorize(context.Background(), p, name)
+			})
 		}
-	}()
+	})
 }
 
 // nbdAuthorize is what the client p may do with the file name: its
@@ -174,34 +170,6 @@ func (o *nbdObserver) Begin(ctx context.Context, cmd nbd.Command, offset int64, 
 		}
 		span.End()
 	}
-}
-
-// debugNBD is GET /debug/nbd: the NBD connections open now, oldest
-// first, with their export (the file's path), whether it is read-only,
-// TLS, structured replies, and the requests received and in flight. At
-// most debugNBDLimit, JSON.
-type debugNBD struct {
-	srv *nbd.Server
-}
-
-const debugNBDLimit = 1000
-
-func (d *debugNBD) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
-	rep := struct {
-		Time        time.Time      `json:"time"`
-		Open        int            `json:"open"`
-		Connections []nbd.ConnInfo `json:"connections"`
-	}{Time: time.Now(), Connections: []nbd.ConnInfo{}}
-	if d.srv != nil {
-		rep.Connections = d.srv.Conns()
-	}
-	rep.Open = len(rep.Connections)
-	rep.Connections = rep.Connections[:min(len(rep.Connections), debugNBDLimit)]
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.Encode(rep)
 }
 
 // NBDAddr is the address the NBD server listens on, nil when disabled.

@@ -354,7 +354,7 @@ func TestNBDStartRefusals(t *testing.T) {
 		{"beyond loopback without tokens", func(c *Config) { c.NBDAddr = "0.0.0.0:0" }, "0.0.0.0:0 (NBD)"},
 		{"requests below the preferred block", func(c *Config) {
 			c.NBDAddr, c.Store.MaxRequestBytes = "127.0.0.1:0", 1024
-		}, "--nbd-addr needs --max-request-bytes of at least 4096"},
+		}, "Store.MaxRequestBytes is 1024: serving NBD needs at least 4096"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := DefaultConfig()

@@ -46,8 +46,9 @@ func documentedMetrics(t *testing.T) []string {
 }
 
 // TestMetricsOnFreshDaemon: before any request, /metrics has every
-// documented metric (at 0; build info at 1 with its labels), and no series
-// carries otel_scope_* labels.
+// documented metric (at 0; build info at 1 with its labels, the budget's
+// capacity at --max-inflight-bytes), and no series carries otel_scope_*
+// labels.
 func TestMetricsOnFreshDaemon(t *testing.T) {
 	t.Setenv("OTEL_METRICS_EXPORTER", "none")
 	d := startDaemon(t, nil)
@@ -58,12 +59,16 @@ func TestMetricsOnFreshDaemon(t *testing.T) {
 			t.Errorf("%s missing from a fresh daemon's /metrics", name)
 			continue
 		}
-		if name == "filewrite_build_info" {
+		want := 0.0
+		switch name {
+		case "filewrite_build_info":
 			continue
+		case "filewrite_inflight_budget_capacity_bytes":
+			want = DefaultMaxInflightBytes
 		}
 		for _, m := range fam.GetMetric() {
-			if v := metricValue(m); v != 0 {
-				t.Errorf("%s%v = %v on a fresh daemon, want 0", name, m.GetLabel(), v)
+			if v := metricValue(m); v != want {
+				t.Errorf("%s%v = %v on a fresh daemon, want %v", name, m.GetLabel(), v, want)
 			}
 		}
 	}

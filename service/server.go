@@ -41,6 +41,8 @@ import (
 	"github.com/filewrite/filewrite/service/internal/nbd"
 	"github.com/filewrite/filewrite/service/internal/rpc"
 	"github.com/filewrite/filewrite/service/internal/status"
+	"github.com/filewrite/filewrite/service/internal/uploads"
+	"github.com/filewrite/filewrite/service/internal/webdav"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -86,6 +88,13 @@ type Server struct {
 	nbdSrv  *nbd.Server
 	nbdLis  net.Listener
 	nbdStop chan struct{}
+
+	// The doors beside the gateway on the HTTP listener (doors.go), nil
+	// when it is off; stopDoors ends their background work (the uploads'
+	// sweeper).
+	uploads   *uploads.Door
+	dav       *webdav.Door
+	stopDoors context.CancelFunc
 
 	// serveErr receives an error when a listener fails while serving.
 	serveErr chan error
@@ -147,9 +156,12 @@ func Run(ctx context.Context, cfg Config) error {
 // Start opens the store and both listeners and serves in the background.
 // It logs the addresses it bound, which matter with port 0.
 func Start(cfg Config) (_ *Server, err error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// What the store would fill in at Open, filled in now: the listeners
+	// bound their messages by Store.MaxRequestBytes too.
+	cfg.Store = cfg.Store.WithDefaults()
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -201,6 +213,9 @@ func Start(cfg Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("gRPC listener: %w", err)
 	}
 	s.budget = admit.NewBudget(cfg.MaxInflightBytes)
+	if err := registerBudgetGauges(s.tel.meterProvider.Meter(serviceScope), s.budget); err != nil {
+		return nil, fmt.Errorf("budget metrics: %w", err)
+	}
 	s.files, err = rpc.NewFileServer(rpc.Config{
 		Store:             s.store,
 		Log:               log,
@@ -211,13 +226,14 @@ func Start(cfg Config) (_ *Server, err error) {
 		Budget:            s.budget,
 		Auth:              s.auth,
 		Meter:             s.tel.meterProvider.Meter(serviceScope),
+		ValidatorDelay:    validatorDelay(cfg),
 	})
 	if err != nil {
 		lis.Close()
 		return nil, err
 	}
 	s.grpcLis = auth.NewGuardedListener(lis, cfg.ConnAuthTimeout)
-	s.grpcSrv = newGRPCServer(s.files, s.health, cfg.Store.MaxRequestBytes, log, s.tel, append(s.publicServerOptions(), rpc.PathHeaderOptions(cfg.RequirePathHeader)...)...)
+	s.grpcSrv = newGRPCServer(s.files, s.health, cfg.Store.MaxRequestBytes, log, s.tel, append(publicServerOptions(cfg, s.grpcLis, s.auth, s.tlsConf, s.budget), rpc.PathHeaderOptions(cfg.RequirePathHeader)...)...)
 	if cfg.HTTPAddr != "" {
 		if err := s.startGateway(); err != nil {
 			return nil, err
@@ -282,7 +298,7 @@ func Start(cfg Config) (_ *Server, err error) {
 
 // directRoad is the gateway's direct road to the FileService.
 func (s *Server) directRoad() *local.Files {
-	tap, checks := s.gatewayChecks()
+	tap, checks := gatewayChecks(s.auth, s.cfg.RequirePathHeader)
 	return local.New(local.Config{
 		Files:        s.files,
 		Store:        s.store,
@@ -295,7 +311,7 @@ func (s *Server) directRoad() *local.Files {
 func (s *Server) startGateway() (err error) {
 	limit := status.MaxMessageBytes(s.cfg.Store.MaxRequestBytes)
 	s.gatewayLis = newPipeListener()
-	s.gatewaySrv = newGRPCServer(s.files, s.health, s.cfg.Store.MaxRequestBytes, s.log, s.tel, s.gatewayServerOptions()...)
+	s.gatewaySrv = newGRPCServer(s.files, s.health, s.cfg.Store.MaxRequestBytes, s.log, s.tel, gatewayServerOptions(s.auth, s.cfg.RequirePathHeader)...)
 	s.gatewayConn, err = grpc.NewClient("passthrough:///gateway",
 		grpc.WithContextDialer(s.gatewayLis.dial),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -305,6 +321,9 @@ func (s *Server) startGateway() (err error) {
 	)
 	if err != nil {
 		return fmt.Errorf("gateway client: %w", err)
+	}
+	if err := s.startDoors(); err != nil {
+		return err
 	}
 	handler, err := gateway.New(context.Background(), s.gatewayConn, gateway.Config{
 		MaxRequestBytes: s.cfg.Store.MaxRequestBytes,
@@ -331,14 +350,20 @@ func (s *Server) startGateway() (err error) {
 	s.httpGuard = auth.NewGuardedListener(lis, s.cfg.ConnAuthTimeout)
 	s.httpLis = s.httpGuard
 	s.httpSrv = &http.Server{
-		Handler:           s.httpHandler(handler, browser),
+		Handler:           httpHandler(handler, browser, s.tel, s.store, s.cfg.TraceURLTemplate, func() *nbd.Server { return s.nbdSrv }, s.door),
 		ConnContext:       auth.WithGuardedConn,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	// Security wraps whatever the listener serves, gateway and all.
-	s.httpSrv.Handler = s.probeRoutes(s.auth.HTTPMiddleware(s.httpSrv.Handler))
+	cors, err := gateway.NewCORS(s.cfg.HTTPAllowedOrigins)
+	if err != nil {
+		return err
+	}
+	// CORS answers a preflight before the token check: a browser sends
+	// none with it.
+	s.httpSrv.Handler = probeRoutes(cors.Wrap(davCredentials(s.auth.HTTPMiddleware(s.httpSrv.Handler))), s.health, s.auth != nil)
 	if s.tlsConf != nil {
 		s.httpLis = auth.HTTPTLSListener(s.httpLis, s.tlsConf)
 	}
@@ -515,6 +540,9 @@ func (s *Server) closeAll() error {
 	}
 	if s.gatewayLis != nil {
 		s.gatewayLis.Close()
+	}
+	if s.stopDoors != nil {
+		s.stopDoors()
 	}
 	if s.store != nil {
 		if err := s.store.Close(); err != nil {

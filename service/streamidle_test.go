@@ -127,7 +127,7 @@ func TestStreamIdleTimeoutRefused(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.Root = t.TempDir()
 		cfg.StreamIdleTimeout = timeout
-		if err := cfg.validate(); err == nil {
+		if err := cfg.Validate(); err == nil {
 			t.Errorf("validate with --stream-idle-timeout %v: nil, want an error", timeout)
 		}
 	}

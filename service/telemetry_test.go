@@ -4,16 +4,19 @@ import (
 	"context"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc/codes"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/testutil"
@@ -373,6 +376,44 @@ func TestNoWaitSpanUncontended(t *testing.T) {
 	for _, s := range d.rec.Ended() {
 		if s.SpanKind() != trace.SpanKindServer {
 			t.Errorf("span %q (%v) for uncontended operations, want only RPC spans", s.Name(), s.SpanKind())
+		}
+	}
+}
+
+// TestServerSpanAttributes: an RPC's server span names the method and the
+// outcome, and marks a server's failure as an error; it does not carry the
+// daemon's own address (serverStats), the same on every span.
+func TestServerSpanAttributes(t *testing.T) {
+	d := startTracedDaemon(t, nil)
+	ctx := testContext(t)
+	if _, err := d.client.Write(ctx, &filewritev1.WriteRequest{Path: "f", Data: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := d.client.Stat(ctx, &filewritev1.StatRequest{Path: "missing"})
+	wantCode(t, "Stat of a missing file", err, codes.NotFound)
+	for _, tt := range []struct{ span, code string }{
+		{"filewrite.v1.FileService/Write", "OK"},
+		{"filewrite.v1.FileService/Stat", "NOT_FOUND"},
+	} {
+		var s sdktrace.ReadOnlySpan
+		testutil.WaitFor(t, tt.span+"'s span to end", func() bool {
+			spans := d.ended(named(tt.span))
+			if len(spans) == 1 {
+				s = spans[0]
+			}
+			return s != nil
+		})
+		got := map[attribute.Key]string{}
+		for _, kv := range s.Attributes() {
+			got[kv.Key] = kv.Value.Emit()
+		}
+		want := map[attribute.Key]string{"rpc.method": tt.span, "rpc.system.name": "grpc", "rpc.response.status_code": tt.code}
+		if !maps.Equal(got, want) {
+			t.Errorf("%s: attributes %v, want %v", tt.span, got, want)
+		}
+		// NOT_FOUND is the caller's mistake, not the server's failure.
+		if s.Status().Code != otelcodes.Unset {
+			t.Errorf("%s: status %v, want unset", tt.span, s.Status())
 		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/filewrite/filewrite/internal/invariants"
 )
 
 // ReasonAppend is recorded with an append's lock decision: under every
@@ -21,6 +23,13 @@ type AppendOptions struct {
 	// end: the append is refused with an *AppendMismatch when it ends
 	// elsewhere (appends in flight count: their ranges are taken).
 	ExpectedOffset *int64
+	// If, if present, makes the append conditional on the file's
+	// generation (see Precondition): it then holds the lock exclusively,
+	// after the appends and writes in flight, from the check to the
+	// end of its bytes. "No file may exist" lets it create the file; any
+	// other is *GenerationMismatch on a missing file, not created. A
+	// replay (ID) checks nothing: it returns the first append's result.
+	If Precondition
 	// ID, if not empty, makes the append idempotent: an Append of the same
 	// path with an ID the store remembers (Options.AppendIDs, AppendIDTTL)
 	// writes nothing and returns the first one's result, or ErrAppendIDReused
@@ -39,6 +48,9 @@ type AppendResult struct {
 	Size int64
 	// Replayed says that the ID was remembered: nothing was written again.
 	Replayed bool
+	// Generation is the file's generation once the append completed (see
+	// FileStat.Generation); a replay's is the first append's.
+	Generation int64
 }
 
 // AppendMismatch is the error of a conditional append that found the
@@ -93,6 +105,9 @@ type reservation struct {
 	// settled is closed, and may be read without it then.
 	done bool
 	err  error
+	// gen is the file's generation once the size passed end (bump),
+	// written before settled is closed.
+	gen int64
 	// settled is closed once the size has passed end, or the append failed.
 	settled chan struct{}
 }
@@ -102,6 +117,9 @@ type reservation struct {
 // Preconditions: q.mu is held, the inode lock is held (shared), and q is
 // not failed.
 func (q *appendQueue) reserveLocked(start, n int64) *reservation {
+	if k := len(q.pending); invariants.Enabled && k > 0 && start != q.pending[k-1].end {
+		panic(fmt.Sprintf("store: an append reserves from %d, but the reservations end at %d", start, q.pending[k-1].end))
+	}
 	r := &reservation{off: start, end: start + n, settled: make(chan struct{})}
 	q.pending = append(q.pending, r)
 	q.inFlight.Add(1)
@@ -137,6 +155,12 @@ func (ino *inode) completeAppend(r *reservation, err error) {
 		}
 		q.failedAt, q.failErr = r.off, err
 	}
+	// The generation moves for each append published, after the size and
+	// outside mu (bump may extend the generations' lease, I/O): settled is
+	// closed after it, and r still counted in flight keeps conditional
+	// mutations from looking meanwhile.
+	var settled [4]*reservation
+	done := settled[:0]
 	for len(q.pending) > 0 && q.pending[0].done {
 		head := q.pending[0]
 		switch {
@@ -145,19 +169,28 @@ func (ino *inode) completeAppend(r *reservation, err error) {
 				head.err = fmt.Errorf("%w: an append below it, at offset %d, failed, and nothing of this one was kept: %w", ErrAppendAborted, q.failedAt, q.failErr)
 			}
 		default:
+			if reserved := q.pending[len(q.pending)-1].end; invariants.Enabled && head.end > reserved {
+				panic(fmt.Sprintf("store: an append publishes the size %d past the reserved end %d", head.end, reserved))
+			}
 			ino.size.Store(head.end)
 		}
-		close(head.settled)
+		done = append(done, head)
 		q.pending[0] = nil
 		q.pending = q.pending[1:]
 		q.inFlight.Add(-1)
 	}
-	if !failed || len(q.pending) > 0 {
-		q.mu.Unlock()
-		return
-	}
+	giveBack := failed && len(q.pending) == 0
 	at := q.failedAt
 	q.mu.Unlock()
+	for _, r := range done {
+		if r.err == nil {
+			r.gen = ino.bump()
+		}
+		close(r.settled)
+	}
+	if !giveBack {
+		return
+	}
 	// Give the failed range back. The size never passed at (every append
 	// below it was published, none above), so readers saw none of it,
 	// and stays there if the ftruncate fails; the file's own size may
@@ -265,6 +298,9 @@ func (s *Store) validateAppend(data []byte, sync SyncMode, opts AppendOptions) e
 	if opts.ExpectedOffset != nil && *opts.ExpectedOffset < 0 {
 		return refuse(ErrInvalidOffset, "expected_offset", "expected offset %d is negative", *opts.ExpectedOffset)
 	}
+	if err := opts.If.validate(); err != nil {
+		return err
+	}
 	if len(opts.ID) > MaxAppendIDLen {
 		return refuseLimit(ErrArgumentTooLong, "append_id", MaxAppendIDLen, "append id of %d bytes, the limit is %d", len(opts.ID), MaxAppendIDLen)
 	}
@@ -285,6 +321,14 @@ func (s *Store) appendPath(ctx context.Context, path string, data []byte, sync S
 	// looked up, never created, so that its refusal leaves no file behind
 	// (and a file held open costs no stat).
 	mustExist := opts.ExpectedOffset != nil && *opts.ExpectedOffset != 0
+	if opts.If.present() {
+		ino, h, _, err := s.lockIf(ctx, path, !mustExist, opts.If, "append")
+		if err != nil {
+			return AppendResult{}, err
+		}
+		defer s.table.put(ino)
+		return s.appendTo(ctx, ino, path, h, data, sync, opts)
+	}
 	for {
 		var ino *inode
 		var created *holder
@@ -311,8 +355,24 @@ func (s *Store) appendPath(ctx context.Context, path string, data []byte, sync S
 
 // appendTo appends to ino, found by name ("" for a Handle's), as the
 // policy says. created, if not nil, is the lock held exclusively by the
-// getOrCreate that made the file.
+// getOrCreate that made the file, or by lockIf once opts.If held; without
+// it, opts.If is checked here, under the lock taken exclusively.
 func (s *Store) appendTo(ctx context.Context, ino *inode, name string, created *holder, data []byte, sync SyncMode, opts AppendOptions) (AppendResult, error) {
+	if created == nil && opts.If.present() {
+		h, err := lockInode(ctx, ino, lockExclusive, "append", ReasonPrecondition)
+		if err != nil {
+			return AppendResult{}, err
+		}
+		if err = s.checkNamed(ino, name); err == nil {
+			err = s.checkLocked(ctx, ino, ino.path(), false, opts.If)
+		}
+		if err != nil {
+			ino.lock.release(h)
+			putHolder(h)
+			return AppendResult{}, err
+		}
+		created = h
+	}
 	if created != nil || s.opts.Policy == PolicyExclusive {
 		return s.appendExclusive(ctx, ino, name, created, data, sync, opts)
 	}
@@ -383,6 +443,9 @@ func (s *Store) appendExclusive(ctx context.Context, ino *inode, name string, he
 			_ = ino.truncate(off)
 			return res, err
 		}
+		res.Generation = ino.bump()
+	} else {
+		res.Generation = ino.gen.Load()
 	}
 	if s.opts.Policy == PolicyExclusive {
 		err := s.syncWrite(ctx, ino, sync, true)
@@ -435,7 +498,7 @@ func (s *Store) appendReserving(ctx context.Context, ino *inode, name string, da
 		if err := s.checkAppend(end, n, opts); err != nil || n == 0 {
 			q.mu.Unlock()
 			unlock()
-			return AppendResult{Offset: end, Size: ino.size.Load()}, err
+			return AppendResult{Offset: end, Size: ino.size.Load(), Generation: ino.gen.Load()}, err
 		}
 		r := q.reserveLocked(end, n)
 		token := ino.inflight.begin()
@@ -446,12 +509,12 @@ func (s *Store) appendReserving(ctx context.Context, ino *inode, name string, da
 		_, err = s.writeData(ctx, ino, r.off, data, lockNone, ReasonAppend)
 		ino.completeAppend(r, err)
 		ino.inflight.end(token)
-		if err == nil && s.opts.Hooks.broken(func(b *breaks) bool { return b.ackAppendUnordered }) {
+		if err == nil && s.opts.Hooks.broken(breakAckAppendUnordered) {
 			// The deliberate break: on to the sync, not waiting for the
 			// appends below.
 			return AppendResult{Offset: r.off, Size: r.end}, nil
 		}
-		<-r.settled // r.err was written before settled was closed
-		return AppendResult{Offset: r.off, Size: max(ino.size.Load(), r.end)}, r.err
+		<-r.settled // r.err and r.gen were written before settled was closed
+		return AppendResult{Offset: r.off, Size: max(ino.size.Load(), r.end), Generation: r.gen}, r.err
 	}
 }

@@ -251,7 +251,7 @@ func loadAppendJournal(fsys FS, perGen int, log *slog.Logger) (*appendJournal, [
 	var recs []journalRecord
 	for _, num := range nums {
 		g := &journalGen{num: num, rotateAt: perGen}
-		b, err := readJournalFile(fsys, g.name())
+		b, err := readStateFile(fsys, g.name())
 		if err != nil {
 			j.warn("read the append-ID journal", err)
 		}
@@ -261,24 +261,6 @@ func loadAppendJournal(fsys FS, perGen int, log *slog.Logger) (*appendJournal, [
 		j.loaded = append(j.loaded, g)
 	}
 	return j, recs
-}
-
-func readJournalFile(fsys FS, name string) ([]byte, error) {
-	f, err := fsys.OpenFile(name, os.O_RDONLY, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	b := make([]byte, fi.Size)
-	n, err := f.ReadAt(b, 0)
-	if errors.Is(err, io.EOF) {
-		err = nil
-	}
-	return b[:n], err
 }
 
 // add writes r to the current generation, opening the journal first if

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -40,6 +41,25 @@ func (g *gate) hooks() *Hooks {
 	}}
 }
 
+// holdWriters starts n writers of file "f" of s, the i-th writing what
+// write(i) says (data at off, without sync), each held inside its write
+// by the gate it returns: g.arrived takes each one's lock mode as it gets
+// inside, and g.open lets them all go on. A write that fails fails t.
+func holdWriters(t *testing.T, s *Store, n int, write func(i int) (off int64, data []byte)) (*gate, *sync.WaitGroup) {
+	g := newGate(t, n)
+	s.opts.Hooks = g.hooks()
+	var wg sync.WaitGroup
+	for i := range n {
+		off, data := write(i)
+		wg.Go(func() {
+			if _, err := s.Write(context.Background(), "f", off, data, SyncNone); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	return g, &wg
+}
+
 func fileLocks(s *Store, path string) FileLocks {
 	for _, fl := range s.Locks(100) {
 		if fl.Path == path {
@@ -70,18 +90,9 @@ func TestParallelWritersBelowEOF(t *testing.T) {
 			if _, err := s.Write(ctx, "f", 0, make([]byte, n*bs), SyncNone); err != nil {
 				t.Fatal(err)
 			}
-			g := newGate(t, n)
-			s.opts.Hooks = g.hooks()
-			var wg sync.WaitGroup
-			for i := range n {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					if _, err := s.Write(ctx, "f", int64(i)*bs, bytes.Repeat([]byte{byte(i + 1)}, bs), SyncNone); err != nil {
-						t.Error(err)
-					}
-				}()
-			}
+			g, wg := holdWriters(t, s, n, func(i int) (int64, []byte) {
+				return int64(i) * bs, bytes.Repeat([]byte{byte(i + 1)}, bs)
+			})
 			if tc.parallel {
 				for range n {
 					<-g.arrived // all n are inside at the same time
@@ -119,19 +130,8 @@ func TestTruncateWaitsForInflight(t *testing.T) {
 	if _, err := s.Write(ctx, "f", 0, make([]byte, 8*bs), SyncNone); err != nil {
 		t.Fatal(err)
 	}
-	g := newGate(t, n)
-	s.opts.Hooks = g.hooks()
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// Past the truncate point: landing after it would regrow the file.
-			if _, err := s.Write(ctx, "f", int64(4+i)*bs, make([]byte, bs), SyncNone); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
+	// Past the truncate point: landing after it would regrow the file.
+	g, wg := holdWriters(t, s, n, func(i int) (int64, []byte) { return int64(4+i) * bs, make([]byte, bs) })
 	for range n {
 		<-g.arrived
 	}
@@ -552,4 +552,50 @@ func TestGroupCommit(t *testing.T) {
 		}
 	}
 	t.Logf("%d callers, %d syncs", callers, len(syncs))
+}
+
+// TestLocksListsWaiters: Locks describes each caller queued for a file's
+// lock in queue order, with what it wants, why, and since when it waits.
+func TestLocksListsWaiters(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newTestStore(t, Options{Policy: PolicyExclusive})
+	if _, err := s.Write(ctx, "f", 0, make([]byte, 4096), SyncNone); err != nil {
+		t.Fatal(err)
+	}
+	g := newGate(t, 4)
+	s.opts.Hooks = g.hooks()
+	errs := make(chan error, 3)
+	go func() { _, err := s.Write(ctx, "f", 0, []byte("held"), SyncNone); errs <- err }()
+	<-g.arrived
+	start := time.Now()
+	go func() { _, err := s.Write(ctx, "f", 4096, []byte("extends"), SyncNone); errs <- err }()
+	testutil.WaitFor(t, "the extending write to queue", func() bool { return fileLocks(s, "f").Waiting == 1 })
+	go func() { errs <- s.Truncate(ctx, "f", 100) }()
+	testutil.WaitFor(t, "the truncate to queue", func() bool { return fileLocks(s, "f").Waiting == 2 })
+
+	fl := fileLocks(s, "f")
+	type waiter struct{ mode, op, reason string }
+	var got []waiter
+	for _, w := range fl.Waiters {
+		got = append(got, waiter{w.Mode, w.Op, w.Reason})
+	}
+	want := []waiter{{"exclusive", "write", ReasonExtending}, {"exclusive", "truncate", ReasonTruncate}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("waiters %+v, want %+v", got, want)
+	}
+	if w := fl.Waiters; w[0].Since.Before(start) || w[1].Since.Before(w[0].Since) {
+		t.Errorf("waiters since %v and %v, want from %v on, in queue order", w[0].Since, w[1].Since, start)
+	}
+	if len(fl.Holders) != 1 || !fl.Holders[0].Since.Before(start) {
+		t.Errorf("holders %+v, want the held write, since before the waiters came", fl.Holders)
+	}
+	g.open()
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fl := fileLocks(s, "f"); len(fl.Waiters) != 0 || fl.Waiting != 0 || len(fl.Holders) != 0 {
+		t.Errorf("after all three: %+v, want no holder or waiter", fl)
+	}
 }

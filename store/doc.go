@@ -111,6 +111,19 @@
 // (getOrCreate), and Stat and Extents lock while it does: to the store's
 // callers a file appears with its first operation done, never empty.
 //
+// # Generations
+//
+// Every file has a generation (generation.go) that moves with every
+// mutation the store acknowledges, through every face: a write (one atomic
+// add, made while it still holds its lock mode or is counted in flight,
+// after its bytes are in), an append (when its range is published, while
+// it is counted in flight), a Truncate, Fallocate or Rename onto the path
+// (under the exclusive lock). A mutation with a Precondition
+// (precondition.go) takes the inode lock exclusively, whatever the policy,
+// waits for writes in flight, and checks the generation before it
+// changes anything, so no acknowledged mutation lands between the check
+// and the change; without one it pays nothing more.
+//
 // # Lock order
 //
 // This is the one statement of the lock order; docs/design.md says why it
@@ -118,20 +131,30 @@
 //
 //	inode.lock               (the rwsem: inodeLock, FIFO, abandonable; held
 //	                          across the write it protects)
-//	  inode.lock             (of a second file: Rename only, both exclusive,
-//	                          the lower file ID (dev, ino) first)
+//	  inode.lock             (of a second file: Rename, both exclusive, and
+//	                          Handle.CopyFrom, the destination exclusive and
+//	                          the source shared; the lower file ID (dev, ino)
+//	                          first)
 //	    inodeTable.mu        (Delete and Rename, to forget or re-key inodes)
 //	  inode.extentMu         (the extent map, like ext4's i_data_sem)
 //	  inodeMap.mu            (an inode's mappings, mapped.go: making one,
-//	                          held across its mmap(2) and mincore(2), by a
-//	                          writer holding inode.lock or counted in
-//	                          flight; and unmapping them when the inode
-//	                          closes, held across munmap(2), also under
-//	                          inodeTable.mu; a leaf)
+//	                          held across its mmap(2) and mincore(2), or
+//	                          its heat, by a writer holding inode.lock or
+//	                          counted in flight; taking the retired ones to
+//	                          unmap, by a holder of inode.lock exclusively
+//	                          with no write in flight (waitInflight), and
+//	                          all of them when the inode closes, also
+//	                          under inodeTable.mu; never held across
+//	                          munmap(2); a leaf)
 //	  durableState.openMu    (opening a file's O_DIRECT|O_DSYNC descriptor,
 //	                          durable.go: held across that open(2) and
 //	                          fstat(2) by a writer holding inode.lock shared
 //	                          or counted in flight; a leaf)
+//	  genClock.mu            (extending the generations' lease, held across
+//	                          its write and syncs: by a mutation whose
+//	                          generation starts a fresh span (bump),
+//	                          holding inode.lock or counted in flight, and
+//	                          by an open, alone; a leaf)
 //	  appendQueue.mu         (an inode's reservations; a leaf, taken with
 //	                          inode.lock shared to reserve, and without any
 //	                          lock to publish; never across I/O)
@@ -153,6 +176,9 @@
 //	                        see above)
 //	  extentCache.mu       (the extent maps of files closed for room; a
 //	                        leaf, also taken alone when a file opens)
+//	  genRecords.mu        (the generations of files closed for room or
+//	                        by Close; a leaf, also taken alone when a file
+//	                        opens and by Close)
 //
 //	dirSyncs.mu            (the directories being synced, and those made
 //	                        and not yet durable; a leaf)
@@ -170,7 +196,7 @@
 // Rename waits for nothing but the syscall meanwhile. So no one reaches
 // the renamed file by its new name before the table has re-keyed it,
 // which also takes its old name away.
-// Rename's two inode locks are taken in file ID order: the IDs of open
+// Rename's two inode locks, and CopyFrom's, are taken in file ID order: the IDs of open
 // inodes are distinct (the kernel does not reuse an inode number while a
 // descriptor holds the file) and never change. A file's creator takes its
 // inode lock before the inode is ready (getOrCreate), when no one else can
@@ -230,13 +256,18 @@
 // sync; that caller came first in one order of the calls and succeeds. To
 // tell the two apart the sync takes the inode lock shared, holding no
 // other, after the Delete that holds it exclusively has marked the inode
-// deleted (removedError).
+// deleted (removedError). A sync, a Stat or a mapped write's probe that
+// finds the file shorter than the store's size (cut from outside, or a
+// Truncate in the middle of its ftruncate) takes the inode lock
+// exclusively, holding no other, and waits for writes in flight before it
+// believes it (checkCut, cut.go).
 //
 // store/crashfs simulates a power cut below the FS seam, and the
 // power-loss tests hold the store to these rules on the images it leaves:
 // powerloss_test.go for data, powerloss_append_test.go for appends,
 // powerloss_names_test.go for Rename and
 // Delete (a cut before each FS call they make, and every image of each
-// cut). Seven deliberate breaks of them, unexported (Hooks.breaks) and
-// off in production, are what the tests must catch.
+// cut). Deliberate breaks of them (hooks.go, breakID), compiled in only
+// with the invariants build tag and set only by those tests, are what the
+// tests must catch; a production build has none.
 package store

@@ -186,7 +186,7 @@ func (ino *inode) durableFile() File {
 		return *f
 	}
 	flags := syscall.O_DIRECT | syscall.O_DSYNC
-	if ino.table.opts.Hooks.broken(func(b *breaks) bool { return b.directWriteWithoutDSync }) {
+	if ino.table.opts.Hooks.broken(breakDirectWriteWithoutDSync) {
 		flags = syscall.O_DIRECT // the deliberate break: durable in name only
 	}
 	f, err := ino.openDirect(ino.table.fsys, flags)
@@ -236,7 +236,7 @@ func (s *Store) writeDurable(ctx context.Context, ino *inode, off int64, data []
 	s.opts.Hooks.durableWrite(ino)
 	// As a sync does (syncFile): a file left without a name has its bytes
 	// durable where nobody can reach them.
-	if n, err := links(f); err == nil && n == 0 {
+	if n, _, err := links(f); err == nil && n == 0 {
 		ino.unlinked.Store(true)
 	}
 	return n, true, nil

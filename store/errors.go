@@ -30,8 +30,8 @@ var (
 	// ErrPathEscapes is returned when a path resolves, through a symlink,
 	// outside the root.
 	ErrPathEscapes = errors.New("path escapes the root")
-	// ErrInvalidOffset is returned for a negative offset, size or length, or
-	// when offset+length overflows int64.
+	// ErrInvalidOffset is returned for a negative offset, size, length or
+	// generation (Precondition), or when offset+length overflows int64.
 	ErrInvalidOffset = errors.New("invalid offset or length")
 	// ErrArgumentTooLong is returned when an argument that is neither a
 	// path nor data is longer than its limit: an append ID over
@@ -92,6 +92,19 @@ var (
 	// sync is in a file that no name reaches. The next request for the path
 	// opens what it names then.
 	ErrFileRemoved = errors.New("file removed or replaced from outside")
+	// ErrChangedOutside is returned when the store finds a file it holds
+	// open shorter than it made it: cut short (truncated) from outside the
+	// store. What the store acknowledged past the new end is gone, and a
+	// write through the file's mapping into the page that held the new end
+	// may have been lost as well (docs/guarantees.md). The call that finds
+	// it gets it: a Stat, a sync (Fsync, a synced Write or Append, Close),
+	// a write whose store through the file's mapping checks the file, or,
+	// for a file found so when it was closed for room, the next Stat or
+	// sync of it. The store then takes the file's size and extents as they
+	// are, and stops writing it through a mapping until it is opened again;
+	// a write that finds it was made all the same (its bytes are in the
+	// file). Later calls succeed.
+	ErrChangedOutside = errors.New("file changed from outside")
 	// ErrAppendOffsetMismatch is returned (as an *AppendMismatch) by a
 	// conditional Append that found the file's end elsewhere.
 	ErrAppendOffsetMismatch = errors.New("the file ends elsewhere")

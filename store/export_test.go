@@ -5,6 +5,9 @@ package store
 import (
 	"context"
 	"os"
+	"testing"
+
+	"github.com/filewrite/filewrite/internal/invariants"
 )
 
 // What the external tests (package store_test, which import store/faultfs
@@ -43,30 +46,31 @@ func PendingSyncCallers(s *Store, path string) (int, error) {
 	return ino.commit.pending.callers, nil
 }
 
-// Breaks are the deliberate breaks of the durability contract (Hooks'
-// unexported breaks), for the power-loss tests to show that their checker
-// catches each.
-type Breaks struct {
-	AckFromRunningSync          bool
-	SkipNewFileDirSync          bool
-	AckUnalignedDirectWriteBack bool
-	RenameSyncsOldDirOnly       bool
-	DeleteSkipsDirSync          bool
-	AckAppendUnordered          bool
-	DirectWriteWithoutDSync     bool
-}
+// The deliberate breaks of the durability contract (hooks.go, breakID),
+// for the power-loss tests to show that their checker catches each.
+const (
+	BreakAckFromRunningSync          = breakAckFromRunningSync
+	BreakSkipNewFileDirSync          = breakSkipNewFileDirSync
+	BreakAckUnalignedDirectWriteBack = breakAckUnalignedDirectWriteBack
+	BreakRenameSyncsOldDirOnly       = breakRenameSyncsOldDirOnly
+	BreakDeleteSkipsDirSync          = breakDeleteSkipsDirSync
+	BreakDirectWriteWithoutDSync     = breakDirectWriteWithoutDSync
+	BreakAckAppendUnordered          = breakAckAppendUnordered
+)
 
-// BrokenHooks are Hooks with the breaks b on and nothing else.
-func BrokenHooks(b Breaks) *Hooks {
-	return &Hooks{breaks: breaks{
-		ackFromRunningSync:          b.AckFromRunningSync,
-		skipNewFileDirSync:          b.SkipNewFileDirSync,
-		ackUnalignedDirectWriteBack: b.AckUnalignedDirectWriteBack,
-		renameSyncsOldDirOnly:       b.RenameSyncsOldDirOnly,
-		deleteSkipsDirSync:          b.DeleteSkipsDirSync,
-		ackAppendUnordered:          b.AckAppendUnordered,
-		directWriteWithoutDSync:     b.DirectWriteWithoutDSync,
-	}}
+// BrokenHooks are Hooks with the breaks on and nothing else. The breaks
+// are compiled in only with the invariants build tag: without it,
+// BrokenHooks skips t, saying so.
+func BrokenHooks(t testing.TB, on ...breakID) *Hooks {
+	t.Helper()
+	if !invariants.Enabled {
+		t.Skip("this test needs the deliberate durability breaks, compiled in only with -tags invariants (docs/development.md)")
+	}
+	h := &Hooks{}
+	for _, id := range on {
+		h.breaks |= 1 << id
+	}
+	return h
 }
 
 // SyncAll is s.syncAll, for the external tests.

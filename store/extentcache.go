@@ -146,6 +146,11 @@ func coarseTick() int64 {
 // it (a nanosecond ctime is one by chance only once in ten, and then costs
 // a few more nanoseconds of margin).
 func (c *extentCache) settled(ctime, closedAt int64) bool {
+	return ctimeSettled(ctime, closedAt, c.tick)
+}
+
+// ctimeSettled is settled with the clock's tick given.
+func ctimeSettled(ctime, closedAt, tick int64) bool {
 	if ctime <= 0 || closedAt <= 0 {
 		return false
 	}
@@ -153,7 +158,7 @@ func (c *extentCache) settled(ctime, closedAt int64) bool {
 	for grain < 1e9 && ctime%(grain*10) == 0 {
 		grain *= 10
 	}
-	return ctime+max(c.tick, grain) <= closedAt
+	return ctime+max(tick, grain) <= closedAt
 }
 
 // put keeps the map of a file being closed, described by fi (its fstat

@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/google/btree"
+
+	"github.com/filewrite/filewrite/internal/invariants"
 )
 
 // extentRun is a maximal run of blocks [start, end) in one allocated state.
@@ -177,6 +179,40 @@ func (m *extentMap) rewrite(start, end int64, next func(ExtentState) ExtentState
 	emit(pos, end, next(ExtentHole))
 	m.replace(old, nu)
 	m.oldRuns, m.newRuns = old[:0], nu[:0]
+	if invariants.Enabled {
+		m.checkRuns(start, end)
+	}
+}
+
+// checkRuns panics unless the runs around blocks [lo, hi) (those that
+// overlap or touch it, and one more on each side) are what the map
+// promises: not empty, not holes, sorted, apart, and coalesced. Only
+// builds with the invariants tag call it, after each change: it costs a
+// descent and the runs it reads.
+func (m *extentMap) checkRuns(lo, hi int64) {
+	from, skip := extentRun{start: math.MinInt64}, 2
+	m.tree.DescendLessOrEqual(extentRun{start: satSub(lo, 1)}, func(r extentRun) bool {
+		from = r
+		skip--
+		return skip > 0
+	})
+	var prev extentRun
+	first, after := true, 0
+	m.tree.AscendGreaterOrEqual(from, func(r extentRun) bool {
+		switch {
+		case r.start >= r.end || r.state == ExtentHole:
+			panic(fmt.Sprintf("store: extent map holds the run %v", r))
+		case !first && r.start < prev.end:
+			panic(fmt.Sprintf("store: extent runs %v and %v overlap or are out of order", prev, r))
+		case !first && r.start == prev.end && r.state == prev.state:
+			panic(fmt.Sprintf("store: extent runs %v and %v are not coalesced", prev, r))
+		}
+		prev, first = r, false
+		if r.start > hi {
+			after++
+		}
+		return after < 2
+	})
 }
 
 // replace swaps the sorted runs old, which are all in the tree, for the
@@ -501,6 +537,9 @@ func extentMapOfRuns(runs []extentRun, blockSize int64) *extentMap {
 	for _, r := range runs {
 		m.tree.ReplaceOrInsert(r)
 		m.allocated += r.end - r.start
+	}
+	if invariants.Enabled {
+		m.checkRuns(math.MinInt64, math.MaxInt64)
 	}
 	return m
 }

@@ -534,33 +534,35 @@ func (f *osFile) Stat() (FileInfo, error) {
 
 var _ linkCounter = (*osFile)(nil)
 
-// Links is statx(2) of the link count alone. Unlike fstat(2) it does not
+// Links is statx(2) of the link count and the size alone. Unlike fstat(2) it does not
 // read the timestamps, and so does not mark the ctime as seen: with
 // multigrain timestamps (Linux 6.13) a seen ctime makes the next write
 // take a fine-grained one, dirtying the inode, which an O_DSYNC write
 // and ext4's fsync without a journal then write to disk synchronously:
 // one more device write per durable write, where a coarse timestamp
 // changes once a tick.
-func (f *osFile) Links() (uint64, error) {
+func (f *osFile) Links() (uint64, int64, error) {
 	var stx unix.Statx_t
 	err := f.retry("statx", func() error {
-		return unix.Statx(f.fd, "", unix.AT_EMPTY_PATH|unix.AT_STATX_DONT_SYNC, unix.STATX_NLINK, &stx)
+		return unix.Statx(f.fd, "", unix.AT_EMPTY_PATH|unix.AT_STATX_DONT_SYNC, unix.STATX_NLINK|unix.STATX_SIZE, &stx)
 	})
-	return uint64(stx.Nlink), err
+	return uint64(stx.Nlink), int64(stx.Size), err
 }
 
-// linkCounter is a File that can read its link count alone (osFile).
+// linkCounter is a File that can read its link count and size alone,
+// without the timestamps (osFile).
 type linkCounter interface {
-	Links() (uint64, error)
+	Links() (uint64, int64, error)
 }
 
-// links is f's link count: through Links where f has it, else fstat(2).
-func links(f File) (uint64, error) {
+// links is f's link count and size: through Links where f has it, else
+// fstat(2).
+func links(f File) (uint64, int64, error) {
 	if lc, ok := f.(linkCounter); ok {
 		return lc.Links()
 	}
 	fi, err := f.Stat()
-	return fi.Nlink, err
+	return fi.Nlink, fi.Size, err
 }
 
 // fileInfoOf takes what the store uses from an os.FileInfo of Linux.

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/filewrite/filewrite/internal/invariants"
 )
 
 // groupCommit merges concurrent syncs of one file (and, for dirSyncs, of
@@ -42,7 +44,8 @@ type groupCommit struct {
 	onBatch func(callers int)
 	// wait says where the callers' waits are reported.
 	wait waitTrace
-	// ackFromRunning is the deliberate break ackFromRunningSync (Hooks.breaks).
+	// ackFromRunning is the deliberate break breakAckFromRunningSync,
+	// read only under invariants.Enabled (compiled out without the tag).
 	ackFromRunning bool
 	// onWait is Hooks.WaitingForSync; nil in production.
 	onWait func()
@@ -113,7 +116,7 @@ func (g *groupCommit) waitDurable(ctx context.Context, mode SyncMode) error {
 	}
 	span := trace.SpanContextFromContext(ctx)
 	g.mu.Lock()
-	if g.ackFromRunning && g.runningBatch != nil {
+	if invariants.Enabled && g.ackFromRunning && g.runningBatch != nil {
 		// The deliberate break: released by a sync that started before
 		// this caller asked.
 		b := g.runningBatch
@@ -195,6 +198,10 @@ func (g *groupCommit) issue(b *syncBatch) {
 		covered = g.durable.syncStarting()
 	}
 	err := g.sync.syncFile(b.mode)
+	cut := err == errCutSuspected
+	if cut {
+		err = nil // the sync succeeded; each caller checks the file
+	}
 	g.mu.Lock()
 	overlapped := g.failures != b.failuresBefore
 	if err != nil {
@@ -209,8 +216,15 @@ func (g *groupCommit) issue(b *syncBatch) {
 		b.err = fmt.Errorf("%w: an earlier sync of this file failed, so data written before it may be lost although this sync succeeded", ErrSyncFailed)
 	case overlapped:
 		b.err = fmt.Errorf("%w: another sync or a writeback of this file failed while this one ran, so data written before it may be lost although this sync succeeded", ErrSyncFailed)
-	case g.durable != nil:
-		g.durable.syncedFrom(covered)
+	case cut:
+		b.err = errCutSuspected
+	}
+	if b.err == nil || b.err == errCutSuspected {
+		// The sync succeeded: what the direct path wrote before it
+		// started is covered (durable.go).
+		if g.durable != nil {
+			g.durable.syncedFrom(covered)
+		}
 	}
 	close(b.done)
 }

@@ -45,6 +45,12 @@ func (s *Store) OpenHandle(ctx context.Context, path string, open OpenMode) (*Ha
 	if err := validateOpenMode(open); err != nil {
 		return nil, err
 	}
+	return s.openHandle(ctx, path, open)
+}
+
+// openHandle is OpenHandle of a validated path, or of a staged file's
+// (OpenStaged).
+func (s *Store) openHandle(ctx context.Context, path string, open OpenMode) (*Handle, error) {
 	var ino *inode
 	var err error
 	switch open {
@@ -83,6 +89,10 @@ func (h *Handle) Gone() <-chan struct{} { return h.gone }
 // Size is the file's size now (like i_size_read(): no lock taken).
 func (h *Handle) Size() int64 { return h.ino.size.Load() }
 
+// Generation is the file's generation now (see FileStat.Generation; no
+// lock taken).
+func (h *Handle) Generation() int64 { return h.ino.gen.Load() }
+
 // Write writes data at off and returns once the bytes reached the file:
 // every later Read sees them. The sync the write asked for may still be
 // owed (AppliedWrite.Owed); Wait settles it. Until then another write can
@@ -96,6 +106,48 @@ func (h *Handle) Write(ctx context.Context, off int64, data []byte, sync SyncMod
 		return AppliedWrite{WriteResult: WriteResult{Size: h.Size()}}, err
 	}
 	return h.s.applyWrite(ctx, h.ino, "", nil, off, data, sync)
+}
+
+// WriteIf is Write on the condition pre (see Precondition), checked on
+// the Handle's file with its lock held exclusively, after the writes in
+// flight, until the bytes are in: nothing lands between the check and
+// the write. A PUT of several pieces makes each conditional on the
+// generation the one before returned, so that an interleaved writer stops
+// it.
+func (h *Handle) WriteIf(ctx context.Context, off int64, data []byte, sync SyncMode, pre Precondition) (AppliedWrite, error) {
+	if !pre.present() {
+		return h.Write(ctx, off, data, sync)
+	}
+	err := h.s.validateWrite(off, data, sync)
+	if err == nil {
+		err = pre.validate()
+	}
+	var held *holder
+	if err == nil {
+		held, err = h.lockIf(ctx, pre, "write")
+	}
+	if err != nil {
+		return AppliedWrite{WriteResult: WriteResult{Size: h.Size(), Generation: h.Generation()}}, err
+	}
+	return h.s.applyWrite(ctx, h.ino, "", held, off, data, sync)
+}
+
+// lockIf takes the Handle's file's lock exclusively for op once pre holds
+// for it: ErrDeleted if the file was deleted.
+func (h *Handle) lockIf(ctx context.Context, pre Precondition, op string) (*holder, error) {
+	held, err := lockInode(ctx, h.ino, lockExclusive, op, ReasonPrecondition)
+	if err != nil {
+		return nil, err
+	}
+	if err = h.s.checkNamed(h.ino, ""); err == nil {
+		err = h.s.checkLocked(ctx, h.ino, h.ino.path(), false, pre)
+	}
+	if err != nil {
+		h.ino.lock.release(held)
+		putHolder(held)
+		return nil, err
+	}
+	return held, nil
 }
 
 // TryWrite makes a write of data at off with no sync, as Write does, if it
@@ -158,7 +210,7 @@ func (h *Handle) ApplyAppend(ctx context.Context, data []byte, sync SyncMode, op
 	// SyncNone here, and the sync owed covers the first as it would have
 	// covered a new one.
 	res, err := h.appendOnce(ctx, data, sync, opts)
-	w.Size = res.Size
+	w.Size, w.Generation = res.Size, res.Generation
 	if err != nil {
 		return w, res.Offset, err
 	}

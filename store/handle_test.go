@@ -60,8 +60,15 @@ func TestHandleWrite(t *testing.T) {
 			}
 			err = h.Wait(ctx, got)
 		}
-		if err == nil && got.WriteResult != want {
-			t.Errorf("%s: got %+v, want %+v (as Write)", tt.name, got.WriteResult, want)
+		if err == nil {
+			// Two files, two generations: each must be there.
+			if got.Generation == 0 || want.Generation == 0 {
+				t.Errorf("%s: generations %d and %d (as Write), want both set", tt.name, got.Generation, want.Generation)
+			}
+			got.Generation, want.Generation = 0, 0
+			if got.WriteResult != want {
+				t.Errorf("%s: got %+v, want %+v (as Write)", tt.name, got.WriteResult, want)
+			}
 		}
 		testutil.SameBytes(t, tt.name, viaHandle.content(t, faultPath), viaWrite.content(t, faultPath))
 	}

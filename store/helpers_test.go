@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/filewrite/filewrite/internal/testutil"
@@ -34,6 +35,21 @@ func newWrappedStore(t testing.TB, wrap func(FS) FS, opts Options) (*Store, stri
 	return openTestStore(t, fsys, opts), dir
 }
 
+// openStore opens a store over dir for a test that closes it itself, or
+// never (as a killed process leaves it).
+func openStore(t testing.TB, dir string, opts Options) *Store {
+	t.Helper()
+	fsys, err := OpenOSFS(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(fsys, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // openTestStore opens a store over fsys, closed when the test ends; a
 // failed Close fails the test.
 func openTestStore(t testing.TB, fsys FS, opts Options) *Store {
@@ -59,8 +75,8 @@ type fileWrapFS struct {
 
 func (f fileWrapFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
 	file, err := f.FS.OpenFile(name, flag, perm)
-	if err != nil {
-		return nil, err
+	if err != nil || strings.HasPrefix(name, StateDir+"/") {
+		return file, err // the store's own state is not the test's
 	}
 	return f.wrap(file), nil
 }

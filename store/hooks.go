@@ -2,7 +2,11 @@
 
 package store
 
-import "context"
+import (
+	"context"
+
+	"github.com/filewrite/filewrite/internal/invariants"
+)
 
 // Hooks let tests hold an operation at a known point to observe locking
 // without timing. nil in production; a nil field is skipped.
@@ -21,50 +25,64 @@ type Hooks struct {
 	// on the file's O_DIRECT|O_DSYNC descriptor (durable.go).
 	DurableWrite func(path string)
 
-	// mapEagerly maps a file at its first overwrite and counts every
-	// region hot, so that the store's own tests (export_test.go) reach
-	// the mapped path with small files and few writes.
+	// mapEagerly counts every region hot, so that a file is mapped at its
+	// first overwrite and the store's own tests (export_test.go) reach the
+	// mapped path with small files and few writes.
 	mapEagerly bool
+	// maxMappings, if positive, lowers the bound on the mappings the
+	// process's stores hold (mappingBound), so that a test reaches it.
+	maxMappings int64
 
-	// breaks are deliberate breaks of the durability contract, set only
-	// by the power-loss tests (export_test.go) to show that their checker
-	// catches each; the zero value breaks nothing.
-	breaks breaks
+	// breaks are the deliberate breaks of the durability contract that
+	// are on, one bit a breakID, set only by the power-loss tests
+	// (export_test.go, BrokenHooks) to show that their checker catches
+	// each; the zero value breaks nothing. Read only through broken.
+	breaks uint32
 }
 
-// breaks break the durability contract on purpose, each in one way, so
-// that the power-loss tests can show that their checker catches the break.
-// Out of the exported API: only the store's own tests can set them.
-type breaks struct {
-	// ackFromRunningSync releases a caller of the group commit who arrives
-	// while a sync of its file runs with that sync, which started before
-	// the caller's write completed and so need not cover it (the caller
-	// belongs in the next batch).
-	ackFromRunningSync bool
-	// skipNewFileDirSync leaves out the directory syncs of a new file's
-	// first sync, so that its name is not durable when the sync returns.
-	skipNewFileDirSync bool
-	// ackUnalignedDirectWriteBack acknowledges an unaligned direct-mode
-	// write that asked for a sync once its range is written back
-	// (sync_file_range, which makes nothing durable), without a sync.
-	ackUnalignedDirectWriteBack bool
-	// renameSyncsOldDirOnly makes a Rename with sync fsync only the old
-	// name's directory, not the new name's nor those the Rename made, so
-	// that a rename between directories is not durable when it returns.
-	renameSyncsOldDirOnly bool
-	// deleteSkipsDirSync makes a Delete with sync return without its
+// breakID is a deliberate break of the durability contract: each breaks
+// it in one way, so that the power-loss tests can show that their checker
+// catches the break. A break exists only in builds with the invariants
+// tag (internal/invariants): in any other, broken is the constant false,
+// and the code it guards is compiled out. To add one, see
+// docs/development.md ("Invariants and deliberate breaks").
+type breakID uint8
+
+const (
+	// breakAckFromRunningSync releases a caller of the group commit who
+	// arrives while a sync of its file runs with that sync, which started
+	// before the caller's write completed and so need not cover it (the
+	// caller belongs in the next batch).
+	breakAckFromRunningSync breakID = iota
+	// breakSkipNewFileDirSync leaves out the directory syncs of a new
+	// file's first sync, so that its name is not durable when the sync
+	// returns.
+	breakSkipNewFileDirSync
+	// breakAckUnalignedDirectWriteBack acknowledges an unaligned
+	// direct-mode write that asked for a sync once its range is written
+	// back (sync_file_range, which makes nothing durable), without a sync.
+	breakAckUnalignedDirectWriteBack
+	// breakRenameSyncsOldDirOnly makes a Rename with sync fsync only the
+	// old name's directory, not the new name's nor those the Rename made,
+	// so that a rename between directories is not durable when it returns.
+	breakRenameSyncsOldDirOnly
+	// breakDeleteSkipsDirSync makes a Delete with sync return without its
 	// directory's sync.
-	deleteSkipsDirSync bool
-	// directWriteWithoutDSync opens the descriptor of durable direct
+	breakDeleteSkipsDirSync
+	// breakDirectWriteWithoutDSync opens the descriptor of durable direct
 	// writes without O_DSYNC: such a write is acknowledged durable once
 	// it reached the device, whose volatile cache nothing flushes.
-	directWriteWithoutDSync bool
-	// ackAppendUnordered lets an append (under a reserving policy) go on
-	// to its sync once its own bytes are written, without waiting for the
-	// appends below it: a synced append is then acknowledged with a range
-	// below it that no sync covered.
-	ackAppendUnordered bool
-}
+	breakDirectWriteWithoutDSync
+	// breakAckAppendUnordered lets an append (under a reserving policy) go
+	// on to its sync once its own bytes are written, without waiting for
+	// the appends below it: a synced append is then acknowledged with a
+	// range below it that no sync covered.
+	breakAckAppendUnordered
+
+	// breakCount is not a break: it counts them (each is a bit of
+	// Hooks.breaks).
+	breakCount
+)
 
 // insideWrite calls InsideWrite, if set.
 func (h *Hooks) insideWrite(ctx context.Context, ino *inode, mode lockMode, reason string) {
@@ -87,7 +105,18 @@ func (h *Hooks) durableWrite(ino *inode) {
 	}
 }
 
-// broken reports whether the break pick chooses is on. h may be nil.
-func (h *Hooks) broken(pick func(*breaks) bool) bool {
-	return h != nil && pick(&h.breaks)
+// broken reports whether the break id is on. h may be nil. Without the
+// invariants build tag it is the constant false: the branch it guards is
+// compiled out, and so is breakOn.
+func (h *Hooks) broken(id breakID) bool {
+	return invariants.Enabled && h.breakOn(id)
+}
+
+// breakOn is broken's lookup. It is never inlined, so that a binary that
+// carries the breaks has a symbol of its name: .ci/run looks for it in
+// the daemon built without the tag, and finds none.
+//
+//go:noinline
+func (h *Hooks) breakOn(id breakID) bool {
+	return h != nil && h.breaks&(1<<id) != 0
 }

@@ -4,12 +4,15 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/cpu"
+
+	"github.com/filewrite/filewrite/internal/invariants"
 )
 
 // inflightCounter counts writes running without the inode lock, so that
@@ -122,7 +125,9 @@ func (c *inflightCounter) begin() uint32 {
 // end unregisters a write begun on shard i. Like inode_dio_end(); it needs
 // no lock.
 func (c *inflightCounter) end(i uint32) {
-	c.shards[i].n.Add(-1)
+	if n := c.shards[i].n.Add(-1); invariants.Enabled && n < 0 {
+		panic(fmt.Sprintf("store: in-flight shard %d counts %d writes: an end without its begin", i, n))
+	}
 	if c.waiting.Load() {
 		select {
 		case c.wake <- struct{}{}:
@@ -200,13 +205,19 @@ func (c *inflightCounter) wait(ctx context.Context) error {
 // rename, extending, unaligned);
 // its span links to up to maxLinks of the traced writes it waits for.
 //
+// Once it returns nil no writer can hold a mapping of the file that a
+// longer one replaced, and those are unmapped (mapped.go).
+//
 // Preconditions: ino.lock is held exclusively.
 func waitInflight(ctx context.Context, ino *inode, reason string) error {
-	if ino.inflight.count() == 0 {
-		return nil
+	if ino.inflight.count() != 0 {
+		span := ino.wait.tel.startWait(ctx, SpanInflightWait, lockExclusive, reason, ino.wait.policy, ino.wait.path(), ino.inflight.spans(maxLinks))
+		err := ino.inflight.wait(ctx)
+		span.end(ctx, err)
+		if err != nil {
+			return err
+		}
 	}
-	span := ino.wait.tel.startWait(ctx, SpanInflightWait, lockExclusive, reason, ino.wait.policy, ino.wait.path(), ino.inflight.spans(maxLinks))
-	err := ino.inflight.wait(ctx)
-	span.end(ctx, err)
-	return err
+	ino.unmapRetired()
+	return nil
 }

@@ -88,6 +88,15 @@ type inode struct {
 	// the next lookup of its name or when its last reference is put
 	// (forgetLocked), so that the name reaches whatever it names now.
 	unlinked atomic.Bool
+	// gen is the file's generation (generation.go): moved by every
+	// mutation (bump) while it holds the lock in some mode or is counted
+	// in flight; read without locks.
+	gen atomic.Int64
+	// cutPending is set when the inode opens a file that the table found
+	// shorter than the store made it when it closed it for room
+	// (inodeTable.cutFiles), and cleared by the Stat or sync that reports
+	// it (cutReported).
+	cutPending atomic.Bool
 	// pendingDirs, for a file this store created, are the directories to
 	// sync once so that its name is as durable as its data: every
 	// directory above the name the table knows it by. It is nil for a file
@@ -225,6 +234,7 @@ func (ino *inode) open(t *inodeTable, create bool) (err error) {
 	}
 	ino.extents = m
 	ino.size.Store(fi.Size)
+	ino.initGen(t, fi)
 	ino.initMapping(t)
 	ino.inflight = newInflightCounter()
 	ino.wait = waitTrace{tel: t.telemetry, policy: t.opts.Policy, name: &ino.name}
@@ -236,7 +246,7 @@ func (ino *inode) open(t *inodeTable, create bool) (err error) {
 		onBatch: t.recordBatch,
 		wait:    ino.wait,
 
-		ackFromRunning: t.opts.Hooks.broken(func(b *breaks) bool { return b.ackFromRunningSync }),
+		ackFromRunning: t.opts.Hooks.broken(breakAckFromRunningSync),
 		durable:        &ino.durable,
 	}
 	if h := t.opts.Hooks; h != nil && h.WaitingForSync != nil {
@@ -284,10 +294,12 @@ func fileKind(t fs.FileMode) string {
 // it, so that the name is as durable as the data (fsync(2) of a file does
 // not promise its directory entry).
 //
-// It then checks, with one statx(2) of the link count for the whole batch
-// (links), that the file
+// It then checks, with one statx(2) of the link count and size for the
+// whole batch (links), that the file
 // still has a name (inode.unlinked): a sync of a file removed from outside
-// makes its data durable in a file that nobody can reach.
+// makes its data durable in a file that nobody can reach; and that it is
+// not shorter than the store's size, or it returns errCutSuspected, which
+// is no failure of the sync (groupCommit.issue).
 func (ino *inode) syncFile(mode SyncMode) error {
 	t := ino.table
 	ino.touch() // a mapped write's timestamps, made durable with it
@@ -295,14 +307,20 @@ func (ino *inode) syncFile(mode SyncMode) error {
 	if err := ino.file.Sync(mode); err != nil {
 		return err
 	}
-	if n, err := links(ino.file); err == nil && n == 0 {
-		ino.unlinked.Store(true)
+	var cut error
+	if n, size, err := links(ino.file); err == nil {
+		if n == 0 {
+			ino.unlinked.Store(true)
+		}
+		if size < ino.size.Load() {
+			cut = errCutSuspected // for each caller to check (cut.go)
+		}
 	}
 	p := ino.pendingDirs.Load()
 	if p == nil {
-		return nil
+		return cut
 	}
-	if t.opts.Hooks.broken(func(b *breaks) bool { return b.skipNewFileDirSync }) {
+	if t.opts.Hooks.broken(breakSkipNewFileDirSync) {
 		ino.pendingDirs.CompareAndSwap(p, nil) // the deliberate break
 		return nil
 	}
@@ -318,7 +336,7 @@ func (ino *inode) syncFile(mode SyncMode) error {
 		return err
 	}
 	ino.pendingDirs.CompareAndSwap(p, nil)
-	return nil
+	return cut
 }
 
 // removedError is ErrFileRemoved if a sync found that ino's file has no

@@ -572,7 +572,9 @@ func reopenMatchesFile(t *inodeTable, name string) error {
 		return fmt.Errorf("reopened after a change from outside, the extent map (%s) is %v, FIEMAP says %v; %s",
 			source, ino.extents, fromFile, mapMismatch(ino.extents, fromFile, ino.file, ino.size.Load()))
 	}
-	t.keepExtentsLocked(ino)
+	if fi, err := ino.file.Stat(); err == nil {
+		t.keepExtentsLocked(ino, fi)
+	}
 	return nil
 }
 

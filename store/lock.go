@@ -43,7 +43,8 @@ type holder struct {
 	reason string   // why this mode (see writeLockMode)
 	span   trace.SpanContext
 
-	// The rest is guarded by inodeLock.mu.
+	// The rest is guarded by inodeLock.mu. since is when the lock was
+	// granted; while the holder waits for it, when it began to wait.
 	since      time.Time
 	prev, next *holder
 }
@@ -89,10 +90,14 @@ type inodeLock struct {
 // lockSnapshot is the lock's state for /debug/locks.
 type lockSnapshot struct {
 	Holders []HolderInfo
+	// Waiters are the first waiters in the queue, the longest waiting
+	// first; Waiting counts them all.
+	Waiters []HolderInfo
 	Waiting int
 }
 
-// HolderInfo describes one holder of an inode lock.
+// HolderInfo describes one holder of an inode lock, or one caller that
+// waits for it: then Since is when it began to wait.
 type HolderInfo struct {
 	Mode    string    `json:"mode"`
 	Op      string    `json:"op"`
@@ -223,6 +228,7 @@ func (l *inodeLock) acquire(ctx context.Context, h *holder) error {
 		return errTooManyWaiters(l.maxWaiters)
 	}
 	w := &waiter{h: h, ready: make(chan struct{})}
+	h.since = time.Now() // until granted: since when it waits
 	w.prev = l.tail
 	if l.tail != nil {
 		l.tail.next = w
@@ -314,22 +320,33 @@ func (l *inodeLock) releaseLocked(h *holder) {
 	l.wakeLocked()
 }
 
-// snapshot copies at most maxHolders holders.
-func (l *inodeLock) snapshot(maxHolders int) lockSnapshot {
+// snapshot copies at most most holders and the first most waiters.
+func (l *inodeLock) snapshot(most int) lockSnapshot {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := lockSnapshot{Waiting: l.nwaiting}
-	for h := l.holders; h != nil && len(s.Holders) < maxHolders; h = h.next {
-		hi := HolderInfo{Mode: h.mode.String(), Op: h.op, Reason: h.reason, Since: h.since}
-		if h.span.HasTraceID() {
-			hi.TraceID = h.span.TraceID().String()
-		}
-		if h.span.HasSpanID() {
-			hi.SpanID = h.span.SpanID().String()
-		}
-		s.Holders = append(s.Holders, hi)
+	for h := l.holders; h != nil && len(s.Holders) < most; h = h.next {
+		s.Holders = append(s.Holders, h.infoLocked())
+	}
+	for w := l.head; w != nil && len(s.Waiters) < most; w = w.next {
+		s.Waiters = append(s.Waiters, w.h.infoLocked())
 	}
 	return s
+}
+
+// infoLocked describes h for /debug/locks.
+//
+// Preconditions: the inodeLock.mu of the lock h holds or waits for is
+// held.
+func (h *holder) infoLocked() HolderInfo {
+	hi := HolderInfo{Mode: h.mode.String(), Op: h.op, Reason: h.reason, Since: h.since}
+	if h.span.HasTraceID() {
+		hi.TraceID = h.span.TraceID().String()
+	}
+	if h.span.HasSpanID() {
+		hi.SpanID = h.span.SpanID().String()
+	}
+	return hi
 }
 
 // lockInode takes ino's lock in mode (lockShared or lockExclusive) on

@@ -6,6 +6,8 @@ import (
 	"math/bits"
 	"os"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,9 +33,10 @@ import (
 //     is the operating system's (faultfs and crashfs, the test layers,
 //     offer no mapping, and their writes stay the pwrites they inject
 //     faults into);
-//   - the write is not an append and ends at or below the size: under the
-//     lock or counted in flight, no truncate can cut the file below it
-//     meanwhile;
+//   - the write is not an append, and ends before the page that holds the
+//     file's last byte (the EOF page): under the lock or counted in
+//     flight, no truncate of the store's can cut the file below it
+//     meanwhile, and one from outside is caught (see below);
 //   - every block it touches is written (the extent map): a store into a
 //     hole or an unwritten block would have the page fault allocate or
 //     convert it, and a fault cannot report ENOSPC but as SIGBUS;
@@ -44,29 +47,47 @@ import (
 //     page it would read what it then overwrites;
 //   - the write's 2 MiB region of the file is hot: it took writes to
 //     half its blocks (hotWrites; fewer where the file's end cuts the
-//     region short) since the file's last sync and within the current
-//     hotPeriod, or did so in the period before with no sync since (a
-//     region written steadily stays hot across periods; one whose writer
-//     turned sparse stays so for one period more at most). The first
-//     store to a page after the kernel cleaned it (a sync, writeback)
-//     faults, and the fault (block_page_mkwrite) marks
-//     every block of the page's folio dirty, up to 2 MiB for a file
-//     written in large pieces, where a pwrite marks the blocks it wrote:
-//     the next writeback or sync would write the whole folio. In a region
-//     that many writes reach between two cleanings, pwrites dirty most of
-//     it anyway, and the extra I/O the faults cause stays small; a
-//     durable writer, whose syncs clean the pages after a few writes, and
-//     a sparse one stay with pwrite;
-//   - the file has taken mapAfterWrites writes below its end since it opened
-//     (the mapping costs two syscalls and, at close, a TLB flush: a file
-//     written a few times between reopens is better off with pwrite), and
-//     is not larger than Options.MapFileBytes.
+//     region short, but never fewer than hotMinWrites) since the file's
+//     last sync and within the current hotPeriod, or did so in the period
+//     before with no sync since (a region written steadily stays hot
+//     across periods; one whose writer turned sparse stays so for one
+//     period more at most). The first store to a page after the kernel
+//     cleaned it (a sync, writeback) faults, and the fault
+//     (block_page_mkwrite) marks every block of the page's folio dirty,
+//     up to 2 MiB for a file written in large pieces, where a pwrite
+//     marks the blocks it wrote: the next writeback or sync would write
+//     the whole folio. In a region that many writes reach between two
+//     cleanings, pwrites dirty most of it anyway, and the extra I/O the
+//     faults cause stays small; a durable writer, whose syncs clean the
+//     pages after a few writes, and a sparse one stay with pwrite. The
+//     file is mapped only once a write finds its region hot: the writes
+//     are counted (inodeMap.heat) before there is a mapping, so a file
+//     written a few times between reopens, or a byte overwritten a few
+//     times, never costs one;
+//   - the file is not larger than Options.MapFileBytes, and a mapping can
+//     be had within the bounds below.
 //
 // Otherwise the write is a pwrite, as before, which also marks its pages
-// resident. A store that faults anyway (the file was cut short from
-// outside the store, or the kernel could not back a page) is recovered
-// (debug.SetPanicOnFault), the write is made again with pwrite, and the
-// file's mapping is not used again while it stays open.
+// resident.
+//
+// A file cut short from outside the store. Truncating a file drops its
+// pages past the new end from the page cache and from every mapping, so
+// that a store to them faults (SIGBUS); but the page that holds the new
+// end stays, and a store past the end within it lands in memory the file
+// no longer reaches: acknowledged, and lost without a fault. So no write
+// goes through the mapping into the store's own EOF page, and after each
+// store the writer reads the first byte of that page through the mapping
+// (the probe; that page is resident, its entry in the page tables is
+// there after the first probe, and the read costs a load): if the file
+// was cut anywhere below the EOF page, every page from the one after the
+// cut on is gone, the EOF page with them, and the probe faults. A fault,
+// of the store or of the probe (debug.SetPanicOnFault recovers it), turns
+// the mapping off while the file stays open, the write is made again with
+// pwrite, and the writer checks the file under the exclusive lock
+// (checkCut, cut.go): found shorter than the store made it, the call
+// reports ErrChangedOutside. A cut into the EOF page itself loses no
+// mapped store (none goes there), and is found by the next Stat or sync.
+// A truncate that lands after a write's probe comes after that write.
 //
 // Timestamps: a pwrite sets the file's mtime and ctime; a store into a
 // page already mapped writable sets neither (the kernel sets them when the
@@ -75,27 +96,39 @@ import (
 // sync, or close of a file written through its mapping since, so that
 // they move after such writes as they do after pwrites, if later.
 //
-// A mapping is unmapped only when the inode closes (no reference left, so
-// no write is using it). When the file grows past its mapping, a longer one
-// replaces it for new writes and the old one is retired, not unmapped,
-// since a write may still be storing into it; lengths double, so a file
-// leaves few of them.
+// Bounds. Each mapping is a VMA of the process, and the kernel allows a
+// process vm.max_map_count of them (65,530 by default): past it, every
+// mmap(2) fails, the Go runtime's too, and the runtime cannot grow its
+// heap (fatal error: runtime: cannot allocate memory). So the mappings of
+// all stores of the process together are bounded in number
+// (mappingBound: half of vm.max_map_count, read when the first store
+// opens; the other half is the runtime's and the rest of the process's),
+// and in address space (maxMappedBytes, per store). A file that would pass
+// either is written with pwrite until a later write finds room.
+//
+// Lifetime. A writer that found the mapping goes on storing into it until
+// its write returns, so a mapping is unmapped only when no writer can hold
+// it: when the inode closes (no reference left), or, for one replaced, by
+// whoever next holds the inode lock exclusively with no write in flight
+// (unmapRetired: every truncate, Fallocate that waits, Delete, Rename, and
+// every write that extends the file). When the file grows past its
+// mapping, a longer one replaces it for new writes and the old one is
+// retired until then; lengths double, and the file's next extending write
+// unmaps the one retired, so a file that grows holds its mapping and at
+// most one retired, not one per doubling.
 
-// mapAfterWrites is how many overwrites of written blocks a file takes
-// through pwrite, after it opens, before it is mapped: the mapping's
-// syscalls and, at close, its unmapping cost about as much as this many
-// pwrites save.
-const mapAfterWrites = 8
-
-// hotRegion, hotWrites and hotPeriod say when a region of a file is hot
-// enough to be written through its mapping (see above): hotRegion is the
-// largest page-cache folio on x86-64 (PMD_SIZE), hotWrites half of its
-// blocks, and hotPeriod the flusher's default wake-up interval
-// (dirty_writeback_centisecs).
+// hotRegion, hotWrites, hotMinWrites and hotPeriod say when a region of a
+// file is hot enough to be written through its mapping (see above):
+// hotRegion is the largest page-cache folio on x86-64 (PMD_SIZE),
+// hotWrites half of its blocks, hotMinWrites the fewest writes that earn a
+// mapping (its syscalls and, at close, its unmapping cost about as much as
+// this many pwrites save), and hotPeriod the flusher's default wake-up
+// interval (dirty_writeback_centisecs).
 const (
-	hotRegion = 2 << 20
-	hotWrites = 256
-	hotPeriod = 5 * time.Second
+	hotRegion    = 2 << 20
+	hotWrites    = 256
+	hotMinWrites = 8
+	hotPeriod    = 5 * time.Second
 )
 
 // minMapBytes is the shortest mapping made: a small file that grows does
@@ -106,6 +139,26 @@ const minMapBytes = 1 << 20
 // together (a mapping costs no memory until its pages are touched, but the
 // address space is finite): past it, files are written with pwrite.
 const maxMappedBytes = 1 << 42
+
+// liveMappings counts the mappings the process's stores hold, retired ones
+// included: each is a VMA (see Bounds above).
+var liveMappings atomic.Int64
+
+// mappingBound is the most mappings the process's stores hold together:
+// half of vm.max_map_count, read once, when the first store opens.
+var mappingBound = sync.OnceValue(func() int64 {
+	n := int64(defaultMaxMapCount)
+	if b, err := os.ReadFile("/proc/sys/vm/max_map_count"); err == nil {
+		if v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && v > 0 {
+			n = v
+		}
+	}
+	return n / 2
+})
+
+// defaultMaxMapCount is Linux's default vm.max_map_count
+// (DEFAULT_MAX_MAP_COUNT), assumed where /proc does not say.
+const defaultMaxMapCount = 65530
 
 // pageSize is the page cache's unit, the unit of residency.
 var pageSize = int64(os.Getpagesize())
@@ -135,15 +188,20 @@ type fileMap struct {
 	// since. A page evicted later (clean, and memory short) keeps its bit:
 	// a store to it then reads it in inside its page fault.
 	resident []atomic.Uint64
-	// heat counts the writes to each hotRegion of b: the stamp (see
-	// inodeMap.stamp) of the period they were made in in the high 48 bits
-	// (heatStampShift), heatCarried if the region was hot in the period
-	// before, and the writes made in this one in the low 15, counted
-	// until the region is hot by its own writes.
-	heat []atomic.Uint64
 }
 
-// The fields of a fileMap.heat word.
+// regionHeat counts the writes to each hotRegion of a file, up to covers
+// bytes (the length a mapping of the file made now would have). A word
+// holds the stamp (see inodeMap.stamp) of the period its writes were made
+// in, in the high 48 bits (heatStampShift), heatCarried if the region was
+// hot in the period before, and the writes made in this one in the low
+// 15, counted until the region is hot by its own writes.
+type regionHeat struct {
+	covers int64
+	words  []atomic.Uint64
+}
+
+// The fields of a regionHeat word.
 const (
 	heatStampShift = 16
 	heatCarried    = 1 << 15
@@ -153,17 +211,19 @@ const (
 // hot counts a write at off in the period stamp and reports whether its
 // region was hot already: it took writes to half its blocks, hotWrites for
 // a whole region, fewer for one that the file's end (size) cuts short,
-// whose folios are as short (a 16 KiB file is hot after 2 writes), in this
-// period or in the one before it, with no sync between (stamp is one
-// more: inodeMap.stamp). A write that crosses into the next region is
-// judged by the region it starts in. With peek (TryWrite, whose write a
-// worker makes again if it is refused) a write is counted only where the
-// region is hot, so that none counts twice.
-func (m *fileMap) hot(off, size, blockSize int64, stamp uint64, peek bool) bool {
-	c := &m.heat[off/hotRegion]
+// whose folios are as short, but at least hotMinWrites (a 64 KiB file is
+// hot after 8 writes), in this period or in the one before it, with no
+// sync between (stamp is one more: inodeMap.stamp). A write that crosses
+// into the next region is judged by the region it starts in. With peek
+// (TryWrite, whose write a worker makes again if it is refused) a write is
+// counted only where the region is hot, so that none counts twice.
+//
+// Preconditions: off < h.covers.
+func (h *regionHeat) hot(off, size, blockSize int64, stamp uint64, peek bool) bool {
+	c := &h.words[off/hotRegion]
 	v := c.Load()
 	start := off / hotRegion * hotRegion
-	need := uint64(max(1, min(hotWrites, (min(size, start+hotRegion)-start)/blockSize/2)))
+	need := uint64(max(hotMinWrites, min(hotWrites, (min(size, start+hotRegion)-start)/blockSize/2)))
 	if was := v >> heatStampShift; was != stamp {
 		// The region's first write of the period, or since a sync.
 		carried := was+1 == stamp && v&heatCount >= need
@@ -213,31 +273,39 @@ type inodeMap struct {
 	// file cannot be mapped (IODirect, a file layer without mappable, the
 	// option off). Immutable after open.
 	limit int64
-	// cur is the mapping writes use, nil until the file earned one. Stored
-	// with mu held; read atomically, by writers that hold the inode lock
-	// in some mode or are counted in flight, and by unmapAll once no
-	// reference to the inode is left.
+	// cur is the mapping writes use, nil until a write found its region
+	// hot. Stored with mu held; read atomically, by writers that hold the
+	// inode lock in some mode or are counted in flight, and by unmapAll
+	// once no reference to the inode is left.
 	cur atomic.Pointer[fileMap]
-	// due counts down the writes below the file's end made with pwrite
-	// before the file is mapped (mapAfterWrites).
-	due atomic.Int32
-	// off is set once the mapping failed (mmap refused, the address space
-	// bound reached, a store faulted, the timestamps could not be set):
-	// writes are pwrites until the file is opened again.
+	// heat counts the writes to the file's regions (hot), nil until the
+	// first write that may go through a mapping. Replaced by a longer one,
+	// with mu held, when the file outgrows it; read atomically by writers.
+	// A write that counts in one being replaced is lost to the count,
+	// which is only a guess.
+	heat atomic.Pointer[regionHeat]
+	// off is set once the mapping failed (mmap refused, a store or probe
+	// faulted, the file was found cut from outside, the timestamps could
+	// not be set): writes are pwrites until the file is opened again.
 	off atomic.Bool
+	// unchecked is set when a TryWrite's store or probe faulted: the next
+	// Write (the one that makes the refused write) checks the file
+	// (mappedFaulted) and clears it.
+	unchecked atomic.Bool
 	// stale is set by a store into the mapping, and cleared by touch,
 	// which then sets the file's timestamps.
 	stale atomic.Bool
-	// eager is Hooks.mapEagerly: no countdown, every region hot.
-	// Immutable after open.
+	// eager is Hooks.mapEagerly: every region hot. Immutable after open.
 	eager bool
 	// syncs counts the file's syncs (syncFile), for stamp.
 	syncs atomic.Uint32
-	// mu guards retired, and serialises making mappings.
+	// mu guards retired, and serialises making mappings and heat.
 	mu sync.Mutex
-	// retired are the mappings cur replaced, unmapped when the inode
-	// closes. Guarded by mu.
-	retired []*fileMap
+	// retired are the mappings cur replaced, unmapped once no writer can
+	// hold them (unmapRetired, unmapAll). Guarded by mu; hasRetired says
+	// whether there are any, for a look without mu.
+	retired    []*fileMap
+	hasRetired atomic.Bool
 }
 
 // stamp names the period in which a region's writes are counted, 48 bits
@@ -260,45 +328,102 @@ func (ino *inode) initMapping(t *inodeTable) {
 		}
 	}
 	ino.mapping.eager = t.opts.Hooks != nil && t.opts.Hooks.mapEagerly
-	ino.mapping.due.Store(mapAfterWrites)
-	if ino.mapping.eager {
-		ino.mapping.due.Store(0)
-	}
 }
 
+// mapLength is the length of a mapping, or of the heat, made for a file of
+// size bytes: the next power of two, and at least minMapBytes.
+func mapLength(size int64) int64 {
+	return max(minMapBytes, int64(1)<<bits.Len64(uint64(size-1)))
+}
+
+// heatFor returns the file's heat, made or made longer now if it does not
+// cover size bytes.
+func (mp *inodeMap) heatFor(size int64) *regionHeat {
+	if h := mp.heat.Load(); h != nil && size <= h.covers {
+		return h
+	}
+	mp.mu.Lock()
+	defer mp.mu.Unlock()
+	old := mp.heat.Load()
+	if old != nil && size <= old.covers {
+		return old // another writer made it meanwhile
+	}
+	covers := mapLength(size)
+	h := &regionHeat{covers: covers, words: make([]atomic.Uint64, (covers+hotRegion-1)/hotRegion)}
+	if old != nil {
+		for i := range old.words {
+			h.words[i].Store(old.words[i].Load())
+		}
+	}
+	mp.heat.Store(h)
+	return h
+}
+
+// mapOutcome is what writeMapped did.
+type mapOutcome int
+
+const (
+	// mappedNot: the write is no candidate; the caller makes it with
+	// pwrite.
+	mappedNot mapOutcome = iota
+	// mappedDone: the bytes went through the mapping.
+	mappedDone
+	// mappedFaulted: a store or probe faulted, or a TryWrite's did since
+	// the last check (inodeMap.unchecked): the caller makes the write with
+	// pwrite and then checks the file (checkCut), which may have been cut
+	// short from outside.
+	mappedFaulted
+)
+
 // writeMapped stores data at off through ino's mapping, if the write
-// qualifies (see "Mapped writes" above), and reports whether it did; if it
-// did not, the caller writes with pwrite and then calls wroteResident.
-// With try (tryWrite, whose caller makes the write again if it fails) it
-// neither counts the write nor makes a mapping: it only uses what is
-// there.
+// qualifies (see "Mapped writes" above), and says what it did; if it did
+// not store it, the caller writes with pwrite and then calls wroteResident.
+// With try (tryWrite, whose caller makes the write again if it is refused)
+// it neither counts the write nor makes a mapping: it only uses what is
+// there, and a fault is left for the write made again to report.
 //
 // Preconditions: ino.lock is held in some mode, or the write is counted in
 // flight (ino.inflight) having registered under it; the write is not an
 // append.
-func (ino *inode) writeMapped(off int64, data []byte, try bool) bool {
+func (ino *inode) writeMapped(off int64, data []byte, try bool) mapOutcome {
 	mp := &ino.mapping
-	if mp.limit == 0 || mp.off.Load() {
-		return false
+	if mp.limit == 0 {
+		return mappedNot
+	}
+	if mp.off.Load() {
+		if !try && mp.unchecked.Load() && mp.unchecked.Swap(false) {
+			return mappedFaulted
+		}
+		return mappedNot
 	}
 	end, size := off+int64(len(data)), ino.size.Load()
-	if end > size {
-		return false
+	eofPage := (size - 1) / pageSize * pageSize
+	if end > eofPage {
+		return mappedNot // past the size, or into the EOF page
 	}
 	m := mp.cur.Load()
-	if m == nil || end > int64(len(m.b)) {
-		if try {
-			return false
+	if try && (m == nil || size > int64(len(m.b))) {
+		return mappedNot
+	}
+	if !mp.eager {
+		h := mp.heat.Load()
+		if h == nil || size > h.covers {
+			if try {
+				return mappedNot // heatFor may wait for a remap's syscalls
+			}
+			h = mp.heatFor(size)
 		}
-		if m == nil && mp.due.Add(-1) > 0 {
-			return false
-		}
-		if m = ino.remap(end); m == nil {
-			return false
+		if !h.hot(off, size, ino.blockSize, mp.stamp(), try) {
+			return mappedNot
 		}
 	}
-	if !mp.eager && !m.hot(off, size, ino.blockSize, mp.stamp(), try) || !m.residentRange(off, end) {
-		return false
+	if m == nil || size > int64(len(m.b)) {
+		if m = ino.remap(size); m == nil {
+			return mappedNot
+		}
+	}
+	if !m.residentRange(off, end) || !m.residentRange(eofPage, eofPage+1) {
+		return mappedNot
 	}
 	// Last, as the one lock: a write that is no candidate (a durable
 	// writer's, a sparse one's) goes to its pwrite without it.
@@ -307,16 +432,20 @@ func (ino *inode) writeMapped(off int64, data []byte, try bool) bool {
 	written := ino.extents.within(first, last, ExtentWritten)
 	ino.extentMu.Unlock()
 	if !written {
-		return false
+		return mappedNot
 	}
-	if !storeMapped(m.b[off:end], data) {
+	if _, ok := storeMapped(m.b[off:end], data, &m.b[eofPage]); !ok {
 		mp.off.Store(true)
-		return false
+		if try {
+			mp.unchecked.Store(true)
+			return mappedNot
+		}
+		return mappedFaulted
 	}
 	if !mp.stale.Load() {
 		mp.stale.Store(true)
 	}
-	return true
+	return mappedDone
 }
 
 // wroteResident records that a pwrite put [off, end) in the page cache.
@@ -326,12 +455,13 @@ func (ino *inode) wroteResident(off, end int64) {
 	}
 }
 
-// storeMapped copies src to dst, a slice of a mapping, and reports false
-// if a page fault could not be served (SIGBUS: the page lies past the
-// file's end, cut from outside the store, or the kernel could not back
-// it), which debug.SetPanicOnFault turns into a panic recovered here.
-// Part of src may have been stored.
-func storeMapped(dst, src []byte) (ok bool) {
+// storeMapped copies src to dst, a slice of a mapping, then reads the
+// byte at probe, in the same mapping, and returns it (so that the read is
+// made); it reports false if a page fault could not be served (SIGBUS:
+// the page lies past the file's end, cut from outside the store, or the
+// kernel could not back it), which debug.SetPanicOnFault turns into a
+// panic recovered here. Part of src may have been stored.
+func storeMapped(dst, src []byte, probe *byte) (b byte, ok bool) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if recover() != nil {
@@ -339,14 +469,17 @@ func storeMapped(dst, src []byte) (ok bool) {
 		}
 	}()
 	copy(dst, src)
-	return true
+	return *probe, true
 }
 
 // remap returns a mapping of ino at least end bytes long, making one if
-// the current one is missing or shorter, or nil (and the file's mapping
-// off) if none can be made.
+// the current one is missing or shorter, or nil if none can be made (and
+// the file's mapping off, unless a bound refused it for now).
 func (ino *inode) remap(end int64) *fileMap {
 	mp := &ino.mapping
+	if liveMappings.Load() >= ino.table.maxMappings {
+		return nil // at the bound: no lock taken, pwrite for now
+	}
 	mp.mu.Lock()
 	defer mp.mu.Unlock()
 	old := mp.cur.Load()
@@ -361,21 +494,28 @@ func (ino *inode) remap(end int64) *fileMap {
 		mp.off.Store(true)
 		return nil
 	}
-	length := max(minMapBytes, int64(1)<<bits.Len64(uint64(size-1)))
-	if ino.table.mappedBytes.Add(length) > maxMappedBytes {
-		ino.table.mappedBytes.Add(-length)
-		mp.off.Store(true)
+	length := mapLength(size)
+	// Within the bounds, or not now: a later write may find room.
+	t := ino.table
+	if liveMappings.Add(1) > t.maxMappings {
+		liveMappings.Add(-1)
+		return nil
+	}
+	if t.mappedBytes.Add(length) > maxMappedBytes {
+		t.mappedBytes.Add(-length)
+		liveMappings.Add(-1)
 		return nil
 	}
 	f := ino.file.(mappable)
 	b, err := f.Map(length)
 	if err != nil {
-		ino.table.mappedBytes.Add(-length)
+		t.mappedBytes.Add(-length)
+		liveMappings.Add(-1)
 		mp.off.Store(true)
 		return nil
 	}
 	pages := (length + pageSize - 1) / pageSize
-	m := &fileMap{b: b, resident: make([]atomic.Uint64, (pages+63)/64), heat: make([]atomic.Uint64, (length+hotRegion-1)/hotRegion)}
+	m := &fileMap{b: b, resident: make([]atomic.Uint64, (pages+63)/64)}
 	// Seed the bits from the page cache as it is now, up to the size
 	// (mincore of pages past it says nothing useful).
 	upto := (size + pageSize - 1) / pageSize
@@ -391,10 +531,8 @@ func (ino *inode) remap(end int64) *fileMap {
 		for i := range old.resident {
 			m.resident[i].Or(old.resident[i].Load())
 		}
-		for i := range old.heat {
-			m.heat[i].Store(old.heat[i].Load())
-		}
 		mp.retired = append(mp.retired, old)
+		mp.hasRetired.Store(true)
 	}
 	mp.cur.Store(m)
 	return m
@@ -416,8 +554,8 @@ func (ino *inode) touch() {
 // unmapAll unmaps every mapping of ino, setting its timestamps first if
 // they are owed and the file still has a name.
 //
-// Preconditions: no reference to ino is left: no write can be using a
-// mapping.
+// Preconditions: no write can be using a mapping: no reference to ino is
+// left, or ino.lock is held exclusively with no write in flight.
 func (ino *inode) unmapAll() {
 	mp := &ino.mapping
 	cur := mp.cur.Load()
@@ -427,14 +565,39 @@ func (ino *inode) unmapAll() {
 	if !ino.deleted.Load() && !ino.unlinked.Load() {
 		ino.touch()
 	}
-	f := ino.file.(mappable)
 	mp.mu.Lock()
 	maps := append(mp.retired, cur)
 	mp.retired = nil
+	mp.hasRetired.Store(false)
 	mp.cur.Store(nil)
 	mp.mu.Unlock()
+	ino.unmap(maps)
+}
+
+// unmapRetired unmaps the mappings that replaced ones retired, if any.
+//
+// Preconditions: ino.lock is held exclusively and no write is in flight,
+// so no writer can be storing into a retired mapping.
+func (ino *inode) unmapRetired() {
+	mp := &ino.mapping
+	if !mp.hasRetired.Load() {
+		return
+	}
+	mp.mu.Lock()
+	maps := mp.retired
+	mp.retired = nil
+	mp.hasRetired.Store(false)
+	mp.mu.Unlock()
+	ino.unmap(maps)
+}
+
+// unmap unmaps maps, which no writer can hold any more, and gives their
+// room back to the bounds.
+func (ino *inode) unmap(maps []*fileMap) {
+	f := ino.file.(mappable)
 	for _, m := range maps {
 		f.Unmap(m.b)
 		ino.table.mappedBytes.Add(-int64(len(m.b)))
+		liveMappings.Add(-1)
 	}
 }

@@ -5,6 +5,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -178,12 +179,13 @@ func TestMappedWriteMovesChangeTime(t *testing.T) {
 
 // TestMappedWriteFileCutOutside: a file cut short from outside the store
 // makes a store into its mapping fault (SIGBUS); the write is recovered,
-// made again with pwrite, and the file is not written through its mapping
-// again while it stays open.
+// made again with pwrite, and reports the cut (ErrChangedOutside); the
+// store takes the file's size, the next write succeeds, and the file is
+// not written through its mapping again while it stays open.
 func TestMappedWriteFileCutOutside(t *testing.T) {
 	var c mappedCounter
 	s, dir := newTestStore(t, Options{Hooks: c.hooks(true)})
-	model := prepareFile(t, s, "f", 256<<10, 64<<10)
+	prepareFile(t, s, "f", 256<<10, 64<<10)
 	ctx := context.Background()
 	data := []byte("through the mapping")
 	for range 2 {
@@ -195,14 +197,17 @@ func TestMappedWriteFileCutOutside(t *testing.T) {
 	if before == 0 {
 		t.Fatal("no write went through the mapping")
 	}
-	copy(model[200<<10:], data)
 	if err := os.Truncate(filepath.Join(dir, "f"), 0); err != nil {
 		t.Fatal(err)
 	}
 	// The store still believes the size is 256 KiB: the write is below
 	// its EOF, its page is resident by the bits and gone from the file.
-	if _, err := s.Write(ctx, "f", 200<<10, data, SyncNone); err != nil {
-		t.Fatalf("write after the file was cut outside: %v", err)
+	res, err := s.Write(ctx, "f", 200<<10, data, SyncNone)
+	if !errors.Is(err, ErrChangedOutside) {
+		t.Fatalf("write after the file was cut outside: %v, want ErrChangedOutside", err)
+	}
+	if res.BytesWritten != len(data) {
+		t.Errorf("the write that found the cut wrote %d bytes, want %d (made with pwrite)", res.BytesWritten, len(data))
 	}
 	if _, err := s.Write(ctx, "f", 200<<10, data, SyncNone); err != nil {
 		t.Fatal(err)
@@ -210,14 +215,11 @@ func TestMappedWriteFileCutOutside(t *testing.T) {
 	if n := c.count("f") - before; n != 0 {
 		t.Errorf("%d writes went through the mapping after the fault, want none", n)
 	}
-	onDisk, err := os.ReadFile(filepath.Join(dir, "f"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := make([]byte, 200<<10+len(data))
 	copy(want[200<<10:], data)
-	if !bytes.Equal(onDisk, want) {
-		t.Errorf("file after the recovered write: %d bytes, want %d: the write made again with pwrite", len(onDisk), len(want))
+	checkContent(t, s, dir, "f", want)
+	if st, err := s.Stat(ctx, "f"); err != nil || st.Size != int64(len(want)) {
+		t.Errorf("Stat: size %d, %v; want %d, nil", st.Size, err, len(want))
 	}
 }
 
@@ -276,7 +278,7 @@ func TestMappedWritesOnlyWhereHot(t *testing.T) {
 // starts cold. TryWrite's peek counts only where the region is hot.
 func TestHotRegionCarried(t *testing.T) {
 	const size, bs = 4 << 20, 4096
-	m := &fileMap{heat: make([]atomic.Uint64, 2)}
+	m := &regionHeat{covers: 2 * hotRegion, words: make([]atomic.Uint64, 2)}
 	stamp := func(syncs, period uint64) uint64 { return syncs<<24 | period }
 	// writes makes n writes to the first region and returns how many
 	// found it hot.
@@ -312,15 +314,23 @@ func TestHotRegionCarried(t *testing.T) {
 			t.Errorf("%s: %d of %d writes found the region hot, want %d", st.name, got, st.n, st.hot)
 		}
 	}
-	// The region's end cuts what it needs: a 16 KiB file is hot after 2.
-	small := &fileMap{heat: make([]atomic.Uint64, 1)}
-	for i, want := range []bool{false, false, true} {
-		if got := small.hot(0, 16<<10, bs, stamp(0, 1), false); got != want {
-			t.Errorf("16 KiB file, write %d: hot %v, want %v", i+1, got, want)
+	// The region's end cuts what it needs: a 256 KiB file is hot after
+	// 32 writes, and none after fewer than hotMinWrites (a byte written
+	// over and over earns no mapping).
+	for _, tt := range []struct{ size, after int64 }{
+		{256 << 10, 32},
+		{64 << 10, hotMinWrites},
+		{1, hotMinWrites},
+	} {
+		small := &regionHeat{covers: hotRegion, words: make([]atomic.Uint64, 1)}
+		for i := range tt.after + 1 {
+			if got, want := small.hot(0, tt.size, bs, stamp(0, 1), false), i == tt.after; got != want {
+				t.Errorf("file of %d bytes, write %d: hot %v, want %v", tt.size, i+1, got, want)
+			}
 		}
-	}
-	if !small.hot(0, 16<<10, bs, stamp(0, 2), true) {
-		t.Error("16 KiB file: not carried into the next period")
+		if !small.hot(0, tt.size, bs, stamp(0, 2), true) {
+			t.Errorf("file of %d bytes: not carried into the next period", tt.size)
+		}
 	}
 }
 

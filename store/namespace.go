@@ -22,17 +22,39 @@ import (
 // directory is synced (Fsync of the directory, or a later Delete or Rename
 // with sync in it).
 func (s *Store) Delete(ctx context.Context, name string, sync bool) error {
+	return s.DeleteIf(ctx, name, sync, Precondition{})
+}
+
+// DeleteIf is Delete on the condition pre (see Precondition), checked
+// with the file's lock held exclusively, after the writes in flight.
+func (s *Store) DeleteIf(ctx context.Context, name string, sync bool, pre Precondition) error {
 	if err := validatePath(name); err != nil {
 		return err
 	}
-	ino, h, err := s.lockFile(ctx, name, false, lockExclusive, "delete", ReasonDelete)
+	if err := pre.validate(); err != nil {
+		return err
+	}
+	return s.deleteIf(ctx, name, sync, pre)
+}
+
+// deleteIf is DeleteIf of a validated name and condition, or of a staged
+// file's (RemoveStaged).
+func (s *Store) deleteIf(ctx context.Context, name string, sync bool, pre Precondition) error {
+	var ino *inode
+	var h *holder
+	var err error
+	if pre.present() {
+		ino, h, _, err = s.lockIf(ctx, name, false, pre, "delete")
+	} else {
+		ino, h, err = s.lockFile(ctx, name, false, lockExclusive, "delete", ReasonDelete)
+	}
 	if err != nil {
 		return err
 	}
 	err = s.deleteLocked(ctx, ino, name)
 	ino.lock.release(h)
 	s.table.put(ino)
-	if err != nil || !sync || s.opts.Hooks.broken(func(b *breaks) bool { return b.deleteSkipsDirSync }) {
+	if err != nil || !sync || s.opts.Hooks.broken(breakDeleteSkipsDirSync) {
 		return err
 	}
 	return s.syncDir(path.Dir(name))
@@ -76,7 +98,10 @@ func (s *Store) namesFile(name string, ino *inode, stat func(string) (FileInfo, 
 // RENAME_NOREPLACE): then ErrExists and nothing changes. Writes to either
 // file that started before Rename finish first. Missing parents of newName
 // are created, and removed again, while empty, if the Rename fails.
-// Renaming a file onto its own name does nothing. A directory on either
+// Renaming a file onto its own name does nothing but report whether it
+// names a file (ErrNotFound if not), as every other call sees the
+// directory: after a Delete of it that returned, or that has unlinked it
+// and not yet returned, it names nothing. A directory on either
 // side is ErrIsDirectory, and a symlink as oldName ErrInvalidPath: moving a
 // relative symlink would change what it names.
 //
@@ -87,37 +112,52 @@ func (s *Store) namesFile(name string, ino *inode, stat func(string) (FileInfo, 
 // name survives a crash even where the filesystem does not order its
 // metadata writes.
 func (s *Store) Rename(ctx context.Context, oldName, newName string, noReplace, sync bool) error {
+	_, err := s.RenameIf(ctx, oldName, newName, noReplace, sync, Precondition{}, Precondition{})
+	return err
+}
+
+// RenameIf is Rename on the conditions src, on the file oldName names, and
+// dst, on the one newName names (see Precondition; dst's "no file may
+// exist" is noReplace's condition, as a *GenerationMismatch), checked with
+// both files' locks held exclusively, after their writes in flight. It
+// returns the renamed file's size and generation under its new name: a
+// file renamed onto a path is a new version there.
+func (s *Store) RenameIf(ctx context.Context, oldName, newName string, noReplace, sync bool, src, dst Precondition) (ChangeResult, error) {
 	if err := validatePath(oldName); err != nil {
-		return err
+		return ChangeResult{}, err
 	}
 	if err := validatePathArg(newName, "new_path"); err != nil {
-		return err
+		return ChangeResult{}, err
 	}
-	if oldName == newName {
-		// rename(2) does nothing here (and RENAME_NOREPLACE would refuse
-		// the file its own name): report only whether there is a file.
-		ino, err := s.table.get(ctx, oldName, false)
-		if err != nil {
-			return err
+	for _, pre := range []Precondition{src, dst} {
+		if err := pre.validate(); err != nil {
+			return ChangeResult{}, err
 		}
-		s.table.put(ino)
-		return nil
+	}
+	return s.renameIf(ctx, oldName, newName, noReplace, sync, src, dst)
+}
+
+// renameIf is RenameIf of validated names and conditions, or of a staged
+// file's onto a validated name (Publish).
+func (s *Store) renameIf(ctx context.Context, oldName, newName string, noReplace, sync bool, src, dst Precondition) (ChangeResult, error) {
+	if oldName == newName {
+		return s.renameOntoItself(ctx, oldName, src, dst)
 	}
 	// The parents of newName this call made, kept from one attempt to the
 	// next and removed, while empty, if the Rename fails.
 	var created []string
 	for {
-		made, err := s.renameOnce(ctx, oldName, newName, noReplace)
+		res, made, err := s.renameOnce(ctx, oldName, newName, noReplace, src, dst)
 		created = append(created, made...)
 		if errors.Is(err, errNameMoved) || errors.Is(err, errNameTaken) {
 			continue
 		}
 		if err != nil {
 			removeDirs(s.fsys, created)
-			return err
+			return ChangeResult{}, err
 		}
 		if !sync {
-			return nil
+			return res, nil
 		}
 		// The old name's directory, the new name's, and the parent of
 		// every directory up the new path that the store made and no
@@ -130,26 +170,79 @@ func (s *Store) Rename(ctx context.Context, oldName, newName string, noReplace, 
 		// before that leaves the old name, so by then the directories
 		// above the new one must be durable already.
 		dirs := append([]string{path.Dir(oldName)}, s.table.dirs.notDurable(newName)...)
-		if s.opts.Hooks.broken(func(b *breaks) bool { return b.renameSyncsOldDirOnly }) {
+		if s.opts.Hooks.broken(breakRenameSyncsOldDirOnly) {
 			dirs = dirs[:1]
 		}
-		return s.syncDirs(dirs)
+		return res, s.syncDirs(dirs)
 	}
 }
 
-// renameOnce looks oldName and newName up, locks their files and renames.
-// It returns the directories it created, also when the rename then failed.
-// errNameMoved or errNameTaken mean that a name changed before the locks
-// were held: nothing was renamed.
-func (s *Store) renameOnce(ctx context.Context, oldName, newName string, noReplace bool) ([]string, error) {
+// renameOntoItself is Rename of name onto itself. rename(2) does nothing
+// then (and RENAME_NOREPLACE would refuse the file its own name), so it
+// reports only whether name names a file, as every other call sees the
+// directory: it waits for a Delete or Rename of the file that holds its
+// lock (the table still knows a deleted file until its Delete is done,
+// after its unlink(2)), and asks the directory whether the name reaches
+// the file, which a removal from outside the store would have changed.
+//
+// It changes nothing, so its preconditions are checked with the lock
+// shared: both src and dst are on the one file.
+func (s *Store) renameOntoItself(ctx context.Context, name string, src, dst Precondition) (ChangeResult, error) {
+	for {
+		ino, h, err := s.lockFile(ctx, name, false, lockShared, "rename", ReasonRename)
+		if errors.Is(err, ErrNotFound) {
+			if cerr := errors.Join(src.check(name, 0), dst.check(name, 0)); cerr != nil {
+				return ChangeResult{}, cerr
+			}
+		}
+		if err != nil {
+			return ChangeResult{}, err
+		}
+		res := ChangeResult{Size: ino.size.Load(), Generation: ino.gen.Load()}
+		err = s.namesFile(name, ino, s.fsys.Stat)
+		if errors.Is(err, errNameMoved) {
+			err = s.nameLostLocked(ino, name)
+		}
+		if err == nil {
+			err = errors.Join(src.check(name, res.Generation), dst.check(name, res.Generation))
+		}
+		ino.lock.release(h)
+		s.table.put(ino)
+		if !errors.Is(err, errNameMoved) {
+			return res, err
+		}
+	}
+}
+
+// renameOnce looks oldName and newName up, locks their files, checks the
+// preconditions srcPre and dstPre, and renames. It returns the renamed
+// file's size and generation, and the directories it created, also when
+// the rename then failed. errNameMoved or errNameTaken mean that a name
+// changed before the locks were held: nothing was renamed.
+func (s *Store) renameOnce(ctx context.Context, oldName, newName string, noReplace bool, srcPre, dstPre Precondition) (ChangeResult, []string, error) {
 	src, err := s.table.get(ctx, oldName, false)
+	if errors.Is(err, ErrNotFound) {
+		if cerr := srcPre.check(oldName, 0); cerr != nil {
+			return ChangeResult{}, nil, cerr
+		}
+	}
 	if err != nil {
-		return nil, err
+		return ChangeResult{}, nil, err
 	}
 	defer s.table.put(src)
-	dst, err := s.table.lookup(ctx, newName)
+	// A precondition on newName needs its file's generation: open it if
+	// the table has not.
+	var dst *inode
+	if dstPre.present() {
+		dst, err = s.table.get(ctx, newName, false)
+		if errors.Is(err, ErrNotFound) {
+			dst, err = nil, nil
+		}
+	} else {
+		dst, err = s.table.lookup(ctx, newName)
+	}
 	if err != nil {
-		return nil, err
+		return ChangeResult{}, nil, err
 	}
 	if dst != nil {
 		defer s.table.put(dst)
@@ -161,7 +254,7 @@ func (s *Store) renameOnce(ctx context.Context, oldName, newName string, noRepla
 	}
 	hs, hd, err := s.lockPair(ctx, src, dst, "rename", ReasonRename)
 	if err != nil {
-		return nil, err
+		return ChangeResult{}, nil, err
 	}
 	defer src.lock.release(hs)
 	if hd != nil {
@@ -171,61 +264,81 @@ func (s *Store) renameOnce(ctx context.Context, oldName, newName string, noRepla
 	// Under the locks no name of src or dst moves any more: check that
 	// they are still what the lookups found.
 	if src.deleted.Load() || (dst != nil && (dst.deleted.Load() || dst.path() != newName)) {
-		return nil, errNameMoved
+		return ChangeResult{}, nil, errNameMoved
 	}
 	fi, err := s.fsys.Lstat(oldName)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, s.nameLostLocked(src, oldName)
+		return ChangeResult{}, nil, s.nameLostLocked(src, oldName)
 	case err != nil:
-		return nil, mapOpenErr(oldName, err)
+		return ChangeResult{}, nil, mapOpenErr(oldName, err)
 	case fi.Type&fs.ModeSymlink != 0:
-		return nil, fmt.Errorf("%w: %s is a symbolic link; rename the file it names", ErrInvalidPath, oldName)
+		return ChangeResult{}, nil, fmt.Errorf("%w: %s is a symbolic link; rename the file it names", ErrInvalidPath, oldName)
 	case (fileID{fi.Dev, fi.Ino}) != src.id():
-		return nil, s.nameLostLocked(src, oldName)
+		return ChangeResult{}, nil, s.nameLostLocked(src, oldName)
 	}
-	if src.path() == newName {
-		// oldName is another link to the file newName names: rename(2)
-		// leaves both (and so does RENAME_NOREPLACE's caller, refused).
-		if noReplace {
-			return nil, fmt.Errorf("%w: %s", ErrExists, newName)
-		}
-		return nil, nil
+
+	// oldName may be another link to the file newName names: rename(2)
+	// leaves both then (and so does RENAME_NOREPLACE's caller, refused).
+	alias := src.path() == newName
+	pre := srcPre.present() || dstPre.present()
+	if noReplace && (alias || dst != nil) {
+		return ChangeResult{}, nil, fmt.Errorf("%w: %s", ErrExists, newName)
 	}
-	if noReplace && dst != nil {
-		return nil, fmt.Errorf("%w: %s", ErrExists, newName)
+	if alias && !pre {
+		return ChangeResult{Size: src.size.Load(), Generation: src.gen.Load()}, nil, nil
 	}
 
 	if err := waitInflight(ctx, src, ReasonRename); err != nil {
-		return nil, err
+		return ChangeResult{}, nil, err
 	}
 	if dst != nil {
 		if err := waitInflight(ctx, dst, ReasonRename); err != nil {
-			return nil, err
+			return ChangeResult{}, nil, err
 		}
 	}
+	if pre {
+		// With no write in flight to either file.
+		dstGen := int64(0)
+		switch {
+		case alias:
+			dstGen = src.gen.Load()
+		case dst != nil:
+			dstGen = dst.gen.Load()
+		}
+		if err := errors.Join(srcPre.check(oldName, src.gen.Load()), dstPre.check(newName, dstGen)); err != nil {
+			return ChangeResult{}, nil, err
+		}
+	}
+	if alias {
+		return ChangeResult{Size: src.size.Load(), Generation: src.gen.Load()}, nil, nil
+	}
+
 	created, err := s.parentsFor(newName)
 	if err != nil {
-		return created, err
+		return ChangeResult{}, created, err
 	}
 	err = s.table.rename(src, dst, oldName, newName, func() error {
 		return s.fsys.Rename(oldName, newName, noReplace)
 	})
 	switch {
-	case err == nil, errors.Is(err, errNameTaken):
-		return created, err
+	case err == nil:
+		// A new version of the path newName: the file moves on.
+		return ChangeResult{Size: src.size.Load(), Generation: src.bump()}, created, nil
+	case errors.Is(err, errNameTaken):
+		return ChangeResult{}, created, err
 	case errors.Is(err, fs.ErrNotExist):
 		// oldName is still there (checked under the lock): a parent of
 		// newName that parentsFor found went away since. Start over.
-		return created, errNameMoved
+		return ChangeResult{}, created, errNameMoved
 	case noReplace && errors.Is(err, fs.ErrExist):
 		// RENAME_NOREPLACE says EEXIST before it looks at what is there:
 		// a directory in the way is one, whatever the flag.
 		if fi, serr := s.fsys.Lstat(newName); serr == nil && fi.IsDir {
-			return created, fmt.Errorf("%w: rename %s to %s", ErrIsDirectory, oldName, newName)
+			return ChangeResult{}, created, fmt.Errorf("%w: rename %s to %s", ErrIsDirectory, oldName, newName)
 		}
 	}
-	return created, nameError("rename "+oldName+" to", newName, err)
+	return ChangeResult{}, created, nameError("rename "+oldName+" to", newName, err)
 }
 
 // nameLostLocked is renameOnce's answer when oldName, by which the table
@@ -240,7 +353,8 @@ func (s *Store) renameOnce(ctx context.Context, oldName, newName string, noRepla
 // (an alias), or the store moved src while this Rename waited for its
 // lock: oldName is looked up afresh anyway.
 //
-// Preconditions: src.lock is held exclusively.
+// Preconditions: src.lock is held, in any mode (a Rename or Delete, which
+// changes names, holds it exclusively).
 func (s *Store) nameLostLocked(src *inode, oldName string) error {
 	if src.path() == oldName {
 		src.unlinked.Store(true)

@@ -42,18 +42,9 @@ func TestDeleteAndRenameWaitForWrites(t *testing.T) {
 				if p == PolicyExclusive {
 					writers = 1
 				}
-				g := newGate(t, writers)
-				s.opts.Hooks = g.hooks()
-				var wg sync.WaitGroup
-				for i := range writers {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						if _, err := s.Write(ctx, "f", int64(i)*bs, bytes.Repeat([]byte{byte('a' + i)}, bs), SyncNone); err != nil {
-							t.Error(err)
-						}
-					}()
-				}
+				g, wg := holdWriters(t, s, writers, func(i int) (int64, []byte) {
+					return int64(i) * bs, bytes.Repeat([]byte{byte('a' + i)}, bs)
+				})
 				for range writers {
 					<-g.arrived
 				}
@@ -599,6 +590,91 @@ func TestRenameIsOneStepToStat(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRenameOntoItselfAgreesWithTheDirectory: Rename of a name onto
+// itself reports whether the name names a file as every other call sees
+// the directory. A black-box linearizability check found one answering
+// OK from the table, which still held the file while a Delete of it,
+// its unlink(2) done, had yet to forget it: Lists had already shown the
+// name gone. Held there, the Delete keeps the Rename waiting, which then
+// finds nothing (ErrNotFound); and a file removed from outside is not
+// found either.
+func TestRenameOntoItselfAgreesWithTheDirectory(t *testing.T) {
+	ctx := context.Background()
+	t.Run("a Delete between its unlink and its forgetting", func(t *testing.T) {
+		s, h, _ := newHookStore(t, Options{Policy: PolicySharedWritten})
+		if _, err := s.Write(ctx, "d0/y", 0, []byte("y"), SyncNone); err != nil {
+			t.Fatal(err)
+		}
+		removed := make(chan struct{}, 1)
+		letDelete := testutil.NewGate(t)
+		h.afterRemove = func(string, error) {
+			removed <- struct{}{}
+			<-letDelete.Opened()
+		}
+		deleted := make(chan error, 1)
+		go func() { deleted <- s.Delete(ctx, "d0/y", false) }()
+		<-removed
+		if names := listNames(t, s, "d0"); len(names) != 0 {
+			t.Fatalf("List(d0) while the Delete is held: %v, want none", names)
+		}
+		renamed := make(chan error, 1)
+		go func() { renamed <- s.Rename(ctx, "d0/y", "d0/y", false, false) }()
+		testutil.WaitFor(t, "Rename(d0/y, d0/y) to answer or wait for the Delete", func() bool {
+			select {
+			case err := <-renamed:
+				renamed <- err
+				return true
+			default:
+			}
+			return fileLocks(s, "d0/y").Waiting == 1
+		})
+		select {
+		case err := <-renamed:
+			t.Fatalf("Rename(d0/y, d0/y) answered %v while the Delete of d0/y, which List had seen, was held", err)
+		default:
+		}
+		letDelete.Open()
+		if err := <-deleted; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-renamed; !errors.Is(err, ErrNotFound) {
+			t.Errorf("Rename(d0/y, d0/y) after the Delete: %v, want ErrNotFound", err)
+		}
+	})
+	t.Run("removed from outside", func(t *testing.T) {
+		s, dir := newTestStore(t, Options{})
+		if _, err := s.Write(ctx, "y", 0, []byte("y"), SyncNone); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(filepath.Join(dir, "y")); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Rename(ctx, "y", "y", false, false); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Rename(y, y) after rm y: %v, want ErrNotFound", err)
+		}
+		if _, err := s.Write(ctx, "y", 0, []byte("again"), SyncNone); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Rename(ctx, "y", "y", false, false); err != nil {
+			t.Errorf("Rename(y, y) of a file: %v, want nil", err)
+		}
+	})
+}
+
+// listNames lists the names in dir.
+func listNames(t *testing.T, s *Store, dir string) []string {
+	t.Helper()
+	entries, _, err := s.List(context.Background(), dir, 0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name)
+	}
+	return names
 }
 
 // lookupInode is the inode the table knows by name, which must be open.

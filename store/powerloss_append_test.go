@@ -275,7 +275,7 @@ func TestPowerLossCatchesUnorderedAppend(t *testing.T) {
 		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
 			opts := store.Options{Policy: store.PolicyUnlockedBelowEOF}
 			if broken {
-				opts.Hooks = store.BrokenHooks(store.Breaks{AckAppendUnordered: true})
+				opts.Hooks = store.BrokenHooks(t, store.BreakAckAppendUnordered)
 			}
 			r := &plAppendRun{opts: opts}
 			hold := &holdWriteFS{held: make(chan struct{}), release: make(chan struct{})}

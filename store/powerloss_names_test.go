@@ -327,12 +327,18 @@ func filesIn(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	got := make(map[string]string)
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
+		if err != nil {
 			return err
 		}
 		rel, err := filepath.Rel(dir, p)
 		if err != nil {
 			return err
+		}
+		if rel == store.StateDir {
+			return filepath.SkipDir // the store's own state
+		}
+		if d.IsDir() {
+			return nil
 		}
 		b, err := os.ReadFile(p)
 		got[filepath.ToSlash(rel)] = string(b)
@@ -416,9 +422,9 @@ func TestPowerLossNamesCatchesSkippedSyncs(t *testing.T) {
 		hooks *store.Hooks
 		c     plNameCase
 	}{
-		{"rename syncs only the old directory", store.BrokenHooks(store.Breaks{RenameSyncsOldDirOnly: true}), byName("rename between directories, sync")},
-		{"rename syncs only the old directory, into new ones", store.BrokenHooks(store.Breaks{RenameSyncsOldDirOnly: true}), byName("rename into new directories, sync")},
-		{"delete skips its directory sync", store.BrokenHooks(store.Breaks{DeleteSkipsDirSync: true}), byName("delete, sync")},
+		{"rename syncs only the old directory", store.BrokenHooks(t, store.BreakRenameSyncsOldDirOnly), byName("rename between directories, sync")},
+		{"rename syncs only the old directory, into new ones", store.BrokenHooks(t, store.BreakRenameSyncsOldDirOnly), byName("rename into new directories, sync")},
+		{"delete skips its directory sync", store.BrokenHooks(t, store.BreakDeleteSkipsDirSync), byName("delete, sync")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

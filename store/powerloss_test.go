@@ -373,14 +373,21 @@ func (r *plRun) check(ctx context.Context, s *store.Store, dir string) []string 
 	for _, path := range slices.Sorted(mapsKeys(byPath)) {
 		v = append(v, r.checkFile(ctx, s, path, byPath[path])...)
 	}
-	// Nothing appears that no operation created.
+	// Nothing appears that no operation created, but the store's own
+	// state.
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
+		if err != nil {
 			return err
 		}
 		rel, err := filepath.Rel(dir, p)
 		if err != nil {
 			return err
+		}
+		if rel == store.StateDir {
+			return filepath.SkipDir
+		}
+		if d.IsDir() {
+			return nil
 		}
 		if byPath[filepath.ToSlash(rel)] == nil {
 			v = append(v, fmt.Sprintf("%s: a file no operation created", rel))
@@ -718,7 +725,7 @@ func TestPowerLossCatchesBrokenDurability(t *testing.T) {
 	}{
 		{
 			name:  "group commit acknowledges a write that completed after its sync started",
-			hooks: store.BrokenHooks(store.Breaks{AckFromRunningSync: true}),
+			hooks: store.BrokenHooks(t, store.BreakAckFromRunningSync),
 			opts:  store.Options{Policy: store.PolicyUnlockedBelowEOF, Fsync: store.FsyncGroup},
 			mix:   plMix{write: 1, syncs: []store.SyncMode{store.SyncData}, files: 1},
 			want:  "was acknowledged durable",
@@ -726,21 +733,21 @@ func TestPowerLossCatchesBrokenDurability(t *testing.T) {
 		},
 		{
 			name:  "a new file's first sync skips its directories",
-			hooks: store.BrokenHooks(store.Breaks{SkipNewFileDirSync: true}),
+			hooks: store.BrokenHooks(t, store.BreakSkipNewFileDirSync),
 			opts:  store.Options{Policy: store.PolicySharedOverwrite},
 			mix:   plMix{write: 1, newFile: 1, syncs: []store.SyncMode{store.SyncData, store.SyncFull}, files: 1},
 			want:  "so the name was durable, but the file is missing",
 		},
 		{
 			name:  "a synced write made durable by itself is acknowledged without its flush",
-			hooks: store.BrokenHooks(store.Breaks{DirectWriteWithoutDSync: true}),
+			hooks: store.BrokenHooks(t, store.BreakDirectWriteWithoutDSync),
 			opts:  store.Options{Policy: store.PolicyUnlockedBelowEOF, SyncedWrites: store.SyncedWritesDirect},
 			mix:   plMix{write: 1, syncs: []store.SyncMode{store.SyncData}, files: 2},
 			want:  "was acknowledged durable",
 		},
 		{
 			name:  "an unaligned direct write is acknowledged after its writeback, unsynced",
-			hooks: store.BrokenHooks(store.Breaks{AckUnalignedDirectWriteBack: true}),
+			hooks: store.BrokenHooks(t, store.BreakAckUnalignedDirectWriteBack),
 			opts:  store.Options{Policy: store.PolicySharedWritten, IO: store.IODirect},
 			mix:   plMix{write: 1, syncs: []store.SyncMode{store.SyncData, store.SyncFull}, unaligned: 100, files: 2},
 			want:  "was acknowledged durable",

@@ -31,11 +31,14 @@ type Store struct {
 
 // Open opens a store over fsys (see OpenOSFS). The store owns fsys and
 // closes it in Close.
+//
+// Fields of opts left zero take their defaults (WithDefaults); options
+// that Validate refuses are an *OptionError, and fsys is left open.
 func Open(fsys FS, opts Options) (*Store, error) {
-	opts = opts.withDefaults()
-	if _, err := ParsePolicy(opts.Policy.String()); err != nil {
+	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	opts = opts.WithDefaults()
 	tel := opts.Telemetry
 	if tel == nil {
 		tel = noopTelemetry
@@ -50,7 +53,8 @@ func Open(fsys FS, opts Options) (*Store, error) {
 		fi, err := fsys.Stat(path)
 		return fi.Size, err == nil && fi.Type.IsRegular()
 	})
-	s.table = newInodeTable(fsys, &s.opts, tel)
+	gens, records := openGenClock(fsys, opts.Logger)
+	s.table = newInodeTable(fsys, &s.opts, tel, gens, records)
 	var err error
 	if s.gauges, err = tel.observe(s.table.gauges); err != nil {
 		return nil, fmt.Errorf("register gauges: %w", err)
@@ -67,6 +71,7 @@ func (s *Store) Options() Options { return s.opts }
 // Operations after Close fail with ErrClosed.
 func (s *Store) Close() error {
 	err := s.table.closeAll()
+	s.table.gens.saveRecords(s.table.genRecords.snapshot())
 	jerr := s.appendIDs.journal.close()
 	return errors.Join(err, jerr, s.gauges.Unregister(), s.fsys.Close())
 }
@@ -98,7 +103,7 @@ func (s *Store) syncAll(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("sync %s: %w", key, err))
 			continue
 		}
-		if err := ino.commit.waitDurable(ctx, SyncFull); err != nil {
+		if err := s.syncChecked(ctx, ino, ino.commit.waitDurable(ctx, SyncFull), false); err != nil {
 			errs = append(errs, fmt.Errorf("sync %s: %w", ino.path(), err))
 		}
 		s.table.put(ino)
@@ -130,6 +135,15 @@ func (s *Store) Write(ctx context.Context, path string, off int64, data []byte, 
 // from the create until its bytes are in, so no other caller of the store
 // sees the file before them (an empty write creates an empty file).
 func (s *Store) WriteOpen(ctx context.Context, path string, open OpenMode, off int64, data []byte, sync SyncMode) (WriteResult, error) {
+	return s.WriteIf(ctx, path, open, off, data, sync, Precondition{})
+}
+
+// WriteIf is WriteOpen on the condition pre (see Precondition): with one,
+// it holds the file's lock exclusively, after the writes in flight, from
+// the check to the end of its bytes. A precondition that no file meets
+// ("no file may exist") lets it create the file as open allows; any other
+// is *GenerationMismatch on a missing file, which is not created.
+func (s *Store) WriteIf(ctx context.Context, path string, open OpenMode, off int64, data []byte, sync SyncMode, pre Precondition) (WriteResult, error) {
 	if err := validatePath(path); err != nil {
 		return WriteResult{}, err
 	}
@@ -138,6 +152,12 @@ func (s *Store) WriteOpen(ctx context.Context, path string, open OpenMode, off i
 	}
 	if err := s.validateWrite(off, data, sync); err != nil {
 		return WriteResult{}, err
+	}
+	if err := pre.validate(); err != nil {
+		return WriteResult{}, err
+	}
+	if pre.present() {
+		return s.writeIf(ctx, path, open, off, data, sync, pre)
 	}
 	for {
 		ino, created, err := s.openForWrite(ctx, path, open)
@@ -159,6 +179,25 @@ func (s *Store) WriteOpen(ctx context.Context, path string, open OpenMode, off i
 		s.table.put(ino)
 		return w.WriteResult, err
 	}
+}
+
+// writeIf is WriteIf with a precondition, after validation.
+func (s *Store) writeIf(ctx context.Context, path string, open OpenMode, off int64, data []byte, sync SyncMode, pre Precondition) (WriteResult, error) {
+	ino, h, created, err := s.lockIf(ctx, path, open != OpenMustExist, pre, "write")
+	if err != nil {
+		return WriteResult{}, err
+	}
+	defer s.table.put(ino)
+	if open == OpenExclusive && !created {
+		ino.lock.release(h)
+		return WriteResult{}, fmt.Errorf("%w: %s (exclusive create)", ErrExists, path)
+	}
+	w, err := s.applyWrite(ctx, ino, path, h, off, data, sync)
+	if err == nil {
+		one := [1]AppliedWrite{w}
+		err = s.waitWrites(ctx, ino, one[:])
+	}
+	return w.WriteResult, err
 }
 
 // openForWrite returns path's inode, opened as open says, with a reference
@@ -252,7 +291,7 @@ func (s *Store) fsyncFile(ctx context.Context, path string, mode SyncMode) error
 		return err
 	}
 	defer s.table.put(ino)
-	if err := ino.commit.waitDurable(ctx, mode); err != nil {
+	if err := s.syncChecked(ctx, ino, ino.commit.waitDurable(ctx, mode), false); err != nil {
 		return err
 	}
 	return removedError(ctx, ino, false)
@@ -264,28 +303,49 @@ func (s *Store) fsyncFile(ctx context.Context, path string, mode SyncMode) error
 // ext4, truncating to a size at or below the current one also frees blocks
 // preallocated past the new end.
 func (s *Store) Truncate(ctx context.Context, path string, size int64) error {
+	_, err := s.TruncateIf(ctx, path, size, Precondition{})
+	return err
+}
+
+// TruncateIf is Truncate on the condition pre (see Precondition), and
+// returns the file's size and generation after it. A precondition other
+// than "no file may exist" does not create a missing file.
+func (s *Store) TruncateIf(ctx context.Context, path string, size int64, pre Precondition) (ChangeResult, error) {
 	if err := validatePath(path); err != nil {
-		return err
+		return ChangeResult{}, err
 	}
 	if size < 0 {
-		return refuse(ErrInvalidOffset, "size", "size %d is negative", size)
+		return ChangeResult{}, refuse(ErrInvalidOffset, "size", "size %d is negative", size)
 	}
 	if size > s.opts.MaxFileSize {
-		return refuseLimit(ErrFileTooLarge, "size", s.opts.MaxFileSize, "size %d, the maximum file size is %d bytes", size, s.opts.MaxFileSize)
+		return ChangeResult{}, refuseLimit(ErrFileTooLarge, "size", s.opts.MaxFileSize, "size %d, the maximum file size is %d bytes", size, s.opts.MaxFileSize)
 	}
-	ino, h, err := s.lockFile(ctx, path, true, lockExclusive, "truncate", ReasonTruncate)
+	if err := pre.validate(); err != nil {
+		return ChangeResult{}, err
+	}
+	ino, h, err := s.lockChange(ctx, path, pre, "truncate", ReasonTruncate)
 	if err != nil {
-		return err
+		return ChangeResult{}, err
 	}
 	defer s.table.put(ino)
 	defer ino.lock.release(h)
 	if err := waitInflight(ctx, ino, ReasonTruncate); err != nil {
-		return err
+		return ChangeResult{}, err
 	}
 	if err := ino.truncate(size); err != nil {
-		return ioError("truncate", path, err, 0)
+		return ChangeResult{}, ioError("truncate", path, err, 0)
 	}
-	return nil
+	return ChangeResult{Size: size, Generation: ino.bump()}, nil
+}
+
+// lockChange is lockFile of path, created if missing, exclusively for op
+// (Truncate, Fallocate), or lockIf when pre asks for something.
+func (s *Store) lockChange(ctx context.Context, path string, pre Precondition, op, reason string) (*inode, *holder, error) {
+	if !pre.present() {
+		return s.lockFile(ctx, path, true, lockExclusive, op, reason)
+	}
+	ino, h, _, err := s.lockIf(ctx, path, true, pre, op)
+	return ino, h, err
 }
 
 // Fallocate allocates (FallocAllocate, FallocKeepSize), deallocates
@@ -294,15 +354,26 @@ func (s *Store) Truncate(ctx context.Context, path string, size int64) error {
 // change the size. Punch and zero wait for writes in flight. Nothing is
 // durable until a sync.
 func (s *Store) Fallocate(ctx context.Context, path string, mode FallocateMode, off, length int64) (int64, error) {
+	res, err := s.FallocateIf(ctx, path, mode, off, length, Precondition{})
+	return res.Size, err
+}
+
+// FallocateIf is Fallocate on the condition pre (see Precondition), and
+// returns the file's size and generation after it. A precondition other
+// than "no file may exist" does not create a missing file.
+func (s *Store) FallocateIf(ctx context.Context, path string, mode FallocateMode, off, length int64, pre Precondition) (ChangeResult, error) {
 	if err := validatePath(path); err != nil {
-		return 0, err
+		return ChangeResult{}, err
 	}
 	if err := validateFallocate(mode, off, length, s.opts.MaxFileSize); err != nil {
-		return 0, err
+		return ChangeResult{}, err
 	}
-	ino, h, err := s.lockFile(ctx, path, true, lockExclusive, "fallocate", ReasonFallocate)
+	if err := pre.validate(); err != nil {
+		return ChangeResult{}, err
+	}
+	ino, h, err := s.lockChange(ctx, path, pre, "fallocate", ReasonFallocate)
 	if err != nil {
-		return 0, err
+		return ChangeResult{}, err
 	}
 	defer s.table.put(ino)
 	defer ino.lock.release(h)
@@ -310,7 +381,7 @@ func (s *Store) Fallocate(ctx context.Context, path string, mode FallocateMode, 
 	if mode == FallocPunchHole || mode == FallocZeroRange {
 		// Like truncate: no write that started before may land after.
 		if err := waitInflight(ctx, ino, ReasonFallocate); err != nil {
-			return 0, err
+			return ChangeResult{}, err
 		}
 	}
 	err = ino.file.Fallocate(fallocateFlags(mode), off, length)
@@ -320,7 +391,7 @@ func (s *Store) Fallocate(ctx context.Context, path string, mode FallocateMode, 
 		// map is rebuilt from the file rather than guessed.
 		ino.extentsInDoubt.Store(true)
 		s.reloadExtents(ino)
-		return ino.size.Load(), ioError("fallocate", path, err, 0)
+		return ChangeResult{Size: ino.size.Load(), Generation: ino.bump()}, ioError("fallocate", path, err, 0)
 	}
 	if mode == FallocPunchHole && end > ino.size.Load() {
 		// Filesystems disagree past EOF: ext4 punches nothing beyond the
@@ -328,7 +399,7 @@ func (s *Store) Fallocate(ctx context.Context, path string, mode FallocateMode, 
 		// blocks preallocated there stay allocated. Take the result from
 		// the file rather than guess; punching past EOF is rare.
 		s.reloadExtents(ino)
-		return ino.size.Load(), nil
+		return ChangeResult{Size: ino.size.Load(), Generation: ino.bump()}, nil
 	}
 	ino.extentMu.Lock()
 	ino.extents.fallocate(mode, off, end)
@@ -336,7 +407,7 @@ func (s *Store) Fallocate(ctx context.Context, path string, mode FallocateMode, 
 	if mode == FallocAllocate && end > ino.size.Load() {
 		ino.size.Store(end)
 	}
-	return ino.size.Load(), nil
+	return ChangeResult{Size: ino.size.Load(), Generation: ino.bump()}, nil
 }
 
 // reloadExtents rebuilds the map from the file after an error left it
@@ -366,9 +437,10 @@ func (s *Store) Stat(ctx context.Context, path string) (FileStat, error) {
 	}
 	for {
 		var st FileStat
-		var unlinked bool
+		var unlinked, short bool
 		err := s.lookAt(ctx, path, "stat", func(ino *inode) error {
-			ino.touch() // the ctime dates the writes made before this Stat
+			gen := ino.gen.Load() // before the rest it vouches for
+			ino.touch()           // the ctime dates the writes made before this Stat
 			fi, err := ino.file.Stat()
 			if err == nil && fi.Nlink == 0 {
 				// Its fstat is the news: the next get opens the path
@@ -380,14 +452,43 @@ func (s *Store) Stat(ctx context.Context, path string) (FileStat, error) {
 			if err != nil {
 				return ioError("stat", path, err, 0)
 			}
+			if fi.Size < ino.size.Load() {
+				short = true // checked below, with the lock
+				return nil
+			}
+			if err := ino.cutReported(); err != nil {
+				return err
+			}
 			st = FileStat{Size: ino.size.Load(), AllocatedBytes: fi.Blocks512 * 512, BlockSize: int32(ino.blockSize),
-				Dev: fi.Dev, Ino: fi.Ino, ChangeTime: fi.Ctime}
+				Dev: fi.Dev, Ino: fi.Ino, ChangeTime: fi.Ctime, Generation: gen, ContentType: ino.contentType()}
 			return nil
 		})
+		if short {
+			// Cut from outside, or in the middle of a Truncate: only the
+			// exclusive lock tells.
+			if err := s.checkCutPath(ctx, path); err != nil {
+				return FileStat{}, err
+			}
+			continue
+		}
 		if !unlinked {
 			return st, err
 		}
 	}
+}
+
+// checkCutPath is checkCut of the file path names.
+func (s *Store) checkCutPath(ctx context.Context, path string) error {
+	ino, h, err := s.lockFile(ctx, path, false, lockExclusive, "check", ReasonChangedOutside)
+	if err != nil {
+		return err
+	}
+	defer s.table.put(ino)
+	defer func() {
+		ino.lock.release(h)
+		putHolder(h)
+	}()
+	return s.checkCut(ctx, ino, true)
 }
 
 // Extents lists the hole, unwritten and written ranges of path within
@@ -431,9 +532,12 @@ func (s *Store) ExtentsPage(ctx context.Context, path string, off, length int64,
 
 // FileLocks is one open file's lock state, for /debug/locks.
 type FileLocks struct {
-	Path     string       `json:"path"`
-	Size     int64        `json:"size"`
-	Holders  []HolderInfo `json:"holders"`
+	Path    string       `json:"path"`
+	Size    int64        `json:"size"`
+	Holders []HolderInfo `json:"holders"`
+	// Waiters are the first callers queued for the lock, the longest
+	// waiting first; Waiting is how many there are in all.
+	Waiters  []HolderInfo `json:"waiters"`
 	Waiting  int          `json:"waiting"`
 	Inflight int64        `json:"inflight"`
 	// Appending is how many appends have a range reserved that readers
@@ -441,7 +545,8 @@ type FileLocks struct {
 	Appending int64 `json:"appending"`
 }
 
-// Locks describes up to limit open files and up to 16 holders of each.
+// Locks describes up to limit open files, and up to 16 holders and the
+// first 16 waiters of each.
 func (s *Store) Locks(limit int) []FileLocks {
 	var out []FileLocks
 	s.table.each(limit, func(ino *inode) {
@@ -450,6 +555,7 @@ func (s *Store) Locks(limit int) []FileLocks {
 			Path:      ino.path(),
 			Size:      ino.size.Load(),
 			Holders:   snap.Holders,
+			Waiters:   snap.Waiters,
 			Waiting:   snap.Waiting,
 			Inflight:  ino.inflight.count(),
 			Appending: ino.appends.inFlight.Load(),

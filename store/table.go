@@ -27,6 +27,10 @@ type inodeTable struct {
 	// mappedBytes is the address space the open files' mappings take
 	// (mapped.go), bounded by maxMappedBytes. Atomic.
 	mappedBytes atomic.Int64
+	// maxMappings bounds the mappings of the process's stores, counted
+	// together (liveMappings): mappingBound, or less where a test says
+	// (Hooks.maxMappings). Immutable.
+	maxMappings int64
 
 	// mu guards every field below and the table fields of each inode. No
 	// one waits for an inode lock while holding it; Delete and Rename take
@@ -72,20 +76,39 @@ type inodeTable struct {
 	// the kernel may give its inode number to the next file created, which
 	// must not start poisoned or syncing directories it was never in.
 	unsyncedDirs *closedDirs
+	// cutFiles holds, by ID, the files closed while idle that their fstat
+	// found shorter than the store made them (cut from outside; cut.go),
+	// with the path they were closed under: the inode that reopens one
+	// reports it (inode.cutPending), and Close reports those left. Like
+	// failedSync, never dropped for room, and forgotten with the file's
+	// last name.
+	cutFiles map[fileID]string
+	// gens hands out the files' generations (generation.go), and
+	// genRecords keeps those of the files closed while idle, to be taken
+	// back when they reopen unchanged. Each has its own lock.
+	gens       *genClock
+	genRecords *genRecords
 	// drained is signalled when the last reference is dropped after close.
 	drained *sync.Cond
 }
 
-func newInodeTable(fsys FS, opts *Options, tel *Telemetry) *inodeTable {
+func newInodeTable(fsys FS, opts *Options, tel *Telemetry, gens *genClock, records map[fileID]genRecord) *inodeTable {
 	t := &inodeTable{
+		gens:        gens,
+		genRecords:  newGenRecords(records),
 		fsys:        fsys,
 		opts:        opts,
 		telemetry:   tel,
 		recordBatch: tel.recordBatch,
 		byPath:      make(map[string]*inode),
 		byID:        make(map[fileID]*inode),
+		maxMappings: mappingBound(),
+	}
+	if h := opts.Hooks; h != nil && h.maxMappings > 0 {
+		t.maxMappings = min(t.maxMappings, h.maxMappings)
 	}
 	t.failedSync = make(map[fileID]string)
+	t.cutFiles = make(map[fileID]string)
 	t.closedExtents = newExtentCache(opts.ExtentCacheBytes)
 	t.dirs = newDirSyncs(fsys, opts, tel)
 	t.unsyncedDirs = newClosedDirs()
@@ -130,20 +153,16 @@ func (t *inodeTable) getInode(ctx context.Context, name string, create bool, cre
 			return nil, ErrClosed
 		}
 		if ino := t.knownLocked(name); ino != nil {
-			t.refLocked(ino)
-			t.mu.Unlock()
-			if err := t.awaitOpen(ctx, ino); err != nil {
+			opened, err := t.awaitKnownLocked(ctx, ino)
+			switch {
+			case err != nil:
 				return nil, err
+			case opened:
+				return ino, nil
+			case errors.Is(ino.openErr, errAlias) || (create && errors.Is(ino.openErr, ErrNotFound)):
+				continue // the opener did not create it; this caller may
 			}
-			if ino.openErr != nil {
-				t.put(ino)
-				if errors.Is(ino.openErr, errAlias) || (create && errors.Is(ino.openErr, ErrNotFound)) {
-					// The opener did not create it; this caller may.
-					continue
-				}
-				return nil, ino.openErr
-			}
-			return ino, nil
+			return nil, ino.openErr
 		}
 		// One file is evicted at a time but at most: its slot lives in
 		// this frame, not the heap.
@@ -185,6 +204,10 @@ func (t *inodeTable) getInode(ctx context.Context, name string, create bool, cre
 			if _, ok := t.failedSync[id]; ok {
 				delete(t.failedSync, id)
 				ino.commit.poison()
+			}
+			if _, ok := t.cutFiles[id]; ok {
+				delete(t.cutFiles, id)
+				ino.cutPending.Store(true)
 			}
 			if rec := t.unsyncedDirs.take(id); rec != nil {
 				if p := ino.pendingDirs.Load(); p != nil {
@@ -248,15 +271,13 @@ func (t *inodeTable) lookup(ctx context.Context, name string) (*inode, error) {
 			t.mu.Unlock()
 			return nil, nil
 		}
-		t.refLocked(ino)
-		t.mu.Unlock()
-		if err := t.awaitOpen(ctx, ino); err != nil {
+		opened, err := t.awaitKnownLocked(ctx, ino)
+		if err != nil {
 			return nil, err
 		}
-		if ino.openErr != nil {
+		if !opened {
 			// It failed to open or was a reservation: the name is out of
 			// the table now, or names another inode.
-			t.put(ino)
 			continue
 		}
 		return ino, nil
@@ -275,17 +296,26 @@ func (t *inodeTable) knownLocked(name string) *inode {
 	return t.byPath[name]
 }
 
-// awaitOpen waits until the open of ino, found in the table, has finished
-// (ino.ready; its outcome is ino.openErr). The caller holds a reference,
-// which awaitOpen puts back if ctx ends first.
-func (t *inodeTable) awaitOpen(ctx context.Context, ino *inode) error {
+// awaitKnownLocked takes a reference to ino, found in the table, drops
+// t.mu, and waits until ino's open has finished (ino.ready). It reports
+// whether the open succeeded; if not, or if ctx ends first (its error),
+// the reference is put back, and ino.openErr says why the open failed.
+//
+// Preconditions: t.mu is held; it is not on return.
+func (t *inodeTable) awaitKnownLocked(ctx context.Context, ino *inode) (opened bool, err error) {
+	t.refLocked(ino)
+	t.mu.Unlock()
 	select {
 	case <-ino.ready:
-		return nil
 	case <-ctx.Done():
 		t.put(ino)
-		return ctx.Err()
+		return false, ctx.Err()
 	}
+	if ino.openErr != nil {
+		t.put(ino)
+		return false, nil
+	}
+	return true, nil
 }
 
 // refLocked takes a reference.
@@ -387,7 +417,9 @@ func (t *inodeTable) forgetClosedLocked(id fileID, nlink uint64) {
 	t.closedExtents.forget(id)
 	if nlink <= 1 {
 		delete(t.failedSync, id)
+		delete(t.cutFiles, id)
 		t.unsyncedDirs.forget(id)
+		t.genRecords.forget(id)
 	}
 }
 
@@ -564,14 +596,22 @@ func (t *inodeTable) closeIdleLocked(ino *inode) bool {
 	t.forgetLocked(ino)
 	// A file without a name has nothing left to report, sync or reuse.
 	if !ino.unlinked.Load() && !ino.deleted.Load() {
+		id := ino.id()
 		if poisoned {
-			t.failedSync[fileID{ino.dev, ino.ino}] = ino.path()
+			t.failedSync[id] = ino.path()
 		}
 		if p := ino.pendingDirs.Load(); p != nil {
-			t.unsyncedDirs.put(fileID{ino.dev, ino.ino}, p)
+			t.unsyncedDirs.put(id, p)
 		}
-		if !poisoned && !ino.extentsInDoubt.Load() {
-			t.keepExtentsLocked(ino)
+		ino.touch() // so that the fstat dates the last mapped write too
+		fi, err := ino.file.Stat()
+		if err == nil && fi.Size < ino.size.Load() || ino.cutPending.Load() {
+			t.cutFiles[id] = ino.path()
+		} else if err == nil {
+			t.genRecords.put(fi, ino.gen.Load())
+		}
+		if !poisoned && !ino.extentsInDoubt.Load() && err == nil {
+			t.keepExtentsLocked(ino, fi)
 		}
 	}
 	// Nothing reaches ino's counter and map any more (no reference, out of
@@ -586,17 +626,16 @@ func (t *inodeTable) closeIdleLocked(ino *inode) bool {
 }
 
 // keepExtentsLocked offers the extent map of ino, which is being closed,
-// to the extent cache, with the fstat that dates it. A file whose size is
-// not the one the store knows changed behind its back, and one removed
-// from outside will never be reopened: neither is kept.
+// to the extent cache, with fi, the fstat that dates it, made after the
+// file's timestamps were set (touch). A file whose size is not the one
+// the store knows changed behind its back, and one removed from outside
+// will never be reopened: neither is kept.
 //
 // Preconditions: t.mu is held, and ino is idle and leaving the table: no
 // operation holds a reference, so nothing changes its map or its file
 // (ino.extentMu is not needed, and not taken, being below no table lock).
-func (t *inodeTable) keepExtentsLocked(ino *inode) {
-	ino.touch() // so that the fstat dates the last mapped write too
-	fi, err := ino.file.Stat()
-	if err != nil || fi.Dev != ino.dev || fi.Ino != ino.ino || fi.Size != ino.size.Load() || fi.Nlink == 0 {
+func (t *inodeTable) keepExtentsLocked(ino *inode, fi FileInfo) {
+	if fi.Dev != ino.dev || fi.Ino != ino.ino || fi.Size != ino.size.Load() || fi.Nlink == 0 {
 		return
 	}
 	t.closedExtents.put(fi, ino.extents)
@@ -619,13 +658,32 @@ func (t *inodeTable) closeAll() error {
 		// Through the group commit, not straight to fsync: a sync that
 		// failed before must make this one fail too (see groupCommit), or
 		// Close would call data durable that the kernel dropped.
-		if err := ino.commit.waitDurable(context.Background(), SyncFull); err != nil {
+		err := ino.commit.waitDurable(context.Background(), SyncFull)
+		// No reference is left: nothing changes the file meanwhile. Its
+		// sync set its timestamps.
+		fi, serr := ino.file.Stat()
+		switch {
+		case err == errCutSuspected:
+			err = nil
+			if serr == nil && fi.Size < ino.size.Load() {
+				err = ino.cutError(fi.Size, "at close")
+			}
+		case err == nil && serr == nil && !ino.unlinked.Load():
+			t.genRecords.put(fi, ino.gen.Load())
+		}
+		if err == nil {
+			err = ino.cutReported()
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("sync %s: %w", ino.path(), err))
 		}
 		ino.closeFiles()
 	}
 	for _, key := range t.failedSync {
 		errs = append(errs, fmt.Errorf("sync %s: %w: a sync failed and the file was closed before a later one could report it", key, ErrSyncFailed))
+	}
+	for _, key := range t.cutFiles {
+		errs = append(errs, fmt.Errorf("%w: %s was found shorter than the store made it when it was closed for lack of descriptors: it was cut short from outside the store", ErrChangedOutside, key))
 	}
 	if err := t.syncDirs(t.unsyncedDirs.dirLists()); err != nil {
 		errs = append(errs, err)
@@ -641,7 +699,7 @@ func (t *inodeTable) closeAll() error {
 		}
 	}
 	t.idleHead, t.idleTail = nil, nil
-	t.byPath, t.byID, t.open, t.failedSync, t.unsyncedDirs = nil, nil, 0, nil, newClosedDirs()
+	t.byPath, t.byID, t.open, t.failedSync, t.cutFiles, t.unsyncedDirs = nil, nil, 0, nil, nil, newClosedDirs()
 	t.mu.Unlock()
 	return errors.Join(errs...)
 }

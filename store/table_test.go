@@ -368,7 +368,7 @@ func TestMaxOpenFilesFor(t *testing.T) {
 	}
 }
 
-// TestCheckMaxOpenFiles: an explicit bound must fit in the descriptor
+// TestCheckMaxOpenFiles: checkMaxOpenFiles: an explicit bound must fit in the descriptor
 // limit, two descriptors a file with direct I/O, with a few to spare, and
 // the error says what to do.
 func TestCheckMaxOpenFiles(t *testing.T) {
@@ -385,9 +385,9 @@ func TestCheckMaxOpenFiles(t *testing.T) {
 		{9000, IODirect, 20000, true},
 		{0, IOBuffered, 20000, false},
 	} {
-		err := CheckMaxOpenFiles(tt.files, tt.io, tt.nofile)
+		err := checkMaxOpenFiles(tt.files, tt.io, tt.nofile)
 		if got := err == nil; got != tt.ok {
-			t.Errorf("CheckMaxOpenFiles(%d, %v, %d) = %v, want ok %v", tt.files, tt.io, tt.nofile, err, tt.ok)
+			t.Errorf("checkMaxOpenFiles(%d, %v, %d) = %v, want ok %v", tt.files, tt.io, tt.nofile, err, tt.ok)
 		}
 		if err != nil && !strings.Contains(err.Error(), "RLIMIT_NOFILE") {
 			t.Errorf("error %q does not name RLIMIT_NOFILE", err)

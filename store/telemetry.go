@@ -316,11 +316,19 @@ func (t *Telemetry) startWait(ctx context.Context, name string, mode lockMode, r
 }
 
 // end closes the span and records the wait; err is the wait's outcome.
+// A traced wait is recorded in its own span's context, so that the
+// histogram's exemplar (the SDK keeps one per bucket, of a sampled
+// measurement) names the wait span: from a spike of waits on a dashboard
+// to the trace of the write that waited, and through the span's links to
+// the one that held the lock.
 func (w waitSpan) end(ctx context.Context, err error) {
 	d := time.Since(w.start)
-	if err != nil && w.span.IsRecording() {
-		w.span.RecordError(err)
-		w.span.SetStatus(codes.Error, err.Error())
+	if w.span.IsRecording() {
+		if err != nil {
+			w.span.RecordError(err)
+			w.span.SetStatus(codes.Error, err.Error())
+		}
+		ctx = trace.ContextWithSpan(ctx, w.span)
 	}
 	w.span.End()
 	w.t.lockWait.Record(ctx, d.Seconds(), w.opts...)

@@ -58,6 +58,17 @@ func (ts *tracedStore) waitSpans(name string) []sdktrace.ReadOnlySpan {
 	return out
 }
 
+// oneSpan is the one ended span named name, failing the test unless
+// there is exactly one.
+func (ts *tracedStore) oneSpan(t *testing.T, name string) sdktrace.ReadOnlySpan {
+	t.Helper()
+	spans := ts.waitSpans(name)
+	if len(spans) != 1 {
+		t.Fatalf("%d %s spans, want 1", len(spans), name)
+	}
+	return spans[0]
+}
+
 // checkWaitSpan checks that ws is a child of parent, carries the wait's
 // attributes, and links to each of holders.
 func checkWaitSpan(t *testing.T, ws sdktrace.ReadOnlySpan, parent trace.SpanContext, attrs map[attribute.Key]string, holders ...trace.SpanContext) {
@@ -113,11 +124,8 @@ func TestLockWaitSpanLinksToHolder(t *testing.T) {
 	if err := <-waited; err != nil {
 		t.Fatal(err)
 	}
-	spans := ts.waitSpans(SpanLockWait)
-	if len(spans) != 1 {
-		t.Fatalf("%d %s spans, want 1", len(spans), SpanLockWait)
-	}
-	checkWaitSpan(t, spans[0], waitSpan.SpanContext(), map[attribute.Key]string{
+	ws := ts.oneSpan(t, SpanLockWait)
+	checkWaitSpan(t, ws, waitSpan.SpanContext(), map[attribute.Key]string{
 		AttrLockMode:   "exclusive",
 		AttrLockReason: ReasonExtending,
 		AttrPolicy:     "unlocked-below-eof",
@@ -166,13 +174,10 @@ func TestInflightWaitSpanLinksToWriters(t *testing.T) {
 	if err := <-truncated; err != nil {
 		t.Fatal(err)
 	}
-	spans := ts.waitSpans(SpanInflightWait)
-	if len(spans) != 1 {
-		t.Fatalf("%d %s spans, want 1", len(spans), SpanInflightWait)
-	}
+	ws := ts.oneSpan(t, SpanInflightWait)
 	// Each writer's slot is its shard's: writers that share a shard leave
 	// one link between them, so at least one and at most all link.
-	links := spans[0].Links()
+	links := ws.Links()
 	if len(links) == 0 || len(links) > writers {
 		t.Errorf("%d links, want 1 to %d", len(links), writers)
 	}
@@ -189,7 +194,7 @@ func TestInflightWaitSpanLinksToWriters(t *testing.T) {
 	for _, l := range links {
 		linked = append(linked, l.SpanContext)
 	}
-	checkWaitSpan(t, spans[0], tspan.SpanContext(), map[attribute.Key]string{
+	checkWaitSpan(t, ws, tspan.SpanContext(), map[attribute.Key]string{
 		AttrLockMode:   "exclusive",
 		AttrLockReason: ReasonTruncate,
 		AttrPolicy:     "unlocked-below-eof",
@@ -244,11 +249,8 @@ func TestFsyncWaitSpanLinksToRunningSync(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	spans := ts.waitSpans(SpanFsyncWait)
-	if len(spans) != 1 {
-		t.Fatalf("%d %s spans, want 1", len(spans), SpanFsyncWait)
-	}
-	checkWaitSpan(t, spans[0], waitSpan.SpanContext(), map[attribute.Key]string{
+	ws := ts.oneSpan(t, SpanFsyncWait)
+	checkWaitSpan(t, ws, waitSpan.SpanContext(), map[attribute.Key]string{
 		AttrLockReason: "group",
 		AttrPolicy:     DefaultPolicy.String(),
 	}, leadSpan.SpanContext())
@@ -400,11 +402,8 @@ func TestLockWaitLinksSharedHolders(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waits := ts.waitSpans(SpanLockWait)
-	if len(waits) != 1 {
-		t.Fatalf("%d %s spans, want 1", len(waits), SpanLockWait)
-	}
-	links := waits[0].Links()
+	ws := ts.oneSpan(t, SpanLockWait)
+	links := ws.Links()
 	if len(links) != maxLinks {
 		t.Errorf("%d links from a wait behind %d shared holders, want %d", len(links), holders, maxLinks)
 	}
@@ -445,11 +444,8 @@ func TestDeleteAndRenameLockWaitSpans(t *testing.T) {
 			if err := <-waited; err != nil {
 				t.Fatal(err)
 			}
-			spans := ts.waitSpans(SpanLockWait)
-			if len(spans) != 1 {
-				t.Fatalf("%d %s spans, want 1", len(spans), SpanLockWait)
-			}
-			checkWaitSpan(t, spans[0], waitSpan.SpanContext(), map[attribute.Key]string{
+			ws := ts.oneSpan(t, SpanLockWait)
+			checkWaitSpan(t, ws, waitSpan.SpanContext(), map[attribute.Key]string{
 				AttrLockMode:   "exclusive",
 				AttrLockReason: reason,
 				AttrPolicy:     "unlocked-below-eof",

@@ -265,6 +265,16 @@ type WriteResult struct {
 	// Created says that this call created the file (Store.WriteOpen
 	// only).
 	Created bool
+	// Generation is the file's generation after the write (see
+	// FileStat.Generation): moved by it, unless it wrote nothing.
+	Generation int64
+}
+
+// ChangeResult is the file a Truncate, Fallocate or Rename left: its size
+// and its generation (see FileStat.Generation) right after it.
+type ChangeResult struct {
+	Size       int64
+	Generation int64
 }
 
 // FileStat describes a file.
@@ -278,6 +288,20 @@ type FileStat struct {
 	// ChangeTime is st_ctime in nanoseconds since the epoch (see
 	// FileInfo.Ctime): 0 when the filesystem cannot say.
 	ChangeTime int64
+	// Generation is the file's version: it moves with every mutation the
+	// store acknowledges (every write, through any face, append,
+	// Truncate, Fallocate, a Rename onto the path, a re-creation), and
+	// never repeats for a path with other content, across restarts and
+	// crashes; it may move without a change (after a crash, or a file
+	// closed for room and not known unchanged). Always in [1, 2^63), so it
+	// fits an int64 and 0 can mean "no file" (Precondition). Read it
+	// before the bytes it is to vouch for: a generation read after them
+	// may cover a write they missed, one read before covers no write they
+	// hold that it does not.
+	Generation int64
+	// ContentType is the file's media type (AttrContentType), "" if it
+	// has none.
+	ContentType string
 }
 
 // Options configure a Store. The zero value is usable: defaults are filled
@@ -411,17 +435,17 @@ func NoFileLimit() uint64 {
 	return lim.Cur
 }
 
-// CheckMaxOpenFiles refuses a bound on open files (Options.MaxOpenFiles,
+// checkMaxOpenFiles refuses a bound on open files (Options.MaxOpenFiles,
 // given explicitly) whose descriptors, in io mode, would not fit in nofile
 // with MinSpareDescriptors to spare.
-func CheckMaxOpenFiles(maxOpenFiles int, io IOMode, nofile uint64) error {
+func checkMaxOpenFiles(maxOpenFiles int, io IOMode, nofile uint64) error {
 	need := uint64(maxOpenFiles) * uint64(DescriptorsPerFile(io))
 	if maxOpenFiles > 0 && need+MinSpareDescriptors <= nofile {
 		return nil
 	}
 	per := ""
 	if io == IODirect {
-		per = " (two per file with --io=direct)"
+		per = " (two per file with direct I/O)"
 	}
 	return fmt.Errorf("%d open files need %d descriptors%s and %d to spare, but RLIMIT_NOFILE is %d: raise the limit (ulimit -n, systemd's LimitNOFILE=) or lower the bound (%d is the default here)",
 		maxOpenFiles, need, per, MinSpareDescriptors, nofile, MaxOpenFilesFor(nofile, io))
@@ -438,7 +462,13 @@ const DefaultExtentCacheBytes = 32 << 20
 // the file closes.
 const DefaultMapFileBytes = 1 << 30
 
-func (o Options) withDefaults() Options {
+// DefaultOptions are the options a zero Options stands for, each default
+// filled in: Options{}.WithDefaults().
+func DefaultOptions() Options { return Options{}.WithDefaults() }
+
+// WithDefaults is o with each field left zero set to its default, as Open
+// sets it (a negative ExtentCacheBytes or MapFileBytes, off, becomes -1).
+func (o Options) WithDefaults() Options {
 	if o.Policy == 0 {
 		o.Policy = DefaultPolicy
 	}
@@ -477,3 +507,63 @@ func (o Options) withDefaults() Options {
 	}
 	return o
 }
+
+// Validate refuses options that Open cannot use, each with an
+// *OptionError: an enum out of its range, a negative bound or delay (0
+// means the default, and a negative ExtentCacheBytes or MapFileBytes turns
+// the feature off), or a MaxOpenFiles whose descriptors would not fit in
+// the process's RLIMIT_NOFILE with MinSpareDescriptors to spare.
+func (o Options) Validate() error {
+	if o.Policy != 0 {
+		if _, err := ParsePolicy(o.Policy.String()); err != nil {
+			return &OptionError{"Policy", fmt.Sprintf("is %v: %v", o.Policy, err)}
+		}
+	}
+	if _, err := ParseIOMode(o.IO.String()); err != nil {
+		return &OptionError{"IO", fmt.Sprintf("is %v: %v", o.IO, err)}
+	}
+	if _, err := ParseFsyncMode(o.Fsync.String()); err != nil {
+		return &OptionError{"Fsync", fmt.Sprintf("is %v: %v", o.Fsync, err)}
+	}
+	if o.SyncedWrites != 0 {
+		if _, err := ParseSyncedWriteMode(o.SyncedWrites.String()); err != nil {
+			return &OptionError{"SyncedWrites", fmt.Sprintf("is %v: %v", o.SyncedWrites, err)}
+		}
+	}
+	for _, f := range []struct {
+		name     string
+		negative bool
+		value    any
+	}{
+		{"FsyncTimerDelay", o.FsyncTimerDelay < 0, o.FsyncTimerDelay},
+		{"MaxFileSize", o.MaxFileSize < 0, o.MaxFileSize},
+		{"MaxRequestBytes", o.MaxRequestBytes < 0, o.MaxRequestBytes},
+		{"MaxOpenFiles", o.MaxOpenFiles < 0, o.MaxOpenFiles},
+		{"MaxWaitersPerFile", o.MaxWaitersPerFile < 0, o.MaxWaitersPerFile},
+		{"AppendIDs", o.AppendIDs < 0, o.AppendIDs},
+		{"AppendIDTTL", o.AppendIDTTL < 0, o.AppendIDTTL},
+	} {
+		if f.negative {
+			return &OptionError{f.name, fmt.Sprintf("is %v: want 0 (the default) or more", f.value)}
+		}
+	}
+	if o.MaxOpenFiles > 0 {
+		if err := checkMaxOpenFiles(o.MaxOpenFiles, o.IO, NoFileLimit()); err != nil {
+			return &OptionError{"MaxOpenFiles", fmt.Sprintf("is %d: %v", o.MaxOpenFiles, err)}
+		}
+	}
+	return nil
+}
+
+// OptionError is Validate's refusal of one field of Options. A caller that
+// sets the field from a setting of its own (the daemon's flags) names its
+// setting instead, with Problem.
+type OptionError struct {
+	// Option is the field, as Go spells it: "MaxFileSize".
+	Option string
+	// Problem says what its value is, what is wrong with it, and what
+	// would do: "is -1: want 0 (the default) or more".
+	Problem string
+}
+
+func (e *OptionError) Error() string { return "store option " + e.Option + " " + e.Problem }

@@ -21,6 +21,11 @@ import (
 // os.Root's to refuse.
 func validatePath(name string) error { return validatePathArg(name, "path") }
 
+// ValidatePath is the check every call that takes a path makes first: for
+// a door that learns a path long before it uses it (a tus upload's
+// target), so that a bad one is refused when it is given.
+func ValidatePath(name string) error { return validatePath(name) }
+
 // validatePathArg is validatePath for the argument arg (a Rename's
 // "new_path"), which its refusals name.
 func validatePathArg(name, arg string) error {

@@ -27,7 +27,8 @@ type treeEntry struct {
 	target  string // symlinks
 }
 
-// snapshotTree records every entry below dir without following symlinks.
+// snapshotTree records every entry below dir without following symlinks,
+// but for the store's own state (StateDir at the root).
 func snapshotTree(t *testing.T, dir string) map[string]treeEntry {
 	t.Helper()
 	tree := make(map[string]treeEntry)
@@ -38,6 +39,9 @@ func snapshotTree(t *testing.T, dir string) map[string]treeEntry {
 		rel, err := filepath.Rel(dir, p)
 		if err != nil {
 			return err
+		}
+		if rel == StateDir {
+			return filepath.SkipDir
 		}
 		info, err := d.Info()
 		if err != nil {

@@ -27,6 +27,9 @@ const (
 	ReasonRead      = "read"
 	ReasonDelete    = "delete"
 	ReasonRename    = "rename"
+	// ReasonChangedOutside: a check that the file is as long as the store
+	// made it, after a sign that it was cut from outside (cut.go).
+	ReasonChangedOutside = "changed-outside"
 )
 
 // rangeClass says which block states a range touches.
@@ -132,7 +135,7 @@ func (s *Store) applyWrite(ctx context.Context, ino *inode, name string, held *h
 			ino.lock.release(held)
 			putHolder(held)
 		}
-		w.Size = ino.size.Load()
+		w.Size, w.Generation = ino.size.Load(), ino.gen.Load()
 		w.Owed = sync
 		if sync == SyncNone {
 			s.recordWrite(ctx, w.start, sync)
@@ -140,7 +143,7 @@ func (s *Store) applyWrite(ctx context.Context, ino *inode, name string, held *h
 		return w, nil
 	}
 	var err error
-	w.BytesWritten, w.Size, w.Owed, err = s.write(ctx, ino, name, held, off, data, sync)
+	w.WriteResult, w.Owed, err = s.write(ctx, ino, name, held, off, data, sync)
 	if err != nil {
 		w.Owed = SyncNone
 		return w, err
@@ -172,7 +175,7 @@ func (s *Store) waitWrites(ctx context.Context, ino *inode, ws []AppliedWrite) e
 }
 
 // write places data at off under the policy's lock mode and returns the
-// bytes written, the size after and the sync still owed.
+// bytes written, the size and generation after, and the sync still owed.
 //
 // Under PolicyExclusive the sync runs before the lock is dropped, and
 // nothing is owed: that policy is the naive baseline of the experiments,
@@ -189,7 +192,7 @@ func (s *Store) waitWrites(ctx context.Context, ino *inode, ws []AppliedWrite) e
 // passes "" and follows the file through renames; it gets ErrDeleted once
 // the file is deleted. held, if not nil, is the lock held exclusively
 // already, by a caller whose getOrCreate created the file.
-func (s *Store) write(ctx context.Context, ino *inode, name string, held *holder, off int64, data []byte, sync SyncMode) (int, int64, SyncMode, error) {
+func (s *Store) write(ctx context.Context, ino *inode, name string, held *holder, off int64, data []byte, sync SyncMode) (WriteResult, SyncMode, error) {
 	end := off + int64(len(data))
 	for attempt := 0; ; attempt++ {
 		mode, reason := s.writeLockModeOf(ino, off, end)
@@ -202,12 +205,12 @@ func (s *Store) write(ctx context.Context, ino *inode, name string, held *holder
 		var err error
 		if h == nil {
 			if h, err = lockInode(ctx, ino, max(mode, lockShared), "write", reason); err != nil {
-				return 0, 0, SyncNone, err
+				return WriteResult{}, SyncNone, err
 			}
 			if err = s.checkNamed(ino, name); err != nil {
 				ino.lock.release(h)
 				putHolder(h)
-				return 0, 0, SyncNone, err
+				return WriteResult{}, SyncNone, err
 			}
 		}
 		if mode != lockExclusive {
@@ -222,45 +225,53 @@ func (s *Store) write(ctx context.Context, ino *inode, name string, held *holder
 		// The size after the write is read while the write still holds
 		// its lock mode or is still counted in flight, so that no
 		// truncate can have shrunk the file below the write's end since
-		// (a size no order of the operations gives).
-		var n int
-		var size int64
+		// (a size no order of the operations gives); the generation moves
+		// then too (bump).
+		var res WriteResult
 		asked := sync
 		switch mode {
 		case lockNone:
 			// Like btrfs: register in flight, drop the lock, write.
 			u := beginUnlocked(ino, h)
-			n, sync, err = s.writeBelowEOF(ctx, ino, off, data, mode, reason, sync)
-			size = ino.size.Load()
+			res.BytesWritten, sync, err = s.writeBelowEOF(ctx, ino, off, data, mode, reason, sync)
+			res.Size, res.Generation = ino.size.Load(), ino.genAfter(res.BytesWritten)
 			u.end(ino)
 		case lockShared:
-			n, sync, err = s.writeBelowEOF(ctx, ino, off, data, mode, reason, sync)
-			size = ino.size.Load()
+			res.BytesWritten, sync, err = s.writeBelowEOF(ctx, ino, off, data, mode, reason, sync)
+			res.Size, res.Generation = ino.size.Load(), ino.genAfter(res.BytesWritten)
 			ino.lock.release(h)
 		default:
-			n, err = s.writeExclusive(ctx, ino, off, data, reason)
-			if ino.direct != nil && !ino.aligned(off, end) && s.opts.Hooks.broken(func(b *breaks) bool { return b.ackUnalignedDirectWriteBack }) {
+			res.BytesWritten, err = s.writeExclusive(ctx, ino, off, data, reason)
+			res.Generation = ino.genAfter(res.BytesWritten)
+			if ino.direct != nil && !ino.aligned(off, end) && s.opts.Hooks.broken(breakAckUnalignedDirectWriteBack) {
 				sync = SyncNone // the deliberate break: written back, never synced
 			}
 			if err == nil && s.opts.Policy == PolicyExclusive {
 				err = s.syncWrite(ctx, ino, sync, true)
 				sync = SyncNone
 			}
-			size = ino.size.Load()
+			res.Size = ino.size.Load()
 			ino.lock.release(h)
 		}
 		putHolder(h)
+		if err == errCutSuspected {
+			// Made with pwrite after the mapping faulted: was the file
+			// cut from outside?
+			if err = s.checkCut(ctx, ino, false); err != nil {
+				sync = SyncNone
+			}
+		}
 		if err == nil && mode != lockExclusive && sync != asked {
 			// Made durable by itself: checked for a name as a sync is.
 			err = removedError(ctx, ino, false)
 		}
-		if err == nil && n >= WriteBackAfter {
+		if err == nil && res.BytesWritten >= WriteBackAfter {
 			// With no lock held: starting may wait for room in the
 			// disk's queue. A failure to start fails the file's next
 			// sync (startWriteBack), not this write, which is written.
-			_ = ino.startWriteBack(off, int64(n))
+			_ = ino.startWriteBack(off, int64(res.BytesWritten))
 		}
-		return n, size, sync, err
+		return res, sync, err
 	}
 }
 
@@ -305,19 +316,25 @@ func (s *Store) tryWrite(ctx context.Context, ino *inode, off int64, data []byte
 		return w, false
 	}
 	s.opts.Hooks.insideWrite(ctx, ino, mode, reason)
-	var ok bool
+	var did mapOutcome
 	if mode == lockNone {
 		u := beginUnlocked(ino, h)
-		ok = ino.writeMapped(off, data, true)
+		did = ino.writeMapped(off, data, true)
 		w.Size = ino.size.Load()
+		if did == mappedDone {
+			w.Generation = ino.bump()
+		}
 		u.end(ino)
 	} else {
-		ok = ino.writeMapped(off, data, true)
+		did = ino.writeMapped(off, data, true)
 		w.Size = ino.size.Load()
+		if did == mappedDone {
+			w.Generation = ino.bump()
+		}
 		ino.lock.release(h)
 	}
 	putHolder(h)
-	if !ok {
+	if did != mappedDone {
 		return w, false
 	}
 	ino.durable.changed()
@@ -464,7 +481,7 @@ func (s *Store) syncWrite(ctx context.Context, ino *inode, sync SyncMode, held b
 	if sync == SyncNone {
 		return nil
 	}
-	if err := ino.commit.waitDurable(ctx, sync); err != nil {
+	if err := s.syncChecked(ctx, ino, ino.commit.waitDurable(ctx, sync), held); err != nil {
 		return err
 	}
 	return removedError(ctx, ino, held)
@@ -494,7 +511,7 @@ func (s *Store) writeExclusive(ctx context.Context, ino *inode, off int64, data 
 	n, err := s.writeData(ctx, ino, off, data, lockExclusive, reason)
 	end = off + int64(n)
 	switch {
-	case err != nil:
+	case err != nil && err != errCutSuspected:
 		// A short or failed write may still have moved the file's size:
 		// take it from the file so the size stays true.
 		if fi, serr := ino.file.Stat(); serr == nil {
@@ -506,19 +523,27 @@ func (s *Store) writeExclusive(ctx context.Context, ino *inode, off int64, data 
 	return n, err
 }
 
-// writeData moves the bytes and marks their blocks written.
+// writeData moves the bytes and marks their blocks written. It returns
+// errCutSuspected, with every byte written, when the file's mapping
+// faulted and the bytes went by pwrite instead: the caller checks the
+// file (checkCut) once it holds no lock.
 func (s *Store) writeData(ctx context.Context, ino *inode, off int64, data []byte, mode lockMode, reason string) (int, error) {
 	s.opts.Hooks.insideWrite(ctx, ino, mode, reason)
 	defer ino.durable.changed() // a sync owes it, written or failed
 	end := off + int64(len(data))
 	var n int
 	var err error
-	if ino.direct != nil && ino.aligned(off, end) {
-		n, err = writeDirect(ino.direct, off, data, int(ino.blockSize), maxDirectChunk)
-	} else if reason != ReasonAppend && ino.writeMapped(off, data, false) {
+	did := mappedNot
+	if ino.direct == nil && reason != ReasonAppend {
+		did = ino.writeMapped(off, data, false)
+	}
+	switch {
+	case did == mappedDone:
 		s.opts.Hooks.mappedWrite(ino)
 		return len(data), nil // the blocks were written already: the map stands
-	} else {
+	case ino.direct != nil && ino.aligned(off, end):
+		n, err = writeDirect(ino.direct, off, data, int(ino.blockSize), maxDirectChunk)
+	default:
 		n, err = ino.file.WriteAt(data, off)
 		if n > 0 {
 			ino.wroteResident(off, off+int64(n))
@@ -533,7 +558,13 @@ func (s *Store) writeData(ctx context.Context, ino *inode, off int64, data []byt
 			}
 		}
 	}
-	return n, ino.wroteBlocks(off, n, err)
+	if err = ino.wroteBlocks(off, n, err); err != nil {
+		return n, err
+	}
+	if did == mappedFaulted {
+		return n, errCutSuspected
+	}
+	return n, nil
 }
 
 // wroteBlocks marks the n bytes a write put at off as written in the

@@ -67,3 +67,16 @@ func (ino *inode) startWriteBack(off, n int64) error {
 	}
 	return nil
 }
+
+// StartWriteBack is Store.StartWriteBack of the Handle's file.
+func (h *Handle) StartWriteBack(off, n int64) error {
+	w, ok := h.ino.file.(writeBackStarter)
+	if !ok || h.ino.direct != nil {
+		return nil
+	}
+	if err := w.startWriteBack(off, n); err != nil {
+		h.ino.commit.writebackFailed()
+		return ioError("sync_file_range", h.path, err, 0)
+	}
+	return nil
+}

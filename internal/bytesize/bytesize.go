@@ -62,3 +62,28 @@ func Format(n int64) string {
 	}
 	return strconv.FormatInt(n, 10)
 }
+
+// Human is n for a person to read at a glance: plain bytes below 1 KiB,
+// else in the largest unit it reaches (up to TiB) with three significant
+// digits, trailing zeros dropped: "512 B", "1.5 KiB", "64 MiB", "123 GiB".
+// Unlike Format, it rounds, and Parse does not read it back.
+func Human(n int64) string {
+	for _, u := range units {
+		if n >= 1<<u.shift {
+			v := float64(n) / float64(int64(1)<<u.shift)
+			decimals := 0
+			switch {
+			case v < 10:
+				decimals = 2
+			case v < 100:
+				decimals = 1
+			}
+			s := strconv.FormatFloat(v, 'f', decimals, 64)
+			if decimals > 0 {
+				s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+			}
+			return s + " " + u.iec
+		}
+	}
+	return strconv.FormatInt(n, 10) + " B"
+}

@@ -77,3 +77,26 @@ func TestFormat(t *testing.T) {
 		}
 	}
 }
+
+func TestHuman(t *testing.T) {
+	for _, tt := range []struct {
+		in   int64
+		want string
+	}{
+		{0, "0 B"},
+		{1023, "1023 B"},
+		{1024, "1 KiB"},
+		{1536, "1.5 KiB"},
+		{4096 + 10, "4.01 KiB"},
+		{64 << 20, "64 MiB"},
+		{100<<20 - 1, "100 MiB"},
+		{123456789, "118 MiB"},
+		{3<<30 + 1<<29, "3.5 GiB"},
+		{5 << 40, "5 TiB"},
+		{math.MaxInt64, "8388608 TiB"},
+	} {
+		if got := Human(tt.in); got != tt.want {
+			t.Errorf("Human(%d) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}

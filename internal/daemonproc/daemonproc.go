@@ -88,7 +88,17 @@ type Process struct {
 // if ctx ends first, or the daemon exits before logging them, Start kills
 // it and says so.
 func Start(ctx context.Context, bin string, args []string, log io.Writer) (*Process, error) {
+	return StartEnv(ctx, bin, args, nil, log)
+}
+
+// StartEnv is Start with env ("NAME=value") added to the environment the
+// daemon inherits; a name in env wins over the same one inherited.
+func StartEnv(ctx context.Context, bin string, args, env []string, log io.Writer) (*Process, error) {
 	p := &Process{cmd: exec.Command(bin, args...), exited: make(chan struct{})}
+	if len(env) > 0 {
+		// exec.Cmd keeps the last value of a name that appears twice.
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		return nil, err

@@ -25,3 +25,19 @@ func TestStartCtxBoundsWaitAfterLongLine(t *testing.T) {
 		t.Errorf("Start: got %v, want an error wrapping %v", got, want)
 	}
 }
+
+// TestStartEnv: the daemon inherits the environment with env added, a
+// name given in env winning over the inherited one.
+func TestStartEnv(t *testing.T) {
+	t.Setenv("DAEMONPROC_TEST_A", "inherited")
+	t.Setenv("DAEMONPROC_TEST_B", "inherited")
+	script := `echo "msg=listening protocol=grpc addr=$DAEMONPROC_TEST_A/$DAEMONPROC_TEST_B" >&2; exec sleep 60`
+	p, err := StartEnv(t.Context(), "/bin/sh", []string{"-c", script, "--http-addr="}, []string{"DAEMONPROC_TEST_B=given"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(time.Second)
+	if got, want := p.GRPCAddr, "inherited/given"; got != want {
+		t.Errorf("the daemon saw %q, want %q", got, want)
+	}
+}

@@ -357,27 +357,17 @@ func decodeWrite(b []byte, w *Write) error {
 // WriteSize is the size of w as a StreamWrite without its own tag and
 // length. Data is encoded even when empty.
 func WriteSize(w *Write) int {
-	n := protowire.SizeTag(FieldWriteData) + protowire.SizeBytes(len(w.Data))
+	n := sizeBytes(FieldWriteData, len(w.Data)) +
+		sizeVarint(FieldWriteFile, uint64(w.File)) +
+		sizeVarint(FieldWriteID, w.ID) +
+		sizeVarint(FieldWriteOffset, uint64(w.Offset)) +
+		sizeVarint(FieldWriteSync, uint64(w.Sync)) +
+		sizeVarint(FieldWriteAppend, varintBool(w.Append))
 	if w.HasCRC {
 		n += protowire.SizeTag(FieldWriteCRC) + protowire.SizeFixed32()
 	}
-	if w.File != 0 {
-		n += protowire.SizeTag(FieldWriteFile) + protowire.SizeVarint(uint64(w.File))
-	}
-	if w.ID != 0 {
-		n += protowire.SizeTag(FieldWriteID) + protowire.SizeVarint(w.ID)
-	}
-	if w.Offset != 0 {
-		n += protowire.SizeTag(FieldWriteOffset) + protowire.SizeVarint(uint64(w.Offset))
-	}
-	if w.Sync != 0 {
-		n += protowire.SizeTag(FieldWriteSync) + protowire.SizeVarint(uint64(w.Sync))
-	}
-	if w.Append {
-		n += protowire.SizeTag(FieldWriteAppend) + protowire.SizeVarint(1)
-	}
 	if len(w.AppendID) > 0 {
-		n += protowire.SizeTag(FieldWriteAppendID) + protowire.SizeBytes(len(w.AppendID))
+		n += sizeBytes(FieldWriteAppendID, len(w.AppendID))
 	}
 	return n
 }
@@ -385,75 +375,49 @@ func WriteSize(w *Write) int {
 // RequestWriteSize is what w adds to a WriteStreamRequest: the
 // StreamWrite with its tag and length.
 func RequestWriteSize(w *Write) int {
-	return protowire.SizeTag(FieldRequestWrites) + protowire.SizeBytes(WriteSize(w))
+	return sizeBytes(FieldRequestWrites, WriteSize(w))
 }
 
 // AppendWrite appends w as one write of a WriteStreamRequest (the writes
 // field, its tag and length included) to b; RequestWriteSize says how
 // long it is.
 func AppendWrite(b []byte, w *Write) []byte {
-	b = protowire.AppendTag(b, FieldRequestWrites, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(WriteSize(w)))
-	if w.ID != 0 {
-		b = protowire.AppendTag(b, FieldWriteID, protowire.VarintType)
-		b = protowire.AppendVarint(b, w.ID)
-	}
-	if w.Offset != 0 {
-		b = protowire.AppendTag(b, FieldWriteOffset, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(w.Offset))
-	}
-	b = protowire.AppendTag(b, FieldWriteData, protowire.BytesType)
-	b = protowire.AppendBytes(b, w.Data)
-	if w.Sync != 0 {
-		b = protowire.AppendTag(b, FieldWriteSync, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(w.Sync))
-	}
+	b = appendLength(b, FieldRequestWrites, WriteSize(w))
+	b = appendVarint(b, FieldWriteID, w.ID)
+	b = appendVarint(b, FieldWriteOffset, uint64(w.Offset))
+	b = appendBytes(b, FieldWriteData, w.Data)
+	b = appendVarint(b, FieldWriteSync, uint64(w.Sync))
 	if w.HasCRC {
 		b = protowire.AppendTag(b, FieldWriteCRC, protowire.Fixed32Type)
 		b = protowire.AppendFixed32(b, w.CRC)
 	}
-	if w.Append {
-		b = protowire.AppendTag(b, FieldWriteAppend, protowire.VarintType)
-		b = protowire.AppendVarint(b, 1)
-	}
-	if w.File != 0 {
-		b = protowire.AppendTag(b, FieldWriteFile, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(w.File))
-	}
+	b = appendVarint(b, FieldWriteAppend, varintBool(w.Append))
+	b = appendVarint(b, FieldWriteFile, uint64(w.File))
 	if len(w.AppendID) > 0 {
-		b = protowire.AppendTag(b, FieldWriteAppendID, protowire.BytesType)
-		b = protowire.AppendBytes(b, w.AppendID)
+		b = appendBytes(b, FieldWriteAppendID, w.AppendID)
 	}
 	return b
 }
 
 func fileSize(f *File) int {
-	n := protowire.SizeTag(FieldFileIndex) + protowire.SizeVarint(uint64(f.Index)) +
-		protowire.SizeTag(FieldFilePath) + protowire.SizeBytes(len(f.Path))
-	if f.OpenMode != 0 {
-		n += protowire.SizeTag(FieldFileOpen) + protowire.SizeVarint(uint64(f.OpenMode))
-	}
-	return n
+	return protowire.SizeTag(FieldFileIndex) + protowire.SizeVarint(uint64(f.Index)) +
+		sizeBytes(FieldFilePath, len(f.Path)) +
+		sizeVarint(FieldFileOpen, uint64(f.OpenMode))
 }
 
 // RequestFileSize is what declaring f adds to a WriteStreamRequest.
 func RequestFileSize(f *File) int {
-	return protowire.SizeTag(FieldRequestFiles) + protowire.SizeBytes(fileSize(f))
+	return sizeBytes(FieldRequestFiles, fileSize(f))
 }
 
 // AppendFile appends the declaration of f to a WriteStreamRequest in b.
 func AppendFile(b []byte, f *File) []byte {
-	b = protowire.AppendTag(b, FieldRequestFiles, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(fileSize(f)))
+	b = appendLength(b, FieldRequestFiles, fileSize(f))
 	b = protowire.AppendTag(b, FieldFileIndex, protowire.VarintType)
 	b = protowire.AppendVarint(b, uint64(f.Index))
 	b = protowire.AppendTag(b, FieldFilePath, protowire.BytesType)
 	b = protowire.AppendString(b, f.Path)
-	if f.OpenMode != 0 {
-		b = protowire.AppendTag(b, FieldFileOpen, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(f.OpenMode))
-	}
-	return b
+	return appendVarint(b, FieldFileOpen, uint64(f.OpenMode))
 }
 
 // RequestCloseSize is what closing index adds to a WriteStreamRequest.
@@ -477,32 +441,24 @@ type FileStatus struct {
 }
 
 func fileStatusSize(f *FileStatus) int {
-	n := 0
-	if f.Index != 0 {
-		n += protowire.SizeTag(FieldStatusIndex) + protowire.SizeVarint(uint64(f.Index))
-	}
+	n := sizeVarint(FieldStatusIndex, uint64(f.Index))
 	if f.Status != nil {
-		n += protowire.SizeTag(FieldStatusStatus) + protowire.SizeBytes(len(f.Status))
+		n += sizeBytes(FieldStatusStatus, len(f.Status))
 	}
 	return n
 }
 
 // ResponseFileStatusSize is what f adds to a WriteStreamResponse.
 func ResponseFileStatusSize(f *FileStatus) int {
-	return protowire.SizeTag(FieldResponseFiles) + protowire.SizeBytes(fileStatusSize(f))
+	return sizeBytes(FieldResponseFiles, fileStatusSize(f))
 }
 
 // AppendFileStatus appends f to a WriteStreamResponse in b.
 func AppendFileStatus(b []byte, f *FileStatus) []byte {
-	b = protowire.AppendTag(b, FieldResponseFiles, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(fileStatusSize(f)))
-	if f.Index != 0 {
-		b = protowire.AppendTag(b, FieldStatusIndex, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(f.Index))
-	}
+	b = appendLength(b, FieldResponseFiles, fileStatusSize(f))
+	b = appendVarint(b, FieldStatusIndex, uint64(f.Index))
 	if f.Status != nil {
-		b = protowire.AppendTag(b, FieldStatusStatus, protowire.BytesType)
-		b = protowire.AppendBytes(b, f.Status)
+		b = appendBytes(b, FieldStatusStatus, f.Status)
 	}
 	return b
 }
@@ -587,55 +543,31 @@ type Ack struct {
 }
 
 func ackSize(a *Ack) int {
-	n := 0
-	if a.ID != 0 {
-		n += protowire.SizeTag(FieldAckID) + protowire.SizeVarint(a.ID)
-	}
-	if a.Written != 0 {
-		n += protowire.SizeTag(FieldAckWritten) + protowire.SizeVarint(uint64(a.Written))
-	}
-	if a.Size != 0 {
-		n += protowire.SizeTag(FieldAckSize) + protowire.SizeVarint(uint64(a.Size))
-	}
+	n := sizeVarint(FieldAckID, a.ID) +
+		sizeVarint(FieldAckWritten, uint64(a.Written)) +
+		sizeVarint(FieldAckSize, uint64(a.Size)) +
+		sizeVarint(FieldAckOffset, uint64(a.Offset))
 	if a.Status != nil {
-		n += protowire.SizeTag(FieldAckStatus) + protowire.SizeBytes(len(a.Status))
-	}
-	if a.Offset != 0 {
-		n += protowire.SizeTag(FieldAckOffset) + protowire.SizeVarint(uint64(a.Offset))
+		n += sizeBytes(FieldAckStatus, len(a.Status))
 	}
 	return n
 }
 
 // ResponseAckSize is what a's ack adds to a WriteStreamResponse.
 func ResponseAckSize(a *Ack) int {
-	return protowire.SizeTag(FieldResponseAcks) + protowire.SizeBytes(ackSize(a))
+	return sizeBytes(FieldResponseAcks, ackSize(a))
 }
 
 // AppendAck appends a's ack to a WriteStreamResponse in b.
 func AppendAck(b []byte, a *Ack) []byte {
-	b = protowire.AppendTag(b, FieldResponseAcks, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(ackSize(a)))
-	if a.ID != 0 {
-		b = protowire.AppendTag(b, FieldAckID, protowire.VarintType)
-		b = protowire.AppendVarint(b, a.ID)
-	}
-	if a.Written != 0 {
-		b = protowire.AppendTag(b, FieldAckWritten, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(a.Written))
-	}
-	if a.Size != 0 {
-		b = protowire.AppendTag(b, FieldAckSize, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(a.Size))
-	}
+	b = appendLength(b, FieldResponseAcks, ackSize(a))
+	b = appendVarint(b, FieldAckID, a.ID)
+	b = appendVarint(b, FieldAckWritten, uint64(a.Written))
+	b = appendVarint(b, FieldAckSize, uint64(a.Size))
 	if a.Status != nil {
-		b = protowire.AppendTag(b, FieldAckStatus, protowire.BytesType)
-		b = protowire.AppendBytes(b, a.Status)
+		b = appendBytes(b, FieldAckStatus, a.Status)
 	}
-	if a.Offset != 0 {
-		b = protowire.AppendTag(b, FieldAckOffset, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(a.Offset))
-	}
-	return b
+	return appendVarint(b, FieldAckOffset, uint64(a.Offset))
 }
 
 // EachAck calls fn for each ack of the WriteStreamResponse in b, in order,
@@ -682,4 +614,54 @@ func decodeAck(b []byte, a *Ack) bool {
 		b = b[l:]
 	}
 	return true
+}
+
+// Proto3's scalars are encoded only when not zero (implicit presence):
+// sizeVarint and appendVarint leave out a zero v. Bytes fields are
+// encoded as asked: sizeBytes and appendBytes always write the field;
+// appendLength writes the tag and length of a message field of n bytes,
+// whose fields the caller appends next.
+
+// sizeVarint is the size of the varint field num with value v, 0 if v is 0.
+func sizeVarint(num protowire.Number, v uint64) int {
+	if v == 0 {
+		return 0
+	}
+	return protowire.SizeTag(num) + protowire.SizeVarint(v)
+}
+
+// sizeBytes is the size of the bytes field num of n bytes.
+func sizeBytes(num protowire.Number, n int) int {
+	return protowire.SizeTag(num) + protowire.SizeBytes(n)
+}
+
+// appendVarint appends the varint field num with value v to b, unless v
+// is 0.
+func appendVarint(b []byte, num protowire.Number, v uint64) []byte {
+	if v == 0 {
+		return b
+	}
+	b = protowire.AppendTag(b, num, protowire.VarintType)
+	return protowire.AppendVarint(b, v)
+}
+
+// appendBytes appends the bytes field num with value v to b.
+func appendBytes(b []byte, num protowire.Number, v []byte) []byte {
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	return protowire.AppendBytes(b, v)
+}
+
+// appendLength appends the tag and length of the message field num of n
+// bytes to b.
+func appendLength(b []byte, num protowire.Number, n int) []byte {
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	return protowire.AppendVarint(b, uint64(n))
+}
+
+// varintBool is a bool as a varint: 1 for true.
+func varintBool(v bool) uint64 {
+	if v {
+		return 1
+	}
+	return 0
 }

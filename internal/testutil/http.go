@@ -14,6 +14,7 @@ import (
 type HTTPResult struct {
 	Status      int
 	ContentType string
+	Header      http.Header
 	Body        []byte
 }
 
@@ -37,7 +38,7 @@ func DoHTTP(t testing.TB, method, url string, body io.Reader, header map[string]
 	if err != nil {
 		t.Fatalf("%s %s: read body: %v", method, url, err)
 	}
-	return HTTPResult{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: b}
+	return HTTPResult{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Header: resp.Header, Body: b}
 }
 
 // ErrorBody is grpc-gateway's JSON error: a google.rpc.Status.

@@ -101,6 +101,16 @@ func write(t *testing.T, f store.File, off int64, s string) {
 	}
 }
 
+// createSynced creates name holding data, the data synced (fdatasync) and
+// the name not.
+func createSynced(t *testing.T, fsys store.FS, name, data string) store.File {
+	t.Helper()
+	f := create(t, fsys, name)
+	write(t, f, 0, data)
+	must(t, f.Sync(store.SyncData))
+	return f
+}
+
 // TestImages: what the image holds when everything not durable is lost
 // (KeepNone) and when everything is kept (KeepAll).
 func TestImages(t *testing.T) {
@@ -112,9 +122,7 @@ func TestImages(t *testing.T) {
 		{
 			name: "a new file's name waits for its directory's sync",
 			run: func(t *testing.T, fsys *crashfs.FS) {
-				f := create(t, fsys, "f")
-				write(t, f, 0, "abc")
-				must(t, f.Sync(store.SyncData))
+				createSynced(t, fsys, "f", "abc")
 			},
 			none: map[string]string{},
 			all:  map[string]string{"f": "abc"},
@@ -135,9 +143,7 @@ func TestImages(t *testing.T) {
 			name: "a new directory waits for its parent's sync",
 			run: func(t *testing.T, fsys *crashfs.FS) {
 				must(t, fsys.MkdirAll("a/b", 0o755))
-				f := create(t, fsys, "a/b/f")
-				write(t, f, 0, "x")
-				must(t, f.Sync(store.SyncData))
+				createSynced(t, fsys, "a/b/f", "x")
 				must(t, fsys.SyncDir("a/b"))
 				must(t, fsys.SyncDir("a")) // but not "."
 			},
@@ -148,9 +154,7 @@ func TestImages(t *testing.T) {
 			name: "every directory synced",
 			run: func(t *testing.T, fsys *crashfs.FS) {
 				must(t, fsys.MkdirAll("a/b", 0o755))
-				f := create(t, fsys, "a/b/f")
-				write(t, f, 0, "x")
-				must(t, f.Sync(store.SyncData))
+				createSynced(t, fsys, "a/b/f", "x")
 				for _, d := range []string{"a/b", "a", "."} {
 					must(t, fsys.SyncDir(d))
 				}
@@ -213,9 +217,7 @@ func TestImages(t *testing.T) {
 		{
 			name: "a rename waits for its directory's sync",
 			run: func(t *testing.T, fsys *crashfs.FS) {
-				f := create(t, fsys, "f")
-				write(t, f, 0, "x")
-				must(t, f.Sync(store.SyncData))
+				createSynced(t, fsys, "f", "x")
 				must(t, fsys.SyncDir("."))
 				must(t, fsys.Rename("f", "g", false))
 			},
@@ -225,9 +227,7 @@ func TestImages(t *testing.T) {
 		{
 			name: "a synced rename keeps the new name",
 			run: func(t *testing.T, fsys *crashfs.FS) {
-				f := create(t, fsys, "f")
-				write(t, f, 0, "x")
-				must(t, f.Sync(store.SyncData))
+				createSynced(t, fsys, "f", "x")
 				must(t, fsys.SyncDir("."))
 				must(t, fsys.Rename("f", "g", false))
 				must(t, fsys.SyncDir("."))
@@ -238,12 +238,8 @@ func TestImages(t *testing.T) {
 		{
 			name: "a rename over another file, synced, keeps the renamed file",
 			run: func(t *testing.T, fsys *crashfs.FS) {
-				f := create(t, fsys, "tmp")
-				write(t, f, 0, "new")
-				must(t, f.Sync(store.SyncData))
-				g := create(t, fsys, "ckpt")
-				write(t, g, 0, "old")
-				must(t, g.Sync(store.SyncData))
+				createSynced(t, fsys, "tmp", "new")
+				createSynced(t, fsys, "ckpt", "old")
 				must(t, fsys.SyncDir("."))
 				must(t, fsys.Rename("tmp", "ckpt", false))
 				must(t, fsys.SyncDir("."))
@@ -255,9 +251,7 @@ func TestImages(t *testing.T) {
 			name: "a rename that may not replace changes nothing",
 			run: func(t *testing.T, fsys *crashfs.FS) {
 				for _, name := range []string{"f", "g"} {
-					f := create(t, fsys, name)
-					write(t, f, 0, name)
-					must(t, f.Sync(store.SyncData))
+					createSynced(t, fsys, name, name)
 				}
 				must(t, fsys.SyncDir("."))
 				if err := fsys.Rename("f", "g", true); !errors.Is(err, fs.ErrExist) {
@@ -271,9 +265,7 @@ func TestImages(t *testing.T) {
 			name: "a rename across directories with only the new one synced is not durable",
 			run: func(t *testing.T, fsys *crashfs.FS) {
 				must(t, fsys.MkdirAll("d", 0o755))
-				f := create(t, fsys, "f")
-				write(t, f, 0, "x")
-				must(t, f.Sync(store.SyncData))
+				createSynced(t, fsys, "f", "x")
 				must(t, fsys.SyncDir("."))
 				must(t, fsys.Rename("f", "d/g", false))
 				must(t, fsys.SyncDir("d"))
@@ -285,9 +277,7 @@ func TestImages(t *testing.T) {
 			name: "a rename across directories with only the old one synced is not durable",
 			run: func(t *testing.T, fsys *crashfs.FS) {
 				must(t, fsys.MkdirAll("d", 0o755))
-				f := create(t, fsys, "d/f")
-				write(t, f, 0, "x")
-				must(t, f.Sync(store.SyncData))
+				createSynced(t, fsys, "d/f", "x")
 				must(t, fsys.SyncDir("d"))
 				must(t, fsys.SyncDir("."))
 				must(t, fsys.Rename("d/f", "g", false))
@@ -300,9 +290,7 @@ func TestImages(t *testing.T) {
 			name: "a rename across directories with both synced keeps the new name",
 			run: func(t *testing.T, fsys *crashfs.FS) {
 				must(t, fsys.MkdirAll("d", 0o755))
-				f := create(t, fsys, "f")
-				write(t, f, 0, "x")
-				must(t, f.Sync(store.SyncData))
+				createSynced(t, fsys, "f", "x")
 				must(t, fsys.SyncDir("."))
 				must(t, fsys.Rename("f", "d/g", false))
 				must(t, fsys.SyncDir("d"))
@@ -334,9 +322,7 @@ func TestImages(t *testing.T) {
 		{
 			name: "a rename into a new directory, synced there only, is lost with the directory",
 			run: func(t *testing.T, fsys *crashfs.FS) {
-				f := create(t, fsys, "f")
-				write(t, f, 0, "x")
-				must(t, f.Sync(store.SyncData))
+				createSynced(t, fsys, "f", "x")
 				must(t, fsys.SyncDir("."))
 				must(t, fsys.MkdirAll("n/m", 0o755))
 				must(t, fsys.Rename("f", "n/m/g", false))
@@ -379,9 +365,7 @@ func TestImages(t *testing.T) {
 func TestRenameIsOnePiece(t *testing.T) {
 	fsys, _ := newCrashFS(t)
 	must(t, fsys.MkdirAll("a", 0o755))
-	f := create(t, fsys, "a/f")
-	write(t, f, 0, "x")
-	must(t, f.Sync(store.SyncData))
+	createSynced(t, fsys, "a/f", "x")
 	must(t, fsys.SyncDir("a"))
 	must(t, fsys.SyncDir("."))
 	must(t, fsys.MkdirAll("n/m", 0o755))
@@ -425,9 +409,7 @@ func TestUnorderedKeepsNoDirectories(t *testing.T) {
 	fsys := crashfs.NewUnordered(base)
 	t.Cleanup(func() { fsys.Close() })
 	must(t, fsys.MkdirAll("a", 0o755))
-	f := create(t, fsys, "a/f")
-	write(t, f, 0, "x")
-	must(t, f.Sync(store.SyncData))
+	createSynced(t, fsys, "a/f", "x")
 	must(t, fsys.SyncDir("a"))
 	must(t, fsys.SyncDir("."))
 	must(t, fsys.MkdirAll("n/m", 0o755))
@@ -459,9 +441,7 @@ func TestUnorderedKeepsNoDirectories(t *testing.T) {
 // was never made or holds a file under two names.
 func TestEntryChangesKeepTheirOrder(t *testing.T) {
 	fsys, _ := newCrashFS(t)
-	f := create(t, fsys, "f")
-	write(t, f, 0, "old")
-	must(t, f.Sync(store.SyncData))
+	createSynced(t, fsys, "f", "old")
 	must(t, fsys.SyncDir("."))
 	must(t, fsys.Rename("f", "g", false))
 	must(t, fsys.Rename("g", "h", false))

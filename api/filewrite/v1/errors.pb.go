@@ -118,6 +118,11 @@ const (
 	ErrorReason_FILE_REMOVED_OUTSIDE ErrorReason = 61
 	// INTERNAL: an I/O error or another failure of the daemon; logged.
 	ErrorReason_IO_ERROR ErrorReason = 62
+	// DATA_LOSS: the daemon found a file it held open shorter than it made
+	// it: cut short (truncated) from outside the daemon. What it had
+	// acknowledged past the new end is gone. Reported once, by the call that
+	// found it; the daemon then takes the file as it is.
+	ErrorReason_FILE_CHANGED_OUTSIDE ErrorReason = 63
 	// UNAUTHENTICATED: no bearer token, more than one, or not a bearer
 	// token.
 	ErrorReason_TOKEN_MISSING ErrorReason = 70
@@ -214,6 +219,7 @@ var (
 		60:  "SYNC_FAILED",
 		61:  "FILE_REMOVED_OUTSIDE",
 		62:  "IO_ERROR",
+		63:  "FILE_CHANGED_OUTSIDE",
 		70:  "TOKEN_MISSING",
 		71:  "TOKEN_INVALID",
 		80:  "SHUTTING_DOWN",
@@ -262,6 +268,7 @@ var (
 		"SYNC_FAILED":                60,
 		"FILE_REMOVED_OUTSIDE":       61,
 		"IO_ERROR":                   62,
+		"FILE_CHANGED_OUTSIDE":       63,
 		"TOKEN_MISSING":              70,
 		"TOKEN_INVALID":              71,
 		"SHUTTING_DOWN":              80,
@@ -316,7 +323,7 @@ var File_filewrite_v1_errors_proto protoreflect.FileDescriptor
 
 const file_filewrite_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x19filewrite/v1/errors.proto\x12\ffilewrite.v1*\xf5\a\n" +
+	"\x19filewrite/v1/errors.proto\x12\ffilewrite.v1*\x8f\b\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fPATH_INVALID\x10\x01\x12\x11\n" +
@@ -344,7 +351,8 @@ const file_filewrite_v1_errors_proto_rawDesc = "" +
 	"\x19UNSUPPORTED_BY_FILESYSTEM\x102\x12\x0f\n" +
 	"\vSYNC_FAILED\x10<\x12\x18\n" +
 	"\x14FILE_REMOVED_OUTSIDE\x10=\x12\f\n" +
-	"\bIO_ERROR\x10>\x12\x11\n" +
+	"\bIO_ERROR\x10>\x12\x18\n" +
+	"\x14FILE_CHANGED_OUTSIDE\x10?\x12\x11\n" +
 	"\rTOKEN_MISSING\x10F\x12\x11\n" +
 	"\rTOKEN_INVALID\x10G\x12\x11\n" +
 	"\rSHUTTING_DOWN\x10P\x12\r\n" +

@@ -281,7 +281,16 @@ type WriteRequest struct {
 	Sync SyncMode `protobuf:"varint,4,opt,name=sync,proto3,enum=filewrite.v1.SyncMode" json:"sync,omitempty"`
 	// Whether the write may create the file, or must; a write refused for
 	// it (NOT_FOUND, ALREADY_EXISTS) changes nothing.
-	OpenMode      OpenMode `protobuf:"varint,5,opt,name=open_mode,json=openMode,proto3,enum=filewrite.v1.OpenMode" json:"open_mode,omitempty"`
+	OpenMode OpenMode `protobuf:"varint,5,opt,name=open_mode,json=openMode,proto3,enum=filewrite.v1.OpenMode" json:"open_mode,omitempty"`
+	// When not empty, the file's media type from now on (as HTTP's
+	// Content-Type: type/subtype with parameters, printable ASCII, at most
+	// 255 bytes; anything else is INVALID_ARGUMENT, REQUEST_MALFORMED, and
+	// nothing is written), answered by Stat and served with downloads. It
+	// is kept in an extended attribute of the file, durable with the
+	// file's next full sync (SYNC_MODE_FULL, or Fsync without data_only);
+	// on a filesystem without user extended attributes it is not kept.
+	// Empty leaves the type as it was.
+	ContentType   string `protobuf:"bytes,6,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -349,6 +358,13 @@ func (x *WriteRequest) GetOpenMode() OpenMode {
 		return x.OpenMode
 	}
 	return OpenMode_OPEN_MODE_UNSPECIFIED
+}
+
+func (x *WriteRequest) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
 }
 
 // WriteResponse reports a successful write.
@@ -1061,7 +1077,11 @@ type StatResponse struct {
 	// filesystem's clock to tell that change from the next. It does not make
 	// a later Read a snapshot: a write that lands during the Read changes
 	// what it returns.
-	Etag          string `protobuf:"bytes,5,opt,name=etag,proto3" json:"etag,omitempty"`
+	Etag string `protobuf:"bytes,5,opt,name=etag,proto3" json:"etag,omitempty"`
+	// The file's media type, as a Write's content_type (a REST PUT's
+	// Content-Type, a tus upload's filetype, a WebDAV PUT's) set it; empty
+	// when it has none.
+	ContentType   string `protobuf:"bytes,6,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1127,6 +1147,13 @@ func (x *StatResponse) GetChangeTime() *timestamppb.Timestamp {
 func (x *StatResponse) GetEtag() string {
 	if x != nil {
 		return x.Etag
+	}
+	return ""
+}
+
+func (x *StatResponse) GetContentType() string {
+	if x != nil {
+		return x.ContentType
 	}
 	return ""
 }
@@ -2212,13 +2239,14 @@ var File_filewrite_v1_filewrite_proto protoreflect.FileDescriptor
 
 const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\n" +
-	"\x1cfilewrite/v1/filewrite.proto\x12\ffilewrite.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xaf\x01\n" +
+	"\x1cfilewrite/v1/filewrite.proto\x12\ffilewrite.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xd2\x01\n" +
 	"\fWriteRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12*\n" +
 	"\x04sync\x18\x04 \x01(\x0e2\x16.filewrite.v1.SyncModeR\x04sync\x123\n" +
-	"\topen_mode\x18\x05 \x01(\x0e2\x16.filewrite.v1.OpenModeR\bopenMode\"b\n" +
+	"\topen_mode\x18\x05 \x01(\x0e2\x16.filewrite.v1.OpenModeR\bopenMode\x12!\n" +
+	"\fcontent_type\x18\x06 \x01(\tR\vcontentType\"b\n" +
 	"\rWriteResponse\x12#\n" +
 	"\rbytes_written\x18\x01 \x01(\x03R\fbytesWritten\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x18\n" +
@@ -2259,7 +2287,7 @@ const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\x06crc32c\x18\x02 \x01(\aH\x00R\x06crc32c\x88\x01\x01B\t\n" +
 	"\a_crc32c\"!\n" +
 	"\vStatRequest\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\"\xbb\x01\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\"\xde\x01\n" +
 	"\fStatResponse\x12\x12\n" +
 	"\x04size\x18\x01 \x01(\x03R\x04size\x12'\n" +
 	"\x0fallocated_bytes\x18\x02 \x01(\x03R\x0eallocatedBytes\x12\x1d\n" +
@@ -2267,7 +2295,8 @@ const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"block_size\x18\x03 \x01(\x05R\tblockSize\x12;\n" +
 	"\vchange_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"changeTime\x12\x12\n" +
-	"\x04etag\x18\x05 \x01(\tR\x04etag\"\x90\x01\n" +
+	"\x04etag\x18\x05 \x01(\tR\x04etag\x12!\n" +
+	"\fcontent_type\x18\x06 \x01(\tR\vcontentType\"\x90\x01\n" +
 	"\x0eExtentsRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +

@@ -51,6 +51,19 @@ type Tokens struct {
 	// reloadMu serialises reloads, so that of two reloads racing (SIGHUP
 	// and ReloadAuth) the file read last is the one installed.
 	reloadMu sync.Mutex
+	// afterReload runs after each reload that installed new credentials,
+	// before Reload returns (AfterReload). Guarded by reloadMu.
+	afterReload []func()
+}
+
+// AfterReload has f run after every successful reload, before Reload
+// returns: a door that holds what an earlier check allowed (an NBD export
+// in use) narrows it there, so that no request it reads after the reload
+// returned is served under the old credentials. f must not reload.
+func (a *Tokens) AfterReload(f func()) {
+	a.reloadMu.Lock()
+	defer a.reloadMu.Unlock()
+	a.afterReload = append(a.afterReload, f)
 }
 
 // credentialSet is one reading of the token file.
@@ -164,6 +177,9 @@ func (a *Tokens) Reload() error {
 	}
 	if old := a.creds.Swap(c); old != nil {
 		close(old.changed)
+	}
+	for _, f := range a.afterReload {
+		f()
 	}
 	return nil
 }

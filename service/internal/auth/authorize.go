@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"io/fs"
 	"net/http"
@@ -254,4 +255,45 @@ func requestCertIdentity(r *http.Request) string {
 		return ""
 	}
 	return certIdentity(r.TLS.VerifiedChains[0][0])
+}
+
+// Owner is a key for the credential of the call in ctx, for a door that
+// ties what it keeps to the credential that made it (a tus upload): the
+// SHA-256 of its token in hex, or "cert:" and its client certificate's
+// identity; "" without tokens, or for a call that carries none.
+func (a *Tokens) Owner(ctx context.Context) string {
+	if a == nil {
+		return ""
+	}
+	id, ok := identityFrom(ctx)
+	switch {
+	case !ok:
+		return ""
+	case id.cert != "":
+		return "cert:" + id.cert
+	}
+	return hex.EncodeToString(id.digest[:])
+}
+
+// Home is the directory under which a door puts a file whose client names
+// only the file (a tus upload's filename): the first prefix of the
+// credential's scope, or "" (--root) for a credential without prefixes
+// and without tokens. A read-only credential may write nowhere:
+// PERMISSION_DENIED, as Authorize refuses it.
+func (a *Tokens) Home(ctx context.Context) (string, error) {
+	if a == nil {
+		return "", nil
+	}
+	sc, err := a.callScope(ctx)
+	if err != nil {
+		return "", err
+	}
+	home := ""
+	if len(sc.prefixes) > 0 {
+		home = sc.prefixes[0]
+	}
+	if sc.readOnly {
+		return "", a.refuse(sc, home, AccessWrite, "")
+	}
+	return home, nil
 }

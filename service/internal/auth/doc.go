@@ -9,8 +9,10 @@
 //
 // Lock order:
 //
-//	Tokens.reloadMu   (serialises token reloads; a leaf, held across the
-//	                  read of the token file)
+//	Tokens.reloadMu   (serialises token reloads; held across the read of
+//	                  the token file and the AfterReload functions, which
+//	                  take their doors' own locks under it: the NBD
+//	                  server's connection set, then each connection's)
 //
 // Checks take no lock: the credentials in force are swapped whole by a
 // reload (Tokens.creds).

@@ -234,7 +234,7 @@ func TestGatewayRawRoundTrip(t *testing.T) {
 	if err := json.Unmarshal(r.Body, &wr); err != nil || wr.BytesWritten != "4103" || wr.Size != "4106" {
 		t.Errorf("PUT answered %s (%v), want bytesWritten 4103 and size 4106 as JSON", r.Body, err)
 	}
-	want := &filewritev1.WriteRequest{Path: "raw/all.bin", Offset: 3, Data: data, Sync: filewritev1.SyncMode_SYNC_MODE_FULL}
+	want := &filewritev1.WriteRequest{Path: "raw/all.bin", Offset: 3, Data: data, Sync: filewritev1.SyncMode_SYNC_MODE_FULL, ContentType: MIMEOctetStream}
 	if got := fake.lastRequest(); !proto.Equal(got, want) {
 		t.Errorf("PUT became a different Write (path %q offset %d, %d bytes)", got.(*filewritev1.WriteRequest).Path,
 			got.(*filewritev1.WriteRequest).Offset, len(got.(*filewritev1.WriteRequest).Data))
@@ -327,7 +327,6 @@ func TestGatewayRejects(t *testing.T) {
 		{"Content-Range of no bytes", "PUT", "/v1/files/p", strings.NewReader("x"), withRange("bytes */10"), 400, codes.InvalidArgument},
 		{"JSON body over the limit", "POST", "/v1/files/p:write", strings.NewReader(bigJSON), json, 400, codes.InvalidArgument},
 		{"chunked JSON body over the limit", "POST", "/v1/files/p:write", chunked([]byte(bigJSON)), json, 400, codes.InvalidArgument},
-		{"raw body of another media type", "PUT", "/v1/files/p", strings.NewReader("x"), map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 415, codes.InvalidArgument},
 		{"offset not a number", "PUT", "/v1/files/p?offset=ten", strings.NewReader("x"), octet, 400, codes.InvalidArgument},
 		{"offset overflowing int64", "PUT", "/v1/files/p?offset=9223372036854775808", strings.NewReader("x"), octet, 400, codes.InvalidArgument},
 		{"unknown raw sync", "PUT", "/v1/files/p?sync=fast", strings.NewReader("x"), octet, 400, codes.InvalidArgument},

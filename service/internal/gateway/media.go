@@ -14,6 +14,7 @@ import (
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
 	"github.com/filewrite/filewrite/service/internal/local"
+	"github.com/filewrite/filewrite/service/internal/media"
 	"github.com/filewrite/filewrite/service/internal/status"
 )
 
@@ -91,11 +92,18 @@ func (g *gateway) getMedia(w http.ResponseWriter, r *http.Request, pathParams ma
 		g.fail(w, r, status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil, "query %q: %v", r.URL.RawQuery, err))
 		return
 	}
+	attachment := false
 	for key, vals := range q {
 		switch {
+		case key == "download" && len(vals) == 1 && (vals[0] == "1" || vals[0] == "true"):
+			attachment = true
+		case key == "download":
+			g.fail(w, r, status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: key},
+				"download=%q: want download=1, which serves the file as an attachment whatever its type", vals))
+			return
 		case key != "alt":
 			g.fail(w, r, status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: key},
-				"unknown query parameter %q: a download takes alt=media and a Range header", key))
+				"unknown query parameter %q: a download takes alt=media, download=1 and a Range header", key))
 			return
 		case len(vals) != 1 || vals[0] != "media":
 			g.fail(w, r, status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "alt"},
@@ -151,10 +159,10 @@ func (g *gateway) getMedia(w http.ResponseWriter, r *http.Request, pathParams ma
 			h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", rng.first, rng.last, size))
 		}
 	}
-	h.Set("Content-Type", MIMEOctetStream)
-	// The bytes are the file's, whatever they look like: a browser must not
-	// take them for a page.
-	h.Set("X-Content-Type-Options", "nosniff")
+	// The type the file was given, shown in place only if it runs
+	// nothing, and never sniffed: a browser must not take the bytes for a
+	// page of the daemon's origin.
+	media.SetHeaders(h, path, st.GetContentType(), attachment)
 	h.Set("Content-Length", strconv.FormatInt(span.length(), 10))
 	var rd *local.Reader
 	if g.Local != nil && !isHead(ctx) && span.length() > 0 {

@@ -7,7 +7,6 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
-	"mime"
 	"net/http"
 	"strconv"
 	"sync"
@@ -67,16 +66,11 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 	_, out := runtime.MarshalerForRequest(g.mux, r)
 	fail := func(err error) { runtime.HTTPError(r.Context(), g.mux, out, w, r, err) }
 
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != MIMEOctetStream {
-			fail(&runtime.HTTPStatusError{
-				HTTPStatus: http.StatusUnsupportedMediaType,
-				Err: status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, nil,
-					"PUT takes an %s body, not %q; JSON writes go to POST /v1/files/{path}:write", MIMEOctetStream, ct),
-			})
-			return
-		}
-	}
+	// Any type: it is the file's from now on, served with its downloads
+	// (the first Write sets it, and refuses one that is no media type
+	// before it writes). A browser sends no PUT cross-site without asking
+	// first.
+	contentType := r.Header.Get("Content-Type")
 	path := pathParams["path"]
 	q, err := rawWriteQuery(r.URL.RawQuery)
 	if err != nil {
@@ -134,8 +128,10 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 		}
 		if written == 0 {
 			// The first Write opens the file as the preconditions ask;
-			// the file it made or found is the one the others extend.
+			// the file it made or found is the one the others extend. It
+			// gives the file its type.
 			req.OpenMode = openMode
+			req.ContentType = contentType
 		}
 		resp, err = g.files.Write(ctx, req)
 		if err != nil && written == 0 && openMode != filewritev1.OpenMode_OPEN_MODE_UNSPECIFIED {

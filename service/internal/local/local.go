@@ -167,6 +167,32 @@ func (f *Files) Read(ctx context.Context, req *filewritev1.ReadRequest) (*filewr
 	return unary(f, ctx, filewritev1.FileService_Read_FullMethodName, req, f.files.Read)
 }
 
+// Delete is FileService.Delete.
+func (f *Files) Delete(ctx context.Context, req *filewritev1.DeleteRequest) (*filewritev1.DeleteResponse, error) {
+	return unary(f, ctx, filewritev1.FileService_Delete_FullMethodName, req, f.files.Delete)
+}
+
+// Rename is FileService.Rename.
+func (f *Files) Rename(ctx context.Context, req *filewritev1.RenameRequest) (*filewritev1.RenameResponse, error) {
+	return unary(f, ctx, filewritev1.FileService_Rename_FullMethodName, req, f.files.Rename)
+}
+
+// List is FileService.List.
+func (f *Files) List(ctx context.Context, req *filewritev1.ListRequest) (*filewritev1.ListResponse, error) {
+	return unary(f, ctx, filewritev1.FileService_List_FullMethodName, req, f.files.List)
+}
+
+// Run runs do, a door's operation that no RPC makes (a tus PATCH into its
+// staged file, a WebDAV MKCOL), as the FileService runs a call of method
+// with req: the token, the scope of req's paths, the log line, the span;
+// do's error is the call's. req is the request of the RPC the operation
+// stands for (a PATCH is a Write of its upload's target), so that it is
+// checked for what it does.
+func (f *Files) Run(ctx context.Context, method string, req any, do func(ctx context.Context) error) error {
+	_, err := f.call(ctx, method, req, func(ctx context.Context, _ any) (any, error) { return nil, do(ctx) })
+	return err
+}
+
 // StartWriteBack starts writing a range of path that a door wrote to the
 // disk, without waiting (store.Store.StartWriteBack): a large PUT that
 // syncs at its end calls it for each piece. It is no RPC: it changes and

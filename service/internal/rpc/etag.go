@@ -23,7 +23,7 @@ const DefaultValidatorDelay = time.Second
 // statResponse is the StatResponse of st, read at now: its validator is
 // left empty while st changed less than delay before now.
 func statResponse(st store.FileStat, now time.Time, delay time.Duration) *filewritev1.StatResponse {
-	resp := &filewritev1.StatResponse{Size: st.Size, AllocatedBytes: st.AllocatedBytes, BlockSize: st.BlockSize}
+	resp := &filewritev1.StatResponse{Size: st.Size, AllocatedBytes: st.AllocatedBytes, BlockSize: st.BlockSize, ContentType: st.ContentType}
 	if st.ChangeTime == 0 {
 		return resp // without a change time nothing tells two states apart
 	}

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"log/slog"
@@ -35,7 +36,7 @@ type FileServer struct {
 	// entriesPerReply bounds a List page likewise (EntriesPerReply).
 	entriesPerReply int
 	// validatorDelay is how long a changed file goes without an ETag
-	// (DefaultValidatorDelay); set once, before serving (setValidatorDelay).
+	// (Config.ValidatorDelay).
 	validatorDelay time.Duration
 
 	// The WriteStream side (writestream.go).
@@ -64,6 +65,8 @@ type FileServer struct {
 	// streamIdleTimeout is --stream-idle-timeout (0: streams are never
 	// closed for idleness).
 	streamIdleTimeout time.Duration
+	// typesDropped logs, once, that the filesystem keeps no media types.
+	typesDropped sync.Once
 }
 
 // Config is what the FileService needs of the daemon's
@@ -87,6 +90,10 @@ type Config struct {
 	Auth *auth.Tokens
 	// Meter takes the streams' metrics (nil: none).
 	Meter metric.Meter
+	// ValidatorDelay is how long a changed file goes without an ETag:
+	// DefaultValidatorDelay for the daemon, 0 (none) for tests that need
+	// validators at once.
+	ValidatorDelay time.Duration
 }
 
 // NewFileServer is the FileService of cfg.
@@ -101,7 +108,7 @@ func NewFileServer(cfg Config) (*FileServer, error) {
 		extentsPerReply:   extentsPerReply(status.MaxMessageBytes(cfg.MaxRequestBytes)),
 		entriesPerReply:   EntriesPerReply(status.MaxMessageBytes(cfg.MaxRequestBytes)),
 		draining:          make(chan struct{}),
-		validatorDelay:    DefaultValidatorDelay,
+		validatorDelay:    cfg.ValidatorDelay,
 		auth:              cfg.Auth,
 		streamIdleTimeout: cfg.StreamIdleTimeout,
 	}
@@ -111,10 +118,6 @@ func NewFileServer(cfg Config) (*FileServer, error) {
 	}
 	return s, nil
 }
-
-// SetValidatorDelay sets how long a changed file goes without an ETag,
-// before serving: tests that need validators at once set 0.
-func (s *FileServer) SetValidatorDelay(d time.Duration) { s.validatorDelay = d }
 
 // streamHeldBytes is what all streams hold now.
 func (s *FileServer) StreamHeld() int64 { return s.streamHeld.Load() }
@@ -139,11 +142,37 @@ func (s *FileServer) Write(ctx context.Context, req *filewritev1.WriteRequest) (
 	if err != nil {
 		return nil, status.Of(err)
 	}
+	ct := req.GetContentType()
+	if ct != "" {
+		// Refused before anything is written.
+		if ct, err = store.CheckContentType(ct); err != nil {
+			return nil, status.Of(err)
+		}
+	}
 	res, err := s.store.WriteOpen(ctx, req.GetPath(), open, req.GetOffset(), req.GetData(), sync)
 	if err != nil {
 		return nil, status.Of(err)
 	}
+	if ct != "" {
+		if err := s.setContentType(ctx, req.GetPath(), ct); err != nil {
+			return nil, status.Of(err)
+		}
+	}
 	return &filewritev1.WriteResponse{BytesWritten: int64(res.BytesWritten), Size: res.Size, Created: res.Created}, nil
+}
+
+// setContentType keeps a Write's media type with its file. A filesystem
+// that keeps no extended attributes keeps none: the Write stands, its
+// type is dropped, and the first such drop is logged.
+func (s *FileServer) setContentType(ctx context.Context, path, ct string) error {
+	err := s.store.SetContentType(ctx, path, ct)
+	if errors.Is(err, store.ErrUnsupported) {
+		s.typesDropped.Do(func() {
+			s.log.Warn("the filesystem under --root keeps no extended attributes: media types given to files are not kept, and their downloads are served as application/octet-stream", "path", path, "error", err)
+		})
+		return nil
+	}
+	return err
 }
 
 // Append checks the request's CRC-32C, if any, before the store sees it:

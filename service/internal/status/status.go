@@ -76,6 +76,7 @@ var Rules = map[filewritev1.ErrorReason]reasonRule{
 
 	filewritev1.ErrorReason_SYNC_FAILED:          {Code: codes.DataLoss},
 	filewritev1.ErrorReason_FILE_REMOVED_OUTSIDE: {Code: codes.DataLoss},
+	filewritev1.ErrorReason_FILE_CHANGED_OUTSIDE: {Code: codes.DataLoss},
 	filewritev1.ErrorReason_IO_ERROR:             {Code: codes.Internal},
 
 	filewritev1.ErrorReason_TOKEN_MISSING: {Code: codes.Unauthenticated},
@@ -237,7 +238,7 @@ func reasonOf(err error) filewritev1.ErrorReason {
 		return filewritev1.ErrorReason_NOT_A_REGULAR_FILE
 	case errors.Is(err, store.ErrInvalidOffset):
 		return filewritev1.ErrorReason_RANGE_INVALID
-	case errors.Is(err, store.ErrArgumentTooLong):
+	case errors.Is(err, store.ErrArgumentTooLong), errors.Is(err, store.ErrInvalidContentType):
 		return filewritev1.ErrorReason_REQUEST_MALFORMED
 	case errors.Is(err, store.ErrInvalidMode):
 		return filewritev1.ErrorReason_MODE_INVALID
@@ -253,10 +254,14 @@ func reasonOf(err error) filewritev1.ErrorReason {
 		return filewritev1.ErrorReason_FILE_NOT_FOUND
 	case errors.Is(err, store.ErrExists):
 		return filewritev1.ErrorReason_ALREADY_EXISTS
+	case errors.Is(err, store.ErrNotEmpty):
+		return filewritev1.ErrorReason_PRECONDITION_FAILED
 	case errors.Is(err, store.ErrSyncFailed):
 		return filewritev1.ErrorReason_SYNC_FAILED
 	case errors.Is(err, store.ErrFileRemoved):
 		return filewritev1.ErrorReason_FILE_REMOVED_OUTSIDE
+	case errors.Is(err, store.ErrChangedOutside):
+		return filewritev1.ErrorReason_FILE_CHANGED_OUTSIDE
 	case errors.Is(err, store.ErrFileTooLarge):
 		return filewritev1.ErrorReason_FILE_TOO_LARGE
 	case errors.Is(err, store.ErrRequestTooLarge):

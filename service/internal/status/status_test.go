@@ -53,6 +53,7 @@ func TestToStatus(t *testing.T) {
 		{"closed", wrap(store.ErrClosed), codes.Unavailable, "SHUTTING_DOWN"},
 		{"sync failed", wrap(store.ErrSyncFailed), codes.DataLoss, "SYNC_FAILED"},
 		{"file removed from outside", wrap(store.ErrFileRemoved), codes.DataLoss, "FILE_REMOVED_OUTSIDE"},
+		{"file cut from outside", wrap(store.ErrChangedOutside), codes.DataLoss, "FILE_CHANGED_OUTSIDE"},
 		{"sync failed for lack of space", errors.Join(store.ErrSyncFailed, store.ErrNoSpace), codes.DataLoss, "SYNC_FAILED"},
 		{"canceled", wrap(context.Canceled), codes.Canceled, "CANCELLED"},
 		{"deadline", wrap(context.DeadlineExceeded), codes.DeadlineExceeded, "DEADLINE_EXCEEDED"},

@@ -191,17 +191,6 @@ func (s *Stream) CloseFiles(indexes []uint32) {
 	s.closeFilesLocked(indexes)
 }
 
-// fileLocked is the file that a write naming index goes to, nil if the
-// stream has none by that index.
-//
-// Preconditions: s.mu is held.
-func (s *Stream) fileLocked(index uint32) *File {
-	if index == 0 {
-		return s.main
-	}
-	return s.declared[index]
-}
-
 // closeFilesLocked closes the declared files of indexes: the index is free
 // at once, and the file is given back once its last write is acked.
 // Closing an index that names no file does nothing, so that a client may

@@ -70,6 +70,17 @@ func (s *Stream) queue(writes []*Write, closes []uint32) (bool, error) {
 	return true, nil
 }
 
+// fileLocked is the file that a write naming index goes to, nil if the
+// stream has none by that index.
+//
+// Preconditions: s.mu is held.
+func (s *Stream) fileLocked(index uint32) *File {
+	if index == 0 {
+		return s.main
+	}
+	return s.declared[index]
+}
+
 // applyInline tries the writes queue left in inline with TryWrite, and
 // completes those it made as a worker does; it hands the others to the
 // workers. Each of them is in its file's order, free to apply, and
