@@ -41,6 +41,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	xwebdav "golang.org/x/net/webdav"
@@ -102,6 +103,10 @@ type Door struct {
 	log        *slog.Logger
 	h          *xwebdav.Handler
 	pieceBytes int64
+	// pieces recycles the buffers of pieceBytes a PUT reads its body
+	// into: a fresh one per PUT, zeroed by the runtime, was a third of
+	// the daemon's CPU in an rclone copy of small files.
+	pieces sync.Pool
 }
 
 // maxPieceBytes is the most of a PUT's body the door holds at once.
@@ -119,6 +124,7 @@ func New(cfg Config) *Door {
 	if cfg.MaxRequestBytes > 0 {
 		d.pieceBytes = min(d.pieceBytes, cfg.MaxRequestBytes)
 	}
+	d.pieces.New = func() any { b := make([]byte, d.pieceBytes); return &b }
 	d.h = &xwebdav.Handler{
 		Prefix:     strings.TrimSuffix(Prefix, "/"),
 		FileSystem: &davFS{d: d},

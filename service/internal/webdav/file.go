@@ -368,7 +368,9 @@ func (u *upload) ReadFrom(src io.Reader) (int64, error) {
 	if r, ok := src.(*resource); ok && !r.info.dir {
 		return u.copyFrom(r)
 	}
-	buf := make([]byte, u.d.pieceBytes)
+	bp := u.d.pieces.Get().(*[]byte)
+	defer u.d.pieces.Put(bp)
+	buf := *bp
 	var n int64
 	for {
 		m, rerr := io.ReadFull(src, buf)
