@@ -95,6 +95,7 @@ func (f *File) appendUnary(ctx context.Context, p []byte, id string) (int64, err
 	err := retry(ctx, f.c.ctx.Done(), retries, func(attempt int) error {
 		resp, err := f.c.api.Append(f.c.outgoing(ctx, f.path), req, grpc.WaitForReady(attempt > 1))
 		off = resp.GetOffset()
+		f.learned(resp.GetGeneration())
 		return err
 	})
 	if err != nil {

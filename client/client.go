@@ -317,9 +317,10 @@ func (c *Client) Open(ctx context.Context, path string, opts ...FileOption) (*Fi
 	// Share the stream only while it serves the file that path names: not
 	// once the file it held was deleted (a new Open then opens the new
 	// file), nor while it is broken (see shareable), and never for an
-	// exclusive create, which the daemon must see to refuse or grant.
-	if s == nil || !s.shareable() || fo.open == OpenExclusive {
-		s = newFileStream(c, path, fo.open.proto())
+	// exclusive create or a condition on the generation, which the daemon
+	// must see to refuse or grant.
+	if s == nil || !s.shareable() || fo.open == OpenExclusive || fo.ifGeneration != nil {
+		s = newFileStream(c, path, fo.open.proto(), fo.ifGeneration)
 	}
 	s.refs++
 	c.mu.Unlock()
@@ -362,7 +363,8 @@ func (c *Client) Stat(ctx context.Context, path string) (FileInfo, error) {
 	if err != nil {
 		return FileInfo{}, wrapErr(err)
 	}
-	return FileInfo{Path: path, Size: resp.GetSize(), AllocatedBytes: resp.GetAllocatedBytes(), BlockSize: resp.GetBlockSize()}, nil
+	return FileInfo{Path: path, Size: resp.GetSize(), AllocatedBytes: resp.GetAllocatedBytes(), BlockSize: resp.GetBlockSize(),
+		Generation: resp.GetGeneration(), ETag: resp.GetEtag()}, nil
 }
 
 // checkOpen returns errClientClosed once Close was called.
@@ -377,9 +379,10 @@ func (c *Client) checkOpen() error {
 type FileOption func(*fileOptions)
 
 type fileOptions struct {
-	sync    SyncMode
-	timeout time.Duration
-	open    OpenMode
+	sync         SyncMode
+	timeout      time.Duration
+	open         OpenMode
+	ifGeneration *int64
 }
 
 // WithSync sets the SyncMode of every WriteAt of the File, and of its
@@ -399,3 +402,18 @@ func WithTimeout(d time.Duration) FileOption { return func(o *fileOptions) { o.t
 // decides it in one step with the open, so of two Clients racing to
 // create one path exclusively, exactly one succeeds.
 func WithOpenMode(m OpenMode) FileOption { return func(o *fileOptions) { o.open = m } }
+
+// WithIfGeneration makes Open open the file only if its generation
+// (FileInfo.Generation, File.Generation) is gen; 0 means only if no file
+// exists, which Open then creates (OpenMustExist cannot meet it). The
+// daemon checks it as it opens the file, with the file's lock held after
+// the writes in flight; a condition that does not hold opens and creates
+// nothing, and Open fails with FAILED_PRECONDITION (reason ETAG_MISMATCH,
+// or PRECONDITION_FAILED for 0), the file's generation in its ErrorInfo's
+// metadata "generation". The File's writes are not conditional: it is a
+// read-modify-write's "nobody wrote since I read" for the start of a
+// File's life. An Open under it is never retried (WithRetry) and never
+// shares another File's stream.
+func WithIfGeneration(gen int64) FileOption {
+	return func(o *fileOptions) { o.ifGeneration = &gen }
+}

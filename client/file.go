@@ -208,7 +208,8 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	if err := f.check(); err != nil {
 		return err
 	}
-	_, err := f.c.api.Truncate(f.c.outgoing(ctx, f.path), &filewritev1.TruncateRequest{Path: f.path, Size: size})
+	resp, err := f.c.api.Truncate(f.c.outgoing(ctx, f.path), &filewritev1.TruncateRequest{Path: f.path, Size: size})
+	f.learned(resp.GetGeneration())
 	return wrapErr(err)
 }
 
@@ -240,7 +241,8 @@ func (f *File) fallocate(ctx context.Context, mode filewritev1.FallocateMode, of
 	if err := f.check(); err != nil {
 		return err
 	}
-	_, err := f.c.api.Fallocate(f.c.outgoing(ctx, f.path), &filewritev1.FallocateRequest{Path: f.path, Mode: mode, Offset: off, Length: n})
+	resp, err := f.c.api.Fallocate(f.c.outgoing(ctx, f.path), &filewritev1.FallocateRequest{Path: f.path, Mode: mode, Offset: off, Length: n})
+	f.learned(resp.GetGeneration())
 	return wrapErr(err)
 }
 
@@ -249,7 +251,42 @@ func (f *File) Stat(ctx context.Context) (FileInfo, error) {
 	if err := f.check(); err != nil {
 		return FileInfo{}, err
 	}
-	return f.c.Stat(ctx, f.path)
+	fi, err := f.c.Stat(ctx, f.path)
+	f.learned(fi.Generation)
+	return fi, err
+}
+
+// Generation is the file's generation as the daemon last told this File:
+// when it was opened, then in the reply to each of its synced writes
+// (a SyncMode other than SyncNone), appends, Truncate, the Allocate
+// family and Stat. A write without a sync moves the file's generation
+// without saying so (its ack carries none, to keep acks small), nor does
+// another writer's change: Stat asks.
+func (f *File) Generation() int64 { return f.s.gen.Load() }
+
+// learned records gen, a generation a reply about the File's file
+// carried (0: none).
+func (f *File) learned(gen int64) {
+	if gen != 0 {
+		f.s.gen.Store(gen)
+	}
+}
+
+// Digest asks the daemon for the checksum of [off, off+n) of the file (n
+// 0: up to its end), algorithm "crc32c" (the default, for "") or
+// "sha-256", as the file is at one generation: no write lands in the file
+// while it is read. The daemon keeps it by generation, so asking again
+// before the next change costs nothing. Nothing is sent over the network
+// but the answer.
+func (f *File) Digest(ctx context.Context, off, n int64, algorithm string) (Digest, error) {
+	if err := f.check(); err != nil {
+		return Digest{}, err
+	}
+	resp, err := f.c.api.Digest(f.c.outgoing(ctx, f.path), &filewritev1.DigestRequest{Path: f.path, Offset: off, Length: n, Algorithm: algorithm})
+	if err != nil {
+		return Digest{}, wrapErr(err)
+	}
+	return Digest{Algorithm: resp.GetAlgorithm(), Offset: resp.GetOffset(), Length: resp.GetLength(), Sum: resp.GetDigest(), Generation: resp.GetGeneration()}, nil
 }
 
 // Extents lists the hole, unwritten and written ranges of [off, off+n), in

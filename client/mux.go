@@ -85,7 +85,7 @@ func (c *Client) sharing() bool {
 // routed by the path. The file is a user of it from then on. It returns
 // once the declaration is sent; await has the daemon's answer. ctx bounds
 // opening a new stream.
-func (c *Client) declareShared(ctx context.Context, s *fileStream, mode filewritev1.OpenMode) (*streamConn, chan error, error) {
+func (c *Client) declareShared(ctx context.Context, s *fileStream, mode filewritev1.OpenMode, cond *int64) (*streamConn, chan error, error) {
 	path := s.path
 	owner := c.ownerOf(path)
 	c.mu.Lock()
@@ -99,7 +99,7 @@ func (c *Client) declareShared(ctx context.Context, s *fileStream, mode filewrit
 		if best != nil {
 			best.users++
 			c.mu.Unlock()
-			return best.declare(s, mode)
+			return best.declare(s, mode, cond)
 		}
 		// One new stream at a time per owner: callers that find no room
 		// while one opens wait for it, rather than each open one.
@@ -139,7 +139,7 @@ func (c *Client) declareShared(ctx context.Context, s *fileStream, mode filewrit
 	go m.receive()
 	// The daemon checks the stream's routing header against its first
 	// file: declare it before another file can join.
-	conn, answer, err := m.declare(s, mode)
+	conn, answer, err := m.declare(s, mode, cond)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -215,10 +215,11 @@ func (m *muxStream) send(req any) error {
 	return err
 }
 
-// declare sends the declaration of s's file on m in mode: its streamConn
-// once await has the daemon's answer. m's user is s's from then on; on
-// error it is given back.
-func (m *muxStream) declare(s *fileStream, mode filewritev1.OpenMode) (*streamConn, chan error, error) {
+// declare sends the declaration of s's file on m in mode, on the
+// condition cond on its generation (nil: none): its streamConn once await
+// has the daemon's answer. m's user is s's from then on; on error it is
+// given back.
+func (m *muxStream) declare(s *fileStream, mode filewritev1.OpenMode, cond *int64) (*streamConn, chan error, error) {
 	answer := make(chan error, 1)
 	m.mu.Lock()
 	if m.broken {
@@ -234,7 +235,7 @@ func (m *muxStream) declare(s *fileStream, mode filewritev1.OpenMode) (*streamCo
 	m.members[index] = conn
 	m.opening[index] = answer
 	m.mu.Unlock()
-	f := streamwire.File{Index: index, Path: s.path, OpenMode: int32(mode)}
+	f := streamwire.File{Index: index, Path: s.path, OpenMode: int32(mode), If: streamwire.Conditions{IfMatch: cond}}
 	b := streamwire.AppendFile(nil, &f)
 	if err := m.send(&encodedRequest{data: mem.BufferSlice{mem.SliceBuffer(b)}}); err != nil && !errors.Is(err, io.EOF) {
 		m.detach(conn)
@@ -291,9 +292,13 @@ func (m *muxStream) receive() {
 		for _, f := range resp.files {
 			m.mu.Lock()
 			answer := m.opening[f.index]
+			conn := m.members[f.index]
 			delete(m.opening, f.index)
 			m.mu.Unlock()
 			if answer != nil {
+				if f.err == nil && conn != nil {
+					conn.s.gen.Store(f.gen)
+				}
 				answer <- f.err
 			}
 		}

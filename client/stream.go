@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -137,6 +138,10 @@ type fileStream struct {
 	// exclusive create twice.
 	mode   filewritev1.OpenMode
 	opened bool
+	// cond is the condition on the file's generation of the first open
+	// (WithIfGeneration; nil: none). A later open, after a break, has
+	// none: the File's own writes moved the generation since.
+	cond *int64
 	// failures counts the streams that broke or failed to open since an
 	// ack last arrived: the sender waits backoff(failures) before the
 	// next open.
@@ -146,6 +151,10 @@ type fileStream struct {
 	connecting context.CancelFunc
 	// stopped is closed by close: the sender stops waiting to retry.
 	stopped chan struct{}
+	// gen is the file's generation as the daemon last reported it: when
+	// a stream opened the file, and in the ack of each synced write
+	// (File.Generation).
+	gen atomic.Int64
 }
 
 // streamConn is one WriteStream of a fileStream, or its file's index on a
@@ -165,8 +174,8 @@ type streamConn struct {
 	err  error
 }
 
-func newFileStream(c *Client, path string, mode filewritev1.OpenMode) *fileStream {
-	s := &fileStream{c: c, path: path, mode: mode, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+func newFileStream(c *Client, path string, mode filewritev1.OpenMode, cond *int64) *fileStream {
+	s := &fileStream{c: c, path: path, mode: mode, cond: cond, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
 	s.idle.L = &s.mu
 	return s
 }
@@ -189,8 +198,8 @@ func (s *fileStream) shareable() bool {
 // was lost.
 func (s *fileStream) ensureOpen(ctx context.Context) error {
 	retries := s.c.opts.retries
-	if s.mode == filewritev1.OpenMode_OPEN_MODE_EXCLUSIVE {
-		retries = 0
+	if s.mode == filewritev1.OpenMode_OPEN_MODE_EXCLUSIVE || s.cond != nil {
+		retries = 0 // the daemon may have opened it, and the condition no longer hold
 	}
 	return wrapErr(retry(ctx, s.stopped, retries, func(int) error {
 		_, err := s.connect(ctx)
@@ -211,9 +220,9 @@ func (s *fileStream) connect(ctx context.Context) (*streamConn, error) {
 		s.mu.Unlock()
 		return nil, errFileClosed(s.path)
 	}
-	mode := s.mode
+	mode, cond := s.mode, s.cond
 	if s.opened {
-		mode = filewritev1.OpenMode_OPEN_MODE_MUST_EXIST
+		mode, cond = filewritev1.OpenMode_OPEN_MODE_MUST_EXIST, nil
 	}
 	sctx, cancel := context.WithCancel(s.c.outgoing(s.c.ctx, s.path))
 	// Set under the lock that close takes to set closed: either close
@@ -223,7 +232,7 @@ func (s *fileStream) connect(ctx context.Context) (*streamConn, error) {
 	// ctx bounds the handshake only; the stream lives until the last
 	// File is closed.
 	stop := context.AfterFunc(ctx, cancel)
-	conn, err := s.handshake(sctx, cancel, mode)
+	conn, err := s.handshake(sctx, cancel, mode, cond)
 	if !stop() && err != nil {
 		err = wrapErr(ctx.Err())
 	}
@@ -243,12 +252,12 @@ func (s *fileStream) connect(ctx context.Context) (*streamConn, error) {
 	return conn, nil
 }
 
-func (s *fileStream) handshake(ctx context.Context, cancel context.CancelFunc, mode filewritev1.OpenMode) (*streamConn, error) {
+func (s *fileStream) handshake(ctx context.Context, cancel context.CancelFunc, mode filewritev1.OpenMode, cond *int64) (*streamConn, error) {
 	if s.c.sharing() {
 		// ctx bounds the declaration only: the shared stream has its own
 		// context.
 		defer cancel()
-		conn, answer, err := s.c.declareShared(ctx, s, mode)
+		conn, answer, err := s.c.declareShared(ctx, s, mode, cond)
 		if err != nil {
 			return nil, err
 		}
@@ -258,11 +267,17 @@ func (s *fileStream) handshake(ctx context.Context, cancel context.CancelFunc, m
 	if err != nil {
 		return nil, wrapErr(err)
 	}
-	if err := stream.Send(&filewritev1.WriteStreamRequest{Path: s.path, OpenMode: mode}); err != nil && !errors.Is(err, io.EOF) {
+	if err := stream.Send(&filewritev1.WriteStreamRequest{Path: s.path, OpenMode: mode, IfGenerationMatch: cond}); err != nil && !errors.Is(err, io.EOF) {
 		return nil, wrapErr(err)
 	}
 	// io.EOF from Send means the daemon ended the stream: Recv says why.
-	if _, err := stream.Recv(); err != nil {
+	first, err := stream.Recv()
+	for _, f := range first.GetFiles() {
+		if f.GetIndex() == 0 && f.GetStatus() == nil {
+			s.gen.Store(f.GetGeneration())
+		}
+	}
+	if err != nil {
 		if errors.Is(err, io.EOF) {
 			err = status.Error(codes.Unavailable, "the daemon ended the stream before it opened the file")
 		}
@@ -474,6 +489,9 @@ func (s *fileStream) ackLocked(conn *streamConn, a *ack) *write {
 	}
 	delete(conn.inflight, a.id)
 	w.n, w.size, w.landed, w.err = a.written, a.size, a.offset, a.err
+	if a.gen != 0 {
+		s.gen.Store(a.gen)
+	}
 	return w
 }
 

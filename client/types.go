@@ -103,6 +103,28 @@ type FileInfo struct {
 	AllocatedBytes int64
 	// BlockSize is the block size of the daemon's extent map.
 	BlockSize int32
+	// Generation is the file's generation: it moves with every mutation
+	// the daemon acknowledges, through any face, and never repeats for
+	// the path (docs/api.md). WithIfGeneration and the daemon's
+	// if_generation_match take it.
+	Generation int64
+	// ETag is the file's strong entity tag, as REST answers it: the
+	// generation in decimal between double quotes.
+	ETag string
+}
+
+// Digest is the checksum of a range of a file at one generation
+// (File.Digest).
+type Digest struct {
+	// Algorithm is "crc32c" or "sha-256".
+	Algorithm string
+	// Offset and Length are the range covered: Length is cut at the end
+	// of the file.
+	Offset, Length int64
+	// Sum is the checksum: 4 bytes big-endian for crc32c, 32 for sha-256.
+	Sum []byte
+	// Generation is the file's generation the checksum is of.
+	Generation int64
 }
 
 // ExtentState is what backs a range of a file.

@@ -109,12 +109,14 @@ type ackResponse struct {
 type fileAnswer struct {
 	index uint32
 	err   error
+	gen   int64 // the file's generation when it was opened
 }
 
 type ack struct {
 	id            uint64
 	written, size int64
 	offset        int64 // where the write's data begins (an append's, where it landed)
+	gen           int64 // the generation a synced write left; 0 in other acks
 	err           error // from the ack's status; nil when it has none
 }
 
@@ -132,7 +134,7 @@ func (r *ackResponse) decode(data mem.BufferSlice) error {
 		if err != nil {
 			return err
 		}
-		r.acks = append(r.acks, ack{id: a.ID, written: a.Written, size: a.Size, offset: a.Offset, err: carried})
+		r.acks = append(r.acks, ack{id: a.ID, written: a.Written, size: a.Size, offset: a.Offset, gen: a.Generation, err: carried})
 		return nil
 	})
 	if err != nil {
@@ -143,7 +145,7 @@ func (r *ackResponse) decode(data mem.BufferSlice) error {
 		if err != nil {
 			return err
 		}
-		r.files = append(r.files, fileAnswer{index: f.Index, err: wrapErr(carried)})
+		r.files = append(r.files, fileAnswer{index: f.Index, err: wrapErr(carried), gen: f.Generation})
 		return nil
 	})
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/gateway"
 	"github.com/filewrite/filewrite/service/internal/nbd"
-	"github.com/filewrite/filewrite/service/internal/rpc"
 	"github.com/filewrite/filewrite/service/internal/uploads"
 	"github.com/filewrite/filewrite/store"
 )
@@ -115,18 +114,19 @@ type Config struct {
 	// OTEL_TRACES_EXPORTER or an OTLP endpoint is set. The daemon does not
 	// shut down a provider given here.
 	TracerProvider trace.TracerProvider
-	// freshValidators gives a file its validators (ETag, Last-Modified) at
-	// once, however recently it changed, rather than after
-	// rpc.DefaultValidatorDelay: set by tests only.
-	freshValidators bool
+	// freshLastModified gives a file its Last-Modified at once, however
+	// recently it changed, rather than after
+	// gateway.DefaultLastModifiedDelay: set by tests only.
+	freshLastModified bool
 }
 
-// validatorDelay is how long a changed file goes without validators.
-func validatorDelay(c Config) time.Duration {
-	if c.freshValidators {
+// lastModifiedDelay is how long a changed file goes without a
+// Last-Modified.
+func lastModifiedDelay(c Config) time.Duration {
+	if c.freshLastModified {
 		return 0
 	}
-	return rpc.DefaultValidatorDelay
+	return gateway.DefaultLastModifiedDelay
 }
 
 // MaxRequestBytesLimit is the largest Store.MaxRequestBytes accepted: a request is

@@ -360,7 +360,9 @@ func errorScenarios() map[string]errorScenario {
 				w.Crc32C = new(uint32)
 				return firstStreamError(ctx, env.d.client, nil, &filewritev1.WriteStreamRequest{Path: "crc", Writes: []*filewritev1.StreamWrite{w}})
 			},
-			skip: "REST has no checksummed write",
+			rest: func(t *testing.T, env *errorsEnv) restResult {
+				return env.d.rest(t, "PUT", "/v1/files/crc", "data", map[string]string{"Content-Digest": "crc32c=:AAAAAA==:", "Content-Type": gateway.MIMEOctetStream})
+			},
 		},
 		"TOO_MANY_WRITES_IN_MESSAGE": {
 			grpc: func(_ *testing.T, env *errorsEnv, ctx context.Context) error {
@@ -533,16 +535,23 @@ func errorScenarios() map[string]errorScenario {
 			skip: "WriteStream only",
 		},
 		"PRECONDITION_FAILED": {
+			grpc: func(_ *testing.T, env *errorsEnv, ctx context.Context) error {
+				_, err := env.d.client.Write(ctx, &filewritev1.WriteRequest{Path: "existing", Data: []byte("x"), IfGenerationMatch: new(int64)})
+				return err
+			},
 			rest: func(t *testing.T, env *errorsEnv) restResult {
 				return env.d.rest(t, "PUT", "/v1/files/existing", "x", map[string]string{"If-None-Match": "*", "Content-Type": gateway.MIMEOctetStream})
 			},
-			skip: "HTTP preconditions only",
 		},
 		"ETAG_MISMATCH": {
-			rest: func(t *testing.T, env *errorsEnv) restResult {
-				return env.d.rest(t, "GET", "/v1/files/existing?alt=media", "", map[string]string{"If-Match": `W/"other"`})
+			grpc: func(_ *testing.T, env *errorsEnv, ctx context.Context) error {
+				other := int64(1234)
+				_, err := env.d.client.Truncate(ctx, &filewritev1.TruncateRequest{Path: "existing", Size: 1, IfGenerationMatch: &other})
+				return err
 			},
-			skip: "HTTP preconditions only",
+			rest: func(t *testing.T, env *errorsEnv) restResult {
+				return env.d.rest(t, "GET", "/v1/files/existing?alt=media", "", map[string]string{"If-Match": `"1234"`})
+			},
 		},
 		"RANGE_NOT_SATISFIABLE": {
 			rest: func(t *testing.T, env *errorsEnv) restResult {

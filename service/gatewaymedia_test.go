@@ -26,10 +26,11 @@ func send(t *testing.T, method, url string, body io.Reader, header map[string]st
 	return sendWithHost(t, method, url, "", body, header)
 }
 
-// withFreshValidators, given to startDaemon, makes every file carry
-// validators at once, however recently it changed, so that tests need not
-// wait rpc.DefaultValidatorDelay.
-func withFreshValidators(c *Config) { c.freshValidators = true }
+// withFreshValidators, given to startDaemon, makes every file carry a
+// Last-Modified at once, however recently it changed, so that tests need
+// not wait gateway.DefaultLastModifiedDelay (the ETag is there at once
+// anyway).
+func withFreshValidators(c *Config) { c.freshLastModified = true }
 
 func TestDownloadRanges(t *testing.T) {
 	d := startDaemon(t, withFreshValidators)
@@ -152,19 +153,19 @@ func TestDownloadPreconditions(t *testing.T) {
 	url := d.url + "/v1/files/v?alt=media"
 	resp, _ := send(t, "GET", url, nil, nil)
 	etag, lm := resp.Header.Get("ETag"), resp.Header.Get("Last-Modified")
-	if !strings.HasPrefix(etag, `W/"`) || lm == "" {
-		t.Fatalf("ETag %q, Last-Modified %q: want a weak tag and a date", etag, lm)
+	if !strings.HasPrefix(etag, `"`) || lm == "" {
+		t.Fatalf("ETag %q, Last-Modified %q: want a strong tag and a date", etag, lm)
 	}
 	lmTime, _ := http.ParseTime(lm)
 	before := lmTime.Add(-time.Second).Format(http.TimeFormat)
-	opaque := strings.TrimPrefix(etag, "W/")
+	weak := "W/" + etag
 	tests := []struct {
 		name   string
 		header map[string]string
 		want   int
 	}{
 		{"If-None-Match: current", map[string]string{"If-None-Match": etag}, 304},
-		{"If-None-Match: current, without W/", map[string]string{"If-None-Match": opaque}, 304},
+		{"If-None-Match: current, weak (weak comparison)", map[string]string{"If-None-Match": weak}, 304},
 		{"If-None-Match: in a list", map[string]string{"If-None-Match": `"a", ` + etag}, 304},
 		{"If-None-Match: other", map[string]string{"If-None-Match": `W/"0000"`}, 200},
 		{"If-None-Match: *", map[string]string{"If-None-Match": "*"}, 304},
@@ -174,12 +175,15 @@ func TestDownloadPreconditions(t *testing.T) {
 		{"If-Modified-Since: not a date (ignored)", map[string]string{"If-Modified-Since": "yesterday"}, 200},
 		{"If-None-Match wins over If-Modified-Since", map[string]string{"If-None-Match": `"x"`, "If-Modified-Since": lm}, 200},
 		{"If-Match: current", map[string]string{"If-Match": etag}, 200},
+		{"If-Match: current, weak (strong comparison)", map[string]string{"If-Match": weak}, 412},
 		{"If-Match: *", map[string]string{"If-Match": "*"}, 200},
-		{"If-Match: other", map[string]string{"If-Match": `W/"0000"`}, 412},
+		{"If-Match: other", map[string]string{"If-Match": `"1234"`}, 412},
 		{"If-Match: malformed", map[string]string{"If-Match": `W/"open`}, 400},
 		{"If-Unmodified-Since: Last-Modified", map[string]string{"If-Unmodified-Since": lm}, 200},
 		{"If-Unmodified-Since: a second earlier", map[string]string{"If-Unmodified-Since": before}, 412},
-		{"If-Range: the weak tag (never strong)", map[string]string{"If-Range": etag, "Range": "bytes=0-1"}, 200},
+		{"If-Range: the tag", map[string]string{"If-Range": etag, "Range": "bytes=0-1"}, 206},
+		{"If-Range: the tag, weak", map[string]string{"If-Range": weak, "Range": "bytes=0-1"}, 200},
+		{"If-Range: another tag", map[string]string{"If-Range": `"1234"`, "Range": "bytes=0-1"}, 200},
 		{"If-Range: Last-Modified", map[string]string{"If-Range": lm, "Range": "bytes=0-1"}, 206},
 		{"If-Range: another date", map[string]string{"If-Range": before, "Range": "bytes=0-1"}, 200},
 	}
@@ -210,24 +214,38 @@ func TestDownloadPreconditions(t *testing.T) {
 	}
 }
 
-// TestValidatorsWaitForTheClock: a file changed just now has no validator
-// yet, so a precondition on its version fails rather than pass wrongly.
-func TestValidatorsWaitForTheClock(t *testing.T) {
-	d := startDaemon(t, nil) // DefaultValidatorDelay
-	if _, err := d.client.Write(testContext(t), &filewritev1.WriteRequest{Path: "new", Data: []byte("x")}); err != nil {
+// TestLastModifiedWaitsForTheClock: a file changed just now has its
+// strong ETag at once, but no Last-Modified yet, so that a date
+// precondition on it fails rather than pass wrongly; its tag tells the
+// next change at once.
+func TestLastModifiedWaitsForTheClock(t *testing.T) {
+	d := startDaemon(t, nil) // DefaultLastModifiedDelay
+	w, err := d.client.Write(testContext(t), &filewritev1.WriteRequest{Path: "new", Data: []byte("x")})
+	if err != nil {
 		t.Fatal(err)
 	}
 	resp, _ := send(t, "GET", d.url+"/v1/files/new?alt=media", nil, nil)
-	if resp.StatusCode != 200 || resp.Header.Get("ETag") != "" || resp.Header.Get("Last-Modified") != "" {
-		t.Errorf("just written: %d, ETag %q, Last-Modified %q; want 200 without validators",
-			resp.StatusCode, resp.Header.Get("ETag"), resp.Header.Get("Last-Modified"))
+	etag := resp.Header.Get("ETag")
+	if resp.StatusCode != 200 || etag != fmt.Sprintf(`"%d"`, w.GetGeneration()) || resp.Header.Get("Last-Modified") != "" {
+		t.Errorf("just written: %d, ETag %q, Last-Modified %q; want 200, the write's generation %d as the tag, no date",
+			resp.StatusCode, etag, resp.Header.Get("Last-Modified"), w.GetGeneration())
 	}
-	if resp, _ := send(t, "GET", d.url+"/v1/files/new?alt=media", nil, map[string]string{"If-Match": `W/"guess"`}); resp.StatusCode != 412 {
-		t.Errorf("If-Match on a file just written: %d, want 412", resp.StatusCode)
+	now := time.Now().UTC().Format(http.TimeFormat)
+	if resp, _ := send(t, "GET", d.url+"/v1/files/new?alt=media", nil, map[string]string{"If-Unmodified-Since": now}); resp.StatusCode != 412 {
+		t.Errorf("If-Unmodified-Since on a file just written: %d, want 412", resp.StatusCode)
+	}
+	if resp, _ := send(t, "GET", d.url+"/v1/files/new?alt=media", nil, map[string]string{"If-None-Match": etag}); resp.StatusCode != 304 {
+		t.Errorf("If-None-Match: its tag, at once: %d, want 304", resp.StatusCode)
+	}
+	if _, err := d.client.Write(testContext(t), &filewritev1.WriteRequest{Path: "new", Data: []byte("y")}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, _ := send(t, "GET", d.url+"/v1/files/new?alt=media", nil, map[string]string{"If-None-Match": etag}); resp.StatusCode != 200 {
+		t.Errorf("If-None-Match: its tag, after a write within the second: %d, want 200", resp.StatusCode)
 	}
 	st, err := d.client.Stat(testContext(t), &filewritev1.StatRequest{Path: "new"})
-	if err != nil || st.GetEtag() != "" || st.GetChangeTime() == nil {
-		t.Errorf("Stat: %v, %v; want a change time and no etag yet", st, err)
+	if err != nil || st.GetEtag() != fmt.Sprintf(`"%d"`, st.GetGeneration()) || st.GetEtag() == etag || st.GetChangeTime() == nil {
+		t.Errorf("Stat: %v, %v; want a change time, and an etag of its generation, new", st, err)
 	}
 }
 
@@ -243,7 +261,9 @@ func TestPutPreconditions(t *testing.T) {
 		want     int
 		wantFile string // what p holds afterwards
 	}{
-		{"If-Match: stale", "p", map[string]string{"If-Match": `W/"stale"`}, 412, "original"},
+		{"If-Match: stale", "p", map[string]string{"If-Match": `"1234"`}, 412, "original"},
+		{"If-Match: current but weak", "p", map[string]string{"If-Match": "W/" + etag}, 412, "original"},
+		{"If-None-Match: current", "p", map[string]string{"If-None-Match": etag}, 412, "original"},
 		{"If-Match: malformed", "p", map[string]string{"If-Match": "stale"}, 400, "original"},
 		{"If-Unmodified-Since: long ago", "p", map[string]string{"If-Unmodified-Since": "Mon, 02 Jan 2006 15:04:05 GMT"}, 412, "original"},
 		{"If-Match: * on a missing file", "missing", map[string]string{"If-Match": "*"}, 412, "original"},

@@ -226,7 +226,6 @@ func Start(cfg Config) (_ *Server, err error) {
 		Budget:            s.budget,
 		Auth:              s.auth,
 		Meter:             s.tel.meterProvider.Meter(serviceScope),
-		ValidatorDelay:    validatorDelay(cfg),
 	})
 	if err != nil {
 		lis.Close()
@@ -316,7 +315,7 @@ func (s *Server) startGateway() (err error) {
 		grpc.WithContextDialer(s.gatewayLis.dial),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStatsHandler(s.tel.clientHandler()),
-		grpc.WithChainUnaryInterceptor(gateway.HoldBody),
+		grpc.WithChainUnaryInterceptor(gateway.HoldBody, gateway.Preconditions),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limit), grpc.MaxCallSendMsgSize(limit)),
 	)
 	if err != nil {
@@ -330,6 +329,9 @@ func (s *Server) startGateway() (err error) {
 		MaxFileSize:     s.cfg.Store.MaxFileSize,
 		BodyTimeout:     s.cfg.BodyTimeout,
 		Budget:          s.budget,
+		// Last-Modified only once a date cannot repeat (see
+		// gateway.DefaultLastModifiedDelay).
+		LastModifiedDelay: lastModifiedDelay(s.cfg),
 		// The routes that move bytes take the direct road, through what
 		// the gateway's gRPC server runs, in its order: the log line
 		// (newGRPCServer) and gatewayChecks.

@@ -111,6 +111,7 @@ func TestUnknownFieldsInEveryRequest(t *testing.T) {
 		{"Stat", &filewritev1.StatRequest{Path: "u/f.bin"}, &filewritev1.StatResponse{}},
 		{"Read", &filewritev1.ReadRequest{Path: "u/f.bin", Length: 5}, &filewritev1.ReadResponse{}},
 		{"Extents", &filewritev1.ExtentsRequest{Path: "u/f.bin", Length: 4096}, &filewritev1.ExtentsResponse{}},
+		{"Digest", &filewritev1.DigestRequest{Path: "u/f.bin", Algorithm: "sha-256"}, &filewritev1.DigestResponse{}},
 		{"List", &filewritev1.ListRequest{Path: "u"}, &filewritev1.ListResponse{}},
 		{"Rename", &filewritev1.RenameRequest{Path: "u/f.bin", NewPath: "u/g.bin"}, &filewritev1.RenameResponse{}},
 		{"Delete", &filewritev1.DeleteRequest{Path: "u/g.bin"}, &filewritev1.DeleteResponse{}},

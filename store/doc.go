@@ -122,7 +122,10 @@
 // (precondition.go) takes the inode lock exclusively, whatever the policy,
 // waits for writes in flight, and checks the generation before it
 // changes anything, so no acknowledged mutation lands between the check
-// and the change; without one it pays nothing more.
+// and the change; without one it pays nothing more. Digest (digest.go)
+// reads without the lock and then checks, holding it exclusively after
+// the writes in flight, that the generation did not move meanwhile: a
+// checksum is of one generation, and is kept by it.
 //
 // # Lock order
 //
@@ -184,6 +187,8 @@
 //	                        and not yet durable; a leaf)
 //	dirSync.mu             (one directory's fsyncs; a leaf, taken alone)
 //	unlistedNames.mu       (names List left out and reported; a leaf)
+//	digestCache.mu         (the checksums Digest computed, by generation;
+//	                        a leaf, taken alone)
 //
 // Nothing waits for an inode lock while holding inodeTable.mu: get and put
 // take and drop it before the caller touches inode.lock, and /debug/locks

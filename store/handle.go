@@ -4,6 +4,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -75,6 +76,75 @@ func (s *Store) openHandle(ctx context.Context, path string, open OpenMode) (*Ha
 		return nil, err
 	}
 	return &Handle{s: s, ino: ino, path: path, gone: s.table.goneChan(ino)}, nil
+}
+
+// OpenHandleIf is OpenHandle on the condition pre (see Precondition),
+// checked once, as the file is opened: with its lock held exclusively,
+// after the writes in flight. The writes made through the Handle later are
+// not conditional. "No file may exist" opens as OpenExclusive does (open
+// may not be OpenMustExist then: no file could meet both); any other
+// condition needs a file, and opens as OpenMustExist. A condition that
+// does not hold opens nothing, creates nothing and is a
+// *GenerationMismatch.
+func (s *Store) OpenHandleIf(ctx context.Context, path string, open OpenMode, pre Precondition) (*Handle, error) {
+	if !pre.present() {
+		return s.OpenHandle(ctx, path, open)
+	}
+	if err := pre.validate(); err != nil {
+		return nil, err
+	}
+	if pre.missingHolds() {
+		if open == OpenMustExist {
+			return nil, refuse(ErrInvalidMode, "open_mode", "a file that must exist, and a generation condition that no file may exist: no file meets both")
+		}
+		h, err := s.OpenHandle(ctx, path, OpenExclusive)
+		if errors.Is(err, ErrExists) {
+			err = &GenerationMismatch{Path: path, Precondition: pre, Current: s.generationOf(ctx, path)}
+		}
+		return h, err
+	}
+	h, err := s.OpenHandle(ctx, path, OpenMustExist)
+	if errors.Is(err, ErrNotFound) {
+		if cerr := pre.check(path, 0); cerr != nil {
+			return nil, cerr
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := h.Check(ctx, pre); err != nil {
+		h.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+// generationOf is the generation of the file path names now, 0 if none:
+// for the error of a condition found failed another way.
+func (s *Store) generationOf(ctx context.Context, path string) int64 {
+	ino, err := s.table.get(ctx, path, false)
+	if err != nil {
+		return 0
+	}
+	defer s.table.put(ino)
+	return ino.gen.Load()
+}
+
+// Check checks pre on the Handle's file now, with its lock held
+// exclusively after the writes in flight, and changes nothing: a
+// *GenerationMismatch if it does not hold, ErrDeleted if the file was
+// deleted.
+func (h *Handle) Check(ctx context.Context, pre Precondition) error {
+	if err := pre.validate(); err != nil {
+		return err
+	}
+	held, err := h.lockIf(ctx, pre, "check")
+	if err != nil {
+		return err
+	}
+	h.ino.lock.release(held)
+	putHolder(held)
+	return nil
 }
 
 // Path is the path the handle was opened by, whatever a Rename made of it

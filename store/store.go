@@ -27,6 +27,8 @@ type Store struct {
 	unlisted unlistedNames
 	// appendIDs remembers recent appends by ID (Append).
 	appendIDs appendIDWindow
+	// digests keeps the checksums Digest computed, by generation.
+	digests digestCache
 }
 
 // Open opens a store over fsys (see OpenOSFS). The store owns fsys and
@@ -193,6 +195,7 @@ func (s *Store) writeIf(ctx context.Context, path string, open OpenMode, off int
 		return WriteResult{}, fmt.Errorf("%w: %s (exclusive create)", ErrExists, path)
 	}
 	w, err := s.applyWrite(ctx, ino, path, h, off, data, sync)
+	w.Created = created
 	if err == nil {
 		one := [1]AppliedWrite{w}
 		err = s.waitWrites(ctx, ino, one[:])

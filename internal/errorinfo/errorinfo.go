@@ -28,6 +28,9 @@ const (
 	// KeyField is the request field at fault, such as "offset"; the
 	// BadRequest detail names it too.
 	KeyField = "field"
+	// KeyGeneration is the file's generation, in decimal ("0": no file),
+	// in the refusal of a failed precondition.
+	KeyGeneration = "generation"
 )
 
 // From returns the daemon's ErrorInfo in err's status, or nil when err is

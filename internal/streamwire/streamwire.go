@@ -31,9 +31,13 @@ const (
 	FieldRequestOpen   = 3 // WriteStreamRequest.open_mode
 	FieldRequestFiles  = 4 // WriteStreamRequest.files
 	FieldRequestClose  = 5 // WriteStreamRequest.close
+	FieldRequestIf     = 6 // WriteStreamRequest.if_generation_match
+	FieldRequestIfNot  = 7 // WriteStreamRequest.if_generation_not_match
 	FieldFileIndex     = 1 // StreamFile.index
 	FieldFilePath      = 2 // StreamFile.path
 	FieldFileOpen      = 3 // StreamFile.open_mode
+	FieldFileIf        = 4 // StreamFile.if_generation_match
+	FieldFileIfNot     = 5 // StreamFile.if_generation_not_match
 	FieldWriteID       = 1 // StreamWrite.id
 	FieldWriteOffset   = 2 // StreamWrite.offset
 	FieldWriteData     = 3 // StreamWrite.data
@@ -46,11 +50,13 @@ const (
 	FieldResponseFiles = 2 // WriteStreamResponse.files
 	FieldStatusIndex   = 1 // StreamFileStatus.index
 	FieldStatusStatus  = 2 // StreamFileStatus.status
+	FieldStatusGen     = 3 // StreamFileStatus.generation
 	FieldAckID         = 1 // StreamAck.id
 	FieldAckWritten    = 2 // StreamAck.bytes_written
 	FieldAckSize       = 3 // StreamAck.size
 	FieldAckStatus     = 4 // StreamAck.status
 	FieldAckOffset     = 5 // StreamAck.offset
+	FieldAckGen        = 6 // StreamAck.generation
 )
 
 // MaxWritesPerMessage bounds the writes of one WriteStreamRequest: the
@@ -100,6 +106,59 @@ type File struct {
 	Index    uint32
 	Path     string
 	OpenMode int32 // a filewritev1.OpenMode, unchecked
+	If       Conditions
+}
+
+// Conditions are the conditions on a file's generation that a stream
+// opens it under (if_generation_match, if_generation_not_match), each nil
+// when absent: proto3 optional fields, present even when 0.
+type Conditions struct {
+	IfMatch, IfNotMatch *int64
+}
+
+// decode sets c's field num from the varint of b, and returns how much of
+// b it took (negative if malformed), or 0 if num is none of ifMatch and
+// ifNotMatch.
+func (c *Conditions) decode(num, ifMatch, ifNotMatch protowire.Number, b []byte) int {
+	if num != ifMatch && num != ifNotMatch {
+		return 0
+	}
+	v, l := protowire.ConsumeVarint(b)
+	if l < 0 {
+		return l
+	}
+	gen := int64(v)
+	if num == ifMatch {
+		c.IfMatch = &gen
+	} else {
+		c.IfNotMatch = &gen
+	}
+	return l
+}
+
+// size is the size of c's fields numbered ifMatch and ifNotMatch.
+func (c *Conditions) size(ifMatch, ifNotMatch protowire.Number) int {
+	n := 0
+	if c.IfMatch != nil {
+		n += protowire.SizeTag(ifMatch) + protowire.SizeVarint(uint64(*c.IfMatch))
+	}
+	if c.IfNotMatch != nil {
+		n += protowire.SizeTag(ifNotMatch) + protowire.SizeVarint(uint64(*c.IfNotMatch))
+	}
+	return n
+}
+
+// append appends c's fields numbered ifMatch and ifNotMatch to b.
+func (c *Conditions) append(b []byte, ifMatch, ifNotMatch protowire.Number) []byte {
+	if c.IfMatch != nil {
+		b = protowire.AppendTag(b, ifMatch, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(*c.IfMatch))
+	}
+	if c.IfNotMatch != nil {
+		b = protowire.AppendTag(b, ifNotMatch, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(*c.IfNotMatch))
+	}
+	return b
 }
 
 // Write is one StreamWrite as it is on the wire. On decoding, Data and
@@ -124,6 +183,8 @@ type Request struct {
 	Path string
 	// OpenMode is the raw open_mode (a filewritev1.OpenMode, unchecked).
 	OpenMode int32
+	// If holds the conditions on the path's file.
+	If Conditions
 	// Writes is how many writes it carries, DataBytes the sum of their
 	// data's lengths.
 	Writes    int
@@ -172,6 +233,12 @@ func ScanRequest(b []byte, maxWrites int) (Request, error) {
 				return r, ErrMalformed
 			}
 			r.OpenMode = int32(v)
+			b = b[l:]
+		case (num == FieldRequestIf || num == FieldRequestIfNot) && typ == protowire.VarintType:
+			l := r.If.decode(num, FieldRequestIf, FieldRequestIfNot, b)
+			if l < 0 {
+				return r, ErrMalformed
+			}
 			b = b[l:]
 		case num == FieldRequestFiles && typ == protowire.BytesType:
 			v, l := protowire.ConsumeBytes(b)
@@ -290,6 +357,8 @@ func decodeFile(b []byte) (File, error) {
 		case num == FieldFileOpen && typ == protowire.VarintType:
 			v, l = protowire.ConsumeVarint(b)
 			f.OpenMode = int32(v)
+		case (num == FieldFileIf || num == FieldFileIfNot) && typ == protowire.VarintType:
+			l = f.If.decode(num, FieldFileIf, FieldFileIfNot, b)
 		case num == FieldFilePath && typ == protowire.BytesType:
 			var p []byte
 			p, l = protowire.ConsumeBytes(b)
@@ -418,7 +487,8 @@ func AppendWriteTail(b []byte, w *Write) []byte {
 func fileSize(f *File) int {
 	return protowire.SizeTag(FieldFileIndex) + protowire.SizeVarint(uint64(f.Index)) +
 		sizeBytes(FieldFilePath, len(f.Path)) +
-		sizeVarint(FieldFileOpen, uint64(f.OpenMode))
+		sizeVarint(FieldFileOpen, uint64(f.OpenMode)) +
+		f.If.size(FieldFileIf, FieldFileIfNot)
 }
 
 // RequestFileSize is what declaring f adds to a WriteStreamRequest.
@@ -433,7 +503,8 @@ func AppendFile(b []byte, f *File) []byte {
 	b = protowire.AppendVarint(b, uint64(f.Index))
 	b = protowire.AppendTag(b, FieldFilePath, protowire.BytesType)
 	b = protowire.AppendString(b, f.Path)
-	return appendVarint(b, FieldFileOpen, uint64(f.OpenMode))
+	b = appendVarint(b, FieldFileOpen, uint64(f.OpenMode))
+	return f.If.append(b, FieldFileIf, FieldFileIfNot)
 }
 
 // RequestCloseSize is what closing index adds to a WriteStreamRequest.
@@ -450,14 +521,15 @@ func AppendClose(b []byte, index uint32) []byte {
 
 // FileStatus is one StreamFileStatus. Status is the encoded
 // google.rpc.Status, nil when the file is open; on decoding it aliases
-// the message.
+// the message. Generation is the file's when it was opened.
 type FileStatus struct {
-	Index  uint32
-	Status []byte
+	Index      uint32
+	Status     []byte
+	Generation int64
 }
 
 func fileStatusSize(f *FileStatus) int {
-	n := sizeVarint(FieldStatusIndex, uint64(f.Index))
+	n := sizeVarint(FieldStatusIndex, uint64(f.Index)) + sizeVarint(FieldStatusGen, uint64(f.Generation))
 	if f.Status != nil {
 		n += sizeBytes(FieldStatusStatus, len(f.Status))
 	}
@@ -476,7 +548,7 @@ func AppendFileStatus(b []byte, f *FileStatus) []byte {
 	if f.Status != nil {
 		b = appendBytes(b, FieldStatusStatus, f.Status)
 	}
-	return b
+	return appendVarint(b, FieldStatusGen, uint64(f.Generation))
 }
 
 // EachFileStatus calls fn for each file status of the WriteStreamResponse
@@ -506,6 +578,10 @@ func decodeFileStatus(v []byte, f *FileStatus) bool {
 			f.Index = uint32(x)
 		case num == FieldStatusStatus && typ == protowire.BytesType:
 			f.Status, n = protowire.ConsumeBytes(v)
+		case num == FieldStatusGen && typ == protowire.VarintType:
+			var x uint64
+			x, n = protowire.ConsumeVarint(v)
+			f.Generation = int64(x)
 		default:
 			n = protowire.ConsumeFieldValue(num, typ, v)
 		}
@@ -556,13 +632,17 @@ type Ack struct {
 	// Offset is where the write's data begins (an append's, where it
 	// landed).
 	Offset int64
+	// Generation is the file's generation after the write: set in the
+	// acks of synced writes only (0 is not encoded).
+	Generation int64
 }
 
 func ackSize(a *Ack) int {
 	n := sizeVarint(FieldAckID, a.ID) +
 		sizeVarint(FieldAckWritten, uint64(a.Written)) +
 		sizeVarint(FieldAckSize, uint64(a.Size)) +
-		sizeVarint(FieldAckOffset, uint64(a.Offset))
+		sizeVarint(FieldAckOffset, uint64(a.Offset)) +
+		sizeVarint(FieldAckGen, uint64(a.Generation))
 	if a.Status != nil {
 		n += sizeBytes(FieldAckStatus, len(a.Status))
 	}
@@ -583,7 +663,8 @@ func AppendAck(b []byte, a *Ack) []byte {
 	if a.Status != nil {
 		b = appendBytes(b, FieldAckStatus, a.Status)
 	}
-	return appendVarint(b, FieldAckOffset, uint64(a.Offset))
+	b = appendVarint(b, FieldAckOffset, uint64(a.Offset))
+	return appendVarint(b, FieldAckGen, uint64(a.Generation))
 }
 
 // EachAck calls fn for each ack of the WriteStreamResponse in b, in order,
@@ -621,6 +702,9 @@ func decodeAck(b []byte, a *Ack) bool {
 		case num == FieldAckOffset && typ == protowire.VarintType:
 			v, l = protowire.ConsumeVarint(b)
 			a.Offset = int64(v)
+		case num == FieldAckGen && typ == protowire.VarintType:
+			v, l = protowire.ConsumeVarint(b)
+			a.Generation = int64(v)
 		default:
 			l = protowire.ConsumeFieldValue(num, typ, b)
 		}

@@ -97,6 +97,7 @@ func TestRequestRoundTrip(t *testing.T) {
 	// Generated code → decoder.
 	msg.Path = "a/b"
 	msg.OpenMode = filewritev1.OpenMode_OPEN_MODE_EXCLUSIVE
+	msg.IfGenerationMatch, msg.IfGenerationNotMatch = ptr(int64(0)), ptr(int64(1<<40))
 	msg.Writes = append(msg.Writes, &filewritev1.StreamWrite{Id: 9}) // no CRC
 	wire, err := proto.Marshal(msg)
 	if err != nil {
@@ -113,7 +114,8 @@ func TestRequestRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Path != msg.Path || r.OpenMode != int32(msg.OpenMode) || !sameWrites(ws, msg.Writes) {
+		if r.Path != msg.Path || r.OpenMode != int32(msg.OpenMode) || !sameWrites(ws, msg.Writes) ||
+			!sameConditions(r.If, msg.IfGenerationMatch, msg.IfGenerationNotMatch) {
 			t.Errorf("decoded %q %+v, want %v", r.Path, ws, msg)
 		}
 		var data int64
@@ -126,6 +128,12 @@ func TestRequestRoundTrip(t *testing.T) {
 	}
 }
 
+// sameConditions compares decoded conditions with the generated code's.
+func sameConditions(c Conditions, ifMatch, ifNotMatch *int64) bool {
+	same := func(a, b *int64) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
+	return same(c.IfMatch, ifMatch) && same(c.IfNotMatch, ifNotMatch)
+}
+
 // sameFiles compares decoded declarations and closes with the generated
 // code's.
 func sameFiles(r Request, want *filewritev1.WriteStreamRequest) bool {
@@ -134,7 +142,7 @@ func sameFiles(r Request, want *filewritev1.WriteStreamRequest) bool {
 	}
 	for i, f := range r.Files {
 		v := want.Files[i]
-		if f.Index != v.Index || f.Path != v.Path || f.OpenMode != int32(v.OpenMode) {
+		if f.Index != v.Index || f.Path != v.Path || f.OpenMode != int32(v.OpenMode) || !sameConditions(f.If, v.IfGenerationMatch, v.IfGenerationNotMatch) {
 			return false
 		}
 	}
@@ -155,6 +163,8 @@ func TestRequestFilesRoundTrip(t *testing.T) {
 			{Index: 1, Path: "a/one"},
 			{Index: math.MaxUint32, Path: "b/two", OpenMode: filewritev1.OpenMode_OPEN_MODE_MUST_EXIST},
 			{Index: 0, Path: ""},
+			{Index: 2, Path: "c", IfGenerationMatch: ptr(int64(0))},
+			{Index: 3, Path: "d", IfGenerationMatch: ptr(int64(1<<62 + 5)), IfGenerationNotMatch: ptr(int64(-1))},
 		},
 		Close:  []uint32{4, 0, math.MaxUint32},
 		Writes: []*filewritev1.StreamWrite{{Id: 5, Data: []byte("x"), Crc32C: ptr(uint32(9)), File: 1}},
@@ -162,7 +172,7 @@ func TestRequestFilesRoundTrip(t *testing.T) {
 	var enc []byte
 	size := 0
 	for _, f := range msg.Files {
-		w := File{Index: f.Index, Path: f.Path, OpenMode: int32(f.OpenMode)}
+		w := File{Index: f.Index, Path: f.Path, OpenMode: int32(f.OpenMode), If: Conditions{f.IfGenerationMatch, f.IfGenerationNotMatch}}
 		enc = AppendFile(enc, &w)
 		size += RequestFileSize(&w)
 	}
@@ -219,7 +229,7 @@ func TestRequestFilesRoundTrip(t *testing.T) {
 // generated code decodes, and the client's decoder reads them back.
 func TestFileStatusRoundTrip(t *testing.T) {
 	st, _ := proto.Marshal(status.New(codes.NotFound, "gone").Proto())
-	in := []FileStatus{{Index: 1}, {Index: math.MaxUint32, Status: st}, {}}
+	in := []FileStatus{{Index: 1, Generation: 1 << 50}, {Index: math.MaxUint32, Status: st}, {}}
 	var b []byte
 	size := 0
 	for i := range in {
@@ -236,7 +246,7 @@ func TestFileStatusRoundTrip(t *testing.T) {
 	}
 	want := &filewritev1.WriteStreamResponse{
 		Acks:  []*filewritev1.StreamAck{{Id: 3}},
-		Files: []*filewritev1.StreamFileStatus{{Index: 1}, {Index: math.MaxUint32, Status: status.New(codes.NotFound, "gone").Proto()}, {}},
+		Files: []*filewritev1.StreamFileStatus{{Index: 1, Generation: 1 << 50}, {Index: math.MaxUint32, Status: status.New(codes.NotFound, "gone").Proto()}, {}},
 	}
 	if !proto.Equal(got, want) {
 		t.Errorf("generated code decodes\n %v\nwant\n %v", got, want)
@@ -249,7 +259,7 @@ func TestFileStatusRoundTrip(t *testing.T) {
 		t.Fatalf("%d statuses, want %d", len(decoded), len(in))
 	}
 	for i, f := range decoded {
-		if f.Index != in[i].Index || !bytes.Equal(f.Status, in[i].Status) {
+		if f.Index != in[i].Index || !bytes.Equal(f.Status, in[i].Status) || f.Generation != in[i].Generation {
 			t.Errorf("status %d = %+v, want %+v", i, f, in[i])
 		}
 	}
@@ -330,7 +340,7 @@ func TestScanRequestAllocations(t *testing.T) {
 // what the generated code encodes, the client's decoder reads, in order.
 func TestAckRoundTrip(t *testing.T) {
 	st, _ := proto.Marshal(status.New(codes.ResourceExhausted, "full").Proto())
-	acks := []Ack{{}, {ID: 5, Written: 4096, Size: 1 << 40, Offset: 1 << 39}, {ID: math.MaxUint64, Written: 100, Size: 8292, Status: st}}
+	acks := []Ack{{}, {ID: 5, Written: 4096, Size: 1 << 40, Offset: 1 << 39, Generation: 1<<40 | 7}, {ID: math.MaxUint64, Written: 100, Size: 8292, Status: st}}
 	var b []byte
 	size := 0
 	for i := range acks {
@@ -346,7 +356,7 @@ func TestAckRoundTrip(t *testing.T) {
 	}
 	want := &filewritev1.WriteStreamResponse{}
 	for _, a := range acks {
-		v := &filewritev1.StreamAck{Id: a.ID, BytesWritten: a.Written, Size: a.Size, Offset: a.Offset}
+		v := &filewritev1.StreamAck{Id: a.ID, BytesWritten: a.Written, Size: a.Size, Offset: a.Offset, Generation: a.Generation}
 		if a.Status != nil {
 			v.Status = status.New(codes.ResourceExhausted, "full").Proto()
 		}
@@ -366,7 +376,7 @@ func TestAckRoundTrip(t *testing.T) {
 		t.Fatalf("%d acks, want %d", len(decoded), len(acks))
 	}
 	for i, a := range decoded {
-		if a.ID != acks[i].ID || a.Written != acks[i].Written || a.Size != acks[i].Size || a.Offset != acks[i].Offset || !bytes.Equal(a.Status, acks[i].Status) {
+		if a.ID != acks[i].ID || a.Written != acks[i].Written || a.Size != acks[i].Size || a.Offset != acks[i].Offset || a.Generation != acks[i].Generation || !bytes.Equal(a.Status, acks[i].Status) {
 			t.Errorf("ack %d = %+v, want %+v", i, a, acks[i])
 		}
 	}

@@ -73,8 +73,12 @@ const (
 	// (a Write's data, a Read's length, a REST body, a WriteStream message).
 	// It can never succeed as it is: split it. Metadata: limit, flag.
 	ErrorReason_REQUEST_TOO_LARGE ErrorReason = 10
-	// INVALID_ARGUMENT: the CRC-32C a write carries does not match its data.
-	// Nothing was written. Metadata: crc32c_data, crc32c_sent.
+	// INVALID_ARGUMENT: a checksum a write carries does not match its data:
+	// the CRC-32C of a Write, Append or stream write (metadata crc32c_data,
+	// crc32c_sent), or over REST a raw upload's Content-Digest, x-goog-hash
+	// or Content-MD5 (metadata algorithm, digest_data, digest_sent, base64).
+	// Nothing was written, except by a PUT of several pieces, whose pieces
+	// before the last are (metadata offset, bytes_written).
 	ErrorReason_CRC_MISMATCH ErrorReason = 11
 	// INVALID_ARGUMENT: a WriteStream write reuses the id of a write not yet
 	// acknowledged. Metadata: id.
@@ -148,12 +152,15 @@ const (
 	// Reserved: UNAUTHENTICATED, the token was revoked.
 	ErrorReason_TOKEN_REVOKED ErrorReason = 101
 	// FAILED_PRECONDITION (HTTP 412): a condition on the file's existence or
-	// age does not hold (HTTP If-None-Match: * on a file that exists,
-	// If-Match: * on one that does not, If-Unmodified-Since).
+	// age does not hold (if_generation_match 0 or HTTP If-None-Match: * on a
+	// file that exists, if_generation_not_match 0 or If-Match: * on one that
+	// does not, If-Unmodified-Since). Nothing was done. Metadata:
+	// generation (the file's, 0 if none), (etag, path).
 	ErrorReason_PRECONDITION_FAILED ErrorReason = 102
-	// FAILED_PRECONDITION (HTTP 412): the file's entity tag is not one that
-	// If-Match gives, or is one that If-None-Match gives to a write.
-	// Metadata: etag (the current one; absent while the file has none).
+	// FAILED_PRECONDITION (HTTP 412): the file's generation (its entity tag)
+	// is not the one if_generation_match or If-Match names, or is the one
+	// if_generation_not_match or If-None-Match names to a mutation. Nothing
+	// was done. Metadata: generation (the file's, 0 if none), (etag, path).
 	ErrorReason_ETAG_MISMATCH ErrorReason = 103
 	// Reserved: FAILED_PRECONDITION, a conditional append found the file's
 	// end elsewhere. Metadata: size.

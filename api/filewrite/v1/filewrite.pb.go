@@ -290,9 +290,21 @@ type WriteRequest struct {
 	// file's next full sync (SYNC_MODE_FULL, or Fsync without data_only);
 	// on a filesystem without user extended attributes it is not kept.
 	// Empty leaves the type as it was.
-	ContentType   string `protobuf:"bytes,6,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ContentType string `protobuf:"bytes,6,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// When set, the call is made only if the file's generation
+	// (StatResponse.generation) is this one; 0 means only if no file exists.
+	// Checked with the file's lock held exclusively, after the writes in
+	// flight: nothing lands between the check and the change. A failed check
+	// changes and creates nothing: FAILED_PRECONDITION, reason ETAG_MISMATCH
+	// (PRECONDITION_FAILED for 0), the file's generation in the ErrorInfo's
+	// metadata "generation".
+	IfGenerationMatch *int64 `protobuf:"varint,7,opt,name=if_generation_match,json=ifGenerationMatch,proto3,oneof" json:"if_generation_match,omitempty"`
+	// When set, the call is made only if a file exists whose generation is
+	// not this one; 0 means only if a file exists. Checked as
+	// if_generation_match.
+	IfGenerationNotMatch *int64 `protobuf:"varint,8,opt,name=if_generation_not_match,json=ifGenerationNotMatch,proto3,oneof" json:"if_generation_not_match,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *WriteRequest) Reset() {
@@ -367,6 +379,20 @@ func (x *WriteRequest) GetContentType() string {
 	return ""
 }
 
+func (x *WriteRequest) GetIfGenerationMatch() int64 {
+	if x != nil && x.IfGenerationMatch != nil {
+		return *x.IfGenerationMatch
+	}
+	return 0
+}
+
+func (x *WriteRequest) GetIfGenerationNotMatch() int64 {
+	if x != nil && x.IfGenerationNotMatch != nil {
+		return *x.IfGenerationNotMatch
+	}
+	return 0
+}
+
 // WriteResponse reports a successful write.
 type WriteResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -376,7 +402,10 @@ type WriteResponse struct {
 	Size int64 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
 	// Whether this write created the file (a raw PUT that did answers 201
 	// Created).
-	Created       bool `protobuf:"varint,3,opt,name=created,proto3" json:"created,omitempty"`
+	Created bool `protobuf:"varint,3,opt,name=created,proto3" json:"created,omitempty"`
+	// The file's generation right after the write (see
+	// StatResponse.generation); REST sends it as the ETag header too.
+	Generation    int64 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -432,6 +461,13 @@ func (x *WriteResponse) GetCreated() bool {
 	return false
 }
 
+func (x *WriteResponse) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 // AppendRequest is one append.
 type AppendRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -451,9 +487,13 @@ type AppendRequest struct {
 	// When not empty, an id unique per file for as long as the client
 	// lives: a resend with an id the daemon remembers returns the first
 	// append's offset without writing again. At most 128 bytes.
-	AppendId      string `protobuf:"bytes,6,opt,name=append_id,json=appendId,proto3" json:"append_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AppendId string `protobuf:"bytes,6,opt,name=append_id,json=appendId,proto3" json:"append_id,omitempty"`
+	// As WriteRequest.if_generation_match.
+	IfGenerationMatch *int64 `protobuf:"varint,7,opt,name=if_generation_match,json=ifGenerationMatch,proto3,oneof" json:"if_generation_match,omitempty"`
+	// As WriteRequest.if_generation_not_match.
+	IfGenerationNotMatch *int64 `protobuf:"varint,8,opt,name=if_generation_not_match,json=ifGenerationNotMatch,proto3,oneof" json:"if_generation_not_match,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *AppendRequest) Reset() {
@@ -528,6 +568,20 @@ func (x *AppendRequest) GetAppendId() string {
 	return ""
 }
 
+func (x *AppendRequest) GetIfGenerationMatch() int64 {
+	if x != nil && x.IfGenerationMatch != nil {
+		return *x.IfGenerationMatch
+	}
+	return 0
+}
+
+func (x *AppendRequest) GetIfGenerationNotMatch() int64 {
+	if x != nil && x.IfGenerationNotMatch != nil {
+		return *x.IfGenerationNotMatch
+	}
+	return 0
+}
+
 // AppendResponse says where an append landed.
 type AppendResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -535,7 +589,10 @@ type AppendResponse struct {
 	Offset int64 `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
 	// The file size readers saw once the append completed; at least
 	// offset+len(data).
-	Size          int64 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Size int64 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	// The file's generation right after the append completed (see
+	// StatResponse.generation); REST sends it as the ETag header too.
+	Generation    int64 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -580,6 +637,13 @@ func (x *AppendResponse) GetOffset() int64 {
 func (x *AppendResponse) GetSize() int64 {
 	if x != nil {
 		return x.Size
+	}
+	return 0
+}
+
+func (x *AppendResponse) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
 	}
 	return 0
 }
@@ -683,9 +747,13 @@ type TruncateRequest struct {
 	// The file, relative to the root.
 	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	// The new size in bytes; >= 0 and at most --max-file-size.
-	Size          int64 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Size int64 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	// As WriteRequest.if_generation_match.
+	IfGenerationMatch *int64 `protobuf:"varint,3,opt,name=if_generation_match,json=ifGenerationMatch,proto3,oneof" json:"if_generation_match,omitempty"`
+	// As WriteRequest.if_generation_not_match.
+	IfGenerationNotMatch *int64 `protobuf:"varint,4,opt,name=if_generation_not_match,json=ifGenerationNotMatch,proto3,oneof" json:"if_generation_not_match,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *TruncateRequest) Reset() {
@@ -732,9 +800,27 @@ func (x *TruncateRequest) GetSize() int64 {
 	return 0
 }
 
-// TruncateResponse is empty: the size is now the one asked for.
+func (x *TruncateRequest) GetIfGenerationMatch() int64 {
+	if x != nil && x.IfGenerationMatch != nil {
+		return *x.IfGenerationMatch
+	}
+	return 0
+}
+
+func (x *TruncateRequest) GetIfGenerationNotMatch() int64 {
+	if x != nil && x.IfGenerationNotMatch != nil {
+		return *x.IfGenerationNotMatch
+	}
+	return 0
+}
+
+// TruncateResponse says the file's generation: the size is now the one
+// asked for.
 type TruncateResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The file's generation right after the truncate (see
+	// StatResponse.generation); REST sends it as the ETag header too.
+	Generation    int64 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -769,6 +855,13 @@ func (*TruncateResponse) Descriptor() ([]byte, []int) {
 	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{7}
 }
 
+func (x *TruncateResponse) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 // FallocateRequest changes the allocation of a range.
 type FallocateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -780,9 +873,13 @@ type FallocateRequest struct {
 	Offset int64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
 	// Length of the range in bytes; > 0, and offset+length at most
 	// --max-file-size.
-	Length        int64 `protobuf:"varint,4,opt,name=length,proto3" json:"length,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Length int64 `protobuf:"varint,4,opt,name=length,proto3" json:"length,omitempty"`
+	// As WriteRequest.if_generation_match.
+	IfGenerationMatch *int64 `protobuf:"varint,5,opt,name=if_generation_match,json=ifGenerationMatch,proto3,oneof" json:"if_generation_match,omitempty"`
+	// As WriteRequest.if_generation_not_match.
+	IfGenerationNotMatch *int64 `protobuf:"varint,6,opt,name=if_generation_not_match,json=ifGenerationNotMatch,proto3,oneof" json:"if_generation_not_match,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *FallocateRequest) Reset() {
@@ -843,11 +940,28 @@ func (x *FallocateRequest) GetLength() int64 {
 	return 0
 }
 
+func (x *FallocateRequest) GetIfGenerationMatch() int64 {
+	if x != nil && x.IfGenerationMatch != nil {
+		return *x.IfGenerationMatch
+	}
+	return 0
+}
+
+func (x *FallocateRequest) GetIfGenerationNotMatch() int64 {
+	if x != nil && x.IfGenerationNotMatch != nil {
+		return *x.IfGenerationNotMatch
+	}
+	return 0
+}
+
 // FallocateResponse reports the size after Fallocate.
 type FallocateResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The file size after the call.
-	Size          int64 `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
+	Size int64 `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
+	// The file's generation right after the call (see
+	// StatResponse.generation); REST sends it as the ETag header too.
+	Generation    int64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -885,6 +999,13 @@ func (*FallocateResponse) Descriptor() ([]byte, []int) {
 func (x *FallocateResponse) GetSize() int64 {
 	if x != nil {
 		return x.Size
+	}
+	return 0
+}
+
+func (x *FallocateResponse) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
 	}
 	return 0
 }
@@ -1071,17 +1192,24 @@ type StatResponse struct {
 	// so does a change made outside the daemon. REST answers it as
 	// Last-Modified.
 	ChangeTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=change_time,json=changeTime,proto3" json:"change_time,omitempty"`
-	// A weak validator of the file's state (W/"..." as HTTP has it): it
-	// differs whenever the file's identity, size or change_time differ.
-	// Empty while the file changed too recently (within a second) for the
-	// filesystem's clock to tell that change from the next. It does not make
-	// a later Read a snapshot: a write that lands during the Read changes
-	// what it returns.
+	// The file's strong entity tag, as REST's ETag header carries it: its
+	// generation in decimal between double quotes ("1234"). It does not
+	// make a later Read a snapshot: a write that lands during the Read
+	// changes what it returns.
 	Etag string `protobuf:"bytes,5,opt,name=etag,proto3" json:"etag,omitempty"`
 	// The file's media type, as a Write's content_type (a REST PUT's
 	// Content-Type, a tus upload's filetype, a WebDAV PUT's) set it; empty
 	// when it has none.
-	ContentType   string `protobuf:"bytes,6,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	ContentType string `protobuf:"bytes,6,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// The file's generation: a number that moves with every mutation the
+	// daemon acknowledges (every write, through any face, append, Truncate,
+	// Fallocate, a Rename onto the path, a re-creation) and never repeats for
+	// the path with other content, across restarts and crashes. It may move
+	// without a change (after a crash). Never 0, which the preconditions
+	// use for "no file". A change made outside the daemon to a file it holds
+	// open does not move it (see docs/http.md). Read before the bytes it
+	// vouches for: a write that lands meanwhile moves it.
+	Generation    int64 `protobuf:"varint,7,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1156,6 +1284,13 @@ func (x *StatResponse) GetContentType() string {
 		return x.ContentType
 	}
 	return ""
+}
+
+func (x *StatResponse) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
 }
 
 // ExtentsRequest asks for the extent map of a byte range.
@@ -1394,9 +1529,16 @@ type WriteStreamRequest struct {
 	// acked, then the file is given back. The index is free at once: a later
 	// message may declare it again. Closing an index that names no file does
 	// nothing.
-	Close         []uint32 `protobuf:"varint,5,rep,packed,name=close,proto3" json:"close,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Close []uint32 `protobuf:"varint,5,rep,packed,name=close,proto3" json:"close,omitempty"`
+	// Conditions on the generation of the file of path, as
+	// WriteRequest.if_generation_match and if_generation_not_match, read
+	// in the first message only: checked once, when the stream opens the
+	// file (the writes that follow are not conditional). A stream refused
+	// for them ends with FAILED_PRECONDITION before any write.
+	IfGenerationMatch    *int64 `protobuf:"varint,6,opt,name=if_generation_match,json=ifGenerationMatch,proto3,oneof" json:"if_generation_match,omitempty"`
+	IfGenerationNotMatch *int64 `protobuf:"varint,7,opt,name=if_generation_not_match,json=ifGenerationNotMatch,proto3,oneof" json:"if_generation_not_match,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *WriteStreamRequest) Reset() {
@@ -1464,6 +1606,20 @@ func (x *WriteStreamRequest) GetClose() []uint32 {
 	return nil
 }
 
+func (x *WriteStreamRequest) GetIfGenerationMatch() int64 {
+	if x != nil && x.IfGenerationMatch != nil {
+		return *x.IfGenerationMatch
+	}
+	return 0
+}
+
+func (x *WriteStreamRequest) GetIfGenerationNotMatch() int64 {
+	if x != nil && x.IfGenerationNotMatch != nil {
+		return *x.IfGenerationNotMatch
+	}
+	return 0
+}
+
 // StreamFile declares one file of a WriteStream.
 type StreamFile struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1473,9 +1629,15 @@ type StreamFile struct {
 	// The file, as WriteRequest.path.
 	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	// Whether the stream may create the file, or must.
-	OpenMode      OpenMode `protobuf:"varint,3,opt,name=open_mode,json=openMode,proto3,enum=filewrite.v1.OpenMode" json:"open_mode,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OpenMode OpenMode `protobuf:"varint,3,opt,name=open_mode,json=openMode,proto3,enum=filewrite.v1.OpenMode" json:"open_mode,omitempty"`
+	// Conditions on the file's generation, as
+	// WriteRequest.if_generation_match and if_generation_not_match,
+	// checked once, when the stream opens the file: a declaration refused
+	// for them is reported with FAILED_PRECONDITION.
+	IfGenerationMatch    *int64 `protobuf:"varint,4,opt,name=if_generation_match,json=ifGenerationMatch,proto3,oneof" json:"if_generation_match,omitempty"`
+	IfGenerationNotMatch *int64 `protobuf:"varint,5,opt,name=if_generation_not_match,json=ifGenerationNotMatch,proto3,oneof" json:"if_generation_not_match,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *StreamFile) Reset() {
@@ -1527,6 +1689,20 @@ func (x *StreamFile) GetOpenMode() OpenMode {
 		return x.OpenMode
 	}
 	return OpenMode_OPEN_MODE_UNSPECIFIED
+}
+
+func (x *StreamFile) GetIfGenerationMatch() int64 {
+	if x != nil && x.IfGenerationMatch != nil {
+		return *x.IfGenerationMatch
+	}
+	return 0
+}
+
+func (x *StreamFile) GetIfGenerationNotMatch() int64 {
+	if x != nil && x.IfGenerationNotMatch != nil {
+		return *x.IfGenerationNotMatch
+	}
+	return 0
 }
 
 // StreamWrite is one positional write of a WriteStream.
@@ -1709,13 +1885,18 @@ func (x *WriteStreamResponse) GetFiles() []*StreamFileStatus {
 // StreamFileStatus reports one declared file of a WriteStream.
 type StreamFileStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The file's index (StreamFile.index).
+	// The file's index (StreamFile.index); 0 for the file of the stream's
+	// path, reported (open, with its generation) in the response that
+	// answers the first message.
 	Index uint32 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
 	// Unset when the file is open; else why it could not be (NOT_FOUND,
 	// ALREADY_EXISTS, PERMISSION_DENIED, RESOURCE_EXHAUSTED with
 	// TOO_MANY_FILES_ON_STREAM or TOO_MANY_OPEN_FILES, ...). The index stays
 	// taken until the client closes it.
-	Status        *status.Status `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	Status *status.Status `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	// The file's generation when the stream opened it; 0 when it is not
+	// open.
+	Generation    int64 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1764,6 +1945,13 @@ func (x *StreamFileStatus) GetStatus() *status.Status {
 	return nil
 }
 
+func (x *StreamFileStatus) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 // StreamAck reports one write of a WriteStream.
 type StreamAck struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1777,7 +1965,11 @@ type StreamAck struct {
 	Status *status.Status `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
 	// Where the write's data begins: its offset, or for an append where it
 	// landed.
-	Offset        int64 `protobuf:"varint,5,opt,name=offset,proto3" json:"offset,omitempty"`
+	Offset int64 `protobuf:"varint,5,opt,name=offset,proto3" json:"offset,omitempty"`
+	// The file's generation right after the write, in the ack of a write
+	// with a sync mode that succeeded (0 in every other ack: an ack per
+	// write pays for it only where a sync costs far more).
+	Generation    int64 `protobuf:"varint,6,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1847,6 +2039,13 @@ func (x *StreamAck) GetOffset() int64 {
 	return 0
 }
 
+func (x *StreamAck) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 // DeleteRequest names the file to remove.
 type DeleteRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1854,9 +2053,13 @@ type DeleteRequest struct {
 	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	// Sync the parent directory before returning, so that the removal
 	// survives a crash.
-	Sync          bool `protobuf:"varint,2,opt,name=sync,proto3" json:"sync,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Sync bool `protobuf:"varint,2,opt,name=sync,proto3" json:"sync,omitempty"`
+	// As WriteRequest.if_generation_match.
+	IfGenerationMatch *int64 `protobuf:"varint,3,opt,name=if_generation_match,json=ifGenerationMatch,proto3,oneof" json:"if_generation_match,omitempty"`
+	// As WriteRequest.if_generation_not_match.
+	IfGenerationNotMatch *int64 `protobuf:"varint,4,opt,name=if_generation_not_match,json=ifGenerationNotMatch,proto3,oneof" json:"if_generation_not_match,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *DeleteRequest) Reset() {
@@ -1901,6 +2104,20 @@ func (x *DeleteRequest) GetSync() bool {
 		return x.Sync
 	}
 	return false
+}
+
+func (x *DeleteRequest) GetIfGenerationMatch() int64 {
+	if x != nil && x.IfGenerationMatch != nil {
+		return *x.IfGenerationMatch
+	}
+	return 0
+}
+
+func (x *DeleteRequest) GetIfGenerationNotMatch() int64 {
+	if x != nil && x.IfGenerationNotMatch != nil {
+		return *x.IfGenerationNotMatch
+	}
+	return 0
 }
 
 // DeleteResponse is empty: the path names no file now.
@@ -1950,9 +2167,18 @@ type RenameRequest struct {
 	// Fail with ALREADY_EXISTS rather than replace a file at new_path.
 	NoReplace bool `protobuf:"varint,3,opt,name=no_replace,json=noReplace,proto3" json:"no_replace,omitempty"`
 	// Sync both parent directories before returning.
-	Sync          bool `protobuf:"varint,4,opt,name=sync,proto3" json:"sync,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Sync bool `protobuf:"varint,4,opt,name=sync,proto3" json:"sync,omitempty"`
+	// Conditions on the generation of the file at path, as
+	// WriteRequest.if_generation_match and if_generation_not_match.
+	IfGenerationMatch    *int64 `protobuf:"varint,5,opt,name=if_generation_match,json=ifGenerationMatch,proto3,oneof" json:"if_generation_match,omitempty"`
+	IfGenerationNotMatch *int64 `protobuf:"varint,6,opt,name=if_generation_not_match,json=ifGenerationNotMatch,proto3,oneof" json:"if_generation_not_match,omitempty"`
+	// Conditions on the generation of the file at new_path, the one the
+	// rename would replace: if_destination_generation_match 0 means that no
+	// file may be there (as no_replace, but FAILED_PRECONDITION).
+	IfDestinationGenerationMatch    *int64 `protobuf:"varint,7,opt,name=if_destination_generation_match,json=ifDestinationGenerationMatch,proto3,oneof" json:"if_destination_generation_match,omitempty"`
+	IfDestinationGenerationNotMatch *int64 `protobuf:"varint,8,opt,name=if_destination_generation_not_match,json=ifDestinationGenerationNotMatch,proto3,oneof" json:"if_destination_generation_not_match,omitempty"`
+	unknownFields                   protoimpl.UnknownFields
+	sizeCache                       protoimpl.SizeCache
 }
 
 func (x *RenameRequest) Reset() {
@@ -2013,9 +2239,41 @@ func (x *RenameRequest) GetSync() bool {
 	return false
 }
 
-// RenameResponse is empty: the file now has the new name.
+func (x *RenameRequest) GetIfGenerationMatch() int64 {
+	if x != nil && x.IfGenerationMatch != nil {
+		return *x.IfGenerationMatch
+	}
+	return 0
+}
+
+func (x *RenameRequest) GetIfGenerationNotMatch() int64 {
+	if x != nil && x.IfGenerationNotMatch != nil {
+		return *x.IfGenerationNotMatch
+	}
+	return 0
+}
+
+func (x *RenameRequest) GetIfDestinationGenerationMatch() int64 {
+	if x != nil && x.IfDestinationGenerationMatch != nil {
+		return *x.IfDestinationGenerationMatch
+	}
+	return 0
+}
+
+func (x *RenameRequest) GetIfDestinationGenerationNotMatch() int64 {
+	if x != nil && x.IfDestinationGenerationNotMatch != nil {
+		return *x.IfDestinationGenerationNotMatch
+	}
+	return 0
+}
+
+// RenameResponse says the renamed file's generation: it now has the new
+// name.
 type RenameResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The file's generation right after the rename, under its new name (see
+	// StatResponse.generation); REST sends it as the ETag header too.
+	Generation    int64 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2048,6 +2306,13 @@ func (x *RenameResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use RenameResponse.ProtoReflect.Descriptor instead.
 func (*RenameResponse) Descriptor() ([]byte, []int) {
 	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *RenameResponse) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
 }
 
 // ListRequest asks for a page of a directory's entries.
@@ -2235,49 +2500,235 @@ func (x *DirEntry) GetSize() int64 {
 	return 0
 }
 
+// DigestRequest asks for the checksum of a range of a file.
+type DigestRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The file, relative to the root.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// Start of the range in bytes; >= 0.
+	Offset int64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// Length of the range in bytes; >= 0, 0 meaning up to the end of the
+	// file. A range past the end is cut at the end.
+	Length int64 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
+	// The checksum: "crc32c" (CRC-32C, Castagnoli; the default when empty)
+	// or "sha-256", as RFC 9530's Content-Digest names them.
+	Algorithm     string `protobuf:"bytes,4,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DigestRequest) Reset() {
+	*x = DigestRequest{}
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DigestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DigestRequest) ProtoMessage() {}
+
+func (x *DigestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
+func (*DigestRequest) Descriptor() ([]byte, []int) {
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *DigestRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *DigestRequest) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *DigestRequest) GetLength() int64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *DigestRequest) GetAlgorithm() string {
+	if x != nil {
+		return x.Algorithm
+	}
+	return ""
+}
+
+// DigestResponse is the checksum of a range of a file at one generation.
+type DigestResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The checksum's name, as asked ("crc32c" or "sha-256").
+	Algorithm string `protobuf:"bytes,1,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
+	// The range covered: offset as asked, length cut at the end of the file.
+	Offset int64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length int64 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
+	// The checksum: 4 bytes (big-endian) for crc32c, 32 for sha-256. Its
+	// base64, between colons, is the value of an RFC 9530 Content-Digest or
+	// Repr-Digest of those bytes (crc32c=:...:).
+	Digest []byte `protobuf:"bytes,4,opt,name=digest,proto3" json:"digest,omitempty"`
+	// The file's generation that the checksum is of.
+	Generation    int64 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DigestResponse) Reset() {
+	*x = DigestResponse{}
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DigestResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DigestResponse) ProtoMessage() {}
+
+func (x *DigestResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_filewrite_v1_filewrite_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DigestResponse.ProtoReflect.Descriptor instead.
+func (*DigestResponse) Descriptor() ([]byte, []int) {
+	return file_filewrite_v1_filewrite_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *DigestResponse) GetAlgorithm() string {
+	if x != nil {
+		return x.Algorithm
+	}
+	return ""
+}
+
+func (x *DigestResponse) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *DigestResponse) GetLength() int64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *DigestResponse) GetDigest() []byte {
+	if x != nil {
+		return x.Digest
+	}
+	return nil
+}
+
+func (x *DigestResponse) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 var File_filewrite_v1_filewrite_proto protoreflect.FileDescriptor
 
 const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\n" +
-	"\x1cfilewrite/v1/filewrite.proto\x12\ffilewrite.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xd2\x01\n" +
+	"\x1cfilewrite/v1/filewrite.proto\x12\ffilewrite.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xf7\x02\n" +
 	"\fWriteRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12*\n" +
 	"\x04sync\x18\x04 \x01(\x0e2\x16.filewrite.v1.SyncModeR\x04sync\x123\n" +
 	"\topen_mode\x18\x05 \x01(\x0e2\x16.filewrite.v1.OpenModeR\bopenMode\x12!\n" +
-	"\fcontent_type\x18\x06 \x01(\tR\vcontentType\"b\n" +
+	"\fcontent_type\x18\x06 \x01(\tR\vcontentType\x123\n" +
+	"\x13if_generation_match\x18\a \x01(\x03H\x00R\x11ifGenerationMatch\x88\x01\x01\x12:\n" +
+	"\x17if_generation_not_match\x18\b \x01(\x03H\x01R\x14ifGenerationNotMatch\x88\x01\x01B\x16\n" +
+	"\x14_if_generation_matchB\x1a\n" +
+	"\x18_if_generation_not_match\"\x82\x01\n" +
 	"\rWriteResponse\x12#\n" +
 	"\rbytes_written\x18\x01 \x01(\x03R\fbytesWritten\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x18\n" +
-	"\acreated\x18\x03 \x01(\bR\acreated\"\xea\x01\n" +
+	"\acreated\x18\x03 \x01(\bR\acreated\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x04 \x01(\x03R\n" +
+	"generation\"\x8f\x03\n" +
 	"\rAppendRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12*\n" +
 	"\x04sync\x18\x03 \x01(\x0e2\x16.filewrite.v1.SyncModeR\x04sync\x12\x1b\n" +
 	"\x06crc32c\x18\x04 \x01(\aH\x00R\x06crc32c\x88\x01\x01\x12,\n" +
 	"\x0fexpected_offset\x18\x05 \x01(\x03H\x01R\x0eexpectedOffset\x88\x01\x01\x12\x1b\n" +
-	"\tappend_id\x18\x06 \x01(\tR\bappendIdB\t\n" +
+	"\tappend_id\x18\x06 \x01(\tR\bappendId\x123\n" +
+	"\x13if_generation_match\x18\a \x01(\x03H\x02R\x11ifGenerationMatch\x88\x01\x01\x12:\n" +
+	"\x17if_generation_not_match\x18\b \x01(\x03H\x03R\x14ifGenerationNotMatch\x88\x01\x01B\t\n" +
 	"\a_crc32cB\x12\n" +
-	"\x10_expected_offset\"<\n" +
+	"\x10_expected_offsetB\x16\n" +
+	"\x14_if_generation_matchB\x1a\n" +
+	"\x18_if_generation_not_match\"\\\n" +
 	"\x0eAppendResponse\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x12\n" +
-	"\x04size\x18\x02 \x01(\x03R\x04size\"?\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\x03R\n" +
+	"generation\"?\n" +
 	"\fFsyncRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1b\n" +
 	"\tdata_only\x18\x02 \x01(\bR\bdataOnly\"\x0f\n" +
-	"\rFsyncResponse\"9\n" +
+	"\rFsyncResponse\"\xde\x01\n" +
 	"\x0fTruncateRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
-	"\x04size\x18\x02 \x01(\x03R\x04size\"\x12\n" +
-	"\x10TruncateResponse\"\x87\x01\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\x123\n" +
+	"\x13if_generation_match\x18\x03 \x01(\x03H\x00R\x11ifGenerationMatch\x88\x01\x01\x12:\n" +
+	"\x17if_generation_not_match\x18\x04 \x01(\x03H\x01R\x14ifGenerationNotMatch\x88\x01\x01B\x16\n" +
+	"\x14_if_generation_matchB\x1a\n" +
+	"\x18_if_generation_not_match\"2\n" +
+	"\x10TruncateResponse\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x03R\n" +
+	"generation\"\xac\x02\n" +
 	"\x10FallocateRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12/\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x1b.filewrite.v1.FallocateModeR\x04mode\x12\x16\n" +
 	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x16\n" +
-	"\x06length\x18\x04 \x01(\x03R\x06length\"'\n" +
+	"\x06length\x18\x04 \x01(\x03R\x06length\x123\n" +
+	"\x13if_generation_match\x18\x05 \x01(\x03H\x00R\x11ifGenerationMatch\x88\x01\x01\x12:\n" +
+	"\x17if_generation_not_match\x18\x06 \x01(\x03H\x01R\x14ifGenerationNotMatch\x88\x01\x01B\x16\n" +
+	"\x14_if_generation_matchB\x1a\n" +
+	"\x18_if_generation_not_match\"G\n" +
 	"\x11FallocateResponse\x12\x12\n" +
-	"\x04size\x18\x01 \x01(\x03R\x04size\"Q\n" +
+	"\x04size\x18\x01 \x01(\x03R\x04size\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x03R\n" +
+	"generation\"Q\n" +
 	"\vReadRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +
@@ -2287,7 +2738,7 @@ const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\x06crc32c\x18\x02 \x01(\aH\x00R\x06crc32c\x88\x01\x01B\t\n" +
 	"\a_crc32c\"!\n" +
 	"\vStatRequest\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\"\xde\x01\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\"\xfe\x01\n" +
 	"\fStatResponse\x12\x12\n" +
 	"\x04size\x18\x01 \x01(\x03R\x04size\x12'\n" +
 	"\x0fallocated_bytes\x18\x02 \x01(\x03R\x0eallocatedBytes\x12\x1d\n" +
@@ -2296,7 +2747,10 @@ const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\vchange_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"changeTime\x12\x12\n" +
 	"\x04etag\x18\x05 \x01(\tR\x04etag\x12!\n" +
-	"\fcontent_type\x18\x06 \x01(\tR\vcontentType\"\x90\x01\n" +
+	"\fcontent_type\x18\x06 \x01(\tR\vcontentType\x12\x1e\n" +
+	"\n" +
+	"generation\x18\a \x01(\x03R\n" +
+	"generation\"\x90\x01\n" +
 	"\x0eExtentsRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +
@@ -2310,18 +2764,26 @@ const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\x06Extent\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x16\n" +
 	"\x06length\x18\x02 \x01(\x03R\x06length\x12/\n" +
-	"\x05state\x18\x03 \x01(\x0e2\x19.filewrite.v1.ExtentStateR\x05state\"\xd6\x01\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x19.filewrite.v1.ExtentStateR\x05state\"\xfb\x02\n" +
 	"\x12WriteStreamRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x121\n" +
 	"\x06writes\x18\x02 \x03(\v2\x19.filewrite.v1.StreamWriteR\x06writes\x123\n" +
 	"\topen_mode\x18\x03 \x01(\x0e2\x16.filewrite.v1.OpenModeR\bopenMode\x12.\n" +
 	"\x05files\x18\x04 \x03(\v2\x18.filewrite.v1.StreamFileR\x05files\x12\x14\n" +
-	"\x05close\x18\x05 \x03(\rR\x05close\"k\n" +
+	"\x05close\x18\x05 \x03(\rR\x05close\x123\n" +
+	"\x13if_generation_match\x18\x06 \x01(\x03H\x00R\x11ifGenerationMatch\x88\x01\x01\x12:\n" +
+	"\x17if_generation_not_match\x18\a \x01(\x03H\x01R\x14ifGenerationNotMatch\x88\x01\x01B\x16\n" +
+	"\x14_if_generation_matchB\x1a\n" +
+	"\x18_if_generation_not_match\"\x90\x02\n" +
 	"\n" +
 	"StreamFile\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x123\n" +
-	"\topen_mode\x18\x03 \x01(\x0e2\x16.filewrite.v1.OpenModeR\bopenMode\"\xe6\x01\n" +
+	"\topen_mode\x18\x03 \x01(\x0e2\x16.filewrite.v1.OpenModeR\bopenMode\x123\n" +
+	"\x13if_generation_match\x18\x04 \x01(\x03H\x00R\x11ifGenerationMatch\x88\x01\x01\x12:\n" +
+	"\x17if_generation_not_match\x18\x05 \x01(\x03H\x01R\x14ifGenerationNotMatch\x88\x01\x01B\x16\n" +
+	"\x14_if_generation_matchB\x1a\n" +
+	"\x18_if_generation_not_match\"\xe6\x01\n" +
 	"\vStreamWrite\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
@@ -2334,27 +2796,48 @@ const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\a_crc32c\"x\n" +
 	"\x13WriteStreamResponse\x12+\n" +
 	"\x04acks\x18\x01 \x03(\v2\x17.filewrite.v1.StreamAckR\x04acks\x124\n" +
-	"\x05files\x18\x02 \x03(\v2\x1e.filewrite.v1.StreamFileStatusR\x05files\"T\n" +
+	"\x05files\x18\x02 \x03(\v2\x1e.filewrite.v1.StreamFileStatusR\x05files\"t\n" +
 	"\x10StreamFileStatus\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12*\n" +
-	"\x06status\x18\x02 \x01(\v2\x12.google.rpc.StatusR\x06status\"\x98\x01\n" +
+	"\x06status\x18\x02 \x01(\v2\x12.google.rpc.StatusR\x06status\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\x03R\n" +
+	"generation\"\xb8\x01\n" +
 	"\tStreamAck\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12#\n" +
 	"\rbytes_written\x18\x02 \x01(\x03R\fbytesWritten\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x03R\x04size\x12*\n" +
 	"\x06status\x18\x04 \x01(\v2\x12.google.rpc.StatusR\x06status\x12\x16\n" +
-	"\x06offset\x18\x05 \x01(\x03R\x06offset\"7\n" +
+	"\x06offset\x18\x05 \x01(\x03R\x06offset\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x06 \x01(\x03R\n" +
+	"generation\"\xdc\x01\n" +
 	"\rDeleteRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
-	"\x04sync\x18\x02 \x01(\bR\x04sync\"\x10\n" +
-	"\x0eDeleteResponse\"q\n" +
+	"\x04sync\x18\x02 \x01(\bR\x04sync\x123\n" +
+	"\x13if_generation_match\x18\x03 \x01(\x03H\x00R\x11ifGenerationMatch\x88\x01\x01\x12:\n" +
+	"\x17if_generation_not_match\x18\x04 \x01(\x03H\x01R\x14ifGenerationNotMatch\x88\x01\x01B\x16\n" +
+	"\x14_if_generation_matchB\x1a\n" +
+	"\x18_if_generation_not_match\"\x10\n" +
+	"\x0eDeleteResponse\"\x81\x04\n" +
 	"\rRenameRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x19\n" +
 	"\bnew_path\x18\x02 \x01(\tR\anewPath\x12\x1d\n" +
 	"\n" +
 	"no_replace\x18\x03 \x01(\bR\tnoReplace\x12\x12\n" +
-	"\x04sync\x18\x04 \x01(\bR\x04sync\"\x10\n" +
-	"\x0eRenameResponse\"]\n" +
+	"\x04sync\x18\x04 \x01(\bR\x04sync\x123\n" +
+	"\x13if_generation_match\x18\x05 \x01(\x03H\x00R\x11ifGenerationMatch\x88\x01\x01\x12:\n" +
+	"\x17if_generation_not_match\x18\x06 \x01(\x03H\x01R\x14ifGenerationNotMatch\x88\x01\x01\x12J\n" +
+	"\x1fif_destination_generation_match\x18\a \x01(\x03H\x02R\x1cifDestinationGenerationMatch\x88\x01\x01\x12Q\n" +
+	"#if_destination_generation_not_match\x18\b \x01(\x03H\x03R\x1fifDestinationGenerationNotMatch\x88\x01\x01B\x16\n" +
+	"\x14_if_generation_matchB\x1a\n" +
+	"\x18_if_generation_not_matchB\"\n" +
+	" _if_destination_generation_matchB&\n" +
+	"$_if_destination_generation_not_match\"0\n" +
+	"\x0eRenameResponse\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x03R\n" +
+	"generation\"]\n" +
 	"\vListRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -2366,7 +2849,20 @@ const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\bDirEntry\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06is_dir\x18\x02 \x01(\bR\x05isDir\x12\x12\n" +
-	"\x04size\x18\x03 \x01(\x03R\x04size*M\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\"q\n" +
+	"\rDigestRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +
+	"\x06length\x18\x03 \x01(\x03R\x06length\x12\x1c\n" +
+	"\talgorithm\x18\x04 \x01(\tR\talgorithm\"\x96\x01\n" +
+	"\x0eDigestResponse\x12\x1c\n" +
+	"\talgorithm\x18\x01 \x01(\tR\talgorithm\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +
+	"\x06length\x18\x03 \x01(\x03R\x06length\x12\x16\n" +
+	"\x06digest\x18\x04 \x01(\fR\x06digest\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x05 \x01(\x03R\n" +
+	"generation*M\n" +
 	"\bSyncMode\x12\x19\n" +
 	"\x15SYNC_MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eSYNC_MODE_DATA\x10\x01\x12\x12\n" +
@@ -2385,7 +2881,8 @@ const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\x18EXTENT_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11EXTENT_STATE_HOLE\x10\x01\x12\x1a\n" +
 	"\x16EXTENT_STATE_UNWRITTEN\x10\x02\x12\x18\n" +
-	"\x14EXTENT_STATE_WRITTEN\x10\x032\xec\t\n" +
+	"\x14EXTENT_STATE_WRITTEN\x10\x032\xd5\n" +
+	"\n" +
 	"\vFileService\x12f\n" +
 	"\x05Write\x12\x1a.filewrite.v1.WriteRequest\x1a\x1b.filewrite.v1.WriteResponse\"$\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/files/{path=**}:write\x12j\n" +
 	"\x06Append\x12\x1b.filewrite.v1.AppendRequest\x1a\x1c.filewrite.v1.AppendResponse\"%\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/v1/files/{path=**}:append\x12f\n" +
@@ -2397,7 +2894,8 @@ const file_filewrite_v1_filewrite_proto_rawDesc = "" +
 	"\aExtents\x12\x1c.filewrite.v1.ExtentsRequest\x1a\x1d.filewrite.v1.ExtentsResponse\"#\x82\xd3\xe4\x93\x02\x1d\x12\x1b/v1/files/{path=**}:extents\x12V\n" +
 	"\vWriteStream\x12 .filewrite.v1.WriteStreamRequest\x1a!.filewrite.v1.WriteStreamResponse(\x010\x01\x12`\n" +
 	"\x06Delete\x12\x1b.filewrite.v1.DeleteRequest\x1a\x1c.filewrite.v1.DeleteResponse\"\x1b\x82\xd3\xe4\x93\x02\x15*\x13/v1/files/{path=**}\x12j\n" +
-	"\x06Rename\x12\x1b.filewrite.v1.RenameRequest\x1a\x1c.filewrite.v1.RenameResponse\"%\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/v1/files/{path=**}:rename\x12e\n" +
+	"\x06Rename\x12\x1b.filewrite.v1.RenameRequest\x1a\x1c.filewrite.v1.RenameResponse\"%\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/v1/files/{path=**}:rename\x12g\n" +
+	"\x06Digest\x12\x1b.filewrite.v1.DigestRequest\x1a\x1c.filewrite.v1.DigestResponse\"\"\x82\xd3\xe4\x93\x02\x1c\x12\x1a/v1/files/{path=**}:digest\x12e\n" +
 	"\x04List\x12\x19.filewrite.v1.ListRequest\x1a\x1a.filewrite.v1.ListResponse\"&\x82\xd3\xe4\x93\x02 Z\n" +
 	"\x12\b/v1/dirs\x12\x12/v1/dirs/{path=**}B=Z;github.com/filewrite/filewrite/api/filewrite/v1;filewritev1b\x06proto3"
 
@@ -2414,7 +2912,7 @@ func file_filewrite_v1_filewrite_proto_rawDescGZIP() []byte {
 }
 
 var file_filewrite_v1_filewrite_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_filewrite_v1_filewrite_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_filewrite_v1_filewrite_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_filewrite_v1_filewrite_proto_goTypes = []any{
 	(SyncMode)(0),                 // 0: filewrite.v1.SyncMode
 	(FallocateMode)(0),            // 1: filewrite.v1.FallocateMode
@@ -2450,15 +2948,17 @@ var file_filewrite_v1_filewrite_proto_goTypes = []any{
 	(*ListRequest)(nil),           // 31: filewrite.v1.ListRequest
 	(*ListResponse)(nil),          // 32: filewrite.v1.ListResponse
 	(*DirEntry)(nil),              // 33: filewrite.v1.DirEntry
-	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
-	(*status.Status)(nil),         // 35: google.rpc.Status
+	(*DigestRequest)(nil),         // 34: filewrite.v1.DigestRequest
+	(*DigestResponse)(nil),        // 35: filewrite.v1.DigestResponse
+	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
+	(*status.Status)(nil),         // 37: google.rpc.Status
 }
 var file_filewrite_v1_filewrite_proto_depIdxs = []int32{
 	0,  // 0: filewrite.v1.WriteRequest.sync:type_name -> filewrite.v1.SyncMode
 	2,  // 1: filewrite.v1.WriteRequest.open_mode:type_name -> filewrite.v1.OpenMode
 	0,  // 2: filewrite.v1.AppendRequest.sync:type_name -> filewrite.v1.SyncMode
 	1,  // 3: filewrite.v1.FallocateRequest.mode:type_name -> filewrite.v1.FallocateMode
-	34, // 4: filewrite.v1.StatResponse.change_time:type_name -> google.protobuf.Timestamp
+	36, // 4: filewrite.v1.StatResponse.change_time:type_name -> google.protobuf.Timestamp
 	20, // 5: filewrite.v1.ExtentsResponse.extents:type_name -> filewrite.v1.Extent
 	3,  // 6: filewrite.v1.Extent.state:type_name -> filewrite.v1.ExtentState
 	23, // 7: filewrite.v1.WriteStreamRequest.writes:type_name -> filewrite.v1.StreamWrite
@@ -2468,8 +2968,8 @@ var file_filewrite_v1_filewrite_proto_depIdxs = []int32{
 	0,  // 11: filewrite.v1.StreamWrite.sync:type_name -> filewrite.v1.SyncMode
 	26, // 12: filewrite.v1.WriteStreamResponse.acks:type_name -> filewrite.v1.StreamAck
 	25, // 13: filewrite.v1.WriteStreamResponse.files:type_name -> filewrite.v1.StreamFileStatus
-	35, // 14: filewrite.v1.StreamFileStatus.status:type_name -> google.rpc.Status
-	35, // 15: filewrite.v1.StreamAck.status:type_name -> google.rpc.Status
+	37, // 14: filewrite.v1.StreamFileStatus.status:type_name -> google.rpc.Status
+	37, // 15: filewrite.v1.StreamAck.status:type_name -> google.rpc.Status
 	33, // 16: filewrite.v1.ListResponse.entries:type_name -> filewrite.v1.DirEntry
 	4,  // 17: filewrite.v1.FileService.Write:input_type -> filewrite.v1.WriteRequest
 	6,  // 18: filewrite.v1.FileService.Append:input_type -> filewrite.v1.AppendRequest
@@ -2482,21 +2982,23 @@ var file_filewrite_v1_filewrite_proto_depIdxs = []int32{
 	21, // 25: filewrite.v1.FileService.WriteStream:input_type -> filewrite.v1.WriteStreamRequest
 	27, // 26: filewrite.v1.FileService.Delete:input_type -> filewrite.v1.DeleteRequest
 	29, // 27: filewrite.v1.FileService.Rename:input_type -> filewrite.v1.RenameRequest
-	31, // 28: filewrite.v1.FileService.List:input_type -> filewrite.v1.ListRequest
-	5,  // 29: filewrite.v1.FileService.Write:output_type -> filewrite.v1.WriteResponse
-	7,  // 30: filewrite.v1.FileService.Append:output_type -> filewrite.v1.AppendResponse
-	9,  // 31: filewrite.v1.FileService.Fsync:output_type -> filewrite.v1.FsyncResponse
-	11, // 32: filewrite.v1.FileService.Truncate:output_type -> filewrite.v1.TruncateResponse
-	13, // 33: filewrite.v1.FileService.Fallocate:output_type -> filewrite.v1.FallocateResponse
-	17, // 34: filewrite.v1.FileService.Stat:output_type -> filewrite.v1.StatResponse
-	15, // 35: filewrite.v1.FileService.Read:output_type -> filewrite.v1.ReadResponse
-	19, // 36: filewrite.v1.FileService.Extents:output_type -> filewrite.v1.ExtentsResponse
-	24, // 37: filewrite.v1.FileService.WriteStream:output_type -> filewrite.v1.WriteStreamResponse
-	28, // 38: filewrite.v1.FileService.Delete:output_type -> filewrite.v1.DeleteResponse
-	30, // 39: filewrite.v1.FileService.Rename:output_type -> filewrite.v1.RenameResponse
-	32, // 40: filewrite.v1.FileService.List:output_type -> filewrite.v1.ListResponse
-	29, // [29:41] is the sub-list for method output_type
-	17, // [17:29] is the sub-list for method input_type
+	34, // 28: filewrite.v1.FileService.Digest:input_type -> filewrite.v1.DigestRequest
+	31, // 29: filewrite.v1.FileService.List:input_type -> filewrite.v1.ListRequest
+	5,  // 30: filewrite.v1.FileService.Write:output_type -> filewrite.v1.WriteResponse
+	7,  // 31: filewrite.v1.FileService.Append:output_type -> filewrite.v1.AppendResponse
+	9,  // 32: filewrite.v1.FileService.Fsync:output_type -> filewrite.v1.FsyncResponse
+	11, // 33: filewrite.v1.FileService.Truncate:output_type -> filewrite.v1.TruncateResponse
+	13, // 34: filewrite.v1.FileService.Fallocate:output_type -> filewrite.v1.FallocateResponse
+	17, // 35: filewrite.v1.FileService.Stat:output_type -> filewrite.v1.StatResponse
+	15, // 36: filewrite.v1.FileService.Read:output_type -> filewrite.v1.ReadResponse
+	19, // 37: filewrite.v1.FileService.Extents:output_type -> filewrite.v1.ExtentsResponse
+	24, // 38: filewrite.v1.FileService.WriteStream:output_type -> filewrite.v1.WriteStreamResponse
+	28, // 39: filewrite.v1.FileService.Delete:output_type -> filewrite.v1.DeleteResponse
+	30, // 40: filewrite.v1.FileService.Rename:output_type -> filewrite.v1.RenameResponse
+	35, // 41: filewrite.v1.FileService.Digest:output_type -> filewrite.v1.DigestResponse
+	32, // 42: filewrite.v1.FileService.List:output_type -> filewrite.v1.ListResponse
+	30, // [30:43] is the sub-list for method output_type
+	17, // [17:30] is the sub-list for method input_type
 	17, // [17:17] is the sub-list for extension type_name
 	17, // [17:17] is the sub-list for extension extendee
 	0,  // [0:17] is the sub-list for field type_name
@@ -2507,16 +3009,23 @@ func file_filewrite_v1_filewrite_proto_init() {
 	if File_filewrite_v1_filewrite_proto != nil {
 		return
 	}
+	file_filewrite_v1_filewrite_proto_msgTypes[0].OneofWrappers = []any{}
 	file_filewrite_v1_filewrite_proto_msgTypes[2].OneofWrappers = []any{}
+	file_filewrite_v1_filewrite_proto_msgTypes[6].OneofWrappers = []any{}
+	file_filewrite_v1_filewrite_proto_msgTypes[8].OneofWrappers = []any{}
 	file_filewrite_v1_filewrite_proto_msgTypes[11].OneofWrappers = []any{}
+	file_filewrite_v1_filewrite_proto_msgTypes[17].OneofWrappers = []any{}
+	file_filewrite_v1_filewrite_proto_msgTypes[18].OneofWrappers = []any{}
 	file_filewrite_v1_filewrite_proto_msgTypes[19].OneofWrappers = []any{}
+	file_filewrite_v1_filewrite_proto_msgTypes[23].OneofWrappers = []any{}
+	file_filewrite_v1_filewrite_proto_msgTypes[25].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_filewrite_v1_filewrite_proto_rawDesc), len(file_filewrite_v1_filewrite_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   30,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,7 @@ const (
 	FileService_WriteStream_FullMethodName = "/filewrite.v1.FileService/WriteStream"
 	FileService_Delete_FullMethodName      = "/filewrite.v1.FileService/Delete"
 	FileService_Rename_FullMethodName      = "/filewrite.v1.FileService/Rename"
+	FileService_Digest_FullMethodName      = "/filewrite.v1.FileService/Digest"
 	FileService_List_FullMethodName        = "/filewrite.v1.FileService/List"
 )
 
@@ -164,6 +165,12 @@ type FileServiceClient interface {
 	// parent directories are fsynced before it returns, so the new name
 	// survives a crash. Durable when it returns without sync: nothing.
 	Rename(ctx context.Context, in *RenameRequest, opts ...grpc.CallOption) (*RenameResponse, error)
+	// Digest returns the checksum of [offset, offset+length) of the file
+	// (length 0: to the end), as it is at one generation: no mutation lands
+	// between the first byte read and the last. The answer names that
+	// generation; a second ask of the same range at the same generation is
+	// answered from memory. It reads and makes nothing durable.
+	Digest(ctx context.Context, in *DigestRequest, opts ...grpc.CallOption) (*DigestResponse, error)
 	// List returns the entries of the directory at path ("" is the root), in
 	// name order, paged. It makes nothing durable.
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
@@ -284,6 +291,16 @@ func (c *fileServiceClient) Rename(ctx context.Context, in *RenameRequest, opts 
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RenameResponse)
 	err := c.cc.Invoke(ctx, FileService_Rename_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fileServiceClient) Digest(ctx context.Context, in *DigestRequest, opts ...grpc.CallOption) (*DigestResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DigestResponse)
+	err := c.cc.Invoke(ctx, FileService_Digest_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -423,6 +440,12 @@ type FileServiceServer interface {
 	// parent directories are fsynced before it returns, so the new name
 	// survives a crash. Durable when it returns without sync: nothing.
 	Rename(context.Context, *RenameRequest) (*RenameResponse, error)
+	// Digest returns the checksum of [offset, offset+length) of the file
+	// (length 0: to the end), as it is at one generation: no mutation lands
+	// between the first byte read and the last. The answer names that
+	// generation; a second ask of the same range at the same generation is
+	// answered from memory. It reads and makes nothing durable.
+	Digest(context.Context, *DigestRequest) (*DigestResponse, error)
 	// List returns the entries of the directory at path ("" is the root), in
 	// name order, paged. It makes nothing durable.
 	List(context.Context, *ListRequest) (*ListResponse, error)
@@ -468,6 +491,9 @@ func (UnimplementedFileServiceServer) Delete(context.Context, *DeleteRequest) (*
 }
 func (UnimplementedFileServiceServer) Rename(context.Context, *RenameRequest) (*RenameResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Rename not implemented")
+}
+func (UnimplementedFileServiceServer) Digest(context.Context, *DigestRequest) (*DigestResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Digest not implemented")
 }
 func (UnimplementedFileServiceServer) List(context.Context, *ListRequest) (*ListResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method List not implemented")
@@ -680,6 +706,24 @@ func _FileService_Rename_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _FileService_Digest_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DigestRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FileServiceServer).Digest(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FileService_Digest_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FileServiceServer).Digest(ctx, req.(*DigestRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _FileService_List_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListRequest)
 	if err := dec(in); err != nil {
@@ -744,6 +788,10 @@ var FileService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Rename",
 			Handler:    _FileService_Rename_Handler,
+		},
+		{
+			MethodName: "Digest",
+			Handler:    _FileService_Digest_Handler,
 		},
 		{
 			MethodName: "List",

@@ -167,7 +167,7 @@ func (a *Tokens) UnaryAuthorize(ctx context.Context, req any, info *grpc.UnarySe
 	}
 	var err error
 	switch r := req.(type) {
-	case *filewritev1.ReadRequest, *filewritev1.StatRequest, *filewritev1.ExtentsRequest:
+	case *filewritev1.ReadRequest, *filewritev1.StatRequest, *filewritev1.ExtentsRequest, *filewritev1.DigestRequest:
 		err = a.Authorize(ctx, AccessRead, r.(pathRequest).GetPath())
 	case *filewritev1.ListRequest:
 		return a.authorizeList(ctx, r, handler)

@@ -32,7 +32,7 @@ type scope struct {
 type access int
 
 const (
-	// AccessRead: Read, Stat, Extents, List, downloads; NBD's reads.
+	// AccessRead: Read, Stat, Extents, Digest, List, downloads; NBD's reads.
 	AccessRead access = iota
 	// AccessWrite: Write, WriteStream, Truncate, Fallocate, Fsync,
 	// Delete, both paths of a Rename; NBD's writes, trims and zeroes.

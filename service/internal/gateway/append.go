@@ -46,7 +46,10 @@ func appendOffsetHeader(_ context.Context, w http.ResponseWriter, m proto.Messag
 // &expected_offset=N&append_id=ID with an application/octet-stream body:
 // one Append of the whole body. A reserved range is one contiguous write,
 // so the body is not chunked as a PUT's is: its Content-Length is required
-// and at most --max-request-bytes, and the body is read whole first.
+// and at most --max-request-bytes, and the body is read whole first. Its
+// preconditions are decided before the body is read, and the Append made
+// conditional on the generation they held for, as a PUT's first piece;
+// its checksums (checksum.go) are compared before it is made.
 func (g *gateway) appendRaw(w http.ResponseWriter, r *http.Request, pathParams map[string]string) {
 	ctx := r.Context()
 	_, out := runtime.MarshalerForRequest(g.mux, r)
@@ -66,6 +69,25 @@ func (g *gateway) appendRaw(w http.ResponseWriter, r *http.Request, pathParams m
 		fail(g.dataTooLarge(n))
 		return
 	}
+	digests, err := parseUploadDigests(r.Header)
+	if err != nil {
+		w.Header().Set("Want-Content-Digest", wantContentDigest)
+		fail(err)
+		return
+	}
+	ctx, err = g.callContext(r, filewritev1.FileService_Append_FullMethodName, appendPattern)
+	if err != nil {
+		fail(err)
+		return
+	}
+	conditional, stat := hasConditions(r.Header), statOf(g.files, req.Path)
+	var gen int64
+	if conditional {
+		if gen, err = g.decide(ctx, r, stat); err != nil {
+			fail(err)
+			return
+		}
+	}
 	req.Data = make([]byte, r.ContentLength)
 	if _, err := io.ReadFull(r.Body, req.Data); err != nil {
 		b, _ := r.Body.(*requestBody)
@@ -75,12 +97,21 @@ func (g *gateway) appendRaw(w http.ResponseWriter, r *http.Request, pathParams m
 		fail(g.bodyError(b, err))
 		return
 	}
-	ctx, err = g.callContext(r, filewritev1.FileService_Append_FullMethodName, appendPattern)
-	if err != nil {
+	digests.write(req.Data)
+	if err := digests.verify(0, 0); err != nil {
 		fail(err)
 		return
 	}
-	resp, err := g.files.Append(ctx, req)
+	var resp *filewritev1.AppendResponse
+	if conditional {
+		err = g.redecided(ctx, r, stat, gen, func(gen int64) error {
+			req.IfGenerationMatch = &gen
+			resp, err = g.files.Append(ctx, req)
+			return err
+		})
+	} else {
+		resp, err = g.files.Append(ctx, req)
+	}
 	if err != nil {
 		fail(err)
 		return

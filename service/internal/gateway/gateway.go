@@ -75,6 +75,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, cfg Config) (http.H
 			return runtime.DefaultHeaderMatcher(key)
 		}),
 		runtime.WithForwardResponseOption(appendOffsetHeader),
+		runtime.WithForwardResponseOption(etagHeader),
 	}
 	g.mux = runtime.NewServeMux(muxOpts...)
 	// The raw append shares its route with the JSON one: serveHTTP sends
@@ -117,6 +118,10 @@ type Config struct {
 	// Local is the direct road to the FileService, which the routes that
 	// move bytes take; nil: they too call the gRPC server.
 	Local *local.Files
+	// LastModifiedDelay is how long after a change a file goes without a
+	// Last-Modified: DefaultLastModifiedDelay for the daemon, 0 for tests
+	// that need one at once.
+	LastModifiedDelay time.Duration
 }
 
 type gateway struct {
@@ -202,8 +207,13 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if isRawAppend(r) {
+		// It decides its preconditions itself, whichever road it takes.
 		g.rawAppend.ServeHTTP(w, r)
 		return
+	}
+	if (r.Method == http.MethodPost || r.Method == http.MethodDelete) && hasConditions(r.Header) {
+		// For Preconditions, on the JSON routes' calls.
+		r = r.WithContext(context.WithValue(r.Context(), conditionsKey{}, &conditionedRequest{g: g, r: r}))
 	}
 	g.mux.ServeHTTP(w, r)
 }
@@ -305,6 +315,13 @@ func (g *gateway) handleError(ctx context.Context, mux *runtime.ServeMux, m runt
 		}
 	}
 	err = withReasonHTTP(err)
+	if _, ok := err.(*runtime.HTTPStatusError); !ok {
+		if code, ok := status.HTTPStatus(err); ok {
+			// A failed precondition is 412 whoever found it: the
+			// gateway, or the store on a condition the request set.
+			err = &runtime.HTTPStatusError{HTTPStatus: code, Err: err}
+		}
+	}
 	if d, ok := status.RetryDelay(err); ok {
 		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(d.Seconds())), 10))
 	}

@@ -2,12 +2,15 @@ package gateway
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"hash/crc32"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 
@@ -16,6 +19,7 @@ import (
 	"github.com/filewrite/filewrite/service/internal/local"
 	"github.com/filewrite/filewrite/service/internal/media"
 	"github.com/filewrite/filewrite/service/internal/status"
+	"github.com/filewrite/filewrite/store"
 )
 
 // The download route: GET /v1/files/{path}?alt=media answers the file's
@@ -47,6 +51,7 @@ func (g *gateway) newMediaMux() (*runtime.ServeMux, error) {
 		// Registered after the bare path, so that they are tried first.
 		{readPattern, refuse},
 		{"/v1/files/{path=**}:extents", refuse},
+		{"/v1/files/{path=**}:digest", refuse},
 	} {
 		if err := mux.HandlePath(http.MethodGet, route.pattern, route.h); err != nil {
 			return nil, fmt.Errorf("register %s: %w", route.pattern, err)
@@ -122,9 +127,12 @@ func (g *gateway) getMedia(w http.ResponseWriter, r *http.Request, pathParams ma
 		g.fail(w, r, err)
 		return
 	}
-	v := validatorsOf(st)
+	v := g.validatorsOf(st, time.Now())
 	h := w.Header()
 	v.setHeaders(h)
+	if d := g.reprDigest(st); d != "" {
+		h.Set("Repr-Digest", d)
+	}
 	h.Set("Accept-Ranges", "bytes")
 	// Revalidate every time: the file changes under its URL, and a cache
 	// would otherwise reuse it for as long as its Last-Modified suggests.
@@ -206,6 +214,22 @@ func (g *gateway) getMedia(w http.ResponseWriter, r *http.Request, pathParams ma
 	}
 }
 
+// reprDigest is the Repr-Digest (RFC 9530) of the file st describes, the
+// checksums of the whole file at its generation that a Digest computed
+// and the store still keeps; "" when it keeps none. Nothing is read.
+func (g *gateway) reprDigest(st *filewritev1.StatResponse) string {
+	if g.Local == nil {
+		return ""
+	}
+	var members []string
+	for _, alg := range []store.DigestAlgorithm{store.DigestCRC32C, store.DigestSHA256} {
+		if sum, ok := g.Local.CachedDigest(st.GetGeneration(), 0, st.GetSize(), alg); ok {
+			members = append(members, alg.String()+"=:"+base64.StdEncoding.EncodeToString(sum)+":")
+		}
+	}
+	return strings.Join(members, ", ")
+}
+
 // downloadPieceBytes is how much of a download sendFile hands the kernel
 // at a time, checking between pieces that the file is still there.
 const downloadPieceBytes = 8 << 20
@@ -231,28 +255,5 @@ func sendFile(w http.ResponseWriter, rd *local.Reader, span byteRange) {
 			panic(http.ErrAbortHandler) // shrunk, or the client went away
 		}
 		off += n
-	}
-}
-
-// preconditionFailed is the error of a 412: header is the precondition
-// that failed.
-func preconditionFailed(header string, v validators) error {
-	current := v.etag
-	switch {
-	case !v.exists:
-		current = "none: the file does not exist"
-	case current == "":
-		current = "none yet: the file changed within the last second"
-	}
-	reason, md := filewritev1.ErrorReason_PRECONDITION_FAILED, map[string]string{}
-	if header == "If-Match" || header == "If-None-Match" {
-		reason = filewritev1.ErrorReason_ETAG_MISMATCH
-		if v.etag != "" {
-			md["etag"] = v.etag
-		}
-	}
-	return &runtime.HTTPStatusError{
-		HTTPStatus: http.StatusPreconditionFailed,
-		Err:        status.Refusal(reason, md, "precondition failed: %s; the file's ETag is %s", header, current),
 	}
 }

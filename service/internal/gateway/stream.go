@@ -13,8 +13,6 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
-	"google.golang.org/grpc/codes"
-	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
@@ -50,7 +48,8 @@ var putPieces = sync.Pool{New: func() any { b := make([]byte, putPieceBytes); re
 // have to base64 their data, of any size up to --max-file-size. A
 // Content-Range header (RFC 9110, section 14.4) places the body instead
 // of offset (contentrange.go). It answers like POST :write, with 201
-// Created and a Location when the PUT created the file.
+// Created and a Location when the PUT created the file, and the file's
+// ETag.
 //
 // The body goes into the file as it arrives, in Writes of at most
 // pieceBytes at successive offsets, each read straight into the buffer it
@@ -61,7 +60,15 @@ var putPieces = sync.Pool{New: func() any { b := make([]byte, putPieceBytes); re
 // client goes, --body-timeout passes, a Write fails) leaves the pieces
 // already written, as a Write that fails while writing may leave part of
 // its data. Limits that the body's declared length is known to pass are
-// refused before anything is written.
+// refused before anything is written, and so are failed preconditions
+// (before the body is read, without a 100 Continue). Checksums the
+// headers announce (checksum.go) are compared before the last piece is
+// written: a body of one piece that fails them writes nothing.
+//
+// Under preconditions every piece is a conditional Write: the first on
+// the generation they were decided on (conditional), each later one on the
+// generation the one before left, so that a writer that lands in between
+// stops the PUT (412, naming what was written).
 func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[string]string) {
 	_, out := runtime.MarshalerForRequest(g.mux, r)
 	fail := func(err error) { runtime.HTTPError(r.Context(), g.mux, out, w, r, err) }
@@ -93,24 +100,70 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 			Detail: fmt.Sprintf("a PUT of %d bytes at offset %d ends at %d, the maximum file size is %d bytes", n, offset, offset+n, g.MaxFileSize)}))
 		return
 	}
+	digests, err := parseUploadDigests(r.Header)
+	if err != nil {
+		w.Header().Set("Want-Content-Digest", wantContentDigest)
+		fail(err)
+		return
+	}
 	ctx, err := g.callContext(r, filewritev1.FileService_Write_FullMethodName, "/v1/files/{path=**}")
 	if err != nil {
 		fail(err)
 		return
 	}
-	openMode, err := g.checkPutPreconditions(ctx, r, path)
+	put := &rawPut{g: g, r: r, path: path, offset: offset, sync: q.sync, digests: digests, contentType: contentType, conditional: hasConditions(r.Header)}
+	if put.conditional {
+		// Decided before the body is read: a refused PUT reads none of
+		// it (and the client that waits for 100 Continue sends none).
+		if put.gen, err = g.decide(ctx, r, statOf(g.files, path)); err != nil {
+			fail(err)
+			return
+		}
+	}
+	resp, err := put.run(ctx)
 	if err != nil {
 		fail(err)
 		return
 	}
+	code := http.StatusOK
+	if resp.GetCreated() {
+		// RFC 9110, section 9.3.4: a PUT that creates its resource says
+		// so, and where it is.
+		code = http.StatusCreated
+		w.Header().Set("Location", "/v1/files/"+path)
+	}
+	w.Header().Set("ETag", status.ETag(resp.GetGeneration()))
+	forwardWithStatus(w, out, resp, code)
+}
 
+// rawPut is one raw PUT's body on its way into the file.
+type rawPut struct {
+	g       *gateway
+	r       *http.Request
+	path    string
+	offset  int64
+	sync    filewritev1.SyncMode
+	digests uploadDigests
+	// contentType is the body's Content-Type, the file's type from now on.
+	contentType string
+	// conditional: the request has preconditions, decided on the file of
+	// generation gen (0: none), which each piece's Write is made
+	// conditional on in turn.
+	conditional bool
+	gen         int64
+}
+
+// run writes the body and returns the reply: the WriteResponse of the
+// whole body, its first Write's created and its last Write's size and
+// generation.
+func (p *rawPut) run(ctx context.Context) (*filewritev1.WriteResponse, error) {
+	g, r := p.g, p.r
 	buf := putPieces.Get().(*[]byte)
 	defer putPieces.Put(buf)
 	piece := (*buf)[:g.pieceBytes]
 	body := &lookahead{r: r.Body, left: r.ContentLength}
 	var written int64
-	var resp *filewritev1.WriteResponse
-	created := false
+	reply := &filewritev1.WriteResponse{}
 	for last := false; !last; {
 		n, err := body.fill(piece)
 		if err != nil {
@@ -118,57 +171,76 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 			if b == nil {
 				b = &requestBody{}
 			}
-			fail(g.bodyError(b, err))
-			return
+			return nil, g.bodyError(b, err)
 		}
 		last = body.done
-		req := &filewritev1.WriteRequest{Path: path, Offset: offset + written, Data: piece[:n]}
+		p.digests.write(piece[:n])
 		if last {
-			req.Sync = q.sync
+			if err := p.digests.verify(p.offset, written); err != nil {
+				return nil, err
+			}
+		}
+		req := &filewritev1.WriteRequest{Path: p.path, Offset: p.offset + written, Data: piece[:n]}
+		if last {
+			req.Sync = p.sync
 		}
 		if written == 0 {
-			// The first Write opens the file as the preconditions ask;
-			// the file it made or found is the one the others extend. It
-			// gives the file its type.
-			req.OpenMode = openMode
-			req.ContentType = contentType
+			// The first Write gives the file its type.
+			req.ContentType = p.contentType
 		}
-		resp, err = g.files.Write(ctx, req)
-		if err != nil && written == 0 && openMode != filewritev1.OpenMode_OPEN_MODE_UNSPECIFIED {
-			switch grpcstatus.Code(err) {
-			case codes.AlreadyExists:
-				err = &runtime.HTTPStatusError{HTTPStatus: http.StatusPreconditionFailed,
-					Err: status.Refusal(filewritev1.ErrorReason_PRECONDITION_FAILED, nil, "precondition failed: If-None-Match: * creates only, and %s exists", path)}
-			case codes.NotFound:
-				err = &runtime.HTTPStatusError{HTTPStatus: http.StatusPreconditionFailed,
-					Err: status.Refusal(filewritev1.ErrorReason_PRECONDITION_FAILED, nil, "precondition failed: If-Match: * writes only an existing file, and %s does not exist", path)}
+		var resp *filewritev1.WriteResponse
+		switch {
+		case !p.conditional:
+			resp, err = g.files.Write(ctx, req)
+		case written == 0:
+			// The first piece is in memory: if the file changed since
+			// the preconditions were decided, they are decided again.
+			err = g.redecided(ctx, r, statOf(g.files, p.path), p.gen, func(gen int64) error {
+				req.IfGenerationMatch = &gen
+				resp, err = g.files.Write(ctx, req)
+				return err
+			})
+		default:
+			req.IfGenerationMatch = &reply.Generation
+			resp, err = g.files.Write(ctx, req)
+			if _, changed := status.CurrentGeneration(err); changed {
+				err = interleaved(err, p.path, p.offset, written)
 			}
 		}
 		if err != nil {
-			fail(err)
-			return
+			return nil, err
 		}
 		if written == 0 {
-			created = resp.GetCreated()
+			reply.Created = resp.GetCreated()
 		}
-		if !last && q.sync != filewritev1.SyncMode_SYNC_MODE_UNSPECIFIED && g.Local != nil && resp.GetBytesWritten() < store.WriteBackAfter {
+		if !last && p.sync != filewritev1.SyncMode_SYNC_MODE_UNSPECIFIED && g.Local != nil && resp.GetBytesWritten() < store.WriteBackAfter {
 			// The disk takes this piece while the next arrives, so
 			// that the sync at the end has little left to write (a
 			// piece of store.WriteBackAfter or more started its own).
 			// A failure to start shows in that sync.
-			g.Local.StartWriteBack(ctx, path, offset+written, resp.GetBytesWritten())
+			g.Local.StartWriteBack(ctx, p.path, req.GetOffset(), resp.GetBytesWritten())
 		}
 		written += resp.GetBytesWritten()
+		reply.Size, reply.Generation = resp.GetSize(), resp.GetGeneration()
 	}
-	reply := &filewritev1.WriteResponse{BytesWritten: written, Size: resp.GetSize(), Created: created}
-	code := http.StatusOK
-	if created {
-		// RFC 9110, section 9.3.4: a PUT that creates its resource says
-		// so, and where it is.
-		code = http.StatusCreated
-		w.Header().Set("Location", "/v1/files/"+path)
+	reply.BytesWritten = written
+	return reply, nil
+}
+
+// interleaved is the 412 of a conditional PUT that a writer came between
+// two of its pieces: err, the refusal of the piece, naming what the PUT
+// wrote before it.
+func interleaved(err error, path string, offset, written int64) error {
+	gen, _ := status.CurrentGeneration(err)
+	md := map[string]string{
+		errorinfo.KeyGeneration: strconv.FormatInt(gen, 10),
+		"etag":                  status.ETag(gen),
+		"offset":                strconv.FormatInt(offset, 10),
+		"bytes_written":         strconv.FormatInt(written, 10),
 	}
-	forwardWithStatus(w, out, reply, code)
+	return status.Refusal(filewritev1.ErrorReason_ETAG_MISMATCH, md,
+		"precondition failed: %s was changed by another writer while this PUT wrote it: its first %d bytes are written at offset %d (bytes %d-%d), the rest is not; the file's ETag is %s",
+		path, written, offset, offset, offset+written-1, status.ETag(gen))
 }
 
 // forwardWithStatus answers msg, encoded by out, with code: grpc-gateway's
@@ -183,61 +255,6 @@ func forwardWithStatus(w http.ResponseWriter, out runtime.Marshaler, msg proto.M
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(code)
 	w.Write(b)
-}
-
-// checkPutPreconditions decides a raw PUT's If-Match, If-None-Match and
-// If-Unmodified-Since before the first chunk is written, and returns the
-// open mode of its first Write.
-//
-// "If-None-Match: *" (create only) and "If-Match: *" (only if it exists)
-// become that Write's open mode, exclusive or must-exist: the check and
-// the create are one step in the daemon, so of two PUTs racing to create
-// a file exactly one wins. The other conditions are decided on one Stat,
-// once: a write that lands between that Stat and the PUT's first Write is
-// not seen, as the PUT is no one atomic write either.
-func (g *gateway) checkPutPreconditions(ctx context.Context, r *http.Request, path string) (filewritev1.OpenMode, error) {
-	mode := filewritev1.OpenMode_OPEN_MODE_UNSPECIFIED
-	stated := r
-	for _, c := range []struct {
-		header string
-		mode   filewritev1.OpenMode
-	}{
-		{"If-None-Match", filewritev1.OpenMode_OPEN_MODE_EXCLUSIVE},
-		{"If-Match", filewritev1.OpenMode_OPEN_MODE_MUST_EXIST},
-	} {
-		if l, err := parseETags(r.Header.Values(c.header)); err == nil && l.any {
-			if mode != filewritev1.OpenMode_OPEN_MODE_UNSPECIFIED {
-				return 0, status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: c.header},
-					"If-Match: * and If-None-Match: * together: a file cannot both exist and not")
-			}
-			mode = c.mode
-			if stated == r {
-				stated = r.Clone(ctx)
-			}
-			stated.Header.Del(c.header)
-		}
-	}
-	h := stated.Header
-	if h.Get("If-Match") == "" && h.Get("If-None-Match") == "" && h.Get("If-Unmodified-Since") == "" {
-		return mode, nil
-	}
-	var v validators
-	st, err := g.files.Stat(ctx, &filewritev1.StatRequest{Path: path})
-	switch {
-	case grpcstatus.Code(err) == codes.NotFound:
-	case err != nil:
-		return 0, err
-	default:
-		v = validatorsOf(st)
-	}
-	code, failed, err := preconditionStatus(stated, v)
-	switch {
-	case err != nil:
-		return 0, err
-	case code != 0:
-		return 0, preconditionFailed(failed, v)
-	}
-	return mode, nil
 }
 
 // lookahead reads a body in chunks and tells, with the chunk that holds

@@ -202,6 +202,14 @@ func (f *Files) StartWriteBack(ctx context.Context, path string, off, n int64) e
 	return f.store.StartWriteBack(ctx, path, off, n)
 }
 
+// CachedDigest is the checksum of [off, off+length) of the file at
+// generation gen, if a Digest computed it and the store keeps it
+// (store.Store.CachedDigest): a download announces it. It reads nothing
+// and is no RPC.
+func (f *Files) CachedDigest(gen, off, length int64, alg store.DigestAlgorithm) ([]byte, bool) {
+	return f.store.CachedDigest(gen, off, length, alg)
+}
+
 // Reader is a file held open for reading from a descriptor of its own
 // (store.Handle.OpenReader), for a download to send with sendfile(2).
 // Close it when done.

@@ -35,9 +35,6 @@ type FileServer struct {
 	extentsPerReply int
 	// entriesPerReply bounds a List page likewise (EntriesPerReply).
 	entriesPerReply int
-	// validatorDelay is how long a changed file goes without an ETag
-	// (Config.ValidatorDelay).
-	validatorDelay time.Duration
 
 	// The WriteStream side (writestream.go).
 
@@ -90,10 +87,6 @@ type Config struct {
 	Auth *auth.Tokens
 	// Meter takes the streams' metrics (nil: none).
 	Meter metric.Meter
-	// ValidatorDelay is how long a changed file goes without an ETag:
-	// DefaultValidatorDelay for the daemon, 0 (none) for tests that need
-	// validators at once.
-	ValidatorDelay time.Duration
 }
 
 // NewFileServer is the FileService of cfg.
@@ -108,7 +101,6 @@ func NewFileServer(cfg Config) (*FileServer, error) {
 		extentsPerReply:   extentsPerReply(status.MaxMessageBytes(cfg.MaxRequestBytes)),
 		entriesPerReply:   EntriesPerReply(status.MaxMessageBytes(cfg.MaxRequestBytes)),
 		draining:          make(chan struct{}),
-		validatorDelay:    cfg.ValidatorDelay,
 		auth:              cfg.Auth,
 		streamIdleTimeout: cfg.StreamIdleTimeout,
 	}
@@ -149,7 +141,8 @@ func (s *FileServer) Write(ctx context.Context, req *filewritev1.WriteRequest) (
 			return nil, status.Of(err)
 		}
 	}
-	res, err := s.store.WriteOpen(ctx, req.GetPath(), open, req.GetOffset(), req.GetData(), sync)
+	res, err := s.store.WriteIf(ctx, req.GetPath(), open, req.GetOffset(), req.GetData(), sync,
+		status.Precondition(req.IfGenerationMatch, req.IfGenerationNotMatch))
 	if err != nil {
 		return nil, status.Of(err)
 	}
@@ -158,7 +151,7 @@ func (s *FileServer) Write(ctx context.Context, req *filewritev1.WriteRequest) (
 			return nil, status.Of(err)
 		}
 	}
-	return &filewritev1.WriteResponse{BytesWritten: int64(res.BytesWritten), Size: res.Size, Created: res.Created}, nil
+	return &filewritev1.WriteResponse{BytesWritten: int64(res.BytesWritten), Size: res.Size, Created: res.Created, Generation: res.Generation}, nil
 }
 
 // setContentType keeps a Write's media type with its file. A filesystem
@@ -187,11 +180,15 @@ func (s *FileServer) Append(ctx context.Context, req *filewritev1.AppendRequest)
 			return nil, err
 		}
 	}
-	res, err := s.store.Append(ctx, req.GetPath(), req.GetData(), sync, store.AppendOptions{ExpectedOffset: req.ExpectedOffset, ID: req.GetAppendId()})
+	res, err := s.store.Append(ctx, req.GetPath(), req.GetData(), sync, store.AppendOptions{
+		ExpectedOffset: req.ExpectedOffset,
+		If:             status.Precondition(req.IfGenerationMatch, req.IfGenerationNotMatch),
+		ID:             req.GetAppendId(),
+	})
 	if err != nil {
 		return nil, status.Of(err)
 	}
-	return &filewritev1.AppendResponse{Offset: res.Offset, Size: res.Size}, nil
+	return &filewritev1.AppendResponse{Offset: res.Offset, Size: res.Size, Generation: res.Generation}, nil
 }
 
 func (s *FileServer) Fsync(ctx context.Context, req *filewritev1.FsyncRequest) (*filewritev1.FsyncResponse, error) {
@@ -206,10 +203,11 @@ func (s *FileServer) Fsync(ctx context.Context, req *filewritev1.FsyncRequest) (
 }
 
 func (s *FileServer) Truncate(ctx context.Context, req *filewritev1.TruncateRequest) (*filewritev1.TruncateResponse, error) {
-	if err := s.store.Truncate(ctx, req.GetPath(), req.GetSize()); err != nil {
+	res, err := s.store.TruncateIf(ctx, req.GetPath(), req.GetSize(), status.Precondition(req.IfGenerationMatch, req.IfGenerationNotMatch))
+	if err != nil {
 		return nil, status.Of(err)
 	}
-	return &filewritev1.TruncateResponse{}, nil
+	return &filewritev1.TruncateResponse{Generation: res.Generation}, nil
 }
 
 func (s *FileServer) Fallocate(ctx context.Context, req *filewritev1.FallocateRequest) (*filewritev1.FallocateResponse, error) {
@@ -217,11 +215,11 @@ func (s *FileServer) Fallocate(ctx context.Context, req *filewritev1.FallocateRe
 	if err != nil {
 		return nil, status.Of(err)
 	}
-	size, err := s.store.Fallocate(ctx, req.GetPath(), mode, req.GetOffset(), req.GetLength())
+	res, err := s.store.FallocateIf(ctx, req.GetPath(), mode, req.GetOffset(), req.GetLength(), status.Precondition(req.IfGenerationMatch, req.IfGenerationNotMatch))
 	if err != nil {
 		return nil, status.Of(err)
 	}
-	return &filewritev1.FallocateResponse{Size: size}, nil
+	return &filewritev1.FallocateResponse{Size: res.Size, Generation: res.Generation}, nil
 }
 
 func (s *FileServer) Stat(ctx context.Context, req *filewritev1.StatRequest) (*filewritev1.StatResponse, error) {
@@ -229,7 +227,7 @@ func (s *FileServer) Stat(ctx context.Context, req *filewritev1.StatRequest) (*f
 	if err != nil {
 		return nil, status.Of(err)
 	}
-	return statResponse(st, time.Now(), s.validatorDelay), nil
+	return statResponse(st), nil
 }
 
 func (s *FileServer) Read(ctx context.Context, req *filewritev1.ReadRequest) (*filewritev1.ReadResponse, error) {
@@ -274,17 +272,34 @@ func (s *FileServer) Extents(ctx context.Context, req *filewritev1.ExtentsReques
 }
 
 func (s *FileServer) Delete(ctx context.Context, req *filewritev1.DeleteRequest) (*filewritev1.DeleteResponse, error) {
-	if err := s.store.Delete(ctx, req.GetPath(), req.GetSync()); err != nil {
+	if err := s.store.DeleteIf(ctx, req.GetPath(), req.GetSync(), status.Precondition(req.IfGenerationMatch, req.IfGenerationNotMatch)); err != nil {
 		return nil, status.Of(err)
 	}
 	return &filewritev1.DeleteResponse{}, nil
 }
 
 func (s *FileServer) Rename(ctx context.Context, req *filewritev1.RenameRequest) (*filewritev1.RenameResponse, error) {
-	if err := s.store.Rename(ctx, req.GetPath(), req.GetNewPath(), req.GetNoReplace(), req.GetSync()); err != nil {
+	res, err := s.store.RenameIf(ctx, req.GetPath(), req.GetNewPath(), req.GetNoReplace(), req.GetSync(),
+		status.Precondition(req.IfGenerationMatch, req.IfGenerationNotMatch),
+		status.Precondition(req.IfDestinationGenerationMatch, req.IfDestinationGenerationNotMatch))
+	if err != nil {
 		return nil, status.Of(err)
 	}
-	return &filewritev1.RenameResponse{}, nil
+	return &filewritev1.RenameResponse{Generation: res.Generation}, nil
+}
+
+// Digest answers the checksum of a range of a file at one generation
+// (store.Store.Digest).
+func (s *FileServer) Digest(ctx context.Context, req *filewritev1.DigestRequest) (*filewritev1.DigestResponse, error) {
+	alg, err := status.DigestAlgorithm(req.GetAlgorithm())
+	if err != nil {
+		return nil, status.Of(err)
+	}
+	res, err := s.store.Digest(ctx, req.GetPath(), req.GetOffset(), req.GetLength(), alg)
+	if err != nil {
+		return nil, status.Of(err)
+	}
+	return &filewritev1.DigestResponse{Algorithm: alg.String(), Offset: res.Offset, Length: res.Length, Digest: res.Sum, Generation: res.Generation}, nil
 }
 
 func (s *FileServer) List(ctx context.Context, req *filewritev1.ListRequest) (*filewritev1.ListResponse, error) {

@@ -11,6 +11,7 @@ import (
 	"github.com/filewrite/filewrite/internal/streamwire"
 	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/streamengine"
+	"github.com/filewrite/filewrite/store"
 )
 
 // The stream's messages skip the generic protobuf code both ways. A
@@ -119,7 +120,7 @@ func encodeAcks(ws []*streamengine.Write, files []streamengine.FileStatus, m *en
 	if len(files) > 0 {
 		statuses = make([]streamwire.FileStatus, len(files))
 		for i, f := range files {
-			statuses[i].Index = f.Index
+			statuses[i].Index, statuses[i].Generation = f.Index, f.Generation
 			if f.Err != nil {
 				statuses[i].Status, _ = proto.Marshal(ackStatus(f.Err))
 			}
@@ -156,11 +157,16 @@ func encodeAcks(ws []*streamengine.Write, files []streamengine.FileStatus, m *en
 }
 
 // ackOf is w's StreamAck, the i-th of a response whose failed acks'
-// statuses are in failed (nil: none failed).
+// statuses are in failed (nil: none failed). A synced write's carries the
+// generation it left: where the sync was paid for, a few bytes more
+// cost nothing, and a writer learns the version its durable write made.
 func ackOf(w *streamengine.Write, failed [][]byte, i int) streamwire.Ack {
 	a := streamwire.Ack{ID: w.ID, Written: int64(w.Res.BytesWritten), Size: w.Res.Size, Offset: w.Landed}
 	if failed != nil {
 		a.Status = failed[i]
+	}
+	if w.Err == nil && w.Sync != store.SyncNone {
+		a.Generation = w.Res.Generation
 	}
 	return a
 }

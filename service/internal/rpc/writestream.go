@@ -368,7 +368,7 @@ func (ws *writeStream) check(req *streamRequest) error {
 // ends the stream, and gives it to the engine, which watches for its
 // deletion.
 func (ws *writeStream) openMain(req *streamRequest) error {
-	h, err := ws.openFile(req.msg.Path, filewritev1.OpenMode(req.msg.OpenMode))
+	h, err := ws.openFile(req.msg.Path, filewritev1.OpenMode(req.msg.OpenMode), req.msg.If)
 	if err != nil {
 		return err
 	}
@@ -411,7 +411,7 @@ func (ws *writeStream) declare(files []streamwire.File, closes []uint32) error {
 		if held >= limit {
 			err = status.TooManyFilesOnStream(limit)
 		} else {
-			h, err = ws.openFile(d.Path, filewritev1.OpenMode(d.OpenMode))
+			h, err = ws.openFile(d.Path, filewritev1.OpenMode(d.OpenMode), d.If)
 		}
 		ws.engine.Declare(d.Index, d.Path, h, err)
 	}
@@ -419,8 +419,9 @@ func (ws *writeStream) declare(files []streamwire.File, closes []uint32) error {
 }
 
 // openFile checks a file's open mode and the caller's access to it, and
-// opens it: the path's file of the first message, or a declared one.
-func (ws *writeStream) openFile(path string, mode filewritev1.OpenMode) (*store.Handle, error) {
+// opens it on the conditions on its generation: the path's file of the
+// first message, or a declared one.
+func (ws *writeStream) openFile(path string, mode filewritev1.OpenMode, cond streamwire.Conditions) (*store.Handle, error) {
 	open, err := status.OpenModeFromProto(mode)
 	if err != nil {
 		return nil, status.Of(err)
@@ -428,7 +429,7 @@ func (ws *writeStream) openFile(path string, mode filewritev1.OpenMode) (*store.
 	if err := ws.files.auth.Authorize(ws.ctx, auth.AccessWrite, path); err != nil {
 		return nil, err
 	}
-	h, err := ws.files.store.OpenHandle(ws.ctx, path, open)
+	h, err := ws.files.store.OpenHandleIf(ws.ctx, path, open, status.Precondition(cond.IfMatch, cond.IfNotMatch))
 	if err != nil {
 		return nil, status.Of(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"strconv"
 	"syscall"
 	"time"
@@ -28,7 +29,11 @@ import (
 // by default. docs/errors.md is
 // this table for readers; TestErrorsTable keeps the two in step.
 type reasonRule struct {
-	Code  codes.Code
+	Code codes.Code
+	// HTTP is the HTTP status REST answers, where the code's own (as
+	// grpc-gateway maps it) is not the one HTTP has for the case; 0: the
+	// code's.
+	HTTP  int
 	Retry time.Duration
 	flag  string
 	// field is the request field to name when the error does not say
@@ -97,9 +102,12 @@ var Rules = map[filewritev1.ErrorReason]reasonRule{
 	filewritev1.ErrorReason_INFLIGHT_BUDGET:   {Code: codes.DeadlineExceeded, Retry: time.Second, flag: "--max-inflight-bytes"},
 	filewritev1.ErrorReason_BODY_TIMEOUT:      {Code: codes.DeadlineExceeded, flag: "--body-timeout"},
 
+	// A failed precondition, on the generation over gRPC, an HTTP
+	// condition over REST: 412 there, whichever face set it.
+	filewritev1.ErrorReason_PRECONDITION_FAILED: {Code: codes.FailedPrecondition, HTTP: http.StatusPreconditionFailed},
+	filewritev1.ErrorReason_ETAG_MISMATCH:       {Code: codes.FailedPrecondition, HTTP: http.StatusPreconditionFailed},
+
 	// REST only (service/internal/gateway).
-	filewritev1.ErrorReason_PRECONDITION_FAILED:   {Code: codes.FailedPrecondition},
-	filewritev1.ErrorReason_ETAG_MISMATCH:         {Code: codes.FailedPrecondition},
 	filewritev1.ErrorReason_RANGE_NOT_SATISFIABLE: {Code: codes.OutOfRange},
 	filewritev1.ErrorReason_ORIGIN_NOT_ALLOWED:    {Code: codes.PermissionDenied, flag: "--http-allowed-origins"},
 	filewritev1.ErrorReason_HOST_NOT_ALLOWED:      {Code: codes.PermissionDenied, flag: "--http-allowed-hosts"},
@@ -186,7 +194,10 @@ func Of(err error) error {
 	}
 	var bw *BudgetWaitError
 	var am *store.AppendMismatch
+	gm, mismatch := errIsMismatch(err)
 	switch {
+	case mismatch:
+		mismatchMetadata(md, gm)
 	case reason == filewritev1.ErrorReason_APPEND_OFFSET_MISMATCH && errors.As(err, &am):
 		md["size"] = strconv.FormatInt(am.End, 10)
 	case reason == filewritev1.ErrorReason_INFLIGHT_BUDGET && errors.As(err, &bw):
@@ -219,6 +230,9 @@ func Of(err error) error {
 // TOO_MANY_WAITERS.
 func reasonOf(err error) filewritev1.ErrorReason {
 	var bw *BudgetWaitError
+	if m, ok := errIsMismatch(err); ok {
+		return mismatchReason(m)
+	}
 	switch {
 	case errors.Is(err, context.Canceled):
 		return filewritev1.ErrorReason_CANCELLED
@@ -310,6 +324,18 @@ func withReason(st *grpcstatus.Status) *grpcstatus.Status {
 		return st
 	}
 	return NewRefusal(reason, nil, st.Message())
+}
+
+// HTTPStatus is the HTTP status of err's reason where it is not the one
+// its gRPC code implies (reasonRule.HTTP), for a status that is not
+// already a *runtime.HTTPStatusError.
+func HTTPStatus(err error) (int, bool) {
+	info := errorinfo.From(err)
+	if info == nil {
+		return 0, false
+	}
+	code := Rules[filewritev1.ErrorReason(filewritev1.ErrorReason_value[info.GetReason()])].HTTP
+	return code, code != 0
 }
 
 // RetryDelay returns the delay of err's RetryInfo, if its status has one.

@@ -106,11 +106,13 @@ func (q *fifo[T]) pop() T {
 // engine gives them back.
 
 // SetMain makes h, the file of the first message's path, the stream's
-// file of index 0, and ends the stream once it is deleted (watchDelete).
+// file of index 0, reported with its generation in the answer to the
+// first message, and ends the stream once it is deleted (watchDelete).
 // The reader calls it once, before it hands out a write.
 func (s *Stream) SetMain(path string, h *store.Handle) {
 	s.mu.Lock()
 	s.main = &File{path: path, h: h}
+	s.statuses = append(s.statuses, FileStatus{Index: 0, Generation: h.Generation()})
 	s.mu.Unlock()
 	go s.watchDelete()
 }
@@ -157,7 +159,11 @@ func (s *Stream) Declare(index uint32, path string, h *store.Handle, err error) 
 		s.declared = make(map[uint32]*File)
 	}
 	s.declared[index] = f
-	s.statuses = append(s.statuses, FileStatus{Index: index, Err: f.err})
+	st := FileStatus{Index: index, Err: f.err}
+	if h != nil {
+		st.Generation = h.Generation()
+	}
+	s.statuses = append(s.statuses, st)
 	s.wakeSenderLocked()
 }
 

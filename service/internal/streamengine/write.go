@@ -59,11 +59,14 @@ type Message interface {
 	Applied()
 }
 
-// FileStatus is the report of one declared file: Err is nil if it is
-// open.
+// FileStatus is the report of one file of the stream: Err is nil if it
+// is open, and Generation then its generation when it was opened. The
+// file of the stream's path is reported as index 0, in the answer to the
+// first message.
 type FileStatus struct {
-	Index uint32
-	Err   error
+	Index      uint32
+	Err        error
+	Generation int64
 }
 
 // The stream's own errors, which the framing turns into its refusals: a

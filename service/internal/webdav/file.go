@@ -15,6 +15,7 @@ import (
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/service/internal/local"
 	"github.com/filewrite/filewrite/service/internal/media"
+	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -50,8 +51,8 @@ func (fi *fileInfo) Mode() os.FileMode {
 	return 0o644
 }
 
-// ETag is the file's ETag as a download answers it: "" while the file
-// changed too recently for one (docs/http.md).
+// ETag is the file's ETag as a download answers it (its generation,
+// status.ETag): a PUT through another door moves it at once.
 func (fi *fileInfo) ETag(ctx context.Context) (string, error) {
 	if fi.etagOf != nil {
 		return fi.etagOf(ctx)
@@ -454,7 +455,7 @@ func (u *upload) Close() error {
 				return err
 			}
 		}
-		return u.d.cfg.Store.Publish(ctx, u.staged, u.p, false)
+		return u.d.cfg.Store.PublishIf(ctx, u.staged, u.p, false, status.Precondition(stateOf(u.ctx).ifGeneration, nil))
 	})
 	if err != nil {
 		u.d.cfg.Store.RemoveStaged(context.WithoutCancel(u.ctx), u.staged)
