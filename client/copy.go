@@ -3,6 +3,9 @@ package client
 import (
 	"errors"
 	"io"
+	"sync/atomic"
+
+	"google.golang.org/grpc/mem"
 
 	"github.com/filewrite/filewrite/internal/bufpool"
 )
@@ -56,7 +59,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 	for n < len(p) {
 		bp := bufpool.Shared.Get(min(len(p)-n, w.f.c.opts.piece))
 		k := copy(*bp, p[n:])
-		if err := w.send(bp); err != nil {
+		if err := w.send(newPieceBuf(bp)); err != nil {
 			return n, err
 		}
 		n += k
@@ -77,7 +80,7 @@ func (w *Writer) ReadFrom(r io.Reader) (int64, error) {
 		k, rerr := io.ReadFull(r, *bp)
 		if k > 0 {
 			*bp = (*bp)[:k]
-			if err := w.send(bp); err != nil {
+			if err := w.send(newPieceBuf(bp)); err != nil {
 				return n, err
 			}
 			n += int64(k)
@@ -105,27 +108,27 @@ func (w *Writer) usable() error {
 	return w.f.check()
 }
 
-// send sends the bytes of bp, a buffer of the pool that the write owns
-// until its ack, at w.off, after waiting for the oldest writes while the
-// window is full.
-func (w *Writer) send(bp *[]byte) error {
-	for w.bytes > 0 && w.bytes+len(*bp) > writerWindow {
+// send sends the bytes of pb, which the write owns until its ack, at
+// w.off, after waiting for the oldest writes while the window is full.
+func (w *Writer) send(pb *pieceBuf) error {
+	n := len(*pb.bp)
+	for w.bytes > 0 && w.bytes+n > writerWindow {
 		if err := w.waitOldest(); err != nil {
-			bufpool.Shared.Put(bp)
+			pb.release()
 			return err
 		}
 	}
-	ws := w.f.pieces(nil, *bp, w.off, w.f.sync)
-	ws[0].buf = bp // one piece: bp is at most one
+	ws := w.f.pieces(nil, *pb.bp, w.off, w.f.sync)
+	ws[0].buf = pb // one piece: pb is at most one
 	if err := w.f.s.enqueue(ws); err != nil {
 		putWrite(ws[0])
-		bufpool.Shared.Put(bp)
+		pb.release()
 		w.err = err
 		return err
 	}
 	w.waiting = append(w.waiting, ws[0])
-	w.bytes += len(*bp)
-	w.off += int64(len(*bp))
+	w.bytes += n
+	w.off += int64(n)
 	return nil
 }
 
@@ -169,7 +172,7 @@ func (w *Writer) finished() error {
 	if err == nil && int(wr.n) != len(wr.data) {
 		err = wrapErr(io.ErrShortWrite)
 	}
-	bufpool.Shared.Put(wr.buf)
+	wr.buf.release()
 	putWrite(wr)
 	if err != nil && w.err == nil {
 		w.err = err
@@ -197,6 +200,54 @@ func (w *Writer) Close() error {
 	return err
 }
 
+// pieceBuf is the pooled buffer of a Writer's piece, shared by its write
+// and the messages that carry it (a resend is a second message), so that
+// its bytes are sent from it instead of being copied into each message
+// (encodeWrites). It goes back to the pool once the write has its outcome
+// and gRPC has let go of every message that held it; a write given up on
+// keeps it, and the collector takes it.
+type pieceBuf struct {
+	bp   *[]byte
+	refs atomic.Int32 // the write's hold and each message's
+}
+
+var _ mem.BufferPool = (*pieceBuf)(nil)
+
+// newPieceBuf returns bp, a buffer of the pool, held by one write.
+func newPieceBuf(bp *[]byte) *pieceBuf {
+	pb := &pieceBuf{bp: bp}
+	pb.refs.Store(1)
+	return pb
+}
+
+// shareable reports whether a message can hold pb instead of a copy of
+// its bytes: gRPC copies buffers below its pooling threshold (and never
+// frees them), so those are copied here. pb may be nil (not a Writer's).
+func (pb *pieceBuf) shareable() bool {
+	return pb != nil && !mem.IsBelowBufferPoolingThreshold(cap(*pb.bp))
+}
+
+// hold returns pb's bytes as a buffer for one message, which gRPC frees
+// (Put) once it has written them.
+func (pb *pieceBuf) hold() mem.Buffer {
+	pb.refs.Add(1)
+	return mem.NewBuffer(pb.bp, pb)
+}
+
+// release lets go of one hold; the last gives the buffer back.
+func (pb *pieceBuf) release() {
+	if pb.refs.Add(-1) == 0 {
+		bufpool.Shared.Put(pb.bp)
+	}
+}
+
+// Get is not used: a pieceBuf is a mem.BufferPool only to be told when
+// gRPC has let go of a message's hold.
+func (pb *pieceBuf) Get(int) *[]byte { panic("filewrite client: pieceBuf.Get") }
+
+// Put is gRPC letting go of a message's hold (hold).
+func (pb *pieceBuf) Put(*[]byte) { pb.release() }
+
 // Reader reads a File sequentially from an offset, asking for the next
 // pieces (see WithMaxMessageBytes) before they are needed. Each read
 // checks its data's CRC-32C, and each wait is bounded by the File's
@@ -208,13 +259,15 @@ type Reader struct {
 	eof  bool           // a short piece came: ask for no more
 	ask  []*readPending // asked for, in offset order
 	cur  []byte         // the current piece's bytes not yet handed out
+	buf  *[]byte        // the pooled buffer cur lies in
 	err  error          // the first failure, or io.EOF: every later call returns it
 }
 
-// readPending is one piece asked for; done is closed once data or err is
-// set.
+// readPending is one piece asked for, read into buf, a buffer of the
+// pool; done is closed once data or err is set.
 type readPending struct {
 	off  int64
+	buf  *[]byte
 	data []byte
 	err  error
 	done chan struct{}
@@ -270,16 +323,22 @@ func (r *Reader) fill() error {
 	if err := r.f.check(); err != nil {
 		return err
 	}
+	if r.buf != nil {
+		// Handed out: Read copied it, WriteTo's writer may not keep it.
+		bufpool.Shared.Put(r.buf)
+		r.buf, r.cur = nil, nil
+	}
 	piece := r.f.c.opts.piece
 	for !r.eof && len(r.ask) < readAhead {
-		p := &readPending{off: r.next, done: make(chan struct{})}
+		p := &readPending{off: r.next, buf: bufpool.Shared.Get(piece), done: make(chan struct{})}
 		r.next += int64(piece)
 		r.ask = append(r.ask, p)
 		go func() {
 			defer close(p.done)
 			ctx, cancel := r.f.callContext()
 			defer cancel()
-			p.data, p.err = r.f.readPiece(r.f.c.outgoing(ctx, r.f.path), p.off, piece)
+			n, err := r.f.readPiece(r.f.c.outgoing(ctx, r.f.path), p.off, *p.buf)
+			p.data, p.err = (*p.buf)[:n], err
 		}()
 	}
 	if len(r.ask) == 0 {
@@ -298,12 +357,13 @@ func (r *Reader) fill() error {
 		// nothing, or what was written since, which a reader that saw
 		// the end here must not return after it.
 		r.eof = true
-		r.ask = nil
+		r.ask = nil // still being read into: theirs, not the pool's
 	}
 	if len(p.data) == 0 {
+		bufpool.Shared.Put(p.buf)
 		r.err = io.EOF
 		return r.err
 	}
-	r.cur = p.data
+	r.cur, r.buf = p.data, p.buf
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
@@ -154,35 +155,33 @@ func (f *File) Read(ctx context.Context, p []byte, off int64) (int, error) {
 	n := 0
 	for n < len(p) {
 		want := min(len(p)-n, f.c.opts.piece)
-		data, err := f.readPiece(ctx, off+int64(n), want)
+		k, err := f.readPiece(ctx, off+int64(n), p[n:n+want])
+		n += k
 		if err != nil {
 			return n, err
 		}
-		n += copy(p[n:], data)
-		if len(data) < want {
+		if k < want {
 			return n, io.EOF
 		}
 	}
 	return n, nil
 }
 
-// readPiece reads up to want bytes at off in one call, checked against
-// their CRC-32C. ctx carries the outgoing metadata.
-func (f *File) readPiece(ctx context.Context, off int64, want int) ([]byte, error) {
-	resp, err := f.c.api.Read(ctx, &filewritev1.ReadRequest{Path: f.path, Offset: off, Length: int64(want)})
-	if err != nil {
-		return nil, wrapErr(err)
+// readPiece reads up to len(dst) bytes at off into dst in one call,
+// checked against their CRC-32C. ctx carries the outgoing metadata.
+func (f *File) readPiece(ctx context.Context, off int64, dst []byte) (int, error) {
+	r := readReply{dst: dst}
+	req := &filewritev1.ReadRequest{Path: f.path, Offset: off, Length: int64(len(dst))}
+	if err := f.c.cc.Invoke(ctx, filewritev1.FileService_Read_FullMethodName, req, &r, grpc.ForceCodecV2(newStreamCodec())); err != nil {
+		return 0, wrapErr(err)
 	}
-	data := resp.GetData()
-	if resp.Crc32C != nil {
-		if sum := crc32.Checksum(data, castagnoli); sum != resp.GetCrc32C() {
-			return nil, newError(codes.DataLoss, nil, "read of %s at %d: CRC-32C of the data is %#08x, the daemon sent %#08x", f.path, off, sum, resp.GetCrc32C())
-		}
+	if r.tooLong > 0 {
+		return 0, newError(codes.Internal, nil, "read of %s at %d: %d bytes for %d asked", f.path, off, r.tooLong, len(dst))
 	}
-	if len(data) > want {
-		return nil, newError(codes.Internal, nil, "read of %s at %d: %d bytes for %d asked", f.path, off, len(data), want)
+	if r.hasCRC && r.sum != r.crc {
+		return 0, newError(codes.DataLoss, nil, "read of %s at %d: CRC-32C of the data is %#08x, the daemon sent %#08x", f.path, off, r.sum, r.crc)
 	}
-	return data, nil
+	return r.n, nil
 }
 
 // Sync makes every write acknowledged before the call durable, with the

@@ -42,8 +42,9 @@ type write struct {
 	append   bool
 	appendID []byte
 	// buf is the pooled buffer data lies in, for a Writer's writes: the
-	// Writer gives it back once the write is done.
-	buf *[]byte
+	// Writer lets go of it once the write is done, and the messages
+	// that carry it once gRPC has written them.
+	buf *pieceBuf
 
 	// The fields below are guarded by fileStream.mu.
 	state    writeState

@@ -29,7 +29,10 @@ type streamCodec struct{ encoding.CodecV2 }
 func newStreamCodec() streamCodec { return streamCodec{encoding.GetCodecV2(protocodec.Name)} }
 
 func (c streamCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	if r, ok := v.(*ackResponse); ok {
+	switch r := v.(type) {
+	case *ackResponse:
+		return r.decode(data)
+	case *readReply:
 		return r.decode(data)
 	}
 	return c.CodecV2.Unmarshal(data, v)
@@ -44,22 +47,54 @@ func (c streamCodec) Marshal(v any) (mem.BufferSlice, error) {
 
 // encodeWrites encodes a WriteStreamRequest (no path) carrying ws to file
 // (0: the stream's path), with ids from firstID on, into a buffer of the
-// pool.
+// pool. The data of a write that owns its buffer (a Writer's, sent) is
+// not copied: the message holds that buffer between the bytes before and
+// after it, which are split out of one buffer of the pool.
 func encodeWrites(ws []*write, file uint32, firstID uint64) *encodedRequest {
 	size := 0
 	for i, w := range ws {
 		v := w.wire(file, firstID+uint64(i))
 		size += streamwire.RequestWriteSize(&v)
+		if w.buf.shareable() {
+			size -= len(w.data)
+		}
 	}
 	pool := bufpool.Shared
 	bp := pool.Get(size)
 	b := (*bp)[:0]
+	var cuts []int // where each shared write's data goes, in b
 	for i, w := range ws {
 		v := w.wire(file, firstID+uint64(i))
-		b = streamwire.AppendWrite(b, &v)
+		if !w.buf.shareable() {
+			b = streamwire.AppendWrite(b, &v)
+			continue
+		}
+		b = streamwire.AppendWriteHead(b, &v)
+		cuts = append(cuts, len(b))
+		b = streamwire.AppendWriteTail(b, &v)
 	}
 	*bp = b
-	return &encodedRequest{data: mem.BufferSlice{mem.NewBuffer(bp, pool)}}
+	rest := mem.NewBuffer(bp, pool)
+	if len(cuts) == 0 {
+		return &encodedRequest{data: mem.BufferSlice{rest}}
+	}
+	data := make(mem.BufferSlice, 0, 2*len(cuts)+1)
+	at := 0 // where rest begins in b
+	for _, w := range ws {
+		if !w.buf.shareable() {
+			continue
+		}
+		var head mem.Buffer
+		head, rest = mem.SplitUnsafe(rest, cuts[0]-at)
+		at, cuts = cuts[0], cuts[1:]
+		data = append(data, head, w.buf.hold())
+	}
+	if rest.Len() == 0 {
+		rest.Free()
+	} else {
+		data = append(data, rest)
+	}
+	return &encodedRequest{data: data}
 }
 
 // ackResponse is a WriteStreamResponse as the receiver reads it, decoded

@@ -6,7 +6,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/filewrite/filewrite/store"
 )
@@ -98,5 +102,30 @@ func TestStartWriteBack(t *testing.T) {
 	}
 	if err := fs.StartWriteBack(ctx, faultPath, 0, 10); err != nil {
 		t.Errorf("StartWriteBack over faultfs: %v, want nil (nothing to hurry)", err)
+	}
+}
+
+// TestLargeWriteStartsWriteBack: a write of store.WriteBackAfter or more
+// leaves none of its pages dirty when it returns: their writeback is
+// started (cachestat(2) counts them as under writeback, or clean once
+// written), so that the disk takes a bulk writer's pieces as they land.
+func TestLargeWriteStartsWriteBack(t *testing.T) {
+	ctx := context.Background()
+	s, dir := newStoreIn(t, store.Options{})
+	const n = 2 * store.WriteBackAfter
+	if _, err := s.Write(ctx, "bulk", 0, pattern(n, 5), store.SyncNone); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(dir, "bulk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var cs unix.Cachestat_t
+	if err := unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{Off: 0, Len: n}, &cs, 0); err != nil {
+		t.Skipf("cachestat(2): %v (Linux 6.5 or later counts a file's dirty pages)", err)
+	}
+	if cs.Dirty != 0 {
+		t.Errorf("after a write of %d bytes: %d of its %d cached pages dirty, want 0 (writeback started)", n, cs.Dirty, cs.Cache)
 	}
 }

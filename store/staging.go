@@ -79,10 +79,22 @@ func (s *Store) OpenStaged(ctx context.Context, name string, open OpenMode) (*Ha
 // it. The staged name is gone: a Handle of it goes on writing to the file
 // under its new name.
 func (s *Store) Publish(ctx context.Context, name, p string, noReplace bool) error {
+	return s.PublishIf(ctx, name, p, noReplace, Precondition{})
+}
+
+// PublishIf is Publish under a condition on the file p names, the one the
+// staged file would replace (as RenameIf's dst): with it the rename holds
+// that file's lock exclusively and checks before it replaces it, and a
+// failed check (*GenerationMismatch) leaves p as it was and the staged
+// file staged.
+func (s *Store) PublishIf(ctx context.Context, name, p string, noReplace bool, dst Precondition) error {
 	if err := validateStagedName(name); err != nil {
 		return err
 	}
 	if err := validatePath(p); err != nil {
+		return err
+	}
+	if err := dst.validate(); err != nil {
 		return err
 	}
 	staged := path.Join(stagedDir, name)
@@ -98,7 +110,7 @@ func (s *Store) Publish(ctx context.Context, name, p string, noReplace bool) err
 	if err := s.fsyncFile(ctx, staged, SyncFull); err != nil {
 		return err
 	}
-	_, err = s.renameIf(ctx, staged, p, noReplace, true, Precondition{}, Precondition{})
+	_, err = s.renameIf(ctx, staged, p, noReplace, true, Precondition{}, dst)
 	return err
 }
 

@@ -107,6 +107,58 @@ func TestStagedPublish(t *testing.T) {
 	}
 }
 
+// TestStagedPublishIf: a publish under a condition on the file it would
+// replace checks it under that file's lock; a failed check leaves the
+// file and the staged file as they were.
+func TestStagedPublishIf(t *testing.T) {
+	s, dir := newTestStore(t, Options{})
+	ctx := context.Background()
+	w, err := s.Write(ctx, "d/old", 0, []byte("old"), SyncNone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := s.OpenStaged(ctx, "up1", OpenExclusive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if _, err := h.Write(ctx, 0, []byte("new"), SyncNone); err != nil {
+		t.Fatal(err)
+	}
+	stale, none := w.Generation-1, int64(0)
+	for _, c := range []struct {
+		name string
+		p    string
+		pre  Precondition
+	}{
+		{"a stale generation", "d/old", Precondition{IfMatch: &stale}},
+		{"no file may exist", "d/old", Precondition{IfMatch: &none}},
+		{"its own generation not", "d/old", Precondition{IfNotMatch: &w.Generation}},
+		{"a file must exist", "d/missing", Precondition{IfNotMatch: &none}},
+	} {
+		var mismatch *GenerationMismatch
+		if err := s.PublishIf(ctx, "up1", c.p, false, c.pre); !errors.As(err, &mismatch) {
+			t.Errorf("%s: got %v, want a *GenerationMismatch", c.name, err)
+		}
+	}
+	if got := readFile(t, dir, "d/old"); string(got) != "old" {
+		t.Errorf("after refused publishes: got %q, want old", got)
+	}
+	if staged, _ := s.Staged(); len(staged) != 1 {
+		t.Errorf("Staged after refused publishes: got %v, want up1", staged)
+	}
+	neg := int64(-1)
+	if err := s.PublishIf(ctx, "up1", "d/old", false, Precondition{IfMatch: &neg}); !errors.Is(err, ErrInvalidOffset) {
+		t.Errorf("a negative generation: got %v, want ErrInvalidOffset", err)
+	}
+	if err := s.PublishIf(ctx, "up1", "d/old", false, Precondition{IfMatch: &w.Generation}); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, dir, "d/old"); string(got) != "new" {
+		t.Errorf("published: got %q, want new", got)
+	}
+}
+
 func TestStagedTruncateAndRemove(t *testing.T) {
 	s, _ := newTestStore(t, Options{})
 	ctx := context.Background()

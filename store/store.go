@@ -226,6 +226,16 @@ func (s *Store) openForWrite(ctx context.Context, path string, open OpenMode) (*
 // holds the inode lock shared, so it never sees half of a truncate or of a
 // locked write.
 func (s *Store) Read(ctx context.Context, path string, off, length int64) ([]byte, error) {
+	return s.ReadInto(ctx, path, off, length, func(n int) []byte { return make([]byte, n) })
+}
+
+// ReadInto is Read into a buffer of the caller's: once the request is
+// checked and the bytes there are known, buf is called once with their
+// count and returns a slice of that length to read into (a pooled buffer
+// of a daemon that sends it on, for one). It is not called when nothing
+// is there, or when the request is refused; when it was called and Read
+// fails, the slice is the caller's again.
+func (s *Store) ReadInto(ctx context.Context, path string, off, length int64, buf func(n int) []byte) ([]byte, error) {
 	if err := validatePath(path); err != nil {
 		return nil, err
 	}
@@ -245,12 +255,12 @@ func (s *Store) Read(ctx context.Context, path string, off, length int64) ([]byt
 	if off >= size {
 		return []byte{}, nil
 	}
-	buf := make([]byte, min(length, size-off))
-	n, err := ino.file.ReadAt(buf, off)
+	b := buf(int(min(length, size-off)))
+	n, err := ino.file.ReadAt(b, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, ioError("read", path, err, 0)
 	}
-	return buf[:n], nil
+	return b[:n], nil
 }
 
 // Fsync makes everything written to path before the call durable: with

@@ -265,6 +265,12 @@ func (s *Store) write(ctx context.Context, ino *inode, name string, held *holder
 			// Made durable by itself: checked for a name as a sync is.
 			err = removedError(ctx, ino, false)
 		}
+		if err == nil && res.BytesWritten >= WriteBackAfter {
+			// With no lock held: starting may wait for room in the
+			// disk's queue. A failure to start fails the file's next
+			// sync (startWriteBack), not this write, which is written.
+			_ = ino.startWriteBack(off, int64(res.BytesWritten))
+		}
 		return res, sync, err
 	}
 }

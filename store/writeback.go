@@ -40,6 +40,23 @@ func (s *Store) StartWriteBack(ctx context.Context, path string, off, n int64) e
 		return err
 	}
 	defer s.table.put(ino)
+	return ino.startWriteBack(off, n)
+}
+
+// WriteBackAfter is the size from which a write starts its own writeback
+// once it is written (Store.write): a write that large is bulk (a
+// Writer's or a checkpoint's piece, a PUT's), whose pages the kernel would
+// otherwise leave dirty until the file's sync, or for half a minute,
+// and then write all at once. Started as each piece lands, the disk works
+// while the next ones arrive, and the sync at the end finds little left
+// to write. Smaller writes leave the timing to the kernel: a random
+// writer may write the same pages again before they would be written.
+const WriteBackAfter = 1 << 20
+
+// startWriteBack is StartWriteBack of an inode held: nothing to do for a
+// file layer that cannot start a writeback, or a file open for direct
+// I/O, whose pages are not left dirty.
+func (ino *inode) startWriteBack(off, n int64) error {
 	w, ok := ino.file.(writeBackStarter)
 	if !ok || ino.direct != nil {
 		return nil

@@ -451,10 +451,26 @@ func RequestWriteSize(w *Write) int {
 // field, its tag and length included) to b; RequestWriteSize says how
 // long it is.
 func AppendWrite(b []byte, w *Write) []byte {
+	b = AppendWriteHead(b, w)
+	b = append(b, w.Data...)
+	return AppendWriteTail(b, w)
+}
+
+// AppendWriteHead appends what AppendWrite puts before w's data: the
+// write's tag and length, the fields before its data, and the data
+// field's tag and length. A sender that sends the data from its own
+// buffer, without copying it into the message, sends the head, then the
+// data, then the tail (AppendWriteTail).
+func AppendWriteHead(b []byte, w *Write) []byte {
 	b = appendLength(b, FieldRequestWrites, WriteSize(w))
 	b = appendVarint(b, FieldWriteID, w.ID)
 	b = appendVarint(b, FieldWriteOffset, uint64(w.Offset))
-	b = appendBytes(b, FieldWriteData, w.Data)
+	b = protowire.AppendTag(b, FieldWriteData, protowire.BytesType)
+	return protowire.AppendVarint(b, uint64(len(w.Data)))
+}
+
+// AppendWriteTail appends what AppendWrite puts after w's data.
+func AppendWriteTail(b []byte, w *Write) []byte {
 	b = appendVarint(b, FieldWriteSync, uint64(w.Sync))
 	if w.HasCRC {
 		b = protowire.AppendTag(b, FieldWriteCRC, protowire.Fixed32Type)

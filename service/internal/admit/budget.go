@@ -9,12 +9,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/encoding"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/protobuf/proto"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/bufpool"
 	"github.com/filewrite/filewrite/service/internal/status"
 )
 
@@ -259,9 +258,10 @@ type GRPCBudget struct {
 	budget *Budget
 	// maxRequest is --max-request-bytes.
 	maxRequest int64
-	// replies holds what a Read's reply owes the budget, from the end of
-	// its handler until Marshal hands it to the reply's buffer:
-	// *filewritev1.ReadResponse → int64.
+	// replies holds what a Read's reply owes the budget, and the pooled
+	// buffer its data lies in if any, from the end of its handler until
+	// Marshal hands them to the reply's encoding:
+	// *filewritev1.ReadResponse → replyShare.
 	replies sync.Map
 }
 
@@ -286,7 +286,9 @@ func receiveHold(maxRequestBytes int64) int64 {
 // GRPCCopies is how many copies of a message's bytes a unary call holds
 // once its message is decoded: the decoded message, and the buffers it was
 // received into, garbage not yet collected; for a Read, the data the store
-// read and the reply encoded from it.
+// read and the reply encoded from it (one copy where the reply is sent
+// from its pooled buffer, readreply.go: the share stays, for the replies
+// that are not).
 const GRPCCopies = 2
 
 // callBudget is what one unary call holds. Its stats events and
@@ -302,6 +304,9 @@ type callBudget struct {
 	// while it waited): unary answers it instead of running the handler.
 	err   error
 	reply *filewritev1.ReadResponse // whose share is in GRPCBudget.replies
+	// data is the pooled buffer ReplyBuffer gave the call's handler for
+	// a Read's data; nil if none.
+	data *[]byte
 }
 
 type callBudgetKey struct{}
@@ -334,8 +339,8 @@ func (g *GRPCBudget) Event(ctx context.Context, s stats.RPCStats) {
 		cb.held = want
 	case *stats.End:
 		if cb.reply != nil {
-			if owed, ok := g.replies.LoadAndDelete(cb.reply); ok {
-				g.budget.Release(owed.(int64)) // never marshaled
+			if share, ok := g.replies.LoadAndDelete(cb.reply); ok {
+				g.budget.Release(share.(replyShare).owed) // never marshaled
 			}
 			// The call's context lives on until its reply is written:
 			// through it, the reply's data would too.
@@ -373,60 +378,24 @@ func (g *GRPCBudget) Unary(ctx context.Context, req any, info *grpc.UnaryServerI
 	}
 	cb.held = want
 	resp, err := handler(ctx, req)
-	if reply, ok := resp.(*filewritev1.ReadResponse); ok && err == nil {
-		owed := min(cb.held, int64(proto.Size(reply)))
-		cb.held -= owed
-		cb.reply = reply
-		g.replies.Store(reply, owed)
+	data := cb.data
+	cb.data = nil
+	reply, ok := resp.(*filewritev1.ReadResponse)
+	if !ok || err != nil {
+		if data != nil {
+			bufpool.Shared.Put(data) // the store's again: see ReadInto
+		}
+		return resp, err
 	}
+	if data != nil && !holds(data, reply.GetData()) {
+		data = nil // not the reply's: marshaled as any other
+	}
+	owed := min(cb.held, int64(proto.Size(reply)))
+	cb.held -= owed
+	cb.reply = reply
+	g.replies.Store(reply, replyShare{owed: owed, data: data})
 	return resp, err
 }
-
-// replyCodec is the public server's codec: requestCodec, whose Marshal
-// gives a Read's reply a buffer that hands its share of the budget back
-// when grpc-go frees it, once written.
-type replyCodec struct {
-	encoding.CodecV2
-	g *GRPCBudget
-}
-
-// NewReplyCodec is base (the server's requestCodec) with a Read's reply
-// handing its share of g's budget back once written.
-func NewReplyCodec(base encoding.CodecV2, g *GRPCBudget) encoding.CodecV2 {
-	return replyCodec{base, g}
-}
-
-func (c replyCodec) Marshal(v any) (mem.BufferSlice, error) {
-	r, ok := v.(*filewritev1.ReadResponse)
-	if !ok {
-		return c.CodecV2.Marshal(v)
-	}
-	owed, ok := c.g.replies.LoadAndDelete(r)
-	if !ok {
-		return c.CodecV2.Marshal(v)
-	}
-	buf, err := proto.MarshalOptions{}.MarshalAppend(make([]byte, 0, proto.Size(r)), r)
-	if err != nil || mem.IsBelowBufferPoolingThreshold(cap(buf)) {
-		// A small buffer is never handed back (mem.NewBuffer).
-		c.g.budget.Release(owed.(int64))
-		if err != nil {
-			return nil, err
-		}
-		return mem.BufferSlice{mem.SliceBuffer(buf)}, nil
-	}
-	return mem.BufferSlice{mem.NewBuffer(&buf, &owedBytes{budget: c.g.budget, n: owed.(int64)})}, nil
-}
-
-// owedBytes is the "pool" of one reply's buffer: grpc-go puts the buffer
-// back once, when it no longer needs it, and the reply's share of the
-// budget goes back with it.
-type owedBytes struct {
-	budget *Budget
-	n      int64
-}
-
-func (o *owedBytes) Get(n int) *[]byte { b := make([]byte, n); return &b } // unused by grpc-go
-func (o *owedBytes) Put(*[]byte)       { o.budget.Release(o.n) }
 
 // BudgetStream makes a stream take the budget for each message it
 // receives, once it has it: a stream may wait for hours for its next

@@ -67,88 +67,6 @@ func (v validators) setHeaders(h http.Header) {
 	}
 }
 
-// errMalformedETags is returned when an If-Match or If-None-Match value is
-// not "*" nor a list of entity tags.
-var errMalformedETags = errors.New(`not "*" nor a list of entity tags such as "1234" or W/"1234"`)
-
-// entityTag is one tag of an If-Match or If-None-Match list.
-type entityTag struct {
-	opaque string // quotes kept
-	weak   bool   // W/ before it
-}
-
-// etagList is a parsed If-Match or If-None-Match value.
-type etagList struct {
-	any  bool // "*"
-	tags []entityTag
-}
-
-// parseETags parses the values of an If-Match or If-None-Match header.
-func parseETags(values []string) (etagList, error) {
-	var l etagList
-	for _, v := range values {
-		s := strings.TrimSpace(v)
-		if s == "*" {
-			l.any = true
-			continue
-		}
-		for {
-			s = strings.TrimLeft(s, " \t,")
-			if s == "" {
-				break
-			}
-			var t entityTag
-			s, t.weak = strings.CutPrefix(s, "W/")
-			if !strings.HasPrefix(s, `"`) {
-				return etagList{}, errMalformedETags
-			}
-			end := strings.IndexByte(s[1:], '"')
-			if end < 0 {
-				return etagList{}, errMalformedETags
-			}
-			t.opaque = s[:end+2]
-			l.tags = append(l.tags, t)
-			s = s[end+2:]
-			if s != "" && s[0] != ',' && s[0] != ' ' && s[0] != '\t' {
-				return etagList{}, errMalformedETags
-			}
-		}
-	}
-	if l.any && len(l.tags) > 0 {
-		return etagList{}, errMalformedETags
-	}
-	return l, nil
-}
-
-// matchesStrong is If-Match's comparison (RFC 9110, section 8.8.3.2): a
-// tag matches if neither is weak and their opaque parts are equal; "*" if
-// the file exists.
-func (l etagList) matchesStrong(v validators) bool {
-	if l.any {
-		return v.exists
-	}
-	for _, t := range l.tags {
-		if !t.weak && v.etag != "" && t.opaque == v.etag {
-			return true
-		}
-	}
-	return false
-}
-
-// matchesWeak is If-None-Match's comparison: the opaque parts are equal,
-// W/ or not.
-func (l etagList) matchesWeak(v validators) bool {
-	if l.any {
-		return v.exists
-	}
-	for _, t := range l.tags {
-		if v.etag != "" && t.opaque == v.etag {
-			return true
-		}
-	}
-	return false
-}
-
 // failedCondition is the precondition that decided a 412.
 type failedCondition struct {
 	header string
@@ -164,12 +82,12 @@ type failedCondition struct {
 func preconditionStatus(r *http.Request, v validators) (code int, failed failedCondition, err error) {
 	read := r.Method == http.MethodGet || r.Method == http.MethodHead
 	if vals := r.Header.Values("If-Match"); len(vals) > 0 {
-		l, err := parseETags(vals)
+		l, err := status.ParseETagList(vals)
 		if err != nil {
 			return 0, failed, malformedHeader("If-Match", err)
 		}
-		if !l.matchesStrong(v) {
-			return http.StatusPreconditionFailed, failedCondition{"If-Match", l.any}, nil
+		if !l.MatchesStrong(v.etag, v.exists) {
+			return http.StatusPreconditionFailed, failedCondition{"If-Match", l.Any}, nil
 		}
 	} else if t, ok := headerDate(r, "If-Unmodified-Since"); ok {
 		if v.lastModified.IsZero() || v.lastModified.After(t) {
@@ -177,15 +95,15 @@ func preconditionStatus(r *http.Request, v validators) (code int, failed failedC
 		}
 	}
 	if vals := r.Header.Values("If-None-Match"); len(vals) > 0 {
-		l, err := parseETags(vals)
+		l, err := status.ParseETagList(vals)
 		if err != nil {
 			return 0, failed, malformedHeader("If-None-Match", err)
 		}
-		if l.matchesWeak(v) {
+		if l.MatchesWeak(v.etag, v.exists) {
 			if read {
-				return http.StatusNotModified, failedCondition{"If-None-Match", l.any}, nil
+				return http.StatusNotModified, failedCondition{"If-None-Match", l.Any}, nil
 			}
-			return http.StatusPreconditionFailed, failedCondition{"If-None-Match", l.any}, nil
+			return http.StatusPreconditionFailed, failedCondition{"If-None-Match", l.Any}, nil
 		}
 	} else if t, ok := headerDate(r, "If-Modified-Since"); ok && read {
 		if !v.lastModified.IsZero() && !v.lastModified.After(t) {
@@ -200,24 +118,14 @@ func preconditionStatus(r *http.Request, v validators) (code int, failed failedC
 // one on existence or a date PRECONDITION_FAILED; both carry the file's
 // generation and tag, as the store's refusal of a generation does.
 func preconditionFailed(c failedCondition, v validators) error {
-	current := v.etag
-	switch {
-	case !v.exists:
-		current = "none: the file does not exist"
-	case c.header == "If-Unmodified-Since" && v.lastModified.IsZero():
-		current += " (no Last-Modified: it changed within the last second)"
+	note := ""
+	if v.exists && c.header == "If-Unmodified-Since" && v.lastModified.IsZero() {
+		note = " (no Last-Modified: it changed within the last second)"
 	}
-	reason := filewritev1.ErrorReason_PRECONDITION_FAILED
-	if !c.any && (c.header == "If-Match" || c.header == "If-None-Match") {
-		reason = filewritev1.ErrorReason_ETAG_MISMATCH
-	}
-	md := map[string]string{errorinfo.KeyGeneration: strconv.FormatInt(v.gen, 10)}
-	if v.etag != "" {
-		md["etag"] = v.etag
-	}
+	onTag := !c.any && (c.header == "If-Match" || c.header == "If-None-Match")
 	return &runtime.HTTPStatusError{
 		HTTPStatus: http.StatusPreconditionFailed,
-		Err:        status.Refusal(reason, md, "precondition failed: %s; the file's ETag is %s", c.header, current),
+		Err:        status.PreconditionFailed(c.header, onTag, v.gen, v.etag, note),
 	}
 }
 

@@ -213,10 +213,11 @@ func (p *rawPut) run(ctx context.Context) (*filewritev1.WriteResponse, error) {
 		if written == 0 {
 			reply.Created = resp.GetCreated()
 		}
-		if !last && p.sync != filewritev1.SyncMode_SYNC_MODE_UNSPECIFIED && g.Local != nil {
+		if !last && p.sync != filewritev1.SyncMode_SYNC_MODE_UNSPECIFIED && g.Local != nil && resp.GetBytesWritten() < store.WriteBackAfter {
 			// The disk takes this piece while the next arrives, so
-			// that the sync at the end has little left to write. A
-			// failure to start shows in that sync.
+			// that the sync at the end has little left to write (a
+			// piece of store.WriteBackAfter or more started its own).
+			// A failure to start shows in that sync.
 			g.Local.StartWriteBack(ctx, p.path, req.GetOffset(), resp.GetBytesWritten())
 		}
 		written += resp.GetBytesWritten()

@@ -231,7 +231,7 @@ func (s *FileServer) Stat(ctx context.Context, req *filewritev1.StatRequest) (*f
 }
 
 func (s *FileServer) Read(ctx context.Context, req *filewritev1.ReadRequest) (*filewritev1.ReadResponse, error) {
-	data, err := s.store.Read(ctx, req.GetPath(), req.GetOffset(), req.GetLength())
+	data, err := s.store.ReadInto(ctx, req.GetPath(), req.GetOffset(), req.GetLength(), func(n int) []byte { return admit.ReplyBuffer(ctx, n) })
 	if err != nil {
 		return nil, status.Of(err)
 	}

@@ -3,6 +3,7 @@ package status
 import (
 	"errors"
 	"strconv"
+	"strings"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
@@ -106,4 +107,111 @@ func DigestAlgorithm(name string) (store.DigestAlgorithm, error) {
 func errIsMismatch(err error) (*store.GenerationMismatch, bool) {
 	var m *store.GenerationMismatch
 	return m, errors.As(err, &m)
+}
+
+// ErrMalformedETags is returned when an If-Match or If-None-Match value is
+// not "*" nor a list of entity tags.
+var ErrMalformedETags = errors.New(`not "*" nor a list of entity tags such as "1234" or W/"1234"`)
+
+// entityTag is one tag of an If-Match or If-None-Match list.
+type entityTag struct {
+	opaque string // quotes kept
+	weak   bool   // W/ before it
+}
+
+// ETagList is a parsed If-Match or If-None-Match value (RFC 9110,
+// sections 13.1.1 and 13.1.2), for every face that takes them: the
+// gateway's routes and the WebDAV door.
+type ETagList struct {
+	// Any is "*".
+	Any  bool
+	tags []entityTag
+}
+
+// ParseETagList parses the values of an If-Match or If-None-Match header.
+func ParseETagList(values []string) (ETagList, error) {
+	var l ETagList
+	for _, v := range values {
+		s := strings.TrimSpace(v)
+		if s == "*" {
+			l.Any = true
+			continue
+		}
+		for {
+			s = strings.TrimLeft(s, " \t,")
+			if s == "" {
+				break
+			}
+			var t entityTag
+			s, t.weak = strings.CutPrefix(s, "W/")
+			if !strings.HasPrefix(s, `"`) {
+				return ETagList{}, ErrMalformedETags
+			}
+			end := strings.IndexByte(s[1:], '"')
+			if end < 0 {
+				return ETagList{}, ErrMalformedETags
+			}
+			t.opaque = s[:end+2]
+			l.tags = append(l.tags, t)
+			s = s[end+2:]
+			if s != "" && s[0] != ',' && s[0] != ' ' && s[0] != '\t' {
+				return ETagList{}, ErrMalformedETags
+			}
+		}
+	}
+	if l.Any && len(l.tags) > 0 {
+		return ETagList{}, ErrMalformedETags
+	}
+	return l, nil
+}
+
+// MatchesStrong is If-Match's comparison (RFC 9110, section 8.8.3.2)
+// with the file's tag etag (empty: no file): a tag matches if neither is
+// weak and their opaque parts are equal; "*" if the file exists.
+func (l ETagList) MatchesStrong(etag string, exists bool) bool {
+	if l.Any {
+		return exists
+	}
+	for _, t := range l.tags {
+		if !t.weak && etag != "" && t.opaque == etag {
+			return true
+		}
+	}
+	return false
+}
+
+// MatchesWeak is If-None-Match's comparison: the opaque parts are equal,
+// W/ or not.
+func (l ETagList) MatchesWeak(etag string, exists bool) bool {
+	if l.Any {
+		return exists
+	}
+	for _, t := range l.tags {
+		if etag != "" && t.opaque == etag {
+			return true
+		}
+	}
+	return false
+}
+
+// PreconditionFailed is the refusal of the HTTP precondition header that
+// failed on a file at generation gen with tag etag (empty: no file
+// exists): ETAG_MISMATCH for a condition on a tag (onTag), else
+// PRECONDITION_FAILED (one on existence, "*", or on a date), carrying
+// the file's generation and tag as the store's refusal of a generation
+// does; note follows the tag in the message. 412 over HTTP (Rules).
+func PreconditionFailed(header string, onTag bool, gen int64, etag, note string) error {
+	current := etag
+	if etag == "" {
+		current = "none: the file does not exist"
+	}
+	reason := filewritev1.ErrorReason_PRECONDITION_FAILED
+	if onTag {
+		reason = filewritev1.ErrorReason_ETAG_MISMATCH
+	}
+	md := map[string]string{errorinfo.KeyGeneration: strconv.FormatInt(gen, 10)}
+	if etag != "" {
+		md["etag"] = etag
+	}
+	return Refusal(reason, md, "precondition failed: %s; the file's ETag is %s%s", header, current, note)
 }

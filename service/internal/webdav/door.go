@@ -138,6 +138,11 @@ func New(cfg Config) *Door {
 // It is used by the request's goroutine only.
 type reqState struct {
 	contentType string
+	// ifGeneration, when set, is the generation of the file a PUT
+	// replaces or a DELETE removes that the request's If-Match and
+	// If-None-Match held for (0: no file), which the publish or the
+	// delete is made conditional on (preconditions).
+	ifGeneration *int64
 	// failure is the last error of the store or the checks worth its own
 	// status (failure); 0 when none.
 	failCode int
@@ -191,8 +196,8 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 		}
-	case http.MethodPut:
-		if ct := r.Header.Get("Content-Type"); ct != "" {
+	case http.MethodPut, http.MethodDelete:
+		if ct := r.Header.Get("Content-Type"); ct != "" && r.Method == http.MethodPut {
 			norm, err := store.CheckContentType(ct)
 			if err != nil {
 				writeStatus(w, r, http.StatusBadRequest, status.Of(err))
@@ -200,8 +205,65 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			st.contentType = norm
 		}
+		if code, err := d.preconditions(r, p, st); err != nil {
+			writeStatus(w, r, code, err)
+			return
+		}
 	}
 	d.h.ServeHTTP(&failWriter{ResponseWriter: w, r: r, st: st}, r)
+}
+
+// preconditions evaluates a PUT's or a DELETE's If-Match and
+// If-None-Match (RFC 9110, section 13.2.2; davfs2 sends If-Match with the
+// ETag it last saw) on a Stat of p, as the REST routes do, and keeps the
+// generation they held for in st: the publish or the delete is then
+// conditional on it (store.PublishIf, DeleteRequest's
+// if_generation_match), so that nothing lands between the decision and
+// the change, and a file changed since is 412 too. A collection has no
+// generation: conditions on one are decided once. WebDAV's own If header
+// (RFC 4918, section 10.4) is x/net/webdav's.
+func (d *Door) preconditions(r *http.Request, p string, st *reqState) (int, error) {
+	ifMatch, ifNoneMatch := r.Header.Values("If-Match"), r.Header.Values("If-None-Match")
+	if len(ifMatch) == 0 && len(ifNoneMatch) == 0 {
+		return 0, nil
+	}
+	var (
+		etag   string
+		gen    int64
+		exists bool
+		dir    bool
+	)
+	fi, err := d.stat(r.Context(), p)
+	switch {
+	case err == nil:
+		exists, dir, etag = true, fi.dir, fi.etag
+		gen, _ = status.ParseETag(etag)
+	case !os.IsNotExist(err):
+		return failure(err)
+	}
+	for _, c := range []struct {
+		header string
+		values []string
+	}{{"If-Match", ifMatch}, {"If-None-Match", ifNoneMatch}} {
+		if len(c.values) == 0 {
+			continue
+		}
+		l, err := status.ParseETagList(c.values)
+		if err != nil {
+			return http.StatusBadRequest, status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: c.header}, "%s: %v", c.header, err)
+		}
+		held := l.MatchesStrong(etag, exists)
+		if c.header == "If-None-Match" {
+			held = !l.MatchesWeak(etag, exists)
+		}
+		if !held {
+			return http.StatusPreconditionFailed, status.PreconditionFailed(c.header, !l.Any, gen, etag, "")
+		}
+	}
+	if !dir {
+		st.ifGeneration = &gen
+	}
+	return 0, nil
 }
 
 // clean is the store's path of a WebDAV name ("/a/b/" is "a/b"; "/" is
@@ -325,6 +387,9 @@ func failure(err error) (int, error) {
 		return http.StatusInsufficientStorage, status.Refusal(filewritev1.ErrorReason_REQUEST_TOO_LARGE, nil, "%v", err)
 	}
 	err = status.Of(err)
+	if code, ok := status.HTTPStatus(err); ok {
+		return code, err // 412 for a generation's refusal, as on REST
+	}
 	switch errorinfo.Reason(err) {
 	case filewritev1.ErrorReason_NO_SPACE.String():
 		return http.StatusInsufficientStorage, err

@@ -15,6 +15,7 @@ import (
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/service/internal/local"
 	"github.com/filewrite/filewrite/service/internal/media"
+	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store"
 )
 
@@ -454,7 +455,7 @@ func (u *upload) Close() error {
 				return err
 			}
 		}
-		return u.d.cfg.Store.Publish(ctx, u.staged, u.p, false)
+		return u.d.cfg.Store.PublishIf(ctx, u.staged, u.p, false, status.Precondition(stateOf(u.ctx).ifGeneration, nil))
 	})
 	if err != nil {
 		u.d.cfg.Store.RemoveStaged(context.WithoutCancel(u.ctx), u.staged)

@@ -94,7 +94,7 @@ func (f *davFS) RemoveAll(ctx context.Context, name string) error {
 	}
 	defer f.d.forget(ctx, p)
 	if !fi.IsDir() {
-		_, err := f.d.cfg.Files.Delete(ctx, &filewritev1.DeleteRequest{Path: p, Sync: true})
+		_, err := f.d.cfg.Files.Delete(ctx, &filewritev1.DeleteRequest{Path: p, Sync: true, IfGenerationMatch: stateOf(ctx).ifGeneration})
 		return fsError(ctx, "remove", name, err)
 	}
 	return f.d.removeTree(ctx, p, 0)
