@@ -38,6 +38,8 @@ func TestFlagsFromEnv(t *testing.T) {
 			func(c service.Config) any { return c.Store.MaxRequestBytes }, int64(4096)},
 		{"duration", map[string]string{"FILEWRITE_DRAIN_TIMEOUT": "7s"}, nil,
 			func(c service.Config) any { return c.DrainTimeout }, 7 * time.Second},
+		{"shutdown delay", map[string]string{"FILEWRITE_SHUTDOWN_DELAY": "10s"}, nil,
+			func(c service.Config) any { return c.ShutdownDelay }, 10 * time.Second},
 		{"bool", map[string]string{"FILEWRITE_INSECURE_LISTEN": "true"}, nil,
 			func(c service.Config) any { return c.InsecureListen }, true},
 		{"unknown variables ignored", map[string]string{"FILEWRITE_NO_SUCH_FLAG": "x", "FILEWRITE_1_HTTP": "y"}, nil,

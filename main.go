@@ -126,6 +126,7 @@ var flagOf = map[string]string{
 	"MaxStreamBytes":          "max-stream-bytes",
 	"StreamIdleTimeout":       "stream-idle-timeout",
 	"MaxFilesPerStream":       "max-files-per-stream",
+	"ShutdownDelay":           "shutdown-delay",
 	"DrainTimeout":            "drain-timeout",
 	"ConnAuthTimeout":         "conn-auth-timeout",
 	"BodyTimeout":             "body-timeout",
@@ -164,6 +165,8 @@ func registerFlags(fs *flag.FlagSet, cfg *service.Config) *logFlags {
 		"a WriteStream that goes this long without a message and without a write to apply or acknowledge is ended (UNAVAILABLE, STREAM_IDLE), giving back its file")
 	fs.IntVar(&cfg.MaxFilesPerStream, "max-files-per-stream", cfg.MaxFilesPerStream,
 		"most `files` one WriteStream holds declared at once (each also counts against --max-open-files); a declaration past it fails with TOO_MANY_FILES_ON_STREAM")
+	fs.DurationVar(&cfg.ShutdownDelay, "shutdown-delay", cfg.ShutdownDelay,
+		"on SIGINT/SIGTERM, how long to go on serving everything while health says NOT_SERVING and /readyz 503, before draining: the time load balancers take to see it (0: drain at once)")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout,
 		"on SIGINT/SIGTERM, how long to wait for requests in flight before cancelling them")
 	// Authentication, TLS and resource limits (docs/guarantees.md).

@@ -50,15 +50,15 @@ func TestParseFlags(t *testing.T) {
 		"--root", "/srv/files", "--grpc-addr", ":0", "--http-addr", "",
 		"--policy", "shared-overwrite", "--io", "direct", "--fsync", "per-call",
 		"--max-file-size", "2TiB", "--max-request-bytes", "4096",
-		"--drain-timeout", "5s", "--log-level", "debug", "--log-format", "json",
+		"--drain-timeout", "5s", "--shutdown-delay", "15s", "--log-level", "debug", "--log-format", "json",
 	}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := []any{cfg.Root, cfg.GRPCAddr, cfg.HTTPAddr, cfg.Store.Policy, cfg.Store.IO, cfg.Store.Fsync,
-		cfg.Store.MaxFileSize, cfg.Store.MaxRequestBytes, cfg.DrainTimeout}
+		cfg.Store.MaxFileSize, cfg.Store.MaxRequestBytes, cfg.DrainTimeout, cfg.ShutdownDelay}
 	want := []any{"/srv/files", ":0", "", store.PolicySharedOverwrite, store.IODirect, store.FsyncPerCall,
-		int64(2 << 40), int64(4096), 5 * time.Second}
+		int64(2 << 40), int64(4096), 5 * time.Second, 15 * time.Second}
 	for i := range got {
 		if got[i] != want[i] {
 			t.Errorf("flag %d parsed as %v, want %v", i, got[i], want[i])
@@ -233,6 +233,7 @@ func TestConfigErrorsNameFlags(t *testing.T) {
 	}{
 		{[]string{"--stream-idle-timeout", "0s"}, "--stream-idle-timeout is 0s: want more than 0"},
 		{[]string{"--drain-timeout", "-1s"}, "--drain-timeout is -1s: want 0 or more"},
+		{[]string{"--shutdown-delay", "-1s"}, "--shutdown-delay is -1s: want 0 or more"},
 		{[]string{"--max-request-bytes", "2g"}, "--max-request-bytes is 2147483648: want at most 1073741824"},
 		{[]string{"--max-inflight-bytes", "1k"}, "--max-inflight-bytes is 1024: want at least"},
 		{[]string{"--max-open-files", strconv.FormatUint(store.NoFileLimit(), 10)}, "RLIMIT_NOFILE"},

@@ -38,7 +38,9 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		return m.Run()
+		// The daemon's own leaks are the in-process packages' to find;
+		// here, the tests' (their clients, their watchers of the child).
+		return testutil.RunAndFindLeaks(m)
 	}())
 }
 
@@ -142,18 +144,6 @@ func checkSharding(t *testing.T, ds []*clusterDaemon, lifecycle func(i int) erro
 	}
 }
 
-// freeAddr is a loopback address with a port nobody listened on a moment
-// ago, for a process that cannot be told to pick its own and log it.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // startHAProxy runs HAProxy with deploy/haproxy.cfg in front of ds (three
 // daemons, the config's three servers) and returns its REST and gRPC
 // addresses. It skips the test when haproxy is not installed.
@@ -166,7 +156,7 @@ func startHAProxy(t *testing.T, ds []*clusterDaemon) (restAddr, grpcAddr string)
 	if len(ds) != 3 {
 		t.Fatalf("haproxy.cfg has three servers, not %d", len(ds))
 	}
-	restAddr, grpcAddr = freeAddr(t), freeAddr(t)
+	restAddr, grpcAddr = testutil.FreeAddr(t), testutil.FreeAddr(t)
 	cmd := exec.Command(bin, "-f", "haproxy.cfg", "-db")
 	cmd.Env = append(os.Environ(),
 		"FILEWRITE_REST_BIND="+restAddr,

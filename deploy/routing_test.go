@@ -26,10 +26,22 @@ var routedNames = []string{
 	"ünïcode/ファイル",
 	"q:write",
 	"p5:read",
+	"d7:digest",
 	"tilde~/dot.",
 	"semi;colon,comma",
 	"hash#tag",
 	"quest?ion&amp=1",
+}
+
+// endsInVerb reports whether name's last segment ends in one of the
+// gateway's verbs, which REST then reads as that verb's route.
+func endsInVerb(name string) bool {
+	for _, v := range []string{"write", "append", "fsync", "truncate", "fallocate", "rename", "read", "extents", "digest"} {
+		if strings.HasSuffix(name, ":"+v) {
+			return true
+		}
+	}
+	return false
 }
 
 // escapePath percent-encodes each segment of a file path for a URL.
@@ -43,10 +55,12 @@ func escapePath(name string) string {
 
 // TestHAProxyOneCanonicalPath: through deploy/haproxy.cfg, in front of
 // daemons that refuse calls without the routing header, every name is one
-// file on one daemon whichever way it is reached: a raw PUT (whose name
-// may end in a verb), a JSON :write, a REST :read, and gRPC through the
-// proxy with the client's routing key. A router that read a name otherwise
-// than the gateway would put its parts on two daemons, or be refused.
+// file on one daemon whichever way it is reached: a raw PUT, a JSON
+// :write, a REST :read, and gRPC through the proxy with the client's
+// routing key. A name that ends in a verb ("q:write") is reached over REST
+// as "q:write:write" (its raw PUT would name the verb route: 405). A
+// router that read a name otherwise than the gateway would put its parts
+// on two daemons, or be refused.
 func TestHAProxyOneCanonicalPath(t *testing.T) {
 	ds := startDaemons(t, 3, "--require-path-header")
 	restAddr, grpcAddr := startHAProxy(t, ds)
@@ -59,14 +73,20 @@ func TestHAProxyOneCanonicalPath(t *testing.T) {
 	for i, name := range routedNames {
 		want := content(i, 2*halfSize)
 		u := base + "/v1/files/" + escapePath(name)
-		steps := []struct {
+		type step struct {
 			method, url, ctype string
 			body               []byte
 			code               int
-		}{
-			{"PUT", u + "?offset=0", "application/octet-stream", want[:halfSize], http.StatusCreated},
+		}
+		first := step{"PUT", u + "?offset=0", "application/octet-stream", want[:halfSize], http.StatusCreated}
+		if endsInVerb(name) {
+			first = step{"POST", u + ":write", "application/json", fmt.Appendf(nil, `{"offset":"0","data":%q}`, base64.StdEncoding.EncodeToString(want[:halfSize])), http.StatusOK}
+		}
+		steps := []step{
+			first,
 			{"POST", u + ":write", "application/json", fmt.Appendf(nil, `{"offset":"%d","data":%q}`, halfSize, base64.StdEncoding.EncodeToString(want[halfSize:])), http.StatusOK},
 			{"GET", fmt.Sprintf("%s:read?offset=0&length=%d", u, 2*halfSize), "", nil, http.StatusOK},
+			{"GET", u + ":digest", "", nil, http.StatusOK},
 		}
 		for _, s := range steps {
 			code, body, err := restCall(hc, s.method, s.url, s.ctype, s.body)

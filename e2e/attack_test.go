@@ -147,16 +147,7 @@ const (
 // CPU stay within the bounds above, measured on the process. It runs a
 // few seconds; set FILEWRITE_ATTACK_SOAK=10m to soak.
 func TestAttackSoak(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the daemon")
-	}
-	length := 2 * time.Second
-	if v := os.Getenv(attackSoakEnv); v != "" {
-		var err error
-		if length, err = time.ParseDuration(v); err != nil {
-			t.Fatalf("%s=%q: %v", attackSoakEnv, v, err)
-		}
-	}
+	length := soakLength(t, attackSoakEnv, 2*time.Second)
 	const maxRequest = 4 << 20
 	dir := testutil.Dir(t)
 	// Without -race whatever the test runs with: the bounds are the

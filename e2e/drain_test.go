@@ -101,3 +101,36 @@ func refusedWhileDraining(err error) bool {
 	}
 	return false
 }
+
+// TestDaemonShutdownDelay: with FILEWRITE_SHUTDOWN_DELAY set, the daemon
+// binary answers SIGTERM by reporting NOT_SERVING (/readyz 503) while it
+// still takes new connections and Writes;
+// a second SIGTERM then ends it at once, as it ends a drain.
+func TestDaemonShutdownDelay(t *testing.T) {
+	t.Setenv("FILEWRITE_SHUTDOWN_DELAY", "1h")
+	ctx, root, proc, logs := startFresh(t, 2*time.Minute)
+	if err := proc.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "/readyz to answer 503", func() bool {
+		resp, err := http.Get("http://" + proc.HTTPAddr + "/readyz")
+		if err != nil {
+			t.Fatalf("/readyz during the delay: %v\n%s", err, logs)
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusServiceUnavailable
+	})
+	conn := testutil.PlaintextConn(t, proc.GRPCAddr)
+	if _, err := filewritev1.NewFileServiceClient(conn).Write(ctx, &filewritev1.WriteRequest{Path: "late.bin", Data: []byte("late")}); err != nil {
+		t.Errorf("Write on a new connection during the delay: %v", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(root, "late.bin")); err != nil || string(got) != "late" {
+		t.Errorf("late.bin: %q, %v; want \"late\"", got, err)
+	}
+	proc.Signal(syscall.SIGTERM)
+	select {
+	case <-proc.Exited():
+	case <-ctx.Done():
+		t.Fatalf("a second SIGTERM during the delay did not end the daemon:\n%s", logs)
+	}
+}

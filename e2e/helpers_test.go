@@ -38,7 +38,9 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		return m.Run()
+		// The daemon's own leaks are the in-process packages' to find;
+		// here, the tests' (their clients, their watchers of the child).
+		return testutil.RunAndFindLeaks(m)
 	}())
 }
 
@@ -65,6 +67,25 @@ func wantCode(t *testing.T, what string, err error, want codes.Code) {
 	if got := status.Code(err); got != want {
 		t.Fatalf("%s: code %v (%v), want %v", what, got, err, want)
 	}
+}
+
+// soakLength is how long a soak runs: def, or the Go duration in the
+// variable env. It skips the soak under -short, as it builds and runs the
+// daemon.
+func soakLength(t *testing.T, env string, def time.Duration) time.Duration {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the daemon")
+	}
+	v := os.Getenv(env)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", env, v, err)
+	}
+	return d
 }
 
 // allBytes is n bytes counting up from 0, wrapping: a pattern whose

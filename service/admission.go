@@ -31,7 +31,7 @@ const (
 	// at once; a client that opens more has them refused (REFUSED_STREAM,
 	// which grpc-go clients queue and retry). The load scenarios run at
 	// most 64 clients and give each its own connection. The gateway does
-	// not share this bound: it reaches its own gRPC server (gatewaySrv).
+	// not share this bound: it reaches its own gRPC server (restDoor.grpcSrv).
 	maxConcurrentStreams = 128
 
 	// keepaliveMinTime is the shortest interval between a client's

@@ -11,10 +11,8 @@ import (
 	"sync"
 	"testing"
 
-	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
@@ -390,11 +388,7 @@ func TestAppendIDTooLong(t *testing.T) {
 	if res.status != http.StatusBadRequest {
 		t.Errorf("REST: HTTP %d, want 400 (%s)", res.status, res.body)
 	}
-	var st spb.Status
-	if err := protojson.Unmarshal(res.body, &st); err != nil {
-		t.Fatalf("REST: body %s is no google.rpc.Status: %v", res.body, err)
-	}
-	check("REST", status.FromProto(&st))
+	check("REST", restStatus(t, res.body))
 
 	if b, err := os.ReadFile(filepath.Join(d.root, "log")); err == nil && len(b) > 0 {
 		t.Errorf("file: got %q, want nothing written", b)

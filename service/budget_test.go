@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -56,13 +55,9 @@ func TestBudgetMakesRequestsWait(t *testing.T) {
 	// A Write and a PUT with time to wait.
 	waited := make(chan error, 2)
 	go func() { waited <- write(ctx, "waited.bin") }()
-	for budget.Waiting() < 1 {
-		time.Sleep(time.Millisecond)
-	}
+	waitForWaiters(t, budget, 1, "a Write", waited)
 	go func() { waited <- putRaw(ctx, d.url+"/v1/files/put.bin", "put") }()
-	for budget.Waiting() < 2 {
-		time.Sleep(time.Millisecond)
-	}
+	waitForWaiters(t, budget, 2, "a Write or a PUT", waited)
 	gate.open()
 	for range 2 {
 		if err := <-held; err != nil {

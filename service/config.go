@@ -56,6 +56,12 @@ type Config struct {
 	// MaxFilesPerStream bounds the files one WriteStream holds declared
 	// at once (TOO_MANY_FILES_ON_STREAM past it).
 	MaxFilesPerStream int
+	// ShutdownDelay is how long a shutdown goes on serving everything,
+	// new connections and calls included, after health turns NOT_SERVING
+	// (and /readyz 503) and before the drain begins: the time load
+	// balancers need to see, through their probes, that the daemon leaves.
+	// 0 drains at once.
+	ShutdownDelay time.Duration
 	// DrainTimeout bounds how long a shutdown waits for requests in flight
 	// before it cancels them.
 	DrainTimeout time.Duration
@@ -191,6 +197,7 @@ func (c Config) Validate() error {
 		{"MaxStreamBytes", c.MaxStreamBytes <= 0, "at least 1", c.MaxStreamBytes},
 		{"StreamIdleTimeout", c.StreamIdleTimeout <= 0, "more than 0", c.StreamIdleTimeout},
 		{"MaxFilesPerStream", c.MaxFilesPerStream <= 0, "at least 1", c.MaxFilesPerStream},
+		{"ShutdownDelay", c.ShutdownDelay < 0, "0 or more", c.ShutdownDelay},
 		{"DrainTimeout", c.DrainTimeout < 0, "0 or more", c.DrainTimeout},
 		{"ConnAuthTimeout", c.ConnAuthTimeout <= 0, "more than 0", c.ConnAuthTimeout},
 		{"BodyTimeout", c.BodyTimeout <= 0, "more than 0", c.BodyTimeout},

@@ -36,6 +36,8 @@ func TestCORS(t *testing.T) {
 			})
 			for _, route := range []struct{ method, path, reqHeaders string }{
 				{"PUT", "/v1/files/a/b.bin", "content-type, content-range"},
+				// A verb route's preflight is no 405 of the wrong method.
+				{"POST", "/v1/files/a/b.bin:truncate", "content-type"},
 				{"PATCH", "/v1/uploads/0123456789abcdef0123456789abcdef", "tus-resumable, upload-offset, content-type"},
 				{"POST", "/v1/uploads/", "tus-resumable, upload-length, upload-metadata"},
 				{"PROPFIND", "/dav/a/", "depth, authorization"},

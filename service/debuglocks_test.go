@@ -7,10 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
 	"github.com/filewrite/filewrite/internal/errorinfo"
@@ -104,11 +101,7 @@ func TestDebugLocksHTMLAndBounds(t *testing.T) {
 		if r.Status != http.StatusBadRequest {
 			t.Errorf("GET /debug/locks%s: %d, want 400", tt.query, r.Status)
 		}
-		var st spb.Status
-		if err := protojson.Unmarshal(r.Body, &st); err != nil {
-			t.Fatalf("GET /debug/locks%s: body %s is no google.rpc.Status: %v", tt.query, r.Body, err)
-		}
-		err := status.FromProto(&st).Err()
+		err := restStatus(t, r.Body).Err()
 		if got, field := errorinfo.Reason(err), errorinfo.From(err).GetMetadata()[errorinfo.KeyField]; got != tt.reason || field != tt.field {
 			t.Errorf("GET /debug/locks%s: reason %q, field %q; want %q, %q", tt.query, got, field, tt.reason, tt.field)
 		}
@@ -119,9 +112,9 @@ func TestDebugLocksHTMLAndBounds(t *testing.T) {
 			t.Errorf("POST %s: %d, %s; want 405, application/json", path, r.Status, r.ContentType)
 		}
 		// The body is a google.rpc.Status, as on every other route.
-		var st spb.Status
-		if err := protojson.Unmarshal(r.Body, &st); err != nil || codes.Code(st.GetCode()) != codes.Unimplemented {
-			t.Errorf("POST %s: body %s, want a google.rpc.Status of UNIMPLEMENTED (%v)", path, r.Body, err)
+		st := restStatus(t, r.Body)
+		if st.Code() != codes.Unimplemented || errorinfo.Reason(st.Err()) != "METHOD_NOT_ALLOWED" {
+			t.Errorf("POST %s: body %s, want UNIMPLEMENTED with reason METHOD_NOT_ALLOWED", path, r.Body)
 		}
 	}
 }

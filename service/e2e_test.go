@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -77,6 +78,16 @@ func startDaemon(t *testing.T, configure func(*Config)) *daemon {
 		d.url = "http://" + a.String()
 	}
 	return d
+}
+
+// restStatus is the google.rpc.Status of a REST error body.
+func restStatus(t *testing.T, body []byte) *status.Status {
+	t.Helper()
+	var st spb.Status
+	if err := protojson.Unmarshal(body, &st); err != nil {
+		t.Fatalf("body %s is no google.rpc.Status: %v", body, err)
+	}
+	return status.FromProto(&st)
 }
 
 func testContext(t *testing.T) context.Context {
@@ -160,6 +171,7 @@ func TestStartRejectsBadConfig(t *testing.T) {
 		}, "Store.MaxOpenFiles"},
 		{"negative waiters per file", func(c *Config) { c.Store.MaxWaitersPerFile = -1 }, "Store.MaxWaitersPerFile"},
 		{"zero stream bytes", func(c *Config) { c.MaxStreamBytes = 0 }, "MaxStreamBytes"},
+		{"negative shutdown delay", func(c *Config) { c.ShutdownDelay = -time.Second }, "ShutdownDelay"},
 		{"budget below one message", func(c *Config) { c.MaxInflightBytes = 1 }, "MaxInflightBytes"},
 		{"unusable gRPC address", func(c *Config) { c.GRPCAddr = "256.0.0.1:0" }, ""},
 		{"trace URL template without {trace_id}", func(c *Config) { c.TraceURLTemplate = "http://jaeger:16686/search" }, "TraceURLTemplate"},

@@ -571,6 +571,18 @@ func errorScenarios() map[string]errorScenario {
 			},
 			skip: "REST only",
 		},
+		"METHOD_NOT_ALLOWED": {
+			rest: func(t *testing.T, env *errorsEnv) restResult {
+				return env.d.rest(t, "GET", "/v1/files/existing:truncate", "", nil)
+			},
+			skip: "REST only",
+		},
+		"ROUTE_NOT_FOUND": {
+			rest: func(t *testing.T, env *errorsEnv) restResult {
+				return env.d.rest(t, "GET", "/v1/nothing/here", "", nil)
+			},
+			skip: "REST only",
+		},
 		"CANCELLED": {skip: "the caller's own cancellation ends its call before the daemon's answer arrives (TestToStatus)"},
 		"DEADLINE_EXCEEDED": {
 			rest: func(t *testing.T, env *errorsEnv) restResult {

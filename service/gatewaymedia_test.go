@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/errorinfo"
 	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/gateway"
@@ -323,9 +325,19 @@ func TestReadToEOF(t *testing.T) {
 	}
 }
 
+// TestMethodNotAllowed: a method that a path does not take is a 405 whose
+// Allow lists the ones it does. A path whose last segment ends in a verb
+// (":read", ":truncate") names that verb's route on every method: a wrong
+// method is told the verb's methods, not answered as a request on a file
+// named "x:truncate" (a Stat's 404, a raw PUT that creates it); such a
+// file is reached by gRPC, or over REST as "x:truncate:read" and the like.
 func TestMethodNotAllowed(t *testing.T) {
 	d := startDaemon(t, nil)
+	if err := os.WriteFile(filepath.Join(d.root, "x"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	json := map[string]string{"Content-Type": "application/json"}
+	octet := map[string]string{"Content-Type": gateway.MIMEOctetStream}
 	tests := []struct {
 		method, path string
 		header       map[string]string
@@ -336,16 +348,128 @@ func TestMethodNotAllowed(t *testing.T) {
 		{"PUT", "/v1/dirs", nil, "GET, HEAD"},
 		{"DELETE", "/v1/dirs/x", nil, "GET, HEAD"},
 		{"POST", "/v1/dirs", json, "GET, HEAD"},
-		{"OPTIONS", "/v1/files/a:read", nil, "GET, HEAD, PUT, DELETE"}, // "a:read" is also a file's name
 		{"POST", "/healthz", nil, "GET, HEAD"},
+		// Verb routes.
+		{"OPTIONS", "/v1/files/a:read", nil, "GET, HEAD"},
+		{"GET", "/v1/files/x:truncate", nil, "POST"},
+		{"HEAD", "/v1/files/x:append", nil, "POST"},
+		{"GET", "/v1/files/x:write?alt=media", nil, "POST"},
+		{"GET", "/v1/files/x%3Afsync", nil, "POST"},
+		{"POST", "/v1/files/x:read", json, "GET, HEAD"},
+		{"POST", "/v1/files/x:extents", octet, "GET, HEAD"},
+		{"PUT", "/v1/files/x:write", octet, "POST"},
+		{"PUT", "/v1/files/x:rename", nil, "POST"},
+		{"DELETE", "/v1/files/x:read", nil, "GET, HEAD"},
+		{"DELETE", "/v1/files/x:fallocate", nil, "POST"},
+		{"PUT", "/v1/files/x:digest", octet, "GET, HEAD"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
-			resp, body := send(t, tt.method, d.url+tt.path, nil, tt.header)
+			resp, body := send(t, tt.method, d.url+tt.path, strings.NewReader("body"), tt.header)
 			if resp.StatusCode != 405 || resp.Header.Get("Allow") != tt.wantAllow {
 				t.Errorf("%d, Allow %q (%s); want 405, Allow %q", resp.StatusCode, resp.Header.Get("Allow"), body, tt.wantAllow)
 			}
+			if tt.method == "HEAD" {
+				return // no body
+			}
+			info := errorinfo.From(restStatus(t, body).Err())
+			if got := info.GetReason(); got != "METHOD_NOT_ALLOWED" || info.GetMetadata()["allow"] != tt.wantAllow {
+				t.Errorf("ErrorInfo %v, want reason METHOD_NOT_ALLOWED with allow %q", info, tt.wantAllow)
+			}
 		})
+	}
+	// Nothing was written, created or deleted (.filewrite is the
+	// daemon's own).
+	names, err := os.ReadDir(d.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range names {
+		if e.Name() != ".filewrite" {
+			got = append(got, e.Name())
+		}
+	}
+	if !slices.Equal(got, []string{"x"}) || string(d.onDisk(t, "x")) != "x" {
+		t.Errorf("root after the refused requests: %q, x holding %q; want only x, holding \"x\"", got, d.onDisk(t, "x"))
+	}
+}
+
+// TestRouteNotFound: a path that no route serves is a 404 whose reason
+// says so, not that a file is missing.
+func TestRouteNotFound(t *testing.T) {
+	d := startDaemon(t, nil)
+	for _, path := range []string{"/", "/v1", "/v2/files/a", "/v1/file/a"} {
+		resp, body := send(t, "GET", d.url+path, nil, nil)
+		if resp.StatusCode != 404 {
+			t.Errorf("GET %s: %d %s, want 404", path, resp.StatusCode, body)
+			continue
+		}
+		if got := errorinfo.Reason(restStatus(t, body).Err()); got != "ROUTE_NOT_FOUND" {
+			t.Errorf("GET %s: reason %q (%s), want ROUTE_NOT_FOUND", path, got, body)
+		}
+	}
+}
+
+// TestVerbRoutesServeTheirMethods: beside the refusals above, the verb
+// routes and names with a colon that ends in no verb are served as before.
+func TestVerbRoutesServeTheirMethods(t *testing.T) {
+	d := startDaemon(t, nil)
+	json := map[string]string{"Content-Type": "application/json"}
+	for _, c := range []struct {
+		method, path string
+		header       map[string]string
+		body         string
+	}{
+		{"PUT", "/v1/files/a:b?offset=0", nil, "colon"},
+		{"GET", "/v1/files/a:b", nil, ""},
+		{"GET", "/v1/files/a:b?alt=media", nil, ""},
+		{"POST", "/v1/files/a:b:write", json, `{"offset":"5","data":"eA=="}`},
+		{"GET", "/v1/files/a:b:read", nil, ""},
+		{"HEAD", "/v1/files/a:b:read", nil, ""},
+		{"POST", "/v1/files/a:b%3Atruncate", json, `{"size":"6"}`},
+		{"GET", "/v1/files/a:b:extents", nil, ""},
+		{"DELETE", "/v1/files/a:b", nil, ""},
+	} {
+		resp, body := send(t, c.method, d.url+c.path, strings.NewReader(c.body), c.header)
+		if resp.StatusCode != 200 && resp.StatusCode != 201 {
+			t.Errorf("%s %s: %d %s, want 200 or 201", c.method, c.path, resp.StatusCode, body)
+		}
+	}
+}
+
+// TestDoorsBesideVerbRoutes: the verb routes' 405 and the unknown route's
+// 404 are the gateway's; the doors on the HTTP listener beside it serve
+// their own paths whatever their last segment, and their own methods.
+func TestDoorsBesideVerbRoutes(t *testing.T) {
+	d := startDaemon(t, nil)
+	tus := map[string]string{"Tus-Resumable": "1.0.0"}
+	for _, c := range []struct {
+		method, path string
+		header       map[string]string
+		body         string
+		want         int
+	}{
+		{"PUT", "/dav/v:truncate", nil, "dav", 201},
+		{"GET", "/dav/v:truncate", nil, "", 200},
+		{"PROPFIND", "/dav/v:read", map[string]string{"Depth": "0"}, "", 404},
+		{"PROPFIND", "/dav/", map[string]string{"Depth": "1"}, "", 207},
+		{"MKCOL", "/dav/d:write", nil, "", 201},
+		{"OPTIONS", "/v1/uploads/", tus, "", 200},
+		{"POST", "/v1/uploads/", map[string]string{"Tus-Resumable": "1.0.0", "Upload-Length": "3",
+			"Upload-Metadata": "filename dS5iaW4="}, "", 201},
+		{"PATCH", "/v1/uploads/x:truncate", map[string]string{"Tus-Resumable": "1.0.0", "Upload-Offset": "0",
+			"Content-Type": "application/offset+octet-stream"}, "abc", 404},
+	} {
+		resp, body := send(t, c.method, d.url+c.path, strings.NewReader(c.body), c.header)
+		if resp.StatusCode != c.want {
+			t.Errorf("%s %s: %d %s, want %d", c.method, c.path, resp.StatusCode, body, c.want)
+		}
+		for _, r := range []string{"METHOD_NOT_ALLOWED", "ROUTE_NOT_FOUND"} {
+			if strings.Contains(string(body), r) {
+				t.Errorf("%s %s: the gateway's %s (%s), want the door's answer", c.method, c.path, r, body)
+			}
+		}
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	grpcstatus "google.golang.org/grpc/status"
@@ -31,14 +30,14 @@ import (
 // serves /metrics and traces, st is the store /debug/locks reports on and
 // traceURL where it links trace ids (--trace-url-template, "" for no
 // links), and nbdSrv the NBD server /debug/nbd reports on (nil: none),
-// asked at each request: it starts after the gateway. door is the door
-// that serves a path beside the gateway (tus, WebDAV: doors.go), nil for
-// the gateway's.
-func httpHandler(gateway http.Handler, browser *gateway.BrowserGuard, tel *telemetry, st *store.Store, traceURL string, nbdSrv func() *nbd.Server, door func(path string) http.Handler) http.Handler {
+// asked at each request: it starts after the gateway. httpDoor is the
+// door that serves a path beside the gateway (tus, WebDAV: doors.go), nil
+// for the gateway's.
+func httpHandler(gateway http.Handler, browser *gateway.BrowserGuard, tel *telemetry, st *store.Store, traceURL string, nbdSrv func() *nbd.Server, httpDoor func(path string) http.Handler) http.Handler {
 	locks := &debugLocks{store: st, traceURL: traceURL}
 	gateway = tel.httpServerHandler(gateway)
 	doors := tel.httpServerHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		door(r.URL.Path).ServeHTTP(w, r)
+		httpDoor(r.URL.Path).ServeHTTP(w, r)
 	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/metrics" && browser != nil {
@@ -57,7 +56,7 @@ func httpHandler(gateway http.Handler, browser *gateway.BrowserGuard, tel *telem
 		case "/debug/nbd":
 			h = &debugNBD{srv: nbdSrv()}
 		default:
-			if door(r.URL.Path) != nil {
+			if httpDoor(r.URL.Path) != nil {
 				doors.ServeHTTP(w, r)
 				return
 			}
@@ -65,8 +64,7 @@ func httpHandler(gateway http.Handler, browser *gateway.BrowserGuard, tel *telem
 			return
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			status.WriteHTTP(w, http.StatusMethodNotAllowed, grpcstatus.Newf(codes.Unimplemented, "method %s not allowed: GET %s", r.Method, r.URL.Path))
+			getOnly(w, r)
 			return
 		}
 		h.ServeHTTP(w, r)
@@ -95,8 +93,7 @@ func probeRoutes(next http.Handler, hs *health.Server, tokens bool) http.Handler
 			auth.TrustConn(r.Context()) // without tokens every request vouches, as in auth.HTTPMiddleware
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			status.WriteHTTP(w, http.StatusMethodNotAllowed, grpcstatus.Newf(codes.Unimplemented, "method %s not allowed: GET %s", r.Method, r.URL.Path))
+			getOnly(w, r)
 			return
 		}
 		state := healthpb.HealthCheckResponse_SERVING
@@ -131,4 +128,12 @@ func browserGuardFor(cfg Config, tokens bool) (*gateway.BrowserGuard, error) {
 		return nil, nil
 	}
 	return gateway.NewBrowserGuard(cfg.HTTPAddr, cfg.HTTPAllowedOrigins, cfg.HTTPAllowedHosts)
+}
+
+// getOnly answers a request on a route of GET and HEAD alone with any other
+// method: 405, as the gateway answers one.
+func getOnly(w http.ResponseWriter, r *http.Request) {
+	const allow = "GET, HEAD"
+	w.Header().Set("Allow", allow)
+	status.WriteHTTP(w, http.StatusMethodNotAllowed, grpcstatus.Convert(status.MethodNotAllowed(r.Method, allow)))
 }

@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -30,8 +32,8 @@ import (
 // group may connect, as the directory's permissions allow.
 const nbdSocketMode = 0o660
 
-// startNBD listens on Config.NBDAddr and makes the NBD server; Start
-// serves it once everything else is up.
+// startNBD listens on Config.NBDAddr and makes the NBD server, its door
+// (nbdDoor); Start serves it once everything else is up.
 func (s *Server) startNBD() error {
 	lis, err := listenGRPC(s.cfg.NBDAddr)
 	if err != nil {
@@ -43,7 +45,6 @@ func (s *Server) startNBD() error {
 			return fmt.Errorf("NBD listener: %w", err)
 		}
 	}
-	s.nbdLis = lis
 	var conf *tls.Config
 	if s.tlsConf != nil {
 		conf = s.tlsConf.Clone()
@@ -54,9 +55,10 @@ func (s *Server) startNBD() error {
 	}
 	obs, err := newNBDObserver(s.tel)
 	if err != nil {
+		lis.Close()
 		return err
 	}
-	s.nbdSrv, err = nbd.NewServer(nbd.Config{
+	srv, err := nbd.NewServer(nbd.Config{
 		Backend:          &nbd.StoreBackend{Store: s.store, Authorize: s.nbdAuthorize, Lists: s.nbdLists},
 		Budget:           s.budget,
 		Observer:         obs,
@@ -67,30 +69,71 @@ func (s *Server) startNBD() error {
 		PayloadTimeout:   s.cfg.BodyTimeout,
 		Logger:           s.log,
 	})
-	return err
-}
-
-// serveNBD serves the NBD listener, and applies each reload of the token
-// file to the exports in use, before the reload returns, until stop is
-// closed.
-func (s *Server) serveNBD(stop <-chan struct{}) {
-	go func() {
-		if err := s.nbdSrv.Serve(s.nbdLis); !errors.Is(err, nbd.ErrServerClosed) {
-			s.serveErr <- fmt.Errorf("NBD server: %w", err)
-		}
-	}()
-	if s.auth == nil {
-		return
+	if err != nil {
+		lis.Close()
+		return err
 	}
-	s.auth.AfterReload(func() {
-		select {
-		case <-stop:
-		default:
-			s.nbdSrv.Recheck(func(p *nbd.Peer, name string) (bool, error) {
+	s.nbdSrv, s.nbdLis = srv, lis
+	d := &nbdDoor{srv: srv, lis: lis, log: s.log, stop: make(chan struct{})}
+	if s.auth != nil {
+		d.afterReload = s.auth.AfterReload
+		d.recheck = func() {
+			srv.Recheck(func(p *nbd.Peer, name string) (bool, error) {
 				return s.nbdAuthorize(context.Background(), p, name)
 			})
 		}
+	}
+	s.doors = append(s.doors, d)
+	return nil
+}
+
+// nbdDoor is the NBD server on --nbd-addr. While it serves, each reload
+// of the token file narrows the exports in use before the reload returns
+// (recheck), until the door is drained or closed.
+type nbdDoor struct {
+	srv *nbd.Server
+	lis net.Listener
+	log *slog.Logger
+	// afterReload is the credentials' AfterReload, recheck what each
+	// reload calls for; both nil without --auth-token-file.
+	afterReload func(func())
+	recheck     func()
+	// stop, closed once (stopOnce), ends the rechecks.
+	stop     chan struct{}
+	stopOnce sync.Once
+}
+
+func (d *nbdDoor) serve(errc chan<- error) {
+	go func() {
+		if err := d.srv.Serve(d.lis); !errors.Is(err, nbd.ErrServerClosed) {
+			errc <- fmt.Errorf("NBD server: %w", err)
+		}
+	}()
+	if d.afterReload == nil {
+		return
+	}
+	d.afterReload(func() {
+		select {
+		case <-d.stop:
+		default:
+			d.recheck()
+		}
 	})
+}
+
+// drain is NBD's own: requests in flight finish, new ones answer
+// NBD_ESHUTDOWN; past ctx, the rest is cancelled.
+func (d *nbdDoor) drain(ctx context.Context) {
+	d.stopOnce.Do(func() { close(d.stop) })
+	if err := d.srv.Shutdown(ctx); err != nil {
+		d.log.Warn("NBD drain cut short: cancelling requests in flight", "error", context.Cause(ctx))
+	}
+}
+
+func (d *nbdDoor) close() {
+	d.stopOnce.Do(func() { close(d.stop) })
+	d.srv.Close()
+	d.lis.Close()
 }
 
 // nbdAuthorize is what the client p may do with the file name: its

@@ -8,7 +8,7 @@ import (
 
 // pipeListener is a listener inside the process: each dial hands one end of
 // a net.Pipe to Accept. The gateway reaches its own gRPC server through it
-// (see Server.gatewaySrv), so that connection is no socket: it holds no
+// (see restDoor), so that connection is no socket: it holds no
 // file descriptor, nothing outside the process can dial it, and it needs
 // no TLS, since its bytes never leave the process.
 type pipeListener struct {

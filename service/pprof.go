@@ -1,7 +1,6 @@
 package service
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -37,14 +36,9 @@ func (s *Server) startPprof() error {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	s.pprofLis = lis
-	s.pprofSrv = &http.Server{
+	s.doors = append(s.doors, &pprofDoor{lis: lis, srv: &http.Server{
 		Handler:           s.auth.HTTPMiddleware(mux),
 		ReadHeaderTimeout: 10 * time.Second,
-	}
-	go func() {
-		if err := s.pprofSrv.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
-			s.serveErr <- fmt.Errorf("pprof server: %w", err)
-		}
-	}()
+	}})
 	return nil
 }

@@ -23,6 +23,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -66,38 +67,36 @@ type Server struct {
 	// server takes none: the gateway took it for the whole request).
 	budget *admit.Budget
 
-	// The gateway, nil when Config.HTTPAddr is empty. It reaches a gRPC
-	// server of its own, gatewaySrv, through gatewayConn over gatewayLis, a
-	// pipe inside the process: the same FileService with the same token
-	// check and telemetry, but not the public listener's per-connection
-	// limits, which would make one connection's bound every REST caller's,
-	// and drained apart from it (see Shutdown).
-	httpSrv     *http.Server
-	httpLis     net.Listener
-	httpGuard   *auth.GuardedListener // under httpLis
-	gatewaySrv  *grpc.Server
-	gatewayLis  *pipeListener
-	gatewayConn *grpc.ClientConn
+	// httpLis is the REST gateway's listener (restDoor), nil when
+	// Config.HTTPAddr is empty.
+	httpLis net.Listener
 
-	// pprofSrv serves Config.PprofAddr on pprofLis; nil when it is empty.
-	pprofSrv *http.Server
+	// pprofLis is where Config.PprofAddr is served (pprofDoor), nil when
+	// it is empty.
 	pprofLis net.Listener
 
-	// nbdSrv serves Config.NBDAddr on nbdLis (nbd.go); nil when it is
-	// empty. Closing nbdStop ends the watch of credential reloads.
-	nbdSrv  *nbd.Server
-	nbdLis  net.Listener
-	nbdStop chan struct{}
+	// nbdSrv serves Config.NBDAddr on nbdLis (nbd.go, nbdDoor); nil when
+	// it is empty.
+	nbdSrv *nbd.Server
+	nbdLis net.Listener
 
-	// The doors beside the gateway on the HTTP listener (doors.go), nil
+	// The doors on the HTTP listener beside the gateway (doors.go), nil
 	// when it is off; stopDoors ends their background work (the uploads'
 	// sweeper).
 	uploads   *uploads.Door
 	dav       *webdav.Door
 	stopDoors context.CancelFunc
 
-	// serveErr receives an error when a listener fails while serving.
+	// doors are the ways in, each listener with what serves it, in the
+	// order Start opened them: Shutdown drains them and closeAll closes
+	// them (doors.go).
+	doors []door
+	// serveErr receives an error when a door fails while serving; it
+	// holds one per door's server.
 	serveErr chan error
+	// endDelay, closed, ends Config.ShutdownDelay early: tests close it
+	// once they have seen what happens during the delay.
+	endDelay chan struct{}
 
 	shutdownOnce sync.Once
 	shutdownErr  error // Shutdown's result, for every call
@@ -110,7 +109,8 @@ type Server struct {
 // Run starts the daemon and serves until ctx ends or SIGINT or SIGTERM
 // arrives, then shuts it down (see Server.Shutdown) and returns nil if
 // everything in flight finished and every file was synced. A second SIGINT
-// or SIGTERM during the drain kills the process the default way.
+// or SIGTERM during the shutdown delay or the drain kills the process the
+// default way.
 //
 // Run is meant to be the rest of the process's life: from its first line
 // on, SIGHUP rereads --auth-token-file, or without one is logged and
@@ -153,7 +153,7 @@ func Run(ctx context.Context, cfg Config) error {
 	return errors.Join(serveErr, s.Shutdown())
 }
 
-// Start opens the store and both listeners and serves in the background.
+// Start opens the store and the listeners and serves in the background.
 // It logs the addresses it bound, which matter with port 0.
 func Start(cfg Config) (_ *Server, err error) {
 	if err := cfg.Validate(); err != nil {
@@ -166,7 +166,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{cfg: cfg, log: log, health: health.NewServer(), serveErr: make(chan error, 4)}
+	s := &Server{cfg: cfg, log: log, health: health.NewServer(), serveErr: make(chan error, 8), endDelay: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			s.closeAll()
@@ -233,6 +233,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	}
 	s.grpcLis = auth.NewGuardedListener(lis, cfg.ConnAuthTimeout)
 	s.grpcSrv = newGRPCServer(s.files, s.health, cfg.Store.MaxRequestBytes, log, s.tel, append(publicServerOptions(cfg, s.grpcLis, s.auth, s.tlsConf, s.budget), rpc.PathHeaderOptions(cfg.RequirePathHeader)...)...)
+	s.doors = append(s.doors, &grpcDoor{srv: s.grpcSrv, lis: s.grpcLis, log: log})
 	if cfg.HTTPAddr != "" {
 		if err := s.startGateway(); err != nil {
 			return nil, err
@@ -251,26 +252,8 @@ func Start(cfg Config) (_ *Server, err error) {
 
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(filewritev1.FileService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	go func() {
-		if err := s.grpcSrv.Serve(s.grpcLis); err != nil {
-			s.serveErr <- fmt.Errorf("gRPC server: %w", err)
-		}
-	}()
-	if s.nbdSrv != nil {
-		s.nbdStop = make(chan struct{})
-		s.serveNBD(s.nbdStop)
-	}
-	if s.httpSrv != nil {
-		go func() {
-			if err := s.gatewaySrv.Serve(s.gatewayLis); err != nil {
-				s.serveErr <- fmt.Errorf("gateway's gRPC server: %w", err)
-			}
-		}()
-		go func() {
-			if err := s.httpSrv.Serve(s.httpLis); !errors.Is(err, http.ErrServerClosed) {
-				s.serveErr <- fmt.Errorf("HTTP gateway: %w", err)
-			}
-		}()
+	for _, d := range s.doors {
+		d.serve(s.serveErr)
 	}
 	st := s.store.Options()
 	build := ReadBuildInfo()
@@ -307,12 +290,18 @@ func (s *Server) directRoad() *local.Files {
 	})
 }
 
+// startGateway opens the REST door: its HTTP listener, and the gRPC
+// server of its own that the gateway reaches over a pipe.
 func (s *Server) startGateway() (err error) {
 	limit := status.MaxMessageBytes(s.cfg.Store.MaxRequestBytes)
-	s.gatewayLis = newPipeListener()
-	s.gatewaySrv = newGRPCServer(s.files, s.health, s.cfg.Store.MaxRequestBytes, s.log, s.tel, gatewayServerOptions(s.auth, s.cfg.RequirePathHeader)...)
-	s.gatewayConn, err = grpc.NewClient("passthrough:///gateway",
-		grpc.WithContextDialer(s.gatewayLis.dial),
+	// The door is filled as its pieces are made, so that a failure
+	// half-way closes those made (closeAll).
+	rest := &restDoor{log: s.log}
+	s.doors = append(s.doors, rest)
+	rest.grpcLis = newPipeListener()
+	rest.grpcSrv = newGRPCServer(s.files, s.health, s.cfg.Store.MaxRequestBytes, s.log, s.tel, gatewayServerOptions(s.auth, s.cfg.RequirePathHeader)...)
+	rest.grpcConn, err = grpc.NewClient("passthrough:///gateway",
+		grpc.WithContextDialer(rest.grpcLis.dial),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStatsHandler(s.tel.clientHandler()),
 		grpc.WithChainUnaryInterceptor(gateway.HoldBody, gateway.Preconditions),
@@ -324,7 +313,7 @@ func (s *Server) startGateway() (err error) {
 	if err := s.startDoors(); err != nil {
 		return err
 	}
-	handler, err := gateway.New(context.Background(), s.gatewayConn, gateway.Config{
+	handler, err := gateway.New(context.Background(), rest.grpcConn, gateway.Config{
 		MaxRequestBytes: s.cfg.Store.MaxRequestBytes,
 		MaxFileSize:     s.cfg.Store.MaxFileSize,
 		BodyTimeout:     s.cfg.BodyTimeout,
@@ -349,25 +338,27 @@ func (s *Server) startGateway() (err error) {
 		lis.Close()
 		return err
 	}
-	s.httpGuard = auth.NewGuardedListener(lis, s.cfg.ConnAuthTimeout)
-	s.httpLis = s.httpGuard
-	s.httpSrv = &http.Server{
-		Handler:           httpHandler(handler, browser, s.tel, s.store, s.cfg.TraceURLTemplate, func() *nbd.Server { return s.nbdSrv }, s.door),
-		ConnContext:       auth.WithGuardedConn,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	rest.httpGuard = auth.NewGuardedListener(lis, s.cfg.ConnAuthTimeout)
+	rest.httpLis = rest.httpGuard
+	if s.tlsConf != nil {
+		rest.httpLis = auth.HTTPTLSListener(rest.httpLis, s.tlsConf)
 	}
+	s.httpLis = rest.httpLis
 	// Security wraps whatever the listener serves, gateway and all.
 	cors, err := gateway.NewCORS(s.cfg.HTTPAllowedOrigins)
 	if err != nil {
 		return err
 	}
-	// CORS answers a preflight before the token check: a browser sends
-	// none with it.
-	s.httpSrv.Handler = probeRoutes(cors.Wrap(davCredentials(s.auth.HTTPMiddleware(s.httpSrv.Handler))), s.health, s.auth != nil)
-	if s.tlsConf != nil {
-		s.httpLis = auth.HTTPTLSListener(s.httpLis, s.tlsConf)
+	rest.httpSrv = &http.Server{
+		// CORS answers a preflight before the token check: a browser
+		// sends none with it.
+		Handler: probeRoutes(cors.Wrap(davCredentials(s.auth.HTTPMiddleware(
+			httpHandler(handler, browser, s.tel, s.store, s.cfg.TraceURLTemplate, func() *nbd.Server { return s.nbdSrv }, s.httpDoor)))),
+			s.health, s.auth != nil),
+		ConnContext:       auth.WithGuardedConn,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	return nil
 }
@@ -410,22 +401,27 @@ func (s *Server) HTTPAddr() net.Addr {
 
 // Shutdown drains the daemon and closes the store. In order:
 //
-//  1. health turns NOT_SERVING (health Watch streams are told), and
-//     WriteStreams stop reading;
-//  2. the listeners stop taking new work at once: the public gRPC server
-//     stops accepting connections and tells every connection to start no
-//     new call (GOAWAY; calls already on their way are still served, as
-//     HTTP/2's graceful shutdown has it), the gateway stops accepting
-//     requests, connections that never authenticated are closed, and the
-//     NBD listener closes, with the NBD connections still in their
+//  1. health turns NOT_SERVING: health Watch streams are told, and
+//     /readyz answers 503;
+//  2. for Config.ShutdownDelay, nothing else changes: every door takes
+//     new connections and new calls, and WriteStreams read on, so that a
+//     load balancer that probes has the time to see the daemon leave
+//     before it refuses anything;
+//  3. WriteStreams stop reading, and every door (Server.doors) stops
+//     taking new work at once: the public gRPC server stops accepting
+//     connections and tells every connection to start no new call
+//     (GOAWAY; calls already on their way are still served, as HTTP/2's
+//     graceful shutdown has it), the gateway stops accepting requests,
+//     connections that never authenticated are closed, and the NBD
+//     listener closes, with the NBD connections still in their
 //     handshake, answering requests that arrive from then on with
 //     NBD_ESHUTDOWN;
-//  3. requests in flight finish: REST ones still reach the gateway's own
+//  4. requests in flight finish: REST ones still reach the gateway's own
 //     gRPC server, which stops once they are done; each NBD connection
 //     closes once it has none;
-//  4. the store syncs and closes every open file.
+//  5. the store syncs and closes every open file.
 //
-// Step 3 is bounded by Config.DrainTimeout; past it, what still runs is
+// Step 4 is bounded by Config.DrainTimeout; past it, what still runs is
 // cancelled, and the store still waits for the operations it has begun
 // before its final sync. Shutdown returns that sync's error, if any; a
 // second call waits for the first and returns the same.
@@ -436,48 +432,17 @@ func (s *Server) Shutdown() error {
 
 func (s *Server) shutdown() error {
 	s.health.Shutdown()
+	s.waitShutdownDelay()
 	s.files.Drain()
 	s.log.Info("draining", "timeout", s.cfg.DrainTimeout)
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
+	ctx, cancel := context.WithTimeoutCause(context.Background(), s.cfg.DrainTimeout,
+		fmt.Errorf("--drain-timeout %v passed", s.cfg.DrainTimeout))
 	defer cancel()
-
-	public := make(chan struct{})
-	go func() {
-		s.grpcSrv.GracefulStop()
-		close(public)
-	}()
-	nbdDrained := make(chan struct{})
-	go func() {
-		defer close(nbdDrained)
-		if s.nbdSrv == nil {
-			return
-		}
-		close(s.nbdStop)
-		// NBD's own drain: requests in flight finish, new ones answer
-		// NBD_ESHUTDOWN; past ctx, the rest is cancelled.
-		if err := s.nbdSrv.Shutdown(ctx); err != nil {
-			s.log.Warn("NBD drain cut short: cancelling requests in flight", "timeout", s.cfg.DrainTimeout)
-		}
-	}()
-	// GracefulStop sends its GOAWAYs once no connection is in its
-	// handshake: a stranger's would hold it up.
-	s.grpcLis.CloseUntrusted()
-	if s.httpSrv != nil {
-		go s.httpGuard.CloseUntrusted()
-		if err := s.httpSrv.Shutdown(ctx); err != nil {
-			s.log.Warn("HTTP drain cut short", "error", err)
-			s.httpSrv.Close()
-		}
-		s.drainGRPC(ctx, s.gatewaySrv, "gateway's gRPC")
+	var drains sync.WaitGroup
+	for _, d := range s.doors {
+		drains.Go(func() { d.drain(ctx) })
 	}
-	select {
-	case <-public:
-	case <-ctx.Done():
-		s.log.Warn("gRPC drain cut short: cancelling RPCs in flight", "timeout", s.cfg.DrainTimeout)
-		s.grpcSrv.Stop()
-		<-public
-	}
-	<-nbdDrained
+	drains.Wait()
 	err := s.closeAll()
 	if err != nil {
 		s.log.Error("stopped with errors", "error", err)
@@ -487,20 +452,18 @@ func (s *Server) shutdown() error {
 	return nil
 }
 
-// drainGRPC stops srv gracefully, or, once ctx ends, cancels the RPCs it
-// still runs.
-func (s *Server) drainGRPC(ctx context.Context, srv *grpc.Server, name string) {
-	stopped := make(chan struct{})
-	go func() {
-		srv.GracefulStop()
-		close(stopped)
-	}()
+// waitShutdownDelay waits for Config.ShutdownDelay, unless endDelay
+// closes first.
+func (s *Server) waitShutdownDelay() {
+	if s.cfg.ShutdownDelay <= 0 {
+		return
+	}
+	s.log.Info("not ready: serving on until the shutdown delay has passed", "delay", s.cfg.ShutdownDelay)
+	t := time.NewTimer(s.cfg.ShutdownDelay)
+	defer t.Stop()
 	select {
-	case <-stopped:
-	case <-ctx.Done():
-		s.log.Warn(name+" drain cut short: cancelling RPCs in flight", "timeout", s.cfg.DrainTimeout)
-		srv.Stop()
-		<-stopped
+	case <-t.C:
+	case <-s.endDelay:
 	}
 }
 
@@ -508,40 +471,10 @@ func (s *Server) drainGRPC(ctx context.Context, srv *grpc.Server, name string) {
 // drain. Closing the store syncs every open file.
 func (s *Server) closeAll() error {
 	var errs []error
-	// Servers close only the listeners they were serving; Start can fail
-	// before that, so the listeners are closed here too (twice is harmless).
-	if s.grpcSrv != nil {
-		s.grpcSrv.Stop()
-	}
-	if s.grpcLis != nil {
-		s.grpcLis.Close()
-	}
-	if s.httpSrv != nil {
-		s.httpSrv.Close()
-	}
-	if s.httpLis != nil {
-		s.httpLis.Close()
-	}
-	if s.pprofSrv != nil {
-		s.pprofSrv.Close()
-	}
-	if s.pprofLis != nil {
-		s.pprofLis.Close()
-	}
-	if s.nbdSrv != nil {
-		s.nbdSrv.Close()
-	}
-	if s.nbdLis != nil {
-		s.nbdLis.Close()
-	}
-	if s.gatewayConn != nil {
-		s.gatewayConn.Close()
-	}
-	if s.gatewaySrv != nil {
-		s.gatewaySrv.Stop()
-	}
-	if s.gatewayLis != nil {
-		s.gatewayLis.Close()
+	// Doors close only the listeners they were serving; Start can fail
+	// before that, so each closes its own too (twice is harmless).
+	for _, d := range slices.Backward(s.doors) {
+		d.close()
 	}
 	if s.stopDoors != nil {
 		s.stopDoors()

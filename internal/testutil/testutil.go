@@ -1,14 +1,15 @@
 // Package testutil holds the helpers that the tests of several packages
 // share: fresh directories, contexts, polling, gates, byte comparisons,
 // snapshots of a tree that a rejected request must leave alone, HTTP
-// requests and error bodies, span starts, and the daemon
-// binary started as a child process. It imports neither store nor service,
+// requests and error bodies, span starts, free ports, the goroutine leak
+// check, and the daemon binary started as a child process. It imports neither store nor service,
 // so that the tests of both (in package and external) can import it.
 package testutil
 
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -124,4 +125,17 @@ func AllBytes(n int) []byte {
 		b[i] = byte(i)
 	}
 	return b
+}
+
+// FreeAddr is a loopback address with a port nobody listened on a moment
+// ago, for a process that cannot be told to pick its own and log it, or
+// that must listen on the same one each time it starts.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }

@@ -195,6 +195,15 @@ const (
 	// daemon by a host name that is not its own nor in --http-allowed-hosts
 	// (DNS rebinding). Metadata: flag.
 	ErrorReason_HOST_NOT_ALLOWED ErrorReason = 112
+	// UNIMPLEMENTED (HTTP 405): REST only, the path is served, but not on
+	// this method; the Allow header and the metadata list the methods it
+	// takes (a path that ends in a verb, such as ":read", takes the verb's
+	// only). Metadata: allow.
+	ErrorReason_METHOD_NOT_ALLOWED ErrorReason = 113
+	// NOT_FOUND (HTTP 404): REST only, no route serves the path (not under
+	// /v1/files/, /v1/dirs, /v1/uploads/ or /dav/, say). A file that does
+	// not exist is FILE_NOT_FOUND.
+	ErrorReason_ROUTE_NOT_FOUND ErrorReason = 114
 )
 
 // Enum value maps for ErrorReason.
@@ -247,6 +256,8 @@ var (
 		110: "RANGE_NOT_SATISFIABLE",
 		111: "ORIGIN_NOT_ALLOWED",
 		112: "HOST_NOT_ALLOWED",
+		113: "METHOD_NOT_ALLOWED",
+		114: "ROUTE_NOT_FOUND",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":   0,
@@ -296,6 +307,8 @@ var (
 		"RANGE_NOT_SATISFIABLE":      110,
 		"ORIGIN_NOT_ALLOWED":         111,
 		"HOST_NOT_ALLOWED":           112,
+		"METHOD_NOT_ALLOWED":         113,
+		"ROUTE_NOT_FOUND":            114,
 	}
 )
 
@@ -330,7 +343,7 @@ var File_filewrite_v1_errors_proto protoreflect.FileDescriptor
 
 const file_filewrite_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x19filewrite/v1/errors.proto\x12\ffilewrite.v1*\x8f\b\n" +
+	"\x19filewrite/v1/errors.proto\x12\ffilewrite.v1*\xbc\b\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fPATH_INVALID\x10\x01\x12\x11\n" +
@@ -379,7 +392,9 @@ const file_filewrite_v1_errors_proto_rawDesc = "" +
 	"\x18TOO_MANY_FILES_ON_STREAM\x10m\x12\x19\n" +
 	"\x15RANGE_NOT_SATISFIABLE\x10n\x12\x16\n" +
 	"\x12ORIGIN_NOT_ALLOWED\x10o\x12\x14\n" +
-	"\x10HOST_NOT_ALLOWED\x10pB=Z;github.com/filewrite/filewrite/api/filewrite/v1;filewritev1b\x06proto3"
+	"\x10HOST_NOT_ALLOWED\x10p\x12\x16\n" +
+	"\x12METHOD_NOT_ALLOWED\x10q\x12\x13\n" +
+	"\x0fROUTE_NOT_FOUND\x10rB=Z;github.com/filewrite/filewrite/api/filewrite/v1;filewritev1b\x06proto3"
 
 var (
 	file_filewrite_v1_errors_proto_rawDescOnce sync.Once

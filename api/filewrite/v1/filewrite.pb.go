@@ -1959,7 +1959,10 @@ type StreamAck struct {
 	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Bytes that reached the file, also when the write failed.
 	BytesWritten int64 `protobuf:"varint,2,opt,name=bytes_written,json=bytesWritten,proto3" json:"bytes_written,omitempty"`
-	// The file's size after the write, as in WriteResponse.
+	// The file's size after the write, as in WriteResponse. For a write
+	// refused before anything was written (a CRC-32C mismatch, say), the
+	// size that the writes sent before it on the stream to its file left,
+	// as if the stream's writes were applied one by one.
 	Size int64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
 	// Unset when the write succeeded.
 	Status *status.Status `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`

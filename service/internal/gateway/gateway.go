@@ -165,6 +165,10 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		runtime.HTTPError(r.Context(), g.mux, out, w, r, status.Refusal(filewritev1.ErrorReason_PATH_INVALID, map[string]string{errorinfo.KeyField: "path"}, "path %q is not valid UTF-8", r.URL.Path))
 		return
 	}
+	if allow, wrong := g.routes.wrongVerbMethod(r); wrong {
+		g.methodNotAllowed(w, r, allow)
+		return
+	}
 	if err := checkContentType(r); err != nil {
 		g.fail(w, r, &runtime.HTTPStatusError{HTTPStatus: http.StatusUnsupportedMediaType, Err: err})
 		return

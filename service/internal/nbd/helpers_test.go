@@ -13,15 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/store"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+// TestMain fails the package when its tests leave goroutines running.
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
 
 // testServer is a Server over a store of a fresh directory, listening on
 // a unix socket.

@@ -111,6 +111,8 @@ var Rules = map[filewritev1.ErrorReason]reasonRule{
 	filewritev1.ErrorReason_RANGE_NOT_SATISFIABLE: {Code: codes.OutOfRange},
 	filewritev1.ErrorReason_ORIGIN_NOT_ALLOWED:    {Code: codes.PermissionDenied, flag: "--http-allowed-origins"},
 	filewritev1.ErrorReason_HOST_NOT_ALLOWED:      {Code: codes.PermissionDenied, flag: "--http-allowed-hosts"},
+	filewritev1.ErrorReason_METHOD_NOT_ALLOWED:    {Code: codes.Unimplemented},
+	filewritev1.ErrorReason_ROUTE_NOT_FOUND:       {Code: codes.NotFound},
 }
 
 // Refusal is the status of a refusal for reason: the code of its rule, a
@@ -303,7 +305,7 @@ func reasonOf(err error) filewritev1.ErrorReason {
 // codeReasons is the reason given to a status that came without one, by
 // its code: statuses made by gRPC's transport or by grpc-gateway (a body
 // that is not JSON) rather than by the daemon's code. Codes not here keep
-// no reason (an unknown method or route).
+// no reason (gRPC's own UNIMPLEMENTED for an unknown method).
 var codeReasons = map[codes.Code]filewritev1.ErrorReason{
 	codes.InvalidArgument:  filewritev1.ErrorReason_REQUEST_MALFORMED,
 	codes.Canceled:         filewritev1.ErrorReason_CANCELLED,

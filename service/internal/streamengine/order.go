@@ -177,13 +177,17 @@ func (w *Write) end() int64 {
 	return w.Off + int64(len(w.Data))
 }
 
-// orderRange is the range w is ordered by: its bytes, or, for an append,
-// whose range is known only once it is applied, every offset: it waits for
-// every write read before it, and every write read after it waits for it,
-// so the stream's appends land in arrival order, each after the writes
-// before it (an empty append too: it answers the end they leave).
+// orderRange is the range w is ordered by: its bytes, or every offset for
+// an append, whose range is known only once it is applied, and for a
+// write refused before it was handed out (Err set), whose ack reports the
+// size: it waits for every write read before it, and every write read
+// after it waits for it, so the stream's appends land in arrival order,
+// each after the writes before it (an empty append too: it answers the
+// end they leave), and a refusal's size is the one those writes leave.
+// A refusal is done with as soon as they are applied, so the writes
+// behind it wait no longer than for the writes before it.
 func (w *Write) orderRange() (int64, int64) {
-	if w.Append {
+	if w.Append || w.Err != nil {
 		return 0, math.MaxInt64
 	}
 	return w.Off, w.end()

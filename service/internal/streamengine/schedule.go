@@ -50,14 +50,17 @@ func (s *Stream) queue(writes []*Write, closes []uint32) (bool, error) {
 		if w.Err == nil && f.err != nil {
 			w.Err = f.err
 		}
+		s.ordered++
 		if w.Err != nil {
-			// Refused before anything was written.
-			w.Res.Size = f.size()
-			w.Msg.Applied()
-			s.doneLocked(w)
+			// Refused before anything was written. It takes its place in
+			// the file's order all the same, over every offset
+			// (orderRange), so that its ack reports the size the writes
+			// read before it leave, and none read after it.
+			if f.order.add(w) {
+				s.refusedLocked(w)
+			}
 			continue
 		}
-		s.ordered++
 		if f.order.add(w) {
 			if w.Sync == store.SyncNone && !w.Append {
 				s.inline = append(s.inline, w)
@@ -112,6 +115,19 @@ func (s *Stream) applyInline() {
 	}
 	s.inline = s.inline[:0]
 	s.mu.Unlock()
+}
+
+// refusedLocked is done with w, refused before anything was written and
+// free to apply at once: its ack reports the file's size, which the
+// writes read before it on its file left. One that waited for them goes
+// to a worker instead (work), as it would free others in turn, each a
+// frame deeper here.
+//
+// Preconditions: s.mu is held; w is free to apply.
+func (s *Stream) refusedLocked(w *Write) {
+	w.Res.Size = w.file.size()
+	s.appliedLocked(w)
+	s.doneLocked(w)
 }
 
 // readyLocked queues w, free to apply, for a worker, starting one if none
@@ -238,11 +254,16 @@ func (s *Stream) work() {
 		w := s.popReadyLocked()
 		f := w.file
 		s.mu.Unlock()
-		if w.Append {
+		switch {
+		case w.Err != nil:
+			// Refused, and free now that the writes before it are
+			// applied (refusedLocked).
+			w.Res.Size = f.size()
+		case w.Append:
 			// The store checks the id's length, as for a unary Append.
 			opts := store.AppendOptions{ID: string(w.AppendID)}
 			w.Res, w.Landed, w.Err = f.h.ApplyAppend(s.ctx, w.Data, w.Sync, opts)
-		} else {
+		default:
 			w.Res, w.Err = f.h.Write(s.ctx, w.Off, w.Data, w.Sync)
 			w.Landed = w.Off
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/store"
+	"github.com/filewrite/filewrite/store/faultfs"
 )
 
 // The engine driven without a server: the test is the framing. Its
@@ -29,16 +30,18 @@ func (m *message) Applied() { m.applied.Add(1) }
 type sentAck struct {
 	id      uint64
 	written int
+	size    int64
 	landed  int64
 	path    string
 	err     error
 }
 
 type harness struct {
-	t    *testing.T
-	root string
-	st   *store.Store
-	s    *Stream
+	t      *testing.T
+	root   string
+	faults *faultfs.FS // under st: passes every call until a test injects a rule
+	st     *store.Store
+	s      *Stream
 
 	mu        sync.Mutex
 	responses int            // guarded by mu
@@ -52,11 +55,12 @@ type harness struct {
 func newHarness(t *testing.T, idle time.Duration) *harness {
 	t.Helper()
 	h := &harness{t: t, root: testutil.Dir(t), firstAck: map[uint32]int{}, reported: map[uint32]int{}}
-	fsys, err := store.OpenOSFS(h.root)
+	osfs, err := store.OpenOSFS(h.root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.st, err = store.Open(fsys, store.Options{}); err != nil {
+	h.faults = faultfs.New(osfs)
+	if h.st, err = store.Open(h.faults, store.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.st.Close() })
@@ -76,7 +80,7 @@ func (h *harness) send(acks []*Write, files []FileStatus) error {
 		h.reported[f.Index] = h.responses
 	}
 	for _, w := range acks {
-		h.acks = append(h.acks, sentAck{id: w.ID, written: w.Res.BytesWritten, landed: w.Landed, path: w.Path(), err: w.Err})
+		h.acks = append(h.acks, sentAck{id: w.ID, written: w.Res.BytesWritten, size: w.Res.Size, landed: w.Landed, path: w.Path(), err: w.Err})
 		if _, ok := h.firstAck[w.FileIndex]; !ok {
 			h.firstAck[w.FileIndex] = h.responses
 		}
@@ -273,6 +277,51 @@ func TestStreamRefusals(t *testing.T) {
 				t.Errorf("f after refused writes: %v, %v; want empty", fi, err)
 			}
 		})
+	}
+}
+
+// TestStreamRefusedAckSizeInStreamOrder: the ack of a write refused
+// before anything was written (a CRC-32C mismatch, say) reports the
+// file's size after the writes read before it on its file, and none read
+// after it, as if the stream's writes were applied one by one: even when
+// the write before it is held back in the store, and one after it could
+// run at once.
+func TestStreamRefusedAckSizeInStreamOrder(t *testing.T) {
+	h := newHarness(t, 0)
+	end := h.run()
+	h.s.SetMain("f", h.open("f"))
+	h.s.MarkOpened()
+	gate := testutil.NewGate(t)
+	held := h.faults.Inject(faultfs.Rule{Op: faultfs.OpWrite, Path: "f", Off: 0, Len: 9, Hold: gate.Opened(), Times: 1})
+	refused := errors.New("refused by the framing")
+	m := &message{}
+	writes := []*Write{
+		{ID: 0, Data: []byte("refused"), Err: refused, Msg: m}, // before any write: size 0
+		{ID: 1, Data: []byte("nine byte"), Msg: m},             // held in the store
+		{ID: 2, Off: 9, Data: []byte("bad"), Err: refused, Msg: m},
+		{ID: 3, Off: 100, Data: []byte("later"), Msg: m}, // overlaps neither
+	}
+	if queued, err := h.s.Queue(writes, nil); !queued || err != nil {
+		t.Fatalf("Queue = %v, %v; want queued", queued, err)
+	}
+	testutil.WaitFor(t, "write 1 to be held", func() bool { return held.Hits() == 1 })
+	gate.Open()
+	if err := h.finish(end, true); err != nil {
+		t.Fatalf("the stream ended with %v, want nil", err)
+	}
+	want := map[uint64]struct {
+		size    int64
+		refused bool
+	}{0: {0, true}, 1: {9, false}, 2: {9, true}, 3: {105, false}}
+	acks := h.sent()
+	if len(acks) != len(want) {
+		t.Fatalf("%d acks %+v, want %d", len(acks), acks, len(want))
+	}
+	for _, a := range acks {
+		w := want[a.id]
+		if a.size != w.size || errors.Is(a.err, refused) != w.refused {
+			t.Errorf("write %d acked with size %d, error %v; want size %d, refused %v", a.id, a.size, a.err, w.size, w.refused)
+		}
 	}
 }
 
