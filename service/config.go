@@ -13,6 +13,7 @@ import (
 	"github.com/filewrite/filewrite/service/internal/admit"
 	"github.com/filewrite/filewrite/service/internal/gateway"
 	"github.com/filewrite/filewrite/service/internal/nbd"
+	"github.com/filewrite/filewrite/service/internal/origin"
 	"github.com/filewrite/filewrite/service/internal/uploads"
 	"github.com/filewrite/filewrite/store"
 )
@@ -93,7 +94,7 @@ type Config struct {
 	// HTTPAllowedOrigins and HTTPAllowedHosts widen what the REST listener
 	// takes from browsers when AuthTokenFile is empty: the Origin values
 	// let through, and host names besides IP literals, localhost and
-	// HTTPAddr's own (see gateway.BrowserGuard). "*" lets any through.
+	// HTTPAddr's own (see origin.BrowserGuard). "*" lets any through.
 	HTTPAllowedOrigins, HTTPAllowedHosts []string
 	// UploadExpiry is how long a tus upload may go without a PATCH before
 	// it is removed with its bytes, and how long a complete one is
@@ -207,7 +208,7 @@ func (c Config) Validate() error {
 			return &ConfigError{f.name, fmt.Sprintf("is %v: want %s", f.v, f.min)}
 		}
 	}
-	if _, err := gateway.NewBrowserGuard(c.HTTPAddr, c.HTTPAllowedOrigins, c.HTTPAllowedHosts); err != nil {
+	if _, err := origin.NewBrowserGuard(c.HTTPAddr, c.HTTPAllowedOrigins, c.HTTPAllowedHosts); err != nil {
 		return err
 	}
 	if err := checkTraceURLTemplate(c.TraceURLTemplate); err != nil {

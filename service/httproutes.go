@@ -9,8 +9,8 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/filewrite/filewrite/service/internal/auth"
-	"github.com/filewrite/filewrite/service/internal/gateway"
 	"github.com/filewrite/filewrite/service/internal/nbd"
+	"github.com/filewrite/filewrite/service/internal/origin"
 	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/store"
 )
@@ -33,7 +33,7 @@ import (
 // asked at each request: it starts after the gateway. httpDoor is the
 // door that serves a path beside the gateway (tus, WebDAV: doors.go), nil
 // for the gateway's.
-func httpHandler(gateway http.Handler, browser *gateway.BrowserGuard, tel *telemetry, st *store.Store, traceURL string, nbdSrv func() *nbd.Server, httpDoor func(path string) http.Handler) http.Handler {
+func httpHandler(gateway http.Handler, browser *origin.BrowserGuard, tel *telemetry, st *store.Store, traceURL string, nbdSrv func() *nbd.Server, httpDoor func(path string) http.Handler) http.Handler {
 	locks := &debugLocks{store: st, traceURL: traceURL}
 	gateway = tel.httpServerHandler(gateway)
 	doors := tel.httpServerHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -120,14 +120,14 @@ func probeRoutes(next http.Handler, hs *health.Server, tokens bool) http.Handler
 // (--tls-client-ca) it does attach, to any request a page makes, so with
 // one the Origin check stays; the Host check does not, as TLS already
 // binds the name: a rebound name fails the certificate's.
-func browserGuardFor(cfg Config, tokens bool) (*gateway.BrowserGuard, error) {
+func browserGuardFor(cfg Config, tokens bool) (*origin.BrowserGuard, error) {
 	switch {
 	case cfg.TLSClientCA != "":
-		return gateway.NewBrowserGuard(cfg.HTTPAddr, cfg.HTTPAllowedOrigins, []string{"*"})
+		return origin.NewBrowserGuard(cfg.HTTPAddr, cfg.HTTPAllowedOrigins, []string{"*"})
 	case tokens:
 		return nil, nil
 	}
-	return gateway.NewBrowserGuard(cfg.HTTPAddr, cfg.HTTPAllowedOrigins, cfg.HTTPAllowedHosts)
+	return origin.NewBrowserGuard(cfg.HTTPAddr, cfg.HTTPAllowedOrigins, cfg.HTTPAllowedHosts)
 }
 
 // getOnly answers a request on a route of GET and HEAD alone with any other

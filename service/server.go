@@ -40,6 +40,7 @@ import (
 	"github.com/filewrite/filewrite/service/internal/gateway"
 	"github.com/filewrite/filewrite/service/internal/local"
 	"github.com/filewrite/filewrite/service/internal/nbd"
+	"github.com/filewrite/filewrite/service/internal/origin"
 	"github.com/filewrite/filewrite/service/internal/rpc"
 	"github.com/filewrite/filewrite/service/internal/status"
 	"github.com/filewrite/filewrite/service/internal/uploads"
@@ -345,7 +346,7 @@ func (s *Server) startGateway() (err error) {
 	}
 	s.httpLis = rest.httpLis
 	// Security wraps whatever the listener serves, gateway and all.
-	cors, err := gateway.NewCORS(s.cfg.HTTPAllowedOrigins)
+	cors, err := origin.NewCORS(s.cfg.HTTPAllowedOrigins)
 	if err != nil {
 		return err
 	}

@@ -69,9 +69,8 @@ func (g *gateway) appendRaw(w http.ResponseWriter, r *http.Request, pathParams m
 		fail(g.dataTooLarge(n))
 		return
 	}
-	digests, err := parseUploadDigests(r.Header)
+	digests, err := uploadDigestsOf(w, r)
 	if err != nil {
-		w.Header().Set("Want-Content-Digest", wantContentDigest)
 		fail(err)
 		return
 	}

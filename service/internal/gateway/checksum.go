@@ -59,6 +59,17 @@ func newDigest(alg string) hash.Hash {
 	return nil
 }
 
+// uploadDigestsOf reads the checksum headers of an upload's request; when
+// they cannot be used it also tells the client, in w's headers, which it
+// can send (Want-Content-Digest) before the refusal is written.
+func uploadDigestsOf(w http.ResponseWriter, r *http.Request) (uploadDigests, error) {
+	d, err := parseUploadDigests(r.Header)
+	if err != nil {
+		w.Header().Set("Want-Content-Digest", wantContentDigest)
+	}
+	return d, err
+}
+
 // parseUploadDigests reads the checksum headers of h: none is nil, nil.
 func parseUploadDigests(h http.Header) (uploadDigests, error) {
 	var d uploadDigests

@@ -3,10 +3,10 @@
 // decoding (input.go), the raw-bytes routes (a PUT of an
 // application/octet-stream body, appends, reads and alt=media downloads,
 // streamed in chunks: stream.go, append.go, media.go) with RFC 9110 ranges
-// and validators (conditions.go), the Allow header of a 405 (routes.go),
-// and the guard against requests a browser makes on a page's behalf
-// (browser.go). It is a gRPC client of the daemon's gateway server, over a
-// pipe inside the process, so that a REST call is authenticated, limited
-// and traced as a gRPC call is; it takes its bodies' share of the in-flight
-// budget itself (admit.Budget). It holds no lock of its own.
+// and validators (conditions.go), and the Allow header of a 405
+// (routes.go); which web pages may call it is package origin's. It is a
+// gRPC client of the daemon's gateway server, over a pipe inside the
+// process, so that a REST call is authenticated, limited and traced as a
+// gRPC call is; it takes its bodies' share of the in-flight budget itself
+// (admit.Budget). It holds no lock of its own.
 package gateway

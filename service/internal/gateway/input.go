@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"mime"
+	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
@@ -166,4 +168,28 @@ func rawWriteQuery(rawQuery string) (putQuery, error) {
 		}
 	}
 	return pq, nil
+}
+
+// checkContentType is the media-type rule of the routes: a POST route
+// takes a JSON body and must be told so (Content-Type: application/json),
+// even with no body. A form or text/plain body, or a POST without a type,
+// is what a browser sends cross-site without asking first; refused with
+// 415, such a request changes nothing. The raw PUT checks its own type
+// (octet-stream or none: curl -T sends none, and no browser sends a PUT
+// cross-site without asking).
+func checkContentType(r *http.Request) error {
+	if r.Method != http.MethodPost || isRawAppend(r) {
+		return nil
+	}
+	ct := r.Header.Get("Content-Type")
+	if mt, _, err := mime.ParseMediaType(ct); err == nil && mt == "application/json" {
+		return nil
+	}
+	msg := "POST routes take a JSON body sent with Content-Type: application/json"
+	if ct == "" {
+		msg += "; the request has none (with curl: -H 'Content-Type: application/json')"
+	} else {
+		msg += fmt.Sprintf(", not %q", ct)
+	}
+	return status.Refusal(filewritev1.ErrorReason_REQUEST_MALFORMED, map[string]string{errorinfo.KeyField: "Content-Type"}, "%s", msg)
 }

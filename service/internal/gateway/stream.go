@@ -100,9 +100,8 @@ func (g *gateway) putRaw(w http.ResponseWriter, r *http.Request, pathParams map[
 			Detail: fmt.Sprintf("a PUT of %d bytes at offset %d ends at %d, the maximum file size is %d bytes", n, offset, offset+n, g.MaxFileSize)}))
 		return
 	}
-	digests, err := parseUploadDigests(r.Header)
+	digests, err := uploadDigestsOf(w, r)
 	if err != nil {
-		w.Header().Set("Want-Content-Digest", wantContentDigest)
 		fail(err)
 		return
 	}
