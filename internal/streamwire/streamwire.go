@@ -127,12 +127,17 @@ func (c *Conditions) decode(num, ifMatch, ifNotMatch protowire.Number, b []byte)
 	if l < 0 {
 		return l
 	}
-	gen := int64(v)
-	if num == ifMatch {
-		c.IfMatch = &gen
-	} else {
-		c.IfNotMatch = &gen
+	// A field repeated takes its last value, as in the generated code,
+	// into the int64 the first one allocated: a message that repeats it
+	// costs no allocation per repeat.
+	p := &c.IfMatch
+	if num == ifNotMatch {
+		p = &c.IfNotMatch
 	}
+	if *p == nil {
+		*p = new(int64)
+	}
+	**p = int64(v)
 	return l
 }
 

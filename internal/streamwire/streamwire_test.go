@@ -389,6 +389,18 @@ func TestAckRoundTrip(t *testing.T) {
 // path, and the error of a refused message. Nothing per write.
 const maxFuzzAllocs = 2
 
+// conditionsSet is how many of c's generation conditions are set.
+func conditionsSet(c Conditions) int {
+	n := 0
+	if c.IfMatch != nil {
+		n++
+	}
+	if c.IfNotMatch != nil {
+		n++
+	}
+	return n
+}
+
 // FuzzDecodeStreamRequest: whatever the generated code decodes (within
 // the write limit), the daemon's decoder decodes to the same writes; it
 // never panics, and allocates nothing per write.
@@ -420,6 +432,12 @@ func FuzzDecodeStreamRequest(f *testing.F) {
 		limit := float64(maxFuzzAllocs)
 		if n := len(scanned.Files) + len(scanned.Closes); n > 0 {
 			limit += float64(2*len(scanned.Files) + 2*bits.Len(uint(n)) + 2)
+		}
+		// A generation condition costs its int64 once, however often the
+		// message repeats the field.
+		limit += float64(conditionsSet(scanned.If))
+		for _, f := range scanned.Files {
+			limit += float64(conditionsSet(f.If))
 		}
 		if allocs := testing.AllocsPerRun(1, func() { ScanRequest(b, MaxWritesPerMessage) }); allocs > limit {
 			t.Fatalf("ScanRequest of %d bytes made %v allocations, want at most %v", len(b), allocs, limit)
