@@ -153,6 +153,10 @@
 //	                          durable.go: held across that open(2) and
 //	                          fstat(2) by a writer holding inode.lock shared
 //	                          or counted in flight; a leaf)
+//	  aioRing.mu             (the writes in OSFS's AIO ring, aio.go: taken
+//	                          by a durable direct write around its
+//	                          io_submit(2), and by the ring's reaper;
+//	                          never held across a syscall; a leaf)
 //	  genClock.mu            (extending the generations' lease, held across
 //	                          its write and syncs: by a mutation whose
 //	                          generation starts a fresh span (bump),

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"runtime"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -146,6 +147,10 @@ type OSFS struct {
 	// where the kernel has no openat2 (before 5.6) or a sandbox refuses
 	// it, and then every open walks the path through root. Immutable.
 	beneath *os.File
+	// ring writes for the O_DIRECT|O_DSYNC descriptors (aio.go), set up
+	// at the first such open; nil if the kernel has none to give.
+	ringOnce sync.Once
+	ring     *aioRing
 }
 
 var _ FS = (*OSFS)(nil)
@@ -190,7 +195,7 @@ func (f *OSFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
 	if f.beneath != nil && flag&os.O_CREATE == 0 {
 		fd, err := openat2(f.beneath, name, flag)
 		if err == nil {
-			return &osFile{fd: fd, name: name}, nil
+			return &osFile{fd: fd, name: name, ring: f.ringFor(flag)}, nil
 		}
 		if errors.Is(err, unix.ENOENT) {
 			return nil, &os.PathError{Op: "openat2", Path: name, Err: err}
@@ -200,7 +205,21 @@ func (f *OSFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newOSFile(file, name), nil
+	of := newOSFile(file, name)
+	of.ring = f.ringFor(flag)
+	return of, nil
+}
+
+// ringFor is the ring that a descriptor opened with flag writes through:
+// the FS's, for O_DIRECT|O_DSYNC (a durable write's, each durable by
+// itself, whose round trip to the device a thread would otherwise sit
+// out); nil for the others, which write with pwrite(2).
+func (f *OSFS) ringFor(flag int) *aioRing {
+	if flag&(syscall.O_DIRECT|syscall.O_DSYNC) != syscall.O_DIRECT|syscall.O_DSYNC {
+		return nil
+	}
+	f.ringOnce.Do(func() { f.ring = newAIORing() })
+	return f.ring
 }
 
 // openat2 opens name below dir, by resolveBeneath, with the open(2) flags
@@ -309,6 +328,10 @@ func (f *OSFS) OpenDir(name string) (Dir, error) {
 
 // Close implements FS.
 func (f *OSFS) Close() error {
+	f.ringOnce.Do(func() {}) // none is set up from now on
+	if f.ring != nil {
+		f.ring.close()
+	}
 	var err error
 	if f.beneath != nil {
 		err = f.beneath.Close()
@@ -399,6 +422,8 @@ type osFile struct {
 	// create, a path through a symlink), which closes fd with it; nil
 	// for a descriptor of openat2's.
 	owner *os.File
+	// ring, if not nil, makes WriteAt's writes (aio.go).
+	ring *aioRing
 }
 
 var _ File = (*osFile)(nil)
@@ -456,6 +481,9 @@ func (f *osFile) Close() error {
 // ENOSPC) and it reports 0, so the store would neither count nor map data
 // that reached the file (seen on a full tmpfs).
 func (f *osFile) WriteAt(p []byte, off int64) (int, error) {
+	if f.ring != nil {
+		return f.whole("write", f.ring.pwrite, p, off)
+	}
 	return f.whole("write", unix.Pwrite, p, off)
 }
 
