@@ -211,24 +211,5 @@ func TestBrowserGuardConfig(t *testing.T) {
 // sendWithHost is send with the request's Host set to host, if not empty.
 func sendWithHost(t *testing.T, method, url, host string, body io.Reader, header map[string]string) (*http.Response, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, url, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if host != "" {
-		req.Host = host
-	}
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: read body: %v", method, url, err)
-	}
-	return resp, b
+	return testutil.SendHTTP(t, method, url, host, body, header)
 }

@@ -22,9 +22,21 @@ type HTTPResult struct {
 // response; a request that cannot be sent or read fails t.
 func DoHTTP(t testing.TB, method, url string, body io.Reader, header map[string]string) HTTPResult {
 	t.Helper()
+	resp, b := SendHTTP(t, method, url, "", body, header)
+	return HTTPResult{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Header: resp.Header, Body: b}
+}
+
+// SendHTTP is DoHTTP with the request's Host set to host (if not empty),
+// answering the response itself (its body already read and closed) for
+// what HTTPResult leaves out, such as ContentLength.
+func SendHTTP(t testing.TB, method, url, host string, body io.Reader, header map[string]string) (*http.Response, []byte) {
+	t.Helper()
 	req, err := http.NewRequest(method, url, body)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if host != "" {
+		req.Host = host
 	}
 	for k, v := range header {
 		req.Header.Set(k, v)
@@ -38,7 +50,7 @@ func DoHTTP(t testing.TB, method, url string, body io.Reader, header map[string]
 	if err != nil {
 		t.Fatalf("%s %s: read body: %v", method, url, err)
 	}
-	return HTTPResult{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Header: resp.Header, Body: b}
+	return resp, b
 }
 
 // ErrorBody is grpc-gateway's JSON error: a google.rpc.Status.
