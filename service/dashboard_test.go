@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
 )
 
 // dashboardPath is the Grafana dashboard docker-compose.yml provisions.
@@ -116,7 +117,13 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 	if _, err := d.client.Write(testContext(t), &filewritev1.WriteRequest{Path: "f", Data: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
-	exported := exportedNames(d.scrape(t))
+	// The server records an RPC's duration at its end, which may come
+	// just after the client has the reply: wait for the Write's record.
+	var exported map[string]bool
+	testutil.WaitFor(t, "the Write's rpc_server_call_duration_seconds on /metrics", func() bool {
+		exported = exportedNames(d.scrape(t))
+		return exported["rpc_server_call_duration_seconds_count"]
+	})
 	var exprs []string
 	exemplars := map[string]bool{}
 	for _, p := range dash.Panels {
