@@ -114,7 +114,12 @@ func TestMetricsAfterContendedRun(t *testing.T) {
 		}
 	}
 
-	fams = d.scrape(t)
+	// The server records an RPC's duration at its end, which may come
+	// just after the client has the reply.
+	testutil.WaitFor(t, "the Writes' rpc_server_call_duration_seconds on /metrics", func() bool {
+		fams = d.scrape(t)
+		return series(fams, "rpc_server_call_duration_seconds", map[string]string{"rpc_method": "filewrite.v1.FileService/Write"}) != nil
+	})
 	for _, tc := range []struct {
 		family string
 		labels map[string]string
