@@ -117,6 +117,33 @@ func TestRawPutOfAnySize(t *testing.T) {
 	}
 }
 
+// TestRawPutStopsAtTheRefusedPiece: a chunked PUT whose body runs past
+// --max-file-size is refused by the Write of the piece that would cross
+// it; the pieces before it are in the file and nothing after them, and a
+// later PUT of the same file still goes through (the failed one left no
+// hold of the budget or the file behind).
+func TestRawPutStopsAtTheRefusedPiece(t *testing.T) {
+	const piece = 4 << 20
+	d := startDaemon(t, func(c *Config) {
+		c.Store.MaxRequestBytes = piece
+		c.Store.MaxFileSize = 2*piece + piece/2
+	})
+	size := int64(5 * piece)
+	want, _ := io.ReadAll(&patternReader{n: size})
+	resp, text := put(t, d.url+"/v1/files/put/cut.bin?sync=data", io.MultiReader(&patternReader{n: size}), -1, nil)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(text, "FILE_TOO_LARGE") {
+		t.Fatalf("a chunked PUT of %d bytes past --max-file-size: %d %s, want 400 FILE_TOO_LARGE", size, resp.StatusCode, text)
+	}
+	got, err := os.ReadFile(filepath.Join(d.root, "put/cut.bin"))
+	if err != nil || !bytes.Equal(got, want[:2*piece]) {
+		t.Fatalf("after the refused piece the file holds %d bytes (%v); want the two pieces before it, %d bytes, as sent", len(got), err, 2*piece)
+	}
+	resp, text = put(t, d.url+"/v1/files/put/cut.bin", strings.NewReader("again"), 5, nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("a PUT after the refused one: %d %s, want 200", resp.StatusCode, text)
+	}
+}
+
 // TestRawPutMemoryBounded: a PUT four times --max-inflight-bytes (64 MiB)
 // goes through with the daemon's heap growing by far less than it moves:
 // the body is read into one piece at a time, which the budget holds.
