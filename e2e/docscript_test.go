@@ -79,6 +79,11 @@ func TestHTTPDocETagScript(t *testing.T) {
 		t.Fatalf("the script printed statuses %v, its comments promise %v\nstdout:\n%s", got, want, out)
 	}
 	t.Logf("the script printed statuses %v, as its comments promise", got)
+	// Its first PUT, promised 201, prints its reply instead of a status:
+	// a PUT that made the file says so there.
+	if !strings.Contains(string(out), `"created":true`) {
+		t.Errorf("the script's first PUT did not answer that it created the file (201):\n%s", out)
+	}
 	if got, err := os.ReadFile(filepath.Join(root, "demo", "raw.bin")); err != nil || len(got) != 8192 || got[4096] != 'p' {
 		t.Fatalf("after the script the file is %d bytes (%v); want the 8192 written with the one patch that held at 4096", len(got), err)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	filewritev1 "github.com/filewrite/filewrite/api/filewrite/v1"
+	"github.com/filewrite/filewrite/internal/testutil"
 	"github.com/filewrite/filewrite/service/internal/gateway"
 )
 
@@ -138,6 +139,11 @@ func TestRawPutStopsAtTheRefusedPiece(t *testing.T) {
 	if err != nil || !bytes.Equal(got, want[:2*piece]) {
 		t.Fatalf("after the refused piece the file holds %d bytes (%v); want the two pieces before it, %d bytes, as sent", len(got), err, 2*piece)
 	}
+	// The refused PUT gave its piece's share back when its handler
+	// returned, which may be just after its answer arrived.
+	testutil.WaitFor(t, "the budget to hold nothing after the refused PUT", func() bool {
+		return d.srv.budget.Held() == 0
+	})
 	resp, text = put(t, d.url+"/v1/files/put/cut.bin", strings.NewReader("again"), 5, nil)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("a PUT after the refused one: %d %s, want 200", resp.StatusCode, text)
